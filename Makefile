@@ -1,0 +1,36 @@
+# Two set-up commands on a fresh Debian machine: `make run` and `make test`.
+# Each creates .venv/ and installs what it needs on first use (Debian packages too when run as root).
+SHELL := /bin/bash
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := python3-venv python3-dev util-linux procps
+
+.PHONY: run test lint typecheck bench clean deps
+
+$(STAMP): pyproject.toml
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	fi
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+deps: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/koordlet run --host-root / --pods-dir examples/pods --nodeslo examples/nodeslo.yaml --state-dir state
+
+test: $(STAMP)
+	$(BIN)/ruff check koordlet scheduler tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.collection
+
+clean:
+	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache

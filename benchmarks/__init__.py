@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` prints tables of the agent's cost against same-run baselines."""

@@ -1,0 +1,158 @@
+"""The composition root: builds every component from a Config and exposes one method per unit of work.
+
+The asyncio daemon (daemon.py) and the one-shot `koordlet nodemetric` call the same methods, so what a
+user sees from the CLI is exactly what the daemon reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from koordlet.collectors.advisor import Advisor
+from koordlet.collectors.cgroups import CgroupUsageCollector
+from koordlet.collectors.hostapps import HostApp, host_apps
+from koordlet.collectors.node import NodeCollector
+from koordlet.collectors.psi import PSICollector
+from koordlet.config import Config
+from koordlet.errors import InvalidInput, KoordletError
+from koordlet.exporter import AgentMetrics
+from koordlet.health import Health
+from koordlet.host.cgroup import detect_backend
+from koordlet.host.driver import detect_driver
+from koordlet.metriccache import MetricCache
+from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
+from koordlet.reporters.statedir import StateDirWriter
+from koordlet.states.model import JSON, PodSource
+from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
+from koordlet.states.pods import PodsDirSource, PodState
+
+log = logging.getLogger(__name__)
+
+NODEMETRIC_GROUP = "slo.koordinator.sh"
+NODEMETRIC_API_VERSION = "slo.koordinator.sh/v1alpha1"
+_GRACE_SECONDS = 60  # retention slack beyond the longest query window
+
+
+class Agent:
+    def __init__(self, config: Config, health: Health | None = None) -> None:
+        self.config = config
+        self.health = health or Health()
+        paths = config.paths
+        self.backend = detect_backend(paths)
+        self.driver, certain = detect_driver(paths, self.backend.version)
+        self._driver_certain = certain
+        log.info("cgroup v%d, driver %s%s, cgroup root %s", self.backend.version, self.driver,
+                 "" if certain else " (assumed: no kubepods dir and no kubelet found)", paths.cgroup_root)
+        self.nodemetric_spec: dict[str, Any] = merge_spec(None)
+        self.policy: CollectPolicy = collect_policy(self.nodemetric_spec)
+        self.cache = MetricCache(self._retention)
+        self.node = NodeCollector(paths)
+        psi = PSICollector(self.backend, self.health) if config.gate("PSICollector") else None
+        self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health), psi,
+                               self.health, page_cache=config.enable_pagecache_collector)
+        self.pods = PodState(self.driver, self.health)
+        self.nodeslo_spec: dict[str, Any] = merge_nodeslo_spec(None)
+        self.nodeslo_present = False
+        self.host_apps: list[HostApp] = []
+        self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"))
+        self.builder = NodeMetricBuilder(self.cache)
+        self.state_writer = StateDirWriter(config.state_dir)
+        self.pod_source: PodSource | None = PodsDirSource(config.pods_dir, self.health) if config.pods_dir else None
+        self.collected_once = False
+
+    def _retention(self, kind: str) -> float:
+        if kind.startswith(("node_", "sys_")):
+            return self.policy.longest + _GRACE_SECONDS
+        return self.policy.window + _GRACE_SECONDS
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def sync_pods(self, source: PodSource | None = None) -> bool:
+        """One pod sync; on failure the previous pod list stays. Returns whether it succeeded."""
+        source = source or self.pod_source
+        if source is None:
+            return False
+        try:
+            raw = source.list_pods()
+        except Exception as e:  # any source failure: keep the old list, say so once per distinct error
+            self.health.skip("pods", f"{source.name}-failed", source.name, str(e))
+            return False
+        if not self._driver_certain:
+            self.redetect_driver()
+        self.pods.update(raw)
+        self.health.forget(f"skip/pods/{source.name}-failed/{source.name}")
+        return True
+
+    def redetect_driver(self) -> None:
+        driver, certain = detect_driver(self.config.paths, self.backend.version)
+        if certain:
+            self._driver_certain = True
+            if driver != self.driver:
+                log.info("cgroup driver detected: %s", driver)
+                self.driver = self.pods.driver = driver
+
+    def set_nodeslo(self, obj: JSON | None) -> bool:
+        """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays."""
+        if obj is None:
+            self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(None), False
+        else:
+            problems = validate_nodeslo(obj)
+            if problems:
+                name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
+                self.health.skip("nodeslo", "invalid", str(name), "; ".join(problems[:5]))
+                return False
+            self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(obj.get("spec") or {}), True
+        self.host_apps = host_apps(self.nodeslo_spec, self.driver)
+        return True
+
+    def load_nodeslo_file(self) -> bool:
+        if not self.config.nodeslo_file:
+            return False
+        try:
+            obj = load_nodeslo_file(self.config.nodeslo_file)
+        except (InvalidInput, KoordletError, OSError) as e:
+            self.health.skip("nodeslo", "unreadable", self.config.nodeslo_file, str(e))
+            return False
+        return self.set_nodeslo(obj)
+
+    def set_nodemetric_spec(self, spec: JSON | None) -> None:
+        self.nodemetric_spec = merge_spec(spec)
+        self.policy = collect_policy(self.nodemetric_spec)
+
+    # -- work ----------------------------------------------------------------------------------------------
+    def collect(self, now: float | None = None, mono_ns: int | None = None) -> None:
+        now = time.time() if now is None else now
+        mono_ns = time.monotonic_ns() if mono_ns is None else mono_ns
+        self.advisor.collect_usage(self.pods.pods, self.host_apps, int(now * 1000), mono_ns)
+        self.collected_once = True
+
+    def collect_psi(self) -> None:
+        self.advisor.collect_psi(self.pods.pods)
+
+    def gc(self, now: float | None = None) -> int:
+        return self.cache.gc(int((time.time() if now is None else now) * 1000))
+
+    def refresh_node_info(self) -> None:
+        self.node.refresh_topology()
+
+    def build_nodemetric(self, now: float | None = None) -> JSON:
+        """The full NodeMetric object this node reports now (status built from the metric cache)."""
+        now = time.time() if now is None else now
+        status = self.builder.build(self.pods.pods, self.host_apps if self.nodeslo_present else [], self.policy,
+                                    list(self.node.topology.cpus_by_node), now)
+        obj = {
+            "apiVersion": NODEMETRIC_API_VERSION,
+            "kind": "NodeMetric",
+            "metadata": {"name": self.config.node_name},
+            "spec": self.nodemetric_spec,
+            "status": status,
+        }
+        self.metrics.last_nodemetric = obj
+        return obj
+
+    def write_state(self, obj: JSON) -> str:
+        path = self.state_writer.write(NODEMETRIC_GROUP, "nodemetrics", obj)
+        self.health.report_last_success = time.time()
+        return path

@@ -1,0 +1,186 @@
+"""`koordlet run | nodemetric | version`: upstream koordlet flags plus standalone options (pods dir, NodeSLO)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+
+import yaml
+
+from koordlet import __version__
+from koordlet.config import Config, parse_feature_gates, parse_go_interval
+from koordlet.errors import InvalidInput
+from koordlet.host.paths import HostPaths
+
+log = logging.getLogger("koordlet")
+
+_PATH_FLAGS = {
+    "cgroup_root": "--cgroup-root-dir", "sys_root": "--sys-root-dir", "sys_fs_root": "--sys-fs-root-dir",
+    "proc_root": "--proc-root-dir", "var_run_root": "--var-run-root-dir",
+    "var_lib_kubelet": "--var-lib-kubelet-dir", "run_root": "--run-root-dir",
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-name", default=None, help="node name (default: env NODE_NAME, then the hostname)")
+    for dest, flag in _PATH_FLAGS.items():
+        p.add_argument(flag, dest=dest, default=None, help=f"host path root ({dest.replace('_', ' ')})")
+    p.add_argument("--host-root", default=None,
+                   help="set every host path root to the matching path under DIR (a simulated node; '/' = this host)")
+    p.add_argument("--pods-dir", default=None, help="standalone: directory of Pod manifests standing in for kubelet")
+    p.add_argument("--nodeslo", dest="nodeslo_file", default=None, help="standalone: NodeSLO YAML/JSON file")
+    p.add_argument("--state-dir", default="./state", help="standalone: where reports are written")
+    p.add_argument("--addr", default=":9316", help="metrics/HTTP address")
+    p.add_argument("--feature-gates", default="", help="comma-separated Gate=true|false")
+    p.add_argument("--collect-res-used-interval", default="1s", type=parse_go_interval)
+    p.add_argument("--psi-collector-interval", default="10s", type=parse_go_interval)
+    p.add_argument("--collect-node-cpu-info-interval", default="60s", type=parse_go_interval)
+    p.add_argument("--enable-pagecache-collector", default=False, type=_bool, nargs="?", const=True)
+    p.add_argument("--metric-gc-interval-seconds", default=300, type=int)
+    p.add_argument("--kube-api-qps", default=20.0, type=float)
+    p.add_argument("--kube-api-burst", default=30, type=int)
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument("--kubelet-preferred-address-type", default="InternalIP")
+    p.add_argument("--kubelet-sync-interval", default="10s", type=parse_go_interval)
+    p.add_argument("--kubelet-sync-timeout", default="3s", type=parse_go_interval)
+    p.add_argument("--kubelet-insecure-tls", default=False, type=_bool, nargs="?", const=True)
+    p.add_argument("--kubelet-read-only-port", default=10255, type=int)
+    p.add_argument("--enable-node-metric-report", default=True, type=_bool, nargs="?", const=True)
+    p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="koordlet", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the node agent")
+    _common(run)
+    nm = sub.add_parser("nodemetric", help="sample for a window and print the NodeMetric this node would report")
+    _common(nm)
+    nm.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
+    nm.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    ver = sub.add_parser("version", help="print the version")
+    _common(ver)
+    return parser
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """Go's flag package accepts `-flag=value`; turn single-dash long flags into `--flag` for argparse."""
+    out = []
+    for a in argv:
+        if a.startswith("-") and not a.startswith("--") and len(a.split("=", 1)[0]) > 2:
+            out.append("-" + a)
+        else:
+            out.append(a)
+    return out
+
+
+def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Config:
+    env = dict(os.environ) if env is None else env
+    paths = HostPaths.under(ns.host_root) if ns.host_root else HostPaths.defaults(env)
+    paths = paths.with_overrides(**{k: getattr(ns, k) for k in _PATH_FLAGS})
+    node_name = ns.node_name or env.get("NODE_NAME") or socket.gethostname()
+    return Config(
+        node_name=node_name, paths=paths, addr=ns.addr, feature_gates=parse_feature_gates(ns.feature_gates),
+        collect_res_used_interval=ns.collect_res_used_interval, psi_collector_interval=ns.psi_collector_interval,
+        collect_node_cpu_info_interval=ns.collect_node_cpu_info_interval,
+        enable_pagecache_collector=ns.enable_pagecache_collector,
+        metric_gc_interval_seconds=ns.metric_gc_interval_seconds, kube_api_qps=ns.kube_api_qps,
+        kube_api_burst=ns.kube_api_burst, kubeconfig=ns.kubeconfig,
+        kubelet_preferred_address_type=ns.kubelet_preferred_address_type,
+        kubelet_sync_interval=ns.kubelet_sync_interval, kubelet_sync_timeout=ns.kubelet_sync_timeout,
+        kubelet_insecure_tls=ns.kubelet_insecure_tls, kubelet_read_only_port=ns.kubelet_read_only_port,
+        enable_node_metric_report=ns.enable_node_metric_report, pods_dir=ns.pods_dir,
+        nodeslo_file=ns.nodeslo_file, state_dir=ns.state_dir,
+    )
+
+
+def _setup_logging(verbosity: int) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
+
+
+def cmd_run(config: Config) -> int:
+    from koordlet.agent import Agent
+    from koordlet.daemon import Daemon
+
+    agent = Agent(config)
+    cluster = None
+    if not config.standalone:
+        from koordlet.cluster import ClusterLink
+
+        cluster = ClusterLink.connect(config, agent)
+        if cluster is None:
+            log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
+                      "for a node without a cluster use --pods-dir (see `make run`)")
+            return 2
+    elif config.nodeslo_file:
+        agent.load_nodeslo_file()
+    asyncio.run(Daemon(agent, cluster).run())
+    return 0
+
+
+def cmd_nodemetric(config: Config, window: float, output: str) -> int:
+    from koordlet.agent import Agent
+
+    agent = Agent(config)
+    if config.nodeslo_file:
+        agent.load_nodeslo_file()
+    if config.standalone:
+        agent.sync_pods()
+    else:
+        from koordlet.cluster import ClusterLink
+
+        cluster = ClusterLink.connect(config, agent)
+        if cluster is not None:
+            cluster.sync_pods(agent)
+            cluster.load_once(agent)
+    deadline = time.monotonic() + max(window, 0.0)
+    agent.collect()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(config.collect_res_used_interval, remaining))
+        agent.collect()
+    obj = agent.build_nodemetric()
+    if output == "yaml":
+        sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+    else:
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = normalize_argv(sys.argv[1:] if argv is None else argv)
+    ns = build_parser().parse_args(args)
+    _setup_logging(ns.verbosity)
+    if ns.command == "version":
+        print(f"koordlet {__version__}")
+        return 0
+    try:
+        config = config_from_args(ns)
+    except InvalidInput as e:
+        log.error("%s", e)
+        return 2
+    if ns.command == "run":
+        return cmd_run(config)
+    return cmd_nodemetric(config, ns.window, ns.output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Cluster mode: pods from kubelet (API server as fallback), Node/NodeSLO/NodeMetric watched, status reported.
+
+Upstream: pkg/koordlet/statesinformer/impl (states_node.go, states_nodeslo.go, states_nodemetric.go,
+states_pods.go). Watches run in daemon threads and hand objects to the event loop; the loop owns the Agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from koordlet.agent import Agent
+from koordlet.config import Config
+from koordlet.errors import ApiError, KoordletError
+from koordlet.kubeapi import Gone, KubeClient, KubeConfig
+from koordlet.quantity import parse_quantity
+from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
+from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
+from koordlet.states.model import JSON
+
+log = logging.getLogger(__name__)
+
+NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
+NODE_PATH = "/api/v1/nodes"
+_ALLOCATABLE = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu",
+                "kubernetes.io/mid-memory")
+_WATCH_TIMEOUT = 300
+_MAX_BACKOFF = 30.0
+
+
+class ClusterLink:
+    def __init__(self, config: Config, kube: KubeConfig, client: KubeClient, agent: Agent) -> None:
+        self.config = config
+        self.kube = kube
+        self.client = client
+        self.node: JSON | None = None
+        self.kubelet: KubeletPodSource | None = None
+        self.apiserver_pods = ApiServerPodSource(client, config.node_name)
+        self.writer = NodeMetricApiWriter(client, config.node_name)
+        self._stop = threading.Event()
+        self._agent = agent
+
+    @classmethod
+    def connect(cls, config: Config, agent: Agent) -> ClusterLink | None:
+        kube = KubeConfig.load(config.kubeconfig)
+        if kube is None:
+            return None
+        kube = replace(kube, qps=config.kube_api_qps, burst=config.kube_api_burst)
+        return cls(config, kube, KubeClient(kube), agent)
+
+    # -- pods ----------------------------------------------------------------------------------------------
+    def _kubelet_source(self) -> KubeletPodSource | None:
+        if self.kubelet is None and self.node is not None:
+            try:
+                self.kubelet = KubeletPodSource.from_node(
+                    self.node, self.kube, preferred_address_type=self.config.kubelet_preferred_address_type,
+                    insecure_tls=self.config.kubelet_insecure_tls,
+                    read_only_port=self.config.kubelet_read_only_port, timeout=self.config.kubelet_sync_timeout,
+                    observe=self._agent.metrics.observe_kubelet)
+            except (KoordletError, ValueError) as e:
+                self._agent.health.skip("kubelet", "no-address", self.config.node_name, str(e))
+        return self.kubelet
+
+    def sync_pods(self, agent: Agent) -> None:
+        """kubelet first; when it fails, the API server (field selector on this node)."""
+        if self.node is None:
+            self.load_node(agent)
+        source = self._kubelet_source()
+        if source is not None and agent.sync_pods(source):
+            return
+        agent.sync_pods(self.apiserver_pods)
+
+    # -- Node / NodeSLO / NodeMetric -----------------------------------------------------------------------
+    def load_node(self, agent: Agent) -> None:
+        try:
+            self.apply_node(agent, self.client.get(f"{NODE_PATH}/{self.config.node_name}"))
+        except ApiError as e:
+            agent.health.skip("node", "get-failed", self.config.node_name, str(e))
+
+    def load_once(self, agent: Agent) -> None:
+        """One-shot reads for `koordlet nodemetric`: NodeSLO and the NodeMetric spec."""
+        try:
+            self.apply_nodeslo(agent, self.client.get(f"{NODESLO_PATH}/{self.config.node_name}"))
+        except ApiError as e:
+            log.info("no NodeSLO for %s (%s); using defaults", self.config.node_name, e)
+        agent.set_nodemetric_spec(self.writer.read_spec())
+
+    def apply_node(self, agent: Agent, node: JSON | None) -> None:
+        if node is None:
+            return
+        old = self.node
+        self.node = node
+        if old is not None and _address_changed(old, node):
+            self.kubelet = None
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        values: dict[str, float] = {}
+        for name in _ALLOCATABLE:
+            if name in alloc:
+                try:
+                    values[name] = float(parse_quantity(str(alloc[name])))
+                except Exception:
+                    agent.health.skip("node", "bad-allocatable", f"{self.config.node_name}/{name}", str(alloc[name]))
+        agent.metrics.node_allocatable = values
+
+    def apply_nodeslo(self, agent: Agent, obj: JSON | None) -> None:
+        agent.set_nodeslo(obj)
+
+    def apply_nodemetric(self, agent: Agent, obj: JSON | None) -> None:
+        agent.set_nodemetric_spec((obj or {}).get("spec"))
+
+    def report(self, agent: Agent) -> None:
+        if not self.config.enable_node_metric_report:
+            return
+        spec = self.writer.read_spec()
+        if spec is None:
+            return  # NodeMetric not created yet by slo-controller: nothing to report (not an error)
+        agent.set_nodemetric_spec(spec)
+        obj = agent.build_nodemetric()
+        if self.writer.write_status(obj["status"]):
+            agent.health.report_last_success = time.time()
+        else:
+            agent.health.report_failures["write"] += 1
+
+    # -- watches -------------------------------------------------------------------------------------------
+    def start_watches(self, agent: Agent) -> None:
+        """Daemon threads (never joined: a blocked watch must not delay shutdown) feeding the running loop."""
+        loop = asyncio.get_running_loop()
+        specs: list[tuple[str, Callable[[Agent, JSON | None], None]]] = [
+            (NODE_PATH, self.apply_node), (NODESLO_PATH, self.apply_nodeslo),
+            (NODEMETRIC_PATH, self.apply_nodemetric),
+        ]
+        for path, apply in specs:
+            def deliver(obj: JSON | None, apply: Callable[[Agent, JSON | None], None] = apply) -> None:
+                loop.call_soon_threadsafe(apply, agent, obj)
+
+            threading.Thread(target=self._watch_forever, args=(path, deliver), name=f"watch{path}",
+                             daemon=True).start()
+
+    def _watch_forever(self, path: str, deliver: Callable[[JSON | None], None]) -> None:
+        """List then watch one object by name (field selector), relisting on 410, backing off on errors."""
+        selector = f"metadata.name={self.config.node_name}"
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                listed = self.client.list(path, field_selector=selector)
+                items = listed.get("items") or []
+                deliver(items[0] if items else None)
+                rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
+                backoff = 1.0
+                while not self._stop.is_set():
+                    for event in self.client.watch(path, field_selector=selector, resource_version=rv or None,
+                                                   timeout_seconds=_WATCH_TIMEOUT):
+                        if self._stop.is_set():
+                            return
+                        obj = event.get("object") or {}
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            deliver(obj)
+                        elif event.get("type") == "DELETED":
+                            deliver(None)
+            except Gone:
+                continue  # relist
+            except Exception as e:
+                self._agent.health.skip("watch", "failed", path, str(e))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.client.close()
+
+
+def _address_changed(old: JSON, new: JSON) -> bool:
+    def key(n: JSON) -> Any:
+        st = n.get("status") or {}
+        return (st.get("addresses"), st.get("daemonEndpoints"))
+
+    return bool(key(old) != key(new))

@@ -1,0 +1,100 @@
+"""One collection tick: node, pods/containers, host apps and system usage → metric-cache samples.
+
+Upstream: pkg/koordlet/metricsadvisor (NodeResource, PodResource, PodThrottled, HostApplication and
+SystemResource collectors share one state; here they share one function call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from koordlet.collectors.cgroups import CgroupUsage, CgroupUsageCollector, Target, pod_targets
+from koordlet.collectors.hostapps import HostApp, hostapp_targets
+from koordlet.collectors.node import NodeCollector, NodeUsage
+from koordlet.collectors.psi import PSICollector, PSIReading
+from koordlet.health import Health
+from koordlet.metriccache import MetricCache
+from koordlet.states.model import PodMeta
+
+
+@dataclass
+class Latest:
+    """The newest values, for the Prometheus exporter (read-only there)."""
+
+    node: NodeUsage | None = None
+    system_cpu: float | None = None
+    system_memory: int | None = None
+    usage: dict[tuple[str, str], CgroupUsage] = field(default_factory=dict)
+    psi: dict[tuple[str, str], PSIReading] = field(default_factory=dict)
+    pods: list[PodMeta] = field(default_factory=list)
+    host_apps: list[HostApp] = field(default_factory=list)
+
+
+class Advisor:
+    def __init__(self, cache: MetricCache, node: NodeCollector, cgroups: CgroupUsageCollector,
+                 psi: PSICollector | None, health: Health, page_cache: bool = False) -> None:
+        self.cache = cache
+        self.node = node
+        self.cgroups = cgroups
+        self.psi = psi
+        self.health = health
+        self.page_cache = page_cache
+        self.latest = Latest()
+
+    def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int) -> None:
+        node = self.node.collect(now_mono_ns / 1e9)
+        targets = pod_targets(pods) + hostapp_targets(apps)
+        usage = self.cgroups.collect(targets, now_mono_ns)
+        self._store(node, targets, usage, now_ms)
+        self.latest.node, self.latest.usage = node, usage
+        self.latest.pods, self.latest.host_apps = pods, apps
+
+    def collect_psi(self, pods: list[PodMeta]) -> None:
+        if self.psi is None:
+            return
+        self.latest.psi = self.psi.collect(pod_targets(pods))
+        self.latest.pods = pods
+
+    def _store(self, node: NodeUsage, targets: list[Target], usage: dict[tuple[str, str], CgroupUsage],
+               now_ms: int) -> None:
+        append, key = self.cache.append, self.cache.key
+        append(key("node_memory_usage"), now_ms, node.memory_bytes)
+        for numa, mem in node.numa_memory_bytes.items():
+            append(key("node_numa_memory_usage", numa_node_id=str(numa)), now_ms, mem)
+        if node.cpu_cores is not None:
+            append(key("node_cpu_usage"), now_ms, node.cpu_cores)
+            for numa, cores in node.numa_cpu_cores.items():
+                append(key("node_numa_cpu_usage", numa_node_id=str(numa)), now_ms, cores)
+
+        label = {"pod": "pod_uid", "container": "container_id", "hostapp": "host_app_name"}
+        prefix = {"pod": "pod", "container": "container", "hostapp": "host_application"}
+        sums = {"pod": [0.0, 0], "hostapp": [0.0, 0]}
+        for t in targets:
+            u = usage.get((t.scope, t.key))
+            if u is None:
+                continue
+            lbl = {label[t.scope]: t.key}
+            p = prefix[t.scope]
+            append(key(f"{p}_memory_usage", **lbl), now_ms, u.memory)
+            if self.page_cache or t.scope == "hostapp":
+                append(key(f"{p}_memory_usage_with_page_cache", **lbl), now_ms, u.memory_with_cache)
+            if u.cpu_cores is not None:
+                append(key(f"{p}_cpu_usage", **lbl), now_ms, u.cpu_cores)
+            if u.throttled_ratio is not None and t.scope != "hostapp":
+                append(key(f"{p}_cpu_throttled", **lbl), now_ms, u.throttled_ratio)
+            if t.scope in sums:
+                sums[t.scope][0] += u.cpu_cores or 0.0
+                sums[t.scope][1] += u.memory
+
+        # System usage = node − Σ pods − Σ host apps, clamped at 0 (upstream collectors/sysresource).
+        sys_memory = max(node.memory_bytes - int(sums["pod"][1]) - int(sums["hostapp"][1]), 0)
+        append(key("sys_memory_usage"), now_ms, sys_memory)
+        self.latest.system_memory = sys_memory
+        if node.cpu_cores is not None:
+            sys_cpu = max(node.cpu_cores - sums["pod"][0] - sums["hostapp"][0], 0.0)
+            append(key("sys_cpu_usage"), now_ms, sys_cpu)
+            self.latest.system_cpu = sys_cpu
+            numa_total = sum(node.numa_cpu_cores.values())
+            for numa, cores in node.numa_cpu_cores.items():
+                share = cores / numa_total if numa_total > 0 else 0.0
+                append(key("sys_numa_cpu_usage", numa_node_id=str(numa)), now_ms, sys_cpu * share)

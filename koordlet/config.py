@@ -1,0 +1,85 @@
+"""Agent configuration: upstream koordlet flag names and defaults, feature gates, and our standalone options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from koordlet.errors import InvalidInput
+from koordlet.host.paths import HostPaths
+
+# pkg/features/koordlet_features.go and pkg/koordlet/runtimehooks/config.go: gate → default.
+FEATURE_GATES: dict[str, bool] = {
+    "AuditEvents": False, "AuditEventsHTTPHandler": False, "BECPUSuppress": True, "BECPUManager": False,
+    "BECPUEvict": False, "CPUEvict": False, "CPUAllocatableEvict": False, "BEMemoryEvict": False,
+    "MemoryEvict": False, "MemoryAllocatableEvict": False, "CPUBurst": True, "SystemConfig": False,
+    "PodResourcesProxy": False, "PerCPUMetric": False, "RdtResctrl": True, "ResctrlCollector": False,
+    "CgroupReconcile": False, "NodeTopologyReport": True, "Accelerators": False, "RDMADevices": False,
+    "CPICollector": False, "Libpfm4": False, "PSICollector": False, "BlkIOReconcile": False,
+    "ColdPageCollector": False, "HugePageReport": False, "HamiCoreVGPUMonitor": False,
+    "NodeMetricPromMetrics": False,
+    "GroupIdentity": True, "CPUSetAllocator": True, "BatchResource": True, "GPUEnvInject": False,
+    "RDMADeviceInject": False, "CPUNormalization": False, "CoreSched": False, "TerwayQoS": False,
+    "TCNetworkQoS": False, "Resctrl": False, "OOMScoreAdj": False,
+}
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """`A=true,B=false` over the defaults; an unknown gate or a non-boolean value is InvalidInput (as upstream)."""
+    gates = dict(FEATURE_GATES)
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not sep or name not in FEATURE_GATES:
+            raise InvalidInput(f"unrecognized feature gate: {item!r}")
+        if value not in ("true", "false"):
+            raise InvalidInput(f"invalid value of {name}: {value!r}, expected true or false")
+        gates[name] = value == "true"
+    return gates
+
+
+def parse_go_interval(text: str) -> float:
+    """Interval flags take Go durations (`1s`, `500ms`) or bare seconds."""
+    from koordlet import godur
+
+    try:
+        return float(text)
+    except ValueError:
+        return godur.parse(text)
+
+
+@dataclass(frozen=True)
+class Config:
+    node_name: str
+    paths: HostPaths
+    addr: str = ":9316"
+    feature_gates: dict[str, bool] = field(default_factory=lambda: dict(FEATURE_GATES))
+    collect_res_used_interval: float = 1.0
+    psi_collector_interval: float = 10.0
+    collect_node_cpu_info_interval: float = 60.0
+    enable_pagecache_collector: bool = False
+    metric_gc_interval_seconds: int = 300
+    kube_api_qps: float = 20.0
+    kube_api_burst: int = 30
+    kubeconfig: str | None = None
+    kubelet_preferred_address_type: str = "InternalIP"
+    kubelet_sync_interval: float = 10.0
+    kubelet_sync_timeout: float = 3.0
+    kubelet_insecure_tls: bool = False
+    kubelet_read_only_port: int = 10255
+    enable_node_metric_report: bool = True
+    # standalone
+    pods_dir: str | None = None
+    nodeslo_file: str | None = None
+    state_dir: str = "./state"
+
+    @property
+    def standalone(self) -> bool:
+        return self.pods_dir is not None
+
+    def gate(self, name: str) -> bool:
+        return self.feature_gates.get(name, False)
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        host, _, port = self.addr.rpartition(":")
+        return host or "0.0.0.0", int(port)

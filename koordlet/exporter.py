@@ -1,0 +1,326 @@
+"""Prometheus metrics (upstream koordlet names and labels) and the agent's HTTP endpoints.
+
+Families are built fresh on every scrape from the agent's latest state (prometheus/client_python custom
+collectors), so the series of a deleted pod disappear with the pod. Upstream: pkg/koordlet/metrics/*.go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from koordlet.collectors.advisor import Latest
+from koordlet.health import Health
+from koordlet.metriccache import MetricCache
+from koordlet.quantity import parse_quantity
+
+log = logging.getLogger(__name__)
+
+# kubernetes.io batch/mid extended resources recorded per container (upstream states_pods.go).
+_BATCH_MID = (
+    ("kubernetes.io/batch-cpu", "integer"), ("kubernetes.io/batch-memory", "byte"),
+    ("kubernetes.io/mid-cpu", "integer"), ("kubernetes.io/mid-memory", "byte"),
+)
+_PSI_PRECISIONS = ("10", "60", "300")
+
+
+@dataclass
+class AgentMetrics:
+    """Stateful metrics (histograms) plus what the fresh-per-scrape collectors read."""
+
+    node_name: str
+    health: Health
+    latest: Latest
+    cache: MetricCache
+    start_time: float = field(default_factory=time.time)
+    last_nodemetric: dict[str, Any] | None = None
+    node_allocatable: dict[str, float] = field(default_factory=dict)
+    nodemetric_prom: bool = False
+    internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
+    external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
+
+    def __post_init__(self) -> None:
+        self.loop_duration = Histogram(
+            "koordlet_agent_loop_duration_seconds", "Duration of one run of an agent loop.", ["loop"],
+            buckets=(0.001, 0.004, 0.016, 0.064, 0.256, 1.0, 4.0), registry=self.internal)
+        self.kubelet_request_duration = Histogram(
+            "koordlet_kubelet_request_duration_seconds", "Kubelet request latency.", ["verb", "path", "code"],
+            buckets=tuple(0.001 * 4**k for k in range(7)), registry=self.internal)
+        self.internal.register(_InternalCollector(self))
+        self.external.register(_ExternalCollector(self))
+
+    def observe_kubelet(self, verb: str, path: str, code: str, seconds: float) -> None:
+        self.kubelet_request_duration.labels(verb, path, code).observe(seconds)
+
+    def render(self, which: str = "all") -> bytes:
+        if which == "internal":
+            return generate_latest(self.internal)
+        if which == "external":
+            return generate_latest(self.external)
+        return generate_latest(self.internal) + generate_latest(self.external)
+
+
+class _InternalCollector(Collector):
+    def __init__(self, m: AgentMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Metric]:
+        m, node = self.m, self.m.node_name
+        g = GaugeMetricFamily("koordlet_start_time", "the start time of koordlet", labels=["node"])
+        g.add_metric([node], m.start_time)
+        yield g
+        latest = m.latest
+        if latest.node is not None:
+            if latest.node.cpu_cores is not None:
+                g = GaugeMetricFamily("koordlet_node_used_cpu_cores", "Number of cpu cores used by node in realtime",
+                                      labels=["node"])
+                g.add_metric([node], latest.node.cpu_cores)
+                yield g
+            g = GaugeMetricFamily("koordlet_node_used_memory_bytes", "Number of memory used by node in realtime",
+                                  labels=["node"])
+            g.add_metric([node], latest.node.memory_bytes)
+            yield g
+        yield from self._host_apps(latest)
+        if m.nodemetric_prom and m.last_nodemetric is not None:
+            yield from _nodemetric_families(node, m.last_nodemetric.get("status", {}))
+        yield from self._health()
+
+    def _host_apps(self, latest: Latest) -> Iterator[Metric]:
+        g = GaugeMetricFamily("koordlet_host_application_resource_usage", "resource usage of host application",
+                              labels=["node", "host_application_name", "resource", "priority_class", "qos"])
+        for app in latest.host_apps:
+            u = latest.usage.get(("hostapp", app.name))
+            if u is None:
+                continue
+            if u.cpu_cores is not None:
+                g.add_metric([self.m.node_name, app.name, "cpu", app.priority, app.qos], u.cpu_cores)
+            g.add_metric([self.m.node_name, app.name, "memory", app.priority, app.qos], u.memory)
+        yield g
+
+    def _health(self) -> Iterator[Metric]:
+        h = self.m.health
+        c = CounterMetricFamily("koordlet_agent_cgroup_reads", "cgroup stat reads that succeeded")
+        c.add_metric([], h.cgroup_reads)
+        yield c
+        c = CounterMetricFamily("koordlet_agent_cgroup_read_errors", "cgroup reads that failed", labels=["scope"])
+        for scope, n in list(h.cgroup_read_errors.items()):
+            c.add_metric([scope], n)
+        yield c
+        c = CounterMetricFamily("koordlet_agent_cgroup_writes", "cgroup/resctrl writes that succeeded")
+        c.add_metric([], h.cgroup_writes)
+        yield c
+        c = CounterMetricFamily("koordlet_agent_cgroup_write_errors", "cgroup/resctrl writes that failed",
+                                labels=["reason"])
+        for reason, n in list(h.cgroup_write_errors.items()):
+            c.add_metric([reason], n)
+        yield c
+        c = CounterMetricFamily("koordlet_agent_skipped_items", "items skipped because of bad or missing input",
+                                labels=["kind", "reason"])
+        for (kind, reason), n in list(h.skipped.items()):
+            c.add_metric([kind, reason], n)
+        yield c
+        g = GaugeMetricFamily("koordlet_agent_kernel_capability", "1 if the kernel interface is available",
+                              labels=["capability"])
+        for cap, ok in list(h.capabilities.items()):
+            g.add_metric([cap], 1.0 if ok else 0.0)
+        yield g
+        g = GaugeMetricFamily("koordlet_agent_nodemetric_last_report_timestamp_seconds",
+                              "unix time of the last successful NodeMetric report")
+        g.add_metric([], h.report_last_success)
+        yield g
+        c = CounterMetricFamily("koordlet_agent_nodemetric_report_failures", "failed NodeMetric reports",
+                                labels=["reason"])
+        for reason, n in list(h.report_failures.items()):
+            c.add_metric([reason], n)
+        yield c
+        g = GaugeMetricFamily("koordlet_agent_loop_last_success_timestamp_seconds",
+                              "unix time each loop last completed", labels=["loop"])
+        for loop, t in list(h.loop_last_success.items()):
+            g.add_metric([loop], t)
+        yield g
+        g = GaugeMetricFamily("koordlet_agent_metric_cache_series", "series held in the metric cache")
+        g.add_metric([], self.m.cache.series_count())
+        yield g
+
+
+def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:
+    """Gate NodeMetricPromMetrics: mirror the reported node/system/NUMA usage."""
+    nm = status.get("nodeMetric", {})
+    for name, src in (("koordlet_node_metric_node_usage", nm.get("nodeUsage")),
+                      ("koordlet_node_metric_system_usage", nm.get("systemUsage"))):
+        g = GaugeMetricFamily(name, "NodeMetric usage as reported", labels=["node", "resource", "unit"])
+        for res, unit, value in _resource_values((src or {}).get("resources", {})):
+            g.add_metric([node, res, unit], value)
+        yield g
+    for name, field_ in (("koordlet_node_metric_numa_node_usage", "nodeUsage"),
+                         ("koordlet_node_metric_numa_system_usage", "systemUsage")):
+        g = GaugeMetricFamily(name, "NodeMetric NUMA usage as reported",
+                              labels=["node", "numa_node_id", "resource", "unit"])
+        for numa in nm.get("numaUsages", []):
+            for res, unit, value in _resource_values((numa.get(field_) or {}).get("resources", {})):
+                g.add_metric([node, str(numa["numaNodeID"]), res, unit], value)
+        yield g
+
+
+def _resource_values(resources: dict[str, str]) -> Iterator[tuple[str, str, float]]:
+    for res, q in resources.items():
+        unit = "core" if res == "cpu" else "byte" if res == "memory" else "integer"
+        yield res, unit, float(parse_quantity(q))
+
+
+class _ExternalCollector(Collector):
+    def __init__(self, m: AgentMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Metric]:
+        node, latest = self.m.node_name, self.m.latest
+        g = GaugeMetricFamily("koordlet_node_resource_allocatable", "the node allocatable of resources updated by "
+                              "koordinator", labels=["node", "resource", "unit"])
+        for res, value in self.m.node_allocatable.items():
+            g.add_metric([node, res, "byte" if res.endswith("memory") else "integer"], value)
+        yield g
+        yield from self._requests_limits(latest)
+        yield from self._psi(latest)
+
+    def _requests_limits(self, latest: Latest) -> Iterator[Metric]:
+        labels = ["node", "resource", "unit", "pod_uid", "pod_name", "pod_namespace", "container_id",
+                  "container_name"]
+        req = GaugeMetricFamily("koordlet_container_resource_requests",
+                                "the container requests of resources updated by koordinator", labels=labels)
+        lim = GaugeMetricFamily("koordlet_container_resource_limits",
+                                "the container limits of resources updated by koordinator", labels=labels)
+        for pod in latest.pods:
+            ids = {c.name: c.container_id for c in pod.containers}
+            for c in (pod.raw.get("spec") or {}).get("containers") or []:
+                if not isinstance(c, dict):
+                    continue
+                res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+                assert isinstance(res, dict)
+                for fam, section in ((req, "requests"), (lim, "limits")):
+                    values = res.get(section) if isinstance(res.get(section), dict) else {}
+                    assert isinstance(values, dict)
+                    for name, unit in _BATCH_MID:
+                        if name not in values:
+                            continue
+                        try:
+                            v = float(parse_quantity(str(values[name])))
+                        except Exception:
+                            continue
+                        # [quirk] upstream records batch/mid cpu *limits* with unit "byte"; we keep it so
+                        # dashboards built on upstream series match (states_pods.go recordContainerResourceMetrics).
+                        u = "byte" if section == "limits" and name.endswith("cpu") else unit
+                        fam.add_metric([self.m.node_name, name, u, pod.uid, pod.name, pod.namespace,
+                                        ids.get(str(c.get("name")), ""), str(c.get("name"))], v)
+        yield req
+        yield lim
+
+    def _psi(self, latest: Latest) -> Iterator[Metric]:
+        common = ["psi_resource_type", "psi_precision", "psi_degree", "cpu_full_supported"]
+        pod_g = GaugeMetricFamily("koordlet_pod_psi", "Pod psi collected by koordlet",
+                                  labels=["node", "pod_uid", "pod_name", "pod_namespace", *common])
+        ctr_g = GaugeMetricFamily("koordlet_container_psi", "Container psi collected by koordlet",
+                                  labels=["node", "container_id", "container_name", "pod_uid", "pod_name",
+                                          "pod_namespace", *common])
+        psi = latest.psi
+        for pod in latest.pods:
+            base = [self.m.node_name, pod.uid, pod.name, pod.namespace]
+            reading = psi.get(("pod", pod.uid))
+            if reading is not None:
+                for labels, value in _psi_samples(reading):
+                    pod_g.add_metric(base + labels, value)
+            for c in pod.containers:
+                reading = psi.get(("container", c.container_id))
+                if reading is None:
+                    continue
+                cbase = [self.m.node_name, c.container_id, c.name, pod.uid, pod.name, pod.namespace]
+                for labels, value in _psi_samples(reading):
+                    ctr_g.add_metric(cbase + labels, value)
+        yield pod_g
+        yield ctr_g
+
+
+def _psi_samples(reading: Any) -> Iterator[tuple[list[str], float]]:
+    full_ok = "true" if reading.cpu_full_supported else "false"
+    for res, stats in reading.by_resource.items():
+        for degree, triple in (("some", stats.some), ("full", stats.full)):
+            if triple is None:
+                continue
+            for precision, value in zip(_PSI_PRECISIONS, triple, strict=True):
+                yield [res, precision, degree, full_ok], value
+
+
+class HttpServer:
+    """/metrics, /internal-metrics, /external-metrics, /healthz, /readyz and the NodeMetric object."""
+
+    def __init__(self, host: str, port: int, metrics: AgentMetrics, healthy: Callable[[], tuple[bool, str]],
+                 ready: Callable[[], tuple[bool, str]]) -> None:
+        self.metrics = metrics
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner._dispatch(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("http: " + format, *args)
+
+        self._healthy, self._ready = healthy, ready
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _dispatch(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0].rstrip("/") or "/"
+        nm_prefix = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics/"
+        try:
+            if path in ("/metrics", "/internal-metrics", "/external-metrics"):
+                which = {"/metrics": "all", "/internal-metrics": "internal", "/external-metrics": "external"}[path]
+                _send(req, 200, self.metrics.render(which), "text/plain; version=0.0.4; charset=utf-8")
+            elif path in ("/healthz", "/readyz"):
+                ok, why = (self._healthy if path == "/healthz" else self._ready)()
+                _send(req, 200 if ok else 503, (why or "ok").encode() + b"\n", "text/plain")
+            elif path.startswith(nm_prefix):
+                name = path[len(nm_prefix):]
+                obj = self.metrics.last_nodemetric
+                if obj is None or name != self.metrics.node_name:
+                    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                            "code": 404, "message": f'nodemetrics.slo.koordinator.sh "{name}" not found'}
+                    _send(req, 404, json.dumps(body).encode(), "application/json")
+                else:
+                    _send(req, 200, json.dumps(obj).encode(), "application/json")
+            else:
+                _send(req, 404, b"not found\n", "text/plain")
+        except BrokenPipeError:
+            pass
+        except Exception:
+            log.exception("http handler failed for %s", path)
+            _send(req, 500, b"internal error\n", "text/plain")
+
+
+def _send(req: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str) -> None:
+    req.send_response(code)
+    req.send_header("Content-Type", ctype)
+    req.send_header("Content-Length", str(len(body)))
+    req.end_headers()
+    req.wfile.write(body)

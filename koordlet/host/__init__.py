@@ -1,0 +1,1 @@
+"""Host access: injectable roots, cgroup backends, cgroup driver and kernel capability probes."""

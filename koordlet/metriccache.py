@@ -1,0 +1,164 @@
+"""Bounded in-memory time series with upstream's aggregations (avg, p50..p99, last, count) for NodeMetric.
+
+Replaces upstream's embedded Prometheus TSDB (pkg/koordlet/metriccache): series are two flat arrays
+(timestamps in ms, values) per (kind, label values), trimmed to a per-kind retention, so memory is bounded by
+live series × retention / interval no matter how long the agent runs or how many pods come and go.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# Sample kinds and their label (property) names, upstream pkg/koordlet/metriccache/metric_resources.go.
+KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "node_cpu_usage": (),
+    "node_memory_usage": (),
+    "node_memory_usage_with_page_cache": (),
+    "node_numa_cpu_usage": ("numa_node_id",),
+    "node_numa_memory_usage": ("numa_node_id",),
+    "sys_cpu_usage": (),
+    "sys_memory_usage": (),
+    "sys_numa_cpu_usage": ("numa_node_id",),
+    "sys_numa_memory_usage": ("numa_node_id",),
+    "pod_cpu_usage": ("pod_uid",),
+    "pod_memory_usage": ("pod_uid",),
+    "pod_memory_usage_with_page_cache": ("pod_uid",),
+    "pod_cpu_throttled": ("pod_uid",),
+    "container_cpu_usage": ("container_id",),
+    "container_memory_usage": ("container_id",),
+    "container_memory_usage_with_page_cache": ("container_id",),
+    "container_cpu_throttled": ("container_id",),
+    "host_application_cpu_usage": ("host_app_name",),
+    "host_application_memory_usage": ("host_app_name",),
+    "host_application_memory_usage_with_page_cache": ("host_app_name",),
+    "pod_psi": ("pod_uid", "psi_resource", "psi_precision", "psi_degree"),
+    "container_psi": ("pod_uid", "container_id", "psi_resource", "psi_precision", "psi_degree"),
+}
+
+SeriesKey = tuple[str, ...]  # (kind, *label values in KIND_PROPERTIES order)
+
+AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")
+_PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+
+
+def _f32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def percentile_index(n: int, p: float) -> int:
+    """Upstream's rule (metriccache/util.go): int(float32(n) * float32(p)) - 1, clamped at 0, in float32."""
+    return max(int(_f32(_f32(float(n)) * _f32(p))) - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Aggregations of one series over a window; `duration_ms` = last - first sample time (cold-start rule)."""
+
+    count: int
+    avg: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    last: float
+    duration_ms: int
+
+    def get(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+def aggregate(timestamps: Iterable[int], values: Iterable[float]) -> Aggregate | None:
+    ts = list(timestamps)
+    vals = list(values)
+    if not vals:
+        return None
+    ordered = sorted(vals)
+    n = len(ordered)
+    pct = {name: ordered[percentile_index(n, p)] for name, p in _PERCENTILES.items()}
+    last_i = max(range(n), key=ts.__getitem__)
+    return Aggregate(
+        count=n,
+        avg=sum(vals) / n,
+        last=vals[last_i],
+        duration_ms=max(ts) - min(ts),
+        **pct,
+    )
+
+
+class _Series:
+    __slots__ = ("ts", "values")
+
+    def __init__(self) -> None:
+        self.ts = array("q")
+        self.values = array("d")
+
+
+class MetricCache:
+    """Series keyed by (kind, label values); append is O(1), window queries bisect the time array."""
+
+    def __init__(self, retention_seconds: Callable[[str], float]) -> None:
+        self._retention = retention_seconds
+        self._series: dict[SeriesKey, _Series] = {}
+
+    @staticmethod
+    def key(kind: str, **labels: str) -> SeriesKey:
+        props = KIND_PROPERTIES[kind]
+        if set(labels) != set(props):
+            raise ValueError(f"{kind} takes labels {props}, got {sorted(labels)}")
+        return (kind, *(labels[p] for p in props))
+
+    def append(self, key: SeriesKey, ts_ms: int, value: float) -> None:
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series()
+        elif series.ts and ts_ms < series.ts[-1]:
+            return  # out of order: dropped, as a TSDB outside its out-of-order window would
+        series.ts.append(ts_ms)
+        series.values.append(value)
+
+    def window(self, key: SeriesKey, start_ms: int, end_ms: int) -> tuple[array[int], array[float]]:
+        series = self._series.get(key)
+        if series is None:
+            return array("q"), array("d")
+        lo = bisect_left(series.ts, start_ms)
+        hi = bisect_right(series.ts, end_ms)
+        return series.ts[lo:hi], series.values[lo:hi]
+
+    def aggregate(self, key: SeriesKey, start_ms: int, end_ms: int) -> Aggregate | None:
+        ts, vals = self.window(key, start_ms, end_ms)
+        return aggregate(ts, vals)
+
+    def last(self, key: SeriesKey) -> tuple[int, float] | None:
+        series = self._series.get(key)
+        if series is None or not series.ts:
+            return None
+        return series.ts[-1], series.values[-1]
+
+    def gc(self, now_ms: int) -> int:
+        """Trim samples older than each kind's retention; drop empty series. Returns series dropped."""
+        dropped = 0
+        cutoff_by_kind: dict[str, int] = {}
+        for key in list(self._series):
+            kind = key[0]
+            cutoff = cutoff_by_kind.get(kind)
+            if cutoff is None:
+                cutoff = cutoff_by_kind[kind] = now_ms - int(self._retention(kind) * 1000)
+            series = self._series[key]
+            cut = bisect_left(series.ts, cutoff)
+            if cut >= len(series.ts):
+                del self._series[key]
+                dropped += 1
+            elif cut:
+                del series.ts[:cut]
+                del series.values[:cut]
+        return dropped
+
+    def series_count(self) -> int:
+        return len(self._series)
+
+    def sample_count(self) -> int:
+        return sum(len(s.ts) for s in self._series.values())

@@ -1,0 +1,1 @@
+"""Where node reports go: the Kubernetes API in a cluster, the state dir and HTTP when standalone."""

@@ -1,0 +1,209 @@
+"""Build the NodeMetric `status` upstream koordlet reports, from the metric cache (pure: no I/O).
+
+Upstream: pkg/koordlet/statesinformer/impl/states_nodemetric.go (collectMetric, queryNodeMetric,
+collectNodeAggregateMetric, collectPodMetric, collectHostAppMetric, metricsInColdStart).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet import godur
+from koordlet.collectors.hostapps import HostApp
+from koordlet.errors import InvalidInput
+from koordlet.metriccache import MetricCache, SeriesKey
+from koordlet.quantity import format_bytes, format_milli
+from koordlet.states.model import PodMeta
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPEC: dict[str, Any] = {
+    "metricCollectPolicy": {
+        "aggregateDurationSeconds": 300,
+        "reportIntervalSeconds": 60,
+        "nodeAggregatePolicy": {"durations": ["5m0s", "10m0s", "30m0s"]},
+        "nodeMemoryCollectPolicy": "usageWithoutPageCache",
+    }
+}
+MIN_REPORT_INTERVAL = 30  # upstream never reports more often
+MIN_QUERY_WINDOW = 60
+COLD_START_RATIO = 0.5  # an aggregate spanning less than half its duration is reported empty
+_PERCENTILE_AGGS = ("p50", "p90", "p95", "p99")  # upstream aggregatedNodeUsages carry no avg
+_MEMORY_KIND_SUFFIX = {"usageWithPageCache": "memory_usage_with_page_cache"}
+
+
+@dataclass(frozen=True)
+class CollectPolicy:
+    """The merged `spec.metricCollectPolicy` this node reports by."""
+
+    aggregate_seconds: int
+    report_interval_seconds: int
+    durations: tuple[float, ...]  # seconds
+    memory_policy: str
+
+    @property
+    def report_period(self) -> int:
+        return max(self.report_interval_seconds, MIN_REPORT_INTERVAL)
+
+    @property
+    def window(self) -> int:
+        return max(self.aggregate_seconds, MIN_QUERY_WINDOW)
+
+    @property
+    def longest(self) -> float:
+        return max((self.window, *self.durations))
+
+
+def merge_spec(received: dict[str, Any] | None) -> dict[str, Any]:
+    """JSON-overlay a received NodeMetric spec on the defaults (lists are replaced, objects merged)."""
+    merged = copy.deepcopy(DEFAULT_SPEC)
+
+    def overlay(dst: dict[str, Any], src: dict[str, Any]) -> None:
+        for k, v in src.items():
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                overlay(dst[k], v)
+            elif v is not None:
+                dst[k] = copy.deepcopy(v)
+
+    if isinstance(received, dict):
+        overlay(merged, received)
+    return merged
+
+
+def collect_policy(spec: dict[str, Any] | None) -> CollectPolicy:
+    """The policy of a (merged) spec; a malformed field falls back to its default with a log line."""
+    merged = merge_spec(spec)
+    p = merged["metricCollectPolicy"]
+    d = DEFAULT_SPEC["metricCollectPolicy"]
+
+    def as_int(name: str) -> int:
+        v = p.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+        log.warning("NodeMetric spec.metricCollectPolicy.%s=%r is invalid, using %s", name, v, d[name])
+        return int(d[name])
+
+    durations: list[float] = []
+    raw = (p.get("nodeAggregatePolicy") or {}).get("durations") or []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            seconds = godur.parse(str(item))
+        except InvalidInput:
+            log.warning("NodeMetric aggregate duration %r is invalid, skipped", item)
+            continue
+        if seconds > 0:
+            durations.append(seconds)
+    policy = p.get("nodeMemoryCollectPolicy")
+    return CollectPolicy(as_int("aggregateDurationSeconds"), as_int("reportIntervalSeconds"), tuple(durations),
+                         policy if isinstance(policy, str) else "usageWithoutPageCache")
+
+
+def _memory_kind(scope: str, policy: str) -> str:
+    # usageWithHotPageCache needs the kidled cold-page collector, which this agent does not run: upstream then
+    # degrades to usage without page cache, and so do we.
+    return f"{scope}_{_MEMORY_KIND_SUFFIX.get(policy, 'memory_usage')}"
+
+
+def rfc3339(ts: float) -> str:
+    return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeMetricBuilder:
+    def __init__(self, cache: MetricCache) -> None:
+        self.cache = cache
+
+    def _resources(self, cpu: SeriesKey, mem: SeriesKey, start: int, end: int, agg: str,
+                   cold_start: bool) -> dict[str, Any] | None:
+        """{"resources": {cpu, memory}} or None when either query has no samples or is in cold start."""
+        c = self.cache.aggregate(cpu, start, end)
+        m = self.cache.aggregate(mem, start, end)
+        if c is None or m is None:
+            return None
+        if cold_start and c.duration_ms < (end - start) * COLD_START_RATIO:
+            return None
+        return {"resources": {"cpu": format_milli(int(c.get(agg) * 1000)), "memory": format_bytes(int(m.get(agg)))}}
+
+    def _usage_with_aggregates(self, scope: str, policy: CollectPolicy, now_ms: int) -> tuple[
+            dict[str, Any], list[dict[str, Any]]]:
+        key = self.cache.key
+        cpu, mem = key(f"{scope}_cpu_usage"), key(_memory_kind(scope, policy.memory_policy))
+        if scope == "sys":
+            mem = key("sys_memory_usage")
+        usage = self._resources(cpu, mem, now_ms - policy.window * 1000, now_ms, "avg", False) or {}
+        aggregated = []
+        for d in policy.durations:
+            start = now_ms - int(d * 1000)
+            aggregated.append({
+                "duration": godur.format_seconds(d),
+                "usage": {a: self._resources(cpu, mem, start, now_ms, a, True) or {} for a in _PERCENTILE_AGGS},
+            })
+        return usage, aggregated
+
+    def _numa(self, numa_ids: list[int], start: int, end: int) -> list[dict[str, Any]]:
+        key = self.cache.key
+        out = []
+        for nid in sorted(numa_ids):
+            lbl = {"numa_node_id": str(nid)}
+            node = self._resources(key("node_numa_cpu_usage", **lbl), key("node_numa_memory_usage", **lbl),
+                                   start, end, "avg", False)
+            if node is None:
+                continue
+            entry: dict[str, Any] = {"numaNodeID": nid, "nodeUsage": node}
+            sys_cpu = self.cache.aggregate(key("sys_numa_cpu_usage", **lbl), start, end)
+            if sys_cpu is not None:
+                entry["systemUsage"] = {"resources": {"cpu": format_milli(int(sys_cpu.avg * 1000))}}
+            out.append(entry)
+        return out
+
+    def build(self, pods: list[PodMeta], apps: list[HostApp], policy: CollectPolicy, numa_ids: list[int],
+              now: float) -> dict[str, Any]:
+        now_ms = int(now * 1000)
+        start = now_ms - policy.window * 1000
+        node_usage, node_aggs = self._usage_with_aggregates("node", policy, now_ms)
+        sys_usage, sys_aggs = self._usage_with_aggregates("sys", policy, now_ms)
+        node_metric: dict[str, Any] = {
+            "nodeUsage": node_usage,
+            "aggregatedNodeUsages": node_aggs,
+            "systemUsage": sys_usage,
+            "aggregatedSystemUsages": sys_aggs,
+        }
+        if numa := self._numa(numa_ids, start, now_ms):
+            node_metric["numaUsages"] = numa
+
+        key = self.cache.key
+        pods_metric = []
+        for pod in pods:
+            usage = self._resources(key("pod_cpu_usage", pod_uid=pod.uid),
+                                    key(_memory_kind("pod", policy.memory_policy), pod_uid=pod.uid),
+                                    start, now_ms, "avg", False)
+            if usage is None:
+                continue  # upstream: AVG over no samples is an error and the pod is left out
+            entry = {"namespace": pod.namespace, "name": pod.name, "podUsage": usage}
+            # priority and qos are omitempty upstream (QoSNone and no priority class are "").
+            entry.update({k: v for k, v in (("priority", pod.priority_class), ("qos", pod.koord_qos)) if v})
+            pods_metric.append(entry)
+        pods_metric.sort(key=lambda p: (p["namespace"], p["name"]))
+
+        apps_metric = []
+        for app in sorted(apps, key=lambda a: a.name):
+            usage = self._resources(key("host_application_cpu_usage", host_app_name=app.name),
+                                    key(_memory_kind("host_application", policy.memory_policy),
+                                        host_app_name=app.name),
+                                    start, now_ms, "avg", False)
+            if usage is not None:
+                entry = {"name": app.name, "usage": usage}
+                entry.update({k: v for k, v in (("priority", app.priority), ("qos", app.qos)) if v})
+                apps_metric.append(entry)
+
+        return {
+            "updateTime": rfc3339(now),
+            "nodeMetric": node_metric,
+            "podsMetric": pods_metric,
+            "hostApplicationMetric": apps_metric,
+            # The peak predictor is not implemented yet: upstream reports an empty map when prediction fails.
+            "prodReclaimableMetric": {"resource": {}},
+        }

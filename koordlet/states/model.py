@@ -1,0 +1,42 @@
+"""Plain records the rest of the agent reads: a pod with its cgroup dirs, and one immutable snapshot per tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerMeta:
+    name: str
+    container_id: str  # as in containerStatuses: `<runtime>://<id>`; empty until the runtime reports it
+    cgroup_dir: str | None  # relative cgroup dir, None when the id is missing or unsupported
+    running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """A pod of this node as the agent needs it (upstream statesinformer.PodMeta)."""
+
+    uid: str
+    namespace: str
+    name: str
+    k8s_qos: str  # Guaranteed / Burstable / BestEffort
+    koord_qos: str  # LSE/LSR/LS/BE/SYSTEM or "" (QoSNone)
+    priority_class: str  # koord-prod/mid/batch/free or "" (none)
+    phase: str
+    cgroup_dir: str  # pod cgroup parent dir, relative to a subsystem root
+    containers: tuple[ContainerMeta, ...]
+    raw: JSON = field(repr=False, compare=False)
+
+
+class PodSource(Protocol):
+    """Where the pod list comes from: kubelet, the API server, or a directory of manifests."""
+
+    name: str
+
+    def list_pods(self) -> list[JSON]:
+        """Raw Pod objects of this node. Raises on failure; an empty list is a valid answer only here."""
+        ...

@@ -1,0 +1,42 @@
+"""cgroup v1/v2 backends read the same logical stats from each layout; bad files raise HostReadError."""
+
+from __future__ import annotations
+
+import pytest
+
+from koordlet.errors import HostReadError
+from koordlet.host.cgroup import detect_backend, parse_psi
+
+from simhost import SimCgroup, SimHost
+
+
+def test_stats_are_identical_across_layouts(simhost: SimHost) -> None:
+    backend = detect_backend(simhost.paths)
+    assert backend.version == simhost.version
+    simhost.write_cgroup("kubepods/x", SimCgroup(cpu_ns=123_456_000, anon=4096, file=8192, nr_periods=7,
+                                                 nr_throttled=3))
+    s = backend.stats("kubepods/x")
+    assert (s.cpu_usage_ns, s.memory_usage, s.memory_with_cache, s.nr_periods, s.nr_throttled) == (
+        123_456_000, 4096, 4096 + 8192, 7, 3)
+
+
+def test_missing_or_garbage_files_raise(simhost: SimHost) -> None:
+    backend = detect_backend(simhost.paths)
+    with pytest.raises(HostReadError):
+        backend.stats("kubepods/none")
+    simhost.write_cgroup("kubepods/bad", SimCgroup())
+    bad = simhost.cgroup_root() / ("kubepods/bad/cpu.stat" if simhost.version == 2 else
+                                   "cpuacct/kubepods/bad/cpuacct.usage")
+    bad.write_text("garbage\n")
+    with pytest.raises(HostReadError):
+        backend.stats("kubepods/bad")
+
+
+def test_parse_psi_with_and_without_full() -> None:
+    both = parse_psi(b"some avg10=1.00 avg60=2.00 avg300=3.00 total=1\nfull avg10=0.10 avg60=0.20 avg300=0.30 "
+                     b"total=2\n", "x")
+    assert both.some == (1.0, 2.0, 3.0) and both.full == (0.1, 0.2, 0.3)
+    some_only = parse_psi(b"some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", "x")
+    assert some_only.full is None
+    with pytest.raises(HostReadError):
+        parse_psi(b"full avg10=x\n", "x")
