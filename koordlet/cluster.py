@@ -149,8 +149,8 @@ class ClusterLink:
         while not self._stop.is_set():
             try:
                 listed = self.client.list(path, field_selector=selector)
-                items = listed.get("items") or []
-                deliver(items[0] if items else None)
+                mine = [i for i in listed.get("items") or [] if self._is_mine(i)]
+                deliver(mine[0] if mine else None)
                 rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
                 backoff = 1.0
                 while not self._stop.is_set():
@@ -160,6 +160,8 @@ class ClusterLink:
                             return
                         obj = event.get("object") or {}
                         rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        if not self._is_mine(obj):
+                            continue  # the field selector already filters; a server that ignores it must not leak
                         if event.get("type") in ("ADDED", "MODIFIED"):
                             deliver(obj)
                         elif event.get("type") == "DELETED":
@@ -170,6 +172,9 @@ class ClusterLink:
                 self._agent.health.skip("watch", "failed", path, str(e))
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    def _is_mine(self, obj: Any) -> bool:
+        return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.config.node_name
 
     def close(self) -> None:
         self._stop.set()

@@ -38,12 +38,29 @@ def crd_schema(filename: str) -> dict[str, Any]:
     return schema
 
 
+def strict_schema(schema: Any) -> Any:
+    """The CRD schema with unknown fields rejected: the API server would silently prune them, so an object we
+    produce must not carry any."""
+    if isinstance(schema, dict):
+        out = {k: strict_schema(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict_schema(v) for v in schema]
+    return schema
+
+
 @pytest.fixture
 def validate_crd() -> Callable[[str, dict[str, Any]], None]:
+    """Validate a whole object (apiVersion, kind, metadata, spec, status) against a shared/crds schema, strictly."""
     import jsonschema
 
     def validate(filename: str, obj: dict[str, Any]) -> None:
-        jsonschema.validate(obj, crd_schema(filename))
+        schema = strict_schema(crd_schema(filename))
+        schema["properties"]["metadata"] = {"type": "object"}
+        jsonschema.validate(obj, schema)
 
     return validate
 

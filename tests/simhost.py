@@ -45,6 +45,7 @@ class SimHost:
         if self.version == 2:
             cg.mkdir(parents=True, exist_ok=True)
             (cg / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+            (cg / "cpu.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
         else:
             for sub in ("cpu", "cpuacct", "memory", "cpuset"):
                 (cg / sub).mkdir(parents=True, exist_ok=True)
