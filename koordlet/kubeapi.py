@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 import random
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -307,6 +309,13 @@ class _Urllib3Stream:
         self._resp.close()
         self._resp.release_conn()
 
+    def abort(self) -> None:
+        """From another thread: wake a reader blocked in recv (close() alone does not on Linux)."""
+        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
 
 class Urllib3Transport:
     """The default transport: one urllib3 pool manager with TLS settings taken from a KubeConfig."""
@@ -547,6 +556,8 @@ class KubeClient:
         self.config = config
         self.transport: Transport = transport if transport is not None else Urllib3Transport(config)
         self.limiter = limiter if limiter is not None else TokenBucket(config.qps, config.burst)
+        self._streams: set[StreamResponse] = set()
+        self._streams_lock = threading.Lock()
 
     def url(self, path: str, params: Mapping[str, str] | None = None) -> str:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -654,6 +665,8 @@ class KubeClient:
         resp = self.transport.stream(
             "GET", self.url(path, query), self._headers(), self.config.timeout, float(timeout_seconds) + 30.0
         )
+        with self._streams_lock:
+            self._streams.add(resp)
         try:
             if resp.status != 200:
                 raise api_error(resp.status, resp.read())
@@ -673,9 +686,18 @@ class KubeClient:
                     raise api_error(code, json.dumps(obj).encode())
                 yield event
         finally:
+            with self._streams_lock:
+                self._streams.discard(resp)
             resp.close()
 
     def close(self) -> None:
+        """Close the pool and abort open watches (their threads see an error and exit)."""
+        with self._streams_lock:
+            streams = list(self._streams)
+        for stream in streams:
+            abort = getattr(stream, "abort", None)
+            if callable(abort):
+                abort()
         close = getattr(self.transport, "close", None)
         if callable(close):
             close()

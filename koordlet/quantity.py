@@ -17,7 +17,7 @@ _DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "
 _DECIMAL_BY_EXPONENT = {exp: suffix for suffix, exp in _DECIMAL_SUFFIXES.items()}
 _BINARY_BY_POWER = {power: suffix for suffix, power in _BINARY_SUFFIXES.items()}
 _NANO = Decimal("1e-9")
-_MAX_EXPONENT = 100  # far beyond any real quantity; keeps Decimal arithmetic bounded
+_MAX_DIGITS = 100  # longest number and largest power of ten accepted: far beyond any real quantity
 _CONTEXT = Context(prec=200)
 
 BINARY_SI = "BinarySI"
@@ -36,7 +36,7 @@ def quantity_format(value: str | int | float) -> str:
 
 
 def canonical_quantity(value: str | int | float) -> str:
-    """The string a Go client would write back for this quantity (e.g. "1000M" -> "1G", "1024" -> "1Ki")."""
+    """The string a Go client would write back for this quantity (e.g. "1000M" -> "1G", "1024Ki" -> "1Mi")."""
     amount, fmt = _parse(value)
     if fmt == BINARY_SI:
         return _canonical_binary(amount)
@@ -74,6 +74,8 @@ def _parse(value: str | int | float) -> tuple[Decimal, str]:
     if match is None:
         raise InvalidInput(f"{value!r} is not a Kubernetes quantity")
     number, suffix = match.groups()
+    if len(number) > _MAX_DIGITS:
+        raise InvalidInput(f"quantity {value!r} is out of range")
     with localcontext(_CONTEXT):
         amount, fmt = _apply_suffix(Decimal(number), suffix, value)
         amount = _round_to_nano(amount, value)
@@ -109,7 +111,7 @@ def _apply_suffix(number: Decimal, suffix: str, original: object) -> tuple[Decim
     if exponent is None:
         raise InvalidInput(f"{original!r} is not a Kubernetes quantity (unknown suffix {suffix!r})")
     power = int(exponent.group(1))
-    if abs(power) > _MAX_EXPONENT:
+    if abs(power) > _MAX_DIGITS:
         raise InvalidInput(f"quantity {original!r} is out of range")
     return number.scaleb(power), DECIMAL_EXPONENT
 

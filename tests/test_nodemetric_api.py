@@ -17,8 +17,8 @@ from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 
 from conftest import crd_schema
+from kubedouble import NM, emulate_status_subresource, status_failure
 
-NM = "slo.koordinator.sh/v1alpha1/nodemetrics"
 NODE = "node-1"
 
 SPEC = {
@@ -96,28 +96,6 @@ def test_sample_status_matches_crd(status_schema: dict[str, Any]) -> None:
     jsonschema.validate(STATUS, status_schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"nodeMetric": {"nodeusage": {}}}, status_schema)
-
-
-def status_failure(code: int, message: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": message}
-
-
-def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
-    """PUT .../nodemetrics/<name>/status with optimistic concurrency: kmock has no PUT semantics itself."""
-
-    def put_status(request: kmock.Request) -> Any:
-        obj = km.objects[NM, None, str(request.name)]
-        current = obj.raw
-        sent = (request.data or {}).get("metadata", {}).get("resourceVersion")
-        if sent != current["metadata"]["resourceVersion"]:
-            return kmock.Response(status=409, payload=status_failure(409, "the object has been modified"))
-        updated = copy.deepcopy(current)
-        updated["status"] = request.data.get("status")  # the status subresource ignores everything else
-        updated["metadata"]["resourceVersion"] = str(int(sent) + 1)
-        obj.history.append(updated)
-        return updated
-
-    km["put", kmock.resource(NM), kmock.subresource("status")] << put_status
 
 
 def put_status_view(km: kmock.KubernetesEmulator) -> Any:

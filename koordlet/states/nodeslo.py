@@ -1,25 +1,4 @@
-"""NodeSLO as the agent uses it: upstream defaults, the upstream merge of a received spec, and its validation.
-
-Merge semantics (pkg/koordlet/statesinformer/impl/states_nodeslo.go mergeNodeSLOSpec). Upstream decodes the
-received spec into Go structs, marshals each strategy back to JSON and unmarshals that over a deep copy of the
-default, so this module reproduces what that round trip does to a JSON object:
-
-* unknown fields are dropped (typed decoding); JSON null is the same as absent (nil pointer, `omitempty`);
-* an empty string in a non-pointer enum (`cpuSuppressPolicy`, `cpuEvictPolicy`, `policy`, block `type`, host
-  application fields), an empty list and an empty map are omitted by `omitempty`, so the default stays;
-* objects merge field by field, recursively (unmarshal reuses a non-nil pointer target);
-* lists replace the default (the defaults hold no list, so Go's reuse of existing elements never applies);
-* maps (`schedFeatures`) merge key by key into the default map;
-* quantities (`totalNetworkBandwidth`) come back in canonical form ("1000M" -> "1G");
-* a field of the wrong JSON type is ignored and the default kept (upstream would reject the whole object;
-  `validate_nodeslo` reports it first).
-
-`extensions` is kept as the raw JSON object and merged key by key over the default extensions (upstream registers
-none, so it is the received object; absent means empty). Note that upstream's Go client writes the entries under
-an "Object" key (encoding/json ignores `,inline` on the named map field of ExtensionsMap).
-Other spec fields (`hostApplications`) are taken from the received spec. Finally, for the LSR, LS and BE classes,
-each of cpuQOS, memoryQOS and resctrlQOS whose `enable` is false gets the "None" values (SYSTEM is left alone).
-"""
+"""NodeSLO as the agent uses it: upstream defaults, the upstream merge of a received spec, and its validation."""
 
 from __future__ import annotations
 
@@ -93,13 +72,14 @@ def default_nodeslo_spec() -> JSON:
         "resourceQOSStrategy": _default_resource_qos_strategy(),
         "cpuBurstStrategy": {
             "policy": "none",
-            "cpuBurstPercent": 100,
+            "cpuBurstPercent": 1000,
             "cfsQuotaBurstPercent": 300,
             "cfsQuotaBurstPeriodSeconds": -1,
             "sharePoolThresholdPercent": 50,
         },
-        # Current upstream leaves minFreeKbytesFactor, watermarkScaleFactor and memcgReapBackGround unset.
-        "systemStrategy": {"totalNetworkBandwidth": "0"},
+        # Upstream commit a7a1b76 (the one shared/crds and the spec are pinned to): DefaultSystemStrategy.
+        "systemStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150, "memcgReapBackGround": 0,
+                           "totalNetworkBandwidth": "0"},
         "extensions": copy.deepcopy(_DEFAULT_EXTENSIONS),
     }
 
@@ -118,8 +98,29 @@ def _default_resource_qos_strategy() -> JSON:
     return strategy
 
 
-def merge_nodeslo_spec(received: Mapping[str, Any] | None) -> JSON:
-    """The spec the agent acts on: `received` merged over the defaults (see the module docstring)."""
+def merge_nodeslo_spec(received: JSON | None) -> JSON:
+    """The spec the agent acts on: `received` merged over the defaults.
+
+    Follows pkg/koordlet/statesinformer/impl/states_nodeslo.go mergeNodeSLOSpec. Upstream decodes the received
+    spec into Go structs, marshals each strategy back to JSON and unmarshals that over a deep copy of the default;
+    this reproduces what that round trip does to a JSON object:
+
+    * unknown fields are dropped (typed decoding); JSON null is the same as absent (nil pointer, `omitempty`);
+    * an empty string in a non-pointer enum (`cpuSuppressPolicy`, `cpuEvictPolicy`, `policy`, block `type`, host
+      application fields), an empty list and an empty map are omitted by `omitempty`, so the default stays;
+    * objects merge field by field, recursively (unmarshal reuses a non-nil pointer target);
+    * lists replace the default (the defaults hold no list, so Go's reuse of existing elements never applies);
+    * maps (`schedFeatures`) merge key by key into the default map;
+    * quantities (`totalNetworkBandwidth`) come back in canonical form ("1000M" -> "1G");
+    * a field of the wrong JSON type is ignored and the default kept (upstream would reject the whole object;
+      `validate_nodeslo` reports it first).
+
+    `extensions` is kept as the raw JSON object and merged key by key over the default extensions (upstream registers
+    none, so it is the received object; absent means empty). Note that upstream's Go client writes the entries under
+    an "Object" key (encoding/json ignores `,inline` on the named map field of ExtensionsMap).
+    Other spec fields (`hostApplications`) are taken from the received spec. Finally, for the LSR, LS and BE classes,
+    each of cpuQOS, memoryQOS and resctrlQOS whose `enable` is false gets the "None" values (SYSTEM is left alone).
+    """
     spec: Mapping[str, Any] = received if isinstance(received, dict) else {}
     defaults = default_nodeslo_spec()
     merged: JSON = _overlay({}, spec, _SPEC)
@@ -391,7 +392,7 @@ def _value_problem(value: Any, f: _Field) -> str | None:
         if f.maximum is not None and value > f.maximum:
             return f"{value} is above maximum {f.maximum}"
     elif f.kind == "str" and f.enum and value not in f.enum and not (f.omit_empty and value == ""):
-        return f"{value!r} is not one of {', '.join(map(repr, f.enum))}"
+        return f"{_short(repr(value))} is not one of {', '.join(map(repr, f.enum))}"
     elif f.kind == "quantity":
         return _quantity_problem(value)
     elif f.kind == "boolmap":

@@ -166,10 +166,10 @@ def _containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 
 def _quantity(value: object) -> Decimal:
     """A request or limit; a missing or unparsable one counts as zero, like an absent entry."""
-    if value is None:
+    if not isinstance(value, str | int | float):
         return _ZERO
     try:
-        return parse_quantity(value)  # type: ignore[arg-type]  # garbage is rejected inside
+        return parse_quantity(value)
     except InvalidInput:
         return _ZERO
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,11 @@ def test_default_spec_values() -> None:
         "memoryEvictThresholdPercent": 70, "cpuEvictPolicy": "evictByRealLimit",
     }
     assert spec["cpuBurstStrategy"] == {
-        "policy": "none", "cpuBurstPercent": 100, "cfsQuotaBurstPercent": 300, "cfsQuotaBurstPeriodSeconds": -1,
+        "policy": "none", "cpuBurstPercent": 1000, "cfsQuotaBurstPercent": 300, "cfsQuotaBurstPeriodSeconds": -1,
         "sharePoolThresholdPercent": 50,
     }
-    assert spec["systemStrategy"] == {"totalNetworkBandwidth": "0"}
+    assert spec["systemStrategy"] == {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150,
+                                      "memcgReapBackGround": 0, "totalNetworkBandwidth": "0"}
     assert spec["extensions"] == {}
     assert "hostApplications" not in spec
 
@@ -221,7 +222,8 @@ def test_merge_cpu_burst_and_system_strategy() -> None:
     })
     assert merged["cpuBurstStrategy"] == {"policy": "auto", "cpuBurstPercent": 500, "cfsQuotaBurstPercent": 300,
                                           "cfsQuotaBurstPeriodSeconds": -1, "sharePoolThresholdPercent": 50}
-    assert merged["systemStrategy"] == {"minFreeKbytesFactor": 100, "totalNetworkBandwidth": "1G",
+    assert merged["systemStrategy"] == {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150,
+                                        "memcgReapBackGround": 0, "totalNetworkBandwidth": "1G",
                                         "schedFeatures": {"ID_ABSOLUTE_EXPEL": True}}
 
 
@@ -298,7 +300,8 @@ MERGE_EXAMPLES: list[dict[str, Any]] = [
     {},
     default_nodeslo_spec(),
     {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 80,
-                                     "cpuEvictPolicy": "evictByAllocatable", "allocatableEvictPriorityThreshold": 5999}},
+                                     "cpuEvictPolicy": "evictByAllocatable",
+                                     "allocatableEvictPriorityThreshold": 5999}},
     {"resourceQOSStrategy": {"beClass": {"memoryQOS": {"enable": True, "wmarkRatio": 90},
                                          "cpuQOS": {"enable": True, "groupIdentity": -1},
                                          "networkQOS": {"enable": True, "ingressLimit": "100M"}},
@@ -390,20 +393,85 @@ def test_malformed_objects_produce_problems_not_exceptions(obj: Any) -> None:
     merge_nodeslo_spec(spec)  # never raises either
 
 
-# ---- property: the hand-written validator is never laxer than the CRD ------------------------------------------
+# ---- the hand-written validator is never laxer than the CRD --------------------------------------------------
+
+_WRONG_TYPE: dict[str, Any] = {"integer": "1", "boolean": "true", "string": 1, "object": [], "array": {}}
+
+
+def _crd_leaves(schema: dict[str, Any], path: tuple[str | int, ...] = ()) -> Iterator[
+        tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """Every field of the CRD schema (objects too), with its path; arrays are entered at index 0."""
+    yield path, schema
+    for key, sub in (schema.get("properties") or {}).items():
+        yield from _crd_leaves(sub, (*path, key))
+    if "items" in schema:
+        yield from _crd_leaves(schema["items"], (*path, 0))
+
+
+def _nest(path: tuple[str | int, ...], value: Any) -> Any:
+    for step in reversed(path):
+        value = [value] if isinstance(step, int) else {step: value}
+    return value
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path).lstrip(".")
+
+
+def _crd_violations() -> list[tuple[str, Any]]:
+    """(path, NodeSLO) pairs, each breaking exactly one CRD rule: a bound or a JSON type."""
+    spec_schema = crd_schema(CRD_FILE)["properties"]["spec"]
+    cases: list[tuple[str, Any]] = []
+    for path, schema in _crd_leaves(spec_schema, ("spec",)):
+        if len(path) == 1:
+            continue
+        bad_values = []
+        if "minimum" in schema:
+            bad_values.append(schema["minimum"] - 1)
+        if "maximum" in schema:
+            bad_values.append(schema["maximum"] + 1)
+        if schema.get("x-kubernetes-int-or-string"):
+            bad_values.append(True)
+        elif schema.get("type") in _WRONG_TYPE:
+            bad_values.append(_WRONG_TYPE[schema["type"]])
+        if "pattern" in schema:
+            bad_values.append("1 G")
+        cases += [(_dotted(path), {**nodeslo({}), **_nest(path, bad)}) for bad in bad_values]
+    return cases
+
+
+@cache
+def _crd_validator() -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(crd_schema(CRD_FILE))
+
+
+def test_every_crd_rule_is_enforced() -> None:
+    cases = _crd_violations()
+    assert len(cases) > 300  # the whole schema was walked
+    for path, obj in cases:
+        assert not _crd_validator().is_valid(obj), path  # the case really breaks the CRD
+        problems = validate_nodeslo(obj)
+        assert problems and problems[0].startswith(f"{path}:"), (path, problems)
+        merge_nodeslo_spec(obj["spec"])  # and merging it does not raise
+
 
 _WRONG = st.one_of(st.booleans(), st.floats(allow_nan=False), st.text(max_size=3), st.lists(st.integers(), max_size=1))
 _STRINGS = st.sampled_from(["", "none", "auto", "cpuset", "groupIdentity", "tc", "LS", "koord-prod", "CgroupRoot",
                             "device", "x", "100M", "1Gi", "abc", " 1", "1e1.5"])
 
 
+def _sometimes_wrong(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.integers(0, 40).flatmap(lambda roll: _WRONG if roll == 0 else good)
+
+
 def _from_crd(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
-    """JSON values shaped like `schema`, mostly well typed, sometimes out of bounds or of the wrong type."""
+    """JSON values shaped like `schema`: mostly well typed, some out of bounds, rarely of the wrong type."""
+    good: st.SearchStrategy[Any]
     if schema.get("x-kubernetes-int-or-string"):
-        good: st.SearchStrategy[Any] = st.one_of(st.integers(-5, 200), _STRINGS)
+        good = st.one_of(st.integers(-5, 200), _STRINGS)
     elif schema.get("type") == "integer":
         low, high = schema.get("minimum", -10), schema.get("maximum", 20000)
-        good = st.integers(low - 2, high + 2)
+        good = st.integers(low - 1, high + 1)
     elif schema.get("type") == "boolean":
         good = st.booleans()
     elif schema.get("type") == "string":
@@ -416,7 +484,7 @@ def _from_crd(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         good = st.fixed_dictionaries({}, optional={k: _from_crd(v) for k, v in schema["properties"].items()})
     else:
         good = st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
-    return st.one_of(good, good, good, good, _WRONG)
+    return _sometimes_wrong(good)
 
 
 @cache
@@ -426,15 +494,14 @@ def _spec_strategy() -> st.SearchStrategy[Any]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
-def test_validator_is_never_laxer_than_the_crd(data: st.DataObject) -> None:
-    schema = crd_schema(CRD_FILE)
+def test_random_nodeslos_validator_and_merge_agree_with_crd(data: st.DataObject) -> None:
     obj = nodeslo(data.draw(_spec_strategy()))
     problems = validate_nodeslo(obj)
-    crd_ok = jsonschema.Draft7Validator(schema).is_valid(obj)
-    if not crd_ok:
+    if not _crd_validator().is_valid(obj):
         assert problems, "the CRD rejects this NodeSLO but validate_nodeslo found nothing"
-    if not problems and isinstance(obj["spec"], dict):
-        assert jsonschema.Draft7Validator(schema).is_valid(nodeslo(merge_nodeslo_spec(obj["spec"])))
+    merged = merge_nodeslo_spec(obj["spec"])
+    if not problems:
+        assert _crd_validator().is_valid(nodeslo(merged)), "a valid NodeSLO merged into an invalid spec"
 
 
 # ---- standalone file ---------------------------------------------------------------------------------------

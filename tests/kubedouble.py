@@ -1,0 +1,32 @@
+"""kmock additions shared by API tests: the NodeMetric status subresource with optimistic concurrency."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kmock
+
+NM = "slo.koordinator.sh/v1alpha1/nodemetrics"
+
+
+def status_failure(code: int, message: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": message}
+
+
+def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
+    """PUT .../nodemetrics/<name>/status with optimistic concurrency: kmock has no PUT semantics itself."""
+
+    def put_status(request: kmock.Request) -> Any:
+        obj = km.objects[NM, None, str(request.name)]
+        current = obj.raw
+        sent = (request.data or {}).get("metadata", {}).get("resourceVersion")
+        if sent != current["metadata"]["resourceVersion"]:
+            return kmock.Response(status=409, payload=status_failure(409, "the object has been modified"))
+        updated = copy.deepcopy(current)
+        updated["status"] = request.data.get("status")  # the status subresource ignores everything else
+        updated["metadata"]["resourceVersion"] = str(int(sent) + 1)
+        obj.history.append(updated)
+        return updated
+
+    km["put", kmock.resource(NM), kmock.subresource("status")] << put_status
