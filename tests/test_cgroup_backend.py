@@ -40,3 +40,26 @@ def test_parse_psi_with_and_without_full() -> None:
     assert some_only.full is None
     with pytest.raises(HostReadError):
         parse_psi(b"full avg10=x\n", "x")
+
+
+@pytest.mark.parametrize("data", [
+    b"cache 1\ntotal_inactive_anon 10\ntotal_active_anon 20\ntotal_inactive_file 30\ntotal_active_file 40\n"
+    b"total_unevictable 50\n",                                   # kernel order: one anchored split
+    b"total_unevictable 50\ntotal_active_file 40\nx 1\ntotal_inactive_file 30\ntotal_active_anon 20\n"
+    b"total_inactive_anon 10",                                   # shuffled, first line, no trailing newline
+])
+def test_int_fields_adjacent_and_shuffled(data: bytes) -> None:
+    from koordlet.host.files import IntFields
+
+    fields = IntFields(b"total_inactive_anon", b"total_active_anon", b"total_inactive_file", b"total_active_file",
+                       b"total_unevictable")
+    assert fields(data) == [10, 20, 30, 40, 50]
+
+
+def test_int_fields_missing_and_garbage() -> None:
+    from koordlet.host.files import IntFields
+
+    fields = IntFields(b"nr_periods", b"nr_throttled")
+    assert fields(b"nr_periods 3\nthrottled_time 9\n") == [3, None]
+    assert fields(b"nr_periods x\nnr_throttled 2\n") == [None, 2]
+    assert fields(b"") == [None, None]

@@ -40,10 +40,18 @@ class Advisor:
         self.health = health
         self.page_cache = page_cache
         self.latest = Latest()
+        self._targets: tuple[list[PodMeta], list[HostApp], list[Target]] | None = None
+
+    def _targets_for(self, pods: list[PodMeta], apps: list[HostApp]) -> list[Target]:
+        """Targets change only when the pod list or host apps are replaced; reuse them between ticks."""
+        cached = self._targets
+        if cached is None or cached[0] is not pods or cached[1] is not apps:
+            cached = self._targets = (pods, apps, pod_targets(pods) + hostapp_targets(apps))
+        return cached[2]
 
     def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int) -> None:
         node = self.node.collect(now_mono_ns / 1e9)
-        targets = pod_targets(pods) + hostapp_targets(apps)
+        targets = self._targets_for(pods, apps)
         usage = self.cgroups.collect(targets, now_mono_ns)
         self._store(node, targets, usage, now_ms)
         self.latest.node, self.latest.usage = node, usage
@@ -66,22 +74,22 @@ class Advisor:
             for numa, cores in node.numa_cpu_cores.items():
                 append(key("node_numa_cpu_usage", numa_node_id=str(numa)), now_ms, cores)
 
-        label = {"pod": "pod_uid", "container": "container_id", "hostapp": "host_app_name"}
+        # Series keys built directly (kind, label value): every kind below has exactly one label.
         prefix = {"pod": "pod", "container": "container", "hostapp": "host_application"}
         sums = {"pod": [0.0, 0], "hostapp": [0.0, 0]}
+        page_cache = self.page_cache
         for t in targets:
             u = usage.get((t.scope, t.key))
             if u is None:
                 continue
-            lbl = {label[t.scope]: t.key}
             p = prefix[t.scope]
-            append(key(f"{p}_memory_usage", **lbl), now_ms, u.memory)
-            if self.page_cache or t.scope == "hostapp":
-                append(key(f"{p}_memory_usage_with_page_cache", **lbl), now_ms, u.memory_with_cache)
+            append((f"{p}_memory_usage", t.key), now_ms, u.memory)
+            if page_cache or t.scope == "hostapp":
+                append((f"{p}_memory_usage_with_page_cache", t.key), now_ms, u.memory_with_cache)
             if u.cpu_cores is not None:
-                append(key(f"{p}_cpu_usage", **lbl), now_ms, u.cpu_cores)
+                append((f"{p}_cpu_usage", t.key), now_ms, u.cpu_cores)
             if u.throttled_ratio is not None and t.scope != "hostapp":
-                append(key(f"{p}_cpu_throttled", **lbl), now_ms, u.throttled_ratio)
+                append((f"{p}_cpu_throttled", t.key), now_ms, u.throttled_ratio)
             if t.scope in sums:
                 sums[t.scope][0] += u.cpu_cores or 0.0
                 sums[t.scope][1] += u.memory

@@ -8,6 +8,7 @@ once per tick is what keeps the cost proportional to pods × containers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from koordlet.errors import HostReadError
 from koordlet.health import Health
@@ -18,8 +19,9 @@ from koordlet.states.model import PodMeta
 _PREV_TTL_TICKS = 20
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupUsage:
+class CgroupUsage(NamedTuple):
+    """Usage of one cgroup at one tick (a tuple: built per cgroup per tick)."""
+
     cpu_cores: float | None  # None until two observations exist
     memory: int
     memory_with_cache: int
@@ -37,56 +39,60 @@ class Target:
     quiet: bool = False  # a pod not Running may have no cgroup: count the miss, do not warn
 
 
-@dataclass(slots=True)
-class _Prev:
-    mono_ns: int
-    stats: CgroupStats
-    tick: int
-
-
 class CgroupUsageCollector:
     """Turns cumulative cgroup counters into usage; remembers only the previous read of each target."""
 
     def __init__(self, backend: CgroupBackend, health: Health) -> None:
         self.backend = backend
         self.health = health
-        self._prev: dict[tuple[str, str], _Prev] = {}
+        # (scope, key) → (monotonic ns, stats, tick) of the previous read: plain tuples, one per cgroup per tick.
+        self._prev: dict[tuple[str, str], tuple[int, CgroupStats, int]] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}  # rel dir → files; rebuilt each tick, so bounded
         self._tick = 0
 
     def collect(self, targets: list[Target], now_mono_ns: int) -> dict[tuple[str, str], CgroupUsage]:
         self._tick += 1
+        tick = self._tick
         out: dict[tuple[str, str], CgroupUsage] = {}
+        old_paths, paths = self._paths, {}
+        stat_paths, stats_at = self.backend.stat_paths, self.backend.stats_at
+        prev_map = self._prev
+        reads = 0
         for t in targets:
+            files = paths[t.rel_dir] = old_paths.get(t.rel_dir) or stat_paths(t.rel_dir)
             try:
-                stats = self.backend.stats(t.rel_dir)
+                stats = stats_at(files)
             except HostReadError as e:
                 self.health.cgroup_read_errors[t.scope] += 1
                 if not t.quiet:
                     self.health.skip(t.scope, "cgroup-unreadable", t.label, str(e))
                 continue
-            self.health.cgroup_reads += 1
+            reads += 1
             id_ = (t.scope, t.key)
-            prev = self._prev.get(id_)
-            self._prev[id_] = _Prev(now_mono_ns, stats, self._tick)
+            prev = prev_map.get(id_)
+            prev_map[id_] = (now_mono_ns, stats, tick)
             out[id_] = _usage(stats, prev, now_mono_ns)
+        self.health.cgroup_reads += reads
+        self._paths = paths
         if self._tick % _PREV_TTL_TICKS == 0:
             horizon = self._tick - _PREV_TTL_TICKS
-            self._prev = {k: v for k, v in self._prev.items() if v.tick > horizon}
+            self._prev = {k: v for k, v in self._prev.items() if v[2] > horizon}
         return out
 
     def remembered(self) -> int:
         return len(self._prev)
 
 
-def _usage(stats: CgroupStats, prev: _Prev | None, now_mono_ns: int) -> CgroupUsage:
+def _usage(stats: CgroupStats, prev: tuple[int, CgroupStats, int] | None, now_mono_ns: int) -> CgroupUsage:
     cpu: float | None = None
     throttled: float | None = None
-    if prev is not None and now_mono_ns > prev.mono_ns:
-        delta_cpu = stats.cpu_usage_ns - prev.stats.cpu_usage_ns
+    if prev is not None and now_mono_ns > prev[0]:
+        before = prev[1]
+        delta_cpu = stats.cpu_usage_ns - before.cpu_usage_ns
         if delta_cpu >= 0:  # a negative delta means the cgroup was recreated: wait for the next tick
-            cpu = delta_cpu / (now_mono_ns - prev.mono_ns)
-        periods = stats.nr_periods - prev.stats.nr_periods
-        throttled = (stats.nr_throttled - prev.stats.nr_throttled) / periods if periods > 0 else 0.0
+            cpu = delta_cpu / (now_mono_ns - prev[0])
+        periods = stats.nr_periods - before.nr_periods
+        throttled = (stats.nr_throttled - before.nr_throttled) / periods if periods > 0 else 0.0
     return CgroupUsage(cpu, stats.memory_usage, stats.memory_with_cache, throttled)
 
 

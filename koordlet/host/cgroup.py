@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from koordlet.errors import HostReadError
-from koordlet.host.files import parse_kv, read_bytes
+from koordlet.host.files import IntFields, read_bytes
 from koordlet.host.paths import HostPaths
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupStats:
-    """One cgroup's cumulative and instantaneous counters, read in a single pass."""
+class CgroupStats(NamedTuple):
+    """One cgroup's cumulative and instantaneous counters, read in a single pass (a tuple: built per cgroup
+    per tick, so construction cost matters)."""
 
     cpu_usage_ns: int
     memory_usage: int  # bytes, without page cache
@@ -41,6 +41,12 @@ class CgroupBackend(Protocol):
     version: int
     paths: HostPaths
 
+    def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
+        """The files `stats_at` reads for a cgroup dir; callers on a hot path keep these per target."""
+        ...
+
+    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats: ...
+
     def stats(self, rel_dir: str) -> CgroupStats: ...
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats: ...
@@ -52,26 +58,21 @@ class CgroupBackend(Protocol):
     def procs_path(self, rel_dir: str) -> str: ...
 
 
-    def stat_paths(self, rel_dir: str) -> list[str]: ...
+# memory.stat keys: usage = inactive_anon + active_anon + unevictable; with page cache + active/inactive file.
+# In the kernel's print order (mm/memcontrol.c): one anchored split reads all five.
+_MEM_KEYS = (b"inactive_anon", b"active_anon", b"inactive_file", b"active_file", b"unevictable")
+_V2_MEM = IntFields(*_MEM_KEYS)
+_V1_MEM = IntFields(*(b"total_" + k for k in _MEM_KEYS))
+_V1_THROTTLE = IntFields(b"nr_periods", b"nr_throttled")
+_V2_CPU = IntFields(b"usage_usec", b"nr_periods", b"nr_throttled")
 
 
-_V1_MEM_KEYS = {
-    b"total_inactive_anon": "anon",
-    b"total_active_anon": "anon",
-    b"total_unevictable": "anon",
-    b"total_active_file": "file",
-    b"total_inactive_file": "file",
-}
-_V2_MEM_KEYS = {k.removeprefix(b"total_"): v for k, v in _V1_MEM_KEYS.items()}
-_THROTTLE_KEYS = frozenset({b"nr_periods", b"nr_throttled"})
-_V2_CPU_KEYS = frozenset({b"usage_usec", b"nr_periods", b"nr_throttled"})
-
-
-def _memory(data: bytes, keys: dict[bytes, str]) -> tuple[int, int]:
-    values = parse_kv(data, frozenset(keys))
-    anon = sum(v for k, v in values.items() if keys[k] == "anon")
-    file = sum(v for k, v in values.items() if keys[k] == "file")
-    return anon, anon + file
+def _memory(data: bytes, fields: IntFields, path: str) -> tuple[int, int]:
+    ia, aa, if_, af, ue = fields(data)
+    if ia is None and aa is None:
+        raise HostReadError(f"{path}: no anon counters")
+    anon = (ia or 0) + (aa or 0) + (ue or 0)
+    return anon, anon + (af or 0) + (if_ or 0)
 
 
 def parse_psi(data: bytes, path: str) -> PSIStats:
@@ -106,23 +107,26 @@ class CgroupV1:
     def _p(self, subsystem: str, rel_dir: str, name: str) -> str:
         return os.path.join(self.paths.cgroup_root, subsystem, rel_dir, name)
 
-    def stat_paths(self, rel_dir: str) -> list[str]:
-        return [
+    def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
+        return (
             self._p("cpuacct", rel_dir, "cpuacct.usage"),
             self._p("memory", rel_dir, "memory.stat"),
             self._p("cpu", rel_dir, "cpu.stat"),
-        ]
+        )
 
     def stats(self, rel_dir: str) -> CgroupStats:
-        usage_path, mem_path, cpu_stat_path = self.stat_paths(rel_dir)
+        return self.stats_at(self.stat_paths(rel_dir))
+
+    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats:
+        usage_path, mem_path, cpu_stat_path = stat_paths
         raw = read_bytes(usage_path)
         try:
             usage = int(raw)
         except ValueError as e:
             raise HostReadError(f"{usage_path}: not an integer") from e
-        mem, mem_cache = _memory(read_bytes(mem_path), _V1_MEM_KEYS)
-        throttle = parse_kv(read_bytes(cpu_stat_path), _THROTTLE_KEYS)
-        return CgroupStats(usage, mem, mem_cache, throttle.get(b"nr_periods", 0), throttle.get(b"nr_throttled", 0))
+        mem, mem_cache = _memory(read_bytes(mem_path), _V1_MEM, mem_path)
+        periods, throttled = _V1_THROTTLE(read_bytes(cpu_stat_path))
+        return CgroupStats(usage, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         # Upstream reads v1 pressure files from the cpuacct dir (Anolis-style cgroup v1 PSI).
@@ -150,18 +154,19 @@ class CgroupV2:
     def _p(self, rel_dir: str, name: str) -> str:
         return os.path.join(self.paths.cgroup_root, rel_dir, name)
 
-    def stat_paths(self, rel_dir: str) -> list[str]:
-        return [self._p(rel_dir, "cpu.stat"), self._p(rel_dir, "memory.stat")]
+    def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
+        return (self._p(rel_dir, "cpu.stat"), self._p(rel_dir, "memory.stat"))
 
     def stats(self, rel_dir: str) -> CgroupStats:
-        cpu_path, mem_path = self.stat_paths(rel_dir)
-        cpu = parse_kv(read_bytes(cpu_path), _V2_CPU_KEYS)
-        if b"usage_usec" not in cpu:
+        return self.stats_at(self.stat_paths(rel_dir))
+
+    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats:
+        cpu_path, mem_path = stat_paths
+        usage, periods, throttled = _V2_CPU(read_bytes(cpu_path))
+        if usage is None:
             raise HostReadError(f"{cpu_path}: no usage_usec")
-        mem, mem_cache = _memory(read_bytes(mem_path), _V2_MEM_KEYS)
-        return CgroupStats(
-            cpu[b"usage_usec"] * 1000, mem, mem_cache, cpu.get(b"nr_periods", 0), cpu.get(b"nr_throttled", 0)
-        )
+        mem, mem_cache = _memory(read_bytes(mem_path), _V2_MEM, mem_path)
+        return CgroupStats(usage * 1000, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         path = self._p(rel_dir, PSI_FILES[resource])
