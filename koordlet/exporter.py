@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -57,6 +57,8 @@ class AgentMetrics:
             "koordlet_kubelet_request_duration_seconds", "Kubelet request latency.", ["verb", "path", "code"],
             buckets=tuple(0.001 * 4**k for k in range(7)), registry=self.internal)
         self.internal.register(_InternalCollector(self))
+        # The agent's own CPU/RSS/fds (upstream's internal registry exposes Go's process collector likewise).
+        ProcessCollector(registry=self.internal)
         self.external.register(_ExternalCollector(self))
 
     def observe_kubelet(self, verb: str, path: str, code: str, seconds: float) -> None:
