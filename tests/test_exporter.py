@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
 from koordlet.host.driver import CgroupDriver, K8sQoS
+
 from simhost import SimCgroup, SimHost, make_pod
 
 UID = "dddddddd-0000-4000-8000-000000000004"
