@@ -45,6 +45,7 @@ class ClusterLink:
         self.writer = NodeMetricApiWriter(client, config.node_name)
         self._stop = threading.Event()
         self._agent = agent
+        self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
 
     @classmethod
     def connect(cls, config: Config, agent: Agent) -> ClusterLink | None:
@@ -112,15 +113,18 @@ class ClusterLink:
         agent.set_nodeslo(obj)
 
     def apply_nodemetric(self, agent: Agent, obj: JSON | None) -> None:
+        self.nodemetric_present = obj is not None
         agent.set_nodemetric_spec((obj or {}).get("spec"))
 
     def report(self, agent: Agent) -> None:
         if not self.config.enable_node_metric_report:
             return
-        spec = self.writer.read_spec()
-        if spec is None:
-            return  # NodeMetric not created yet by slo-controller: nothing to report (not an error)
-        agent.set_nodemetric_spec(spec)
+        if self.nodemetric_present is None:  # no watch yet (one-shot use): read the spec directly
+            spec = self.writer.read_spec()
+            self.nodemetric_present = spec is not None
+            agent.set_nodemetric_spec(spec)
+        if not self.nodemetric_present:
+            return  # NodeMetric not created yet by koord-manager: nothing to report (not an error)
         obj = agent.build_nodemetric()
         if self.writer.write_status(obj["status"]):
             agent.health.report_last_success = time.time()
