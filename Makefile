@@ -5,7 +5,7 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := python3-venv python3-dev util-linux procps
+APT_PACKAGES := python3-venv python3-dev util-linux procps openssl
 
 .PHONY: run test lint typecheck bench clean deps
 

@@ -111,48 +111,33 @@ class _InternalCollector(Collector):
 
     def _health(self) -> Iterator[Metric]:
         h = self.m.health
-        c = CounterMetricFamily("koordlet_agent_cgroup_reads", "cgroup stat reads that succeeded")
-        c.add_metric([], h.cgroup_reads)
-        yield c
-        c = CounterMetricFamily("koordlet_agent_cgroup_read_errors", "cgroup reads that failed", labels=["scope"])
-        for scope, n in list(h.cgroup_read_errors.items()):
-            c.add_metric([scope], n)
-        yield c
-        c = CounterMetricFamily("koordlet_agent_cgroup_writes", "cgroup/resctrl writes that succeeded")
-        c.add_metric([], h.cgroup_writes)
-        yield c
-        c = CounterMetricFamily("koordlet_agent_cgroup_write_errors", "cgroup/resctrl writes that failed",
-                                labels=["reason"])
-        for reason, n in list(h.cgroup_write_errors.items()):
-            c.add_metric([reason], n)
-        yield c
-        c = CounterMetricFamily("koordlet_agent_skipped_items", "items skipped because of bad or missing input",
-                                labels=["kind", "reason"])
-        for (kind, reason), n in list(h.skipped.items()):
-            c.add_metric([kind, reason], n)
-        yield c
-        g = GaugeMetricFamily("koordlet_agent_kernel_capability", "1 if the kernel interface is available",
-                              labels=["capability"])
-        for cap, ok in list(h.capabilities.items()):
-            g.add_metric([cap], 1.0 if ok else 0.0)
-        yield g
-        g = GaugeMetricFamily("koordlet_agent_nodemetric_last_report_timestamp_seconds",
-                              "unix time of the last successful NodeMetric report")
-        g.add_metric([], h.report_last_success)
-        yield g
-        c = CounterMetricFamily("koordlet_agent_nodemetric_report_failures", "failed NodeMetric reports",
-                                labels=["reason"])
-        for reason, n in list(h.report_failures.items()):
-            c.add_metric([reason], n)
-        yield c
-        g = GaugeMetricFamily("koordlet_agent_loop_last_success_timestamp_seconds",
-                              "unix time each loop last completed", labels=["loop"])
-        for loop, t in list(h.loop_last_success.items()):
-            g.add_metric([loop], t)
-        yield g
-        g = GaugeMetricFamily("koordlet_agent_metric_cache_series", "series held in the metric cache")
-        g.add_metric([], self.m.cache.series_count())
-        yield g
+        table: list[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, list[str], dict[Any, float]]] = [
+            (CounterMetricFamily, "koordlet_agent_cgroup_reads", "cgroup stat reads that succeeded", [],
+             {(): h.cgroup_reads}),
+            (CounterMetricFamily, "koordlet_agent_cgroup_read_errors", "cgroup reads that failed", ["scope"],
+             dict(h.cgroup_read_errors)),
+            (CounterMetricFamily, "koordlet_agent_cgroup_writes", "cgroup/resctrl writes that succeeded", [],
+             {(): h.cgroup_writes}),
+            (CounterMetricFamily, "koordlet_agent_cgroup_write_errors", "cgroup/resctrl writes that failed",
+             ["reason"], dict(h.cgroup_write_errors)),
+            (CounterMetricFamily, "koordlet_agent_skipped_items", "items skipped because of bad or missing input",
+             ["kind", "reason"], dict(h.skipped)),
+            (GaugeMetricFamily, "koordlet_agent_kernel_capability", "1 if the kernel interface is available",
+             ["capability"], {k: float(v) for k, v in h.capabilities.items()}),
+            (GaugeMetricFamily, "koordlet_agent_nodemetric_last_report_timestamp_seconds",
+             "unix time of the last successful NodeMetric report", [], {(): h.report_last_success}),
+            (CounterMetricFamily, "koordlet_agent_nodemetric_report_failures", "failed NodeMetric reports",
+             ["reason"], dict(h.report_failures)),
+            (GaugeMetricFamily, "koordlet_agent_loop_last_success_timestamp_seconds",
+             "unix time each loop last completed", ["loop"], dict(h.loop_last_success)),
+            (GaugeMetricFamily, "koordlet_agent_metric_cache_series", "series held in the metric cache", [],
+             {(): float(self.m.cache.series_count())}),
+        ]
+        for cls, name, doc, labels, values in table:
+            fam = cls(name, doc, labels=labels)
+            for key, value in values.items():
+                fam.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+            yield fam
 
 
 def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:

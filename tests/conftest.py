@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +74,31 @@ def validate_crd() -> Callable[[str, dict[str, Any]], None]:
 def simhost(request: pytest.FixtureRequest, tmp_path: Path) -> SimHost:
     version, driver = request.param
     return SimHost(tmp_path / "host", version, driver).setup()
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (the openssl CLI is installed by the Makefile)."""
+    require(shutil.which("openssl") is not None, "the openssl CLI is needed to make a test certificate")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "tls.crt", d / "tls.key"
+    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    argv += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    argv += ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(argv, check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+async def tls_server(kmock: Any, tls_pair: tuple[Path, Path]) -> AsyncIterator[Any]:
+    """An HTTPS listener serving the same kmock handler (kmock itself only listens on plain HTTP)."""
+    import aiohttp.test_utils
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(tls_pair[0]), str(tls_pair[1]))
+    server = aiohttp.test_utils.RawTestServer(kmock, host="127.0.0.1")
+    await server.start_server(ssl=ctx)
+    try:
+        yield server
+    finally:
+        await server.close()

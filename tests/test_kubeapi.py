@@ -5,15 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import socket
-import ssl
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp.test_utils
 import kmock
 import pytest
 import yaml
@@ -47,30 +43,9 @@ def pod(name: str, node: str = "node-1") -> dict[str, Any]:
 # --- TLS material and an HTTPS listener for the same kmock handler ------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI is needed to make a test certificate")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "tls.crt", d / "tls.key"
-    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-    argv += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-    argv += ["-keyout", str(key), "-out", str(cert)]
-    subprocess.run(argv, check=True, capture_output=True)
-    return cert, key
-
-
 @pytest.fixture
-async def tls_url(kmock: kmock.KubernetesEmulator, tls_pair: tuple[Path, Path]) -> AsyncIterator[str]:
-    """An https:// URL served by the same kmock handler (kmock itself only listens on plain HTTP)."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(str(tls_pair[0]), str(tls_pair[1]))
-    server = aiohttp.test_utils.RawTestServer(kmock, host="127.0.0.1")
-    await server.start_server(ssl=ctx)
-    try:
-        yield str(server.make_url("")).rstrip("/")
-    finally:
-        await server.close()
+def tls_url(tls_server: Any) -> str:
+    return str(tls_server.make_url("")).rstrip("/")
 
 
 # --- plain requests -----------------------------------------------------------------------------------------

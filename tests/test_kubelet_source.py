@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import ssl
-import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp.test_utils
 import kmock
 import pytest
 
@@ -55,30 +50,11 @@ def insecure_source(kmock: kmock.KubernetesEmulator, **kwargs: Any) -> KubeletPo
     )
 
 
-@pytest.fixture(scope="session")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI is needed to make a test certificate")
-    d = tmp_path_factory.mktemp("kubelet-tls")
-    cert, key = d / "tls.crt", d / "tls.key"
-    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-    argv += ["-subj", "/CN=kubelet", "-keyout", str(key), "-out", str(cert)]
-    subprocess.run(argv, check=True, capture_output=True)
-    return cert, key
-
-
 @pytest.fixture
-async def tls_port(kmock: kmock.KubernetesEmulator, tls_pair: tuple[Path, Path]) -> AsyncIterator[int]:
-    """An HTTPS listener on the kmock handler: the kubelet's secure port with a self-signed cert."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(str(tls_pair[0]), str(tls_pair[1]))
-    server = aiohttp.test_utils.RawTestServer(kmock, host="127.0.0.1")
-    await server.start_server(ssl=ctx)
-    try:
-        assert server.port is not None
-        yield server.port
-    finally:
-        await server.close()
+def tls_port(tls_server: Any) -> int:
+    """The kubelet's secure port: an HTTPS listener with a self-signed cert on the kmock handler."""
+    assert tls_server.port is not None
+    return int(tls_server.port)
 
 
 async def test_insecure_read_only_port_lists_pods(kmock: kmock.KubernetesEmulator) -> None:
