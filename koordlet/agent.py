@@ -82,7 +82,7 @@ class Agent:
         if not self._driver_certain:
             self.redetect_driver()
         self.pods.update(raw)
-        self.health.forget(f"skip/pods/{source.name}-failed/{source.name}")
+        self.health.recovered("pods", f"{source.name}-failed", source.name)
         return True
 
     def redetect_driver(self) -> None:

@@ -48,8 +48,16 @@ class Health:
     def skip(self, kind: str, reason: str, obj: str, detail: str) -> None:
         """Count a skipped item and log it once per (kind, reason, object)."""
         self.skipped[(kind, reason)] += 1
-        self.once(f"skip/{kind}/{reason}/{obj}", logging.WARNING, "skipping %s %s (%s): %s", kind, obj, reason,
+        self.once(self._skip_key(kind, reason, obj), logging.WARNING, "skipping %s %s (%s): %s", kind, obj, reason,
                   detail)
+
+    def recovered(self, kind: str, reason: str, obj: str) -> None:
+        """The item works again: a later failure of the same kind is logged again."""
+        self.forget(self._skip_key(kind, reason, obj))
+
+    @staticmethod
+    def _skip_key(kind: str, reason: str, obj: str) -> str:
+        return f"skip/{kind}/{reason}/{obj}"
 
     def capability(self, name: str, supported: bool, detail: str = "") -> None:
         """Record a kernel capability; a missing one is logged once, never per loop."""

@@ -134,3 +134,25 @@ def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Pa
     assert agent.health.skipped[("pod", "cgroup-unreadable")] == 2
     assert agent.cache.last(MetricCache.key("node_cpu_usage")) is not None
     assert agent.build_nodemetric(now=T0 + 2)["status"]["podsMetric"] == []
+
+
+def test_system_usage_waits_for_a_new_pods_first_rate(simhost: SimHost, tmp_path: Path) -> None:
+    agent = _agent(simhost, tmp_path, [])
+    for tick in range(2):
+        simhost.busy({0: 100})
+        agent.collect(now=T0 + tick, mono_ns=tick * SEC)
+    sys_key = MetricCache.key("sys_cpu_usage")
+    assert agent.cache.last(sys_key) == (int((T0 + 1) * 1000), pytest.approx(1.0))
+
+    pod = make_pod("late", UID_A, "Guaranteed")
+    (tmp_path / "pods" / "late.yaml").write_text(yaml.safe_dump(pod))
+    rel, _ = _pod_cgroups(simhost, pod, K8sQoS.GUARANTEED)
+    simhost.write_cgroup(rel, SimCgroup(cpu_ns=5 * SEC))
+    assert agent.sync_pods()
+    simhost.busy({0: 100})
+    agent.collect(now=T0 + 2, mono_ns=2 * SEC)  # the pod's first read: no rate, so no system sample
+    assert agent.cache.last(sys_key)[0] == int((T0 + 1) * 1000)  # type: ignore[index]
+    simhost.write_cgroup(rel, SimCgroup(cpu_ns=int(5.6 * SEC)))
+    simhost.busy({0: 100})
+    agent.collect(now=T0 + 3, mono_ns=3 * SEC)
+    assert agent.cache.last(sys_key) == (int((T0 + 3) * 1000), pytest.approx(0.4))

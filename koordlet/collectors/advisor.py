@@ -77,6 +77,7 @@ class Advisor:
         # Series keys built directly (kind, label value): every kind below has exactly one label.
         prefix = {"pod": "pod", "container": "container", "hostapp": "host_application"}
         sums = {"pod": [0.0, 0], "hostapp": [0.0, 0]}
+        cpu_complete = True  # False when a pod/app read this tick has no CPU rate yet (its first observation)
         page_cache = self.page_cache
         for t in targets:
             u = usage.get((t.scope, t.key))
@@ -93,12 +94,15 @@ class Advisor:
             if t.scope in sums:
                 sums[t.scope][0] += u.cpu_cores or 0.0
                 sums[t.scope][1] += u.memory
+                cpu_complete = cpu_complete and u.cpu_cores is not None
 
         # System usage = node − Σ pods − Σ host apps, clamped at 0 (upstream collectors/sysresource).
         sys_memory = max(node.memory_bytes - int(sums["pod"][1]) - int(sums["hostapp"][1]), 0)
         append(key("sys_memory_usage"), now_ms, sys_memory)
         self.latest.system_memory = sys_memory
-        if node.cpu_cores is not None:
+        # Upstream skips system usage while an input is stale; a pod seen for the first time has no CPU rate
+        # yet, and counting it as 0 would charge its usage to the system for one tick.
+        if node.cpu_cores is not None and cpu_complete:
             sys_cpu = max(node.cpu_cores - sums["pod"][0] - sums["hostapp"][0], 0.0)
             append(key("sys_cpu_usage"), now_ms, sys_cpu)
             self.latest.system_cpu = sys_cpu
