@@ -156,3 +156,19 @@ def test_system_usage_waits_for_a_new_pods_first_rate(simhost: SimHost, tmp_path
     simhost.busy({0: 100})
     agent.collect(now=T0 + 3, mono_ns=3 * SEC)
     assert agent.cache.last(sys_key) == (int((T0 + 3) * 1000), pytest.approx(0.4))
+
+
+def test_hostile_ids_are_skipped_never_read(simhost: SimHost, tmp_path: Path) -> None:
+    bad_uid = make_pod("escape", "../../../../etc", "Burstable")
+    bad_cid = make_pod("ctr", UID_B, "Burstable")
+    bad_cid["status"]["containerStatuses"][0]["containerID"] = "containerd://../../../x"  # type: ignore[index]
+    agent = _agent(simhost, tmp_path, [bad_uid, bad_cid])
+    assert [p.name for p in agent.pods.pods] == ["ctr"]
+    assert agent.pods.pods[0].containers[0].cgroup_dir is None
+    agent.set_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n"},
+                       "spec": {"hostApplications": [{"name": "x", "cgroupPath": {"base": "CgroupRoot",
+                                                                               "relativePath": "../../../etc"}}]}})
+    agent.collect(now=T0, mono_ns=0)
+    assert agent.health.skipped[("pod", "malformed")] == 1
+    assert agent.health.skipped[("container", "bad-container-id")] == 1
+    assert agent.health.skipped[("hostapp", "bad-cgroup-dir")] == 1

@@ -85,3 +85,15 @@ def test_detect_from_kubelet_flag_and_config(tmp_path: Path) -> None:
 def test_undetectable_driver_falls_back_to_systemd(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     assert detect_driver(_paths(tmp_path), 1) == (CgroupDriver.SYSTEMD, False)
+
+
+@pytest.mark.parametrize("uid", ["../../etc", "a/b", "", ".hidden"])
+def test_pod_uids_that_would_escape_are_invalid(uid: str) -> None:
+    with pytest.raises(InvalidInput):
+        pod_dir(CgroupDriver.CGROUPFS, K8sQoS.BURSTABLE, uid)
+
+
+@pytest.mark.parametrize("cid", ["containerd://../../x", "docker://a/b", "cri-o://.."])
+def test_container_ids_that_would_escape_are_invalid(cid: str) -> None:
+    with pytest.raises(InvalidInput):
+        container_dir(CgroupDriver.SYSTEMD, "p", cid)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from koordlet.errors import HostReadError
+from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend, CgroupStats
 from koordlet.states.model import PodMeta
@@ -59,9 +59,12 @@ class CgroupUsageCollector:
         prev_map = self._prev
         reads = 0
         for t in targets:
-            files = paths[t.rel_dir] = old_paths.get(t.rel_dir) or stat_paths(t.rel_dir)
             try:
+                files = paths[t.rel_dir] = old_paths.get(t.rel_dir) or stat_paths(t.rel_dir)
                 stats = stats_at(files)
+            except InvalidInput as e:  # a dir that would leave the hierarchy: never read, say so once
+                self.health.skip(t.scope, "bad-cgroup-dir", t.label, str(e))
+                continue
             except HostReadError as e:
                 self.health.cgroup_read_errors[t.scope] += 1
                 if not t.quiet:

@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol
 from koordlet.errors import HostReadError
 from koordlet.host.files import IntFields, read_bytes
 from koordlet.host.paths import HostPaths
+from koordlet.host.resources import resource_path, resource_supported
 
 
 class CgroupStats(NamedTuple):
@@ -34,7 +35,7 @@ class PSIStats:
     full: tuple[float, float, float] | None
 
 
-PSI_FILES = {"cpu": "cpu.pressure", "mem": "memory.pressure", "io": "io.pressure"}
+PSI_FILES = {"cpu": "cpu.pressure", "mem": "memory.pressure", "io": "io.pressure"}  # label → resource
 
 
 class CgroupBackend(Protocol):
@@ -104,15 +105,11 @@ class CgroupV1:
     def __init__(self, paths: HostPaths) -> None:
         self.paths = paths
 
-    def _p(self, subsystem: str, rel_dir: str, name: str) -> str:
-        return os.path.join(self.paths.cgroup_root, subsystem, rel_dir, name)
+    def _p(self, resource: str, rel_dir: str) -> str:
+        return resource_path(1, self.paths, resource, rel_dir)
 
     def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
-        return (
-            self._p("cpuacct", rel_dir, "cpuacct.usage"),
-            self._p("memory", rel_dir, "memory.stat"),
-            self._p("cpu", rel_dir, "cpu.stat"),
-        )
+        return (self._p("cpuacct.usage", rel_dir), self._p("memory.stat", rel_dir), self._p("cpu.stat", rel_dir))
 
     def stats(self, rel_dir: str) -> CgroupStats:
         return self.stats_at(self.stat_paths(rel_dir))
@@ -130,17 +127,17 @@ class CgroupV1:
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         # Upstream reads v1 pressure files from the cpuacct dir (Anolis-style cgroup v1 PSI).
-        path = self._p("cpuacct", rel_dir, PSI_FILES[resource])
+        path = self._p(PSI_FILES[resource], rel_dir)
         return parse_psi(read_bytes(path), path)
 
     def psi_supported(self) -> bool:
-        return os.path.exists(self._p("cpuacct", "", "cpu.pressure"))
+        return resource_supported(1, self.paths, "cpu.pressure")
 
     def exists(self, rel_dir: str) -> bool:
         return os.path.isdir(os.path.join(self.paths.cgroup_root, "cpuacct", rel_dir))
 
     def procs_path(self, rel_dir: str) -> str:
-        return self._p("cpu", rel_dir, "cgroup.procs")
+        return self._p("cgroup.procs", rel_dir)
 
 
 class CgroupV2:
@@ -151,11 +148,11 @@ class CgroupV2:
     def __init__(self, paths: HostPaths) -> None:
         self.paths = paths
 
-    def _p(self, rel_dir: str, name: str) -> str:
-        return os.path.join(self.paths.cgroup_root, rel_dir, name)
+    def _p(self, resource: str, rel_dir: str) -> str:
+        return resource_path(2, self.paths, resource, rel_dir)
 
     def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
-        return (self._p(rel_dir, "cpu.stat"), self._p(rel_dir, "memory.stat"))
+        return (self._p("cpuacct.usage", rel_dir), self._p("memory.stat", rel_dir))
 
     def stats(self, rel_dir: str) -> CgroupStats:
         return self.stats_at(self.stat_paths(rel_dir))
@@ -169,19 +166,18 @@ class CgroupV2:
         return CgroupStats(usage * 1000, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
-        path = self._p(rel_dir, PSI_FILES[resource])
+        path = self._p(PSI_FILES[resource], rel_dir)
         return parse_psi(read_bytes(path), path)
 
     def psi_supported(self) -> bool:
-        return os.path.exists(self._p("", "cpu.pressure")) or os.path.exists(
-            os.path.join(self.paths.proc_root, "pressure", "cpu")
-        )
+        return resource_supported(2, self.paths, "cpu.pressure") or os.path.exists(
+            os.path.join(self.paths.proc_root, "pressure", "cpu"))
 
     def exists(self, rel_dir: str) -> bool:
-        return os.path.isdir(self._p(rel_dir, ""))
+        return os.path.isdir(os.path.join(self.paths.cgroup_root, rel_dir))
 
     def procs_path(self, rel_dir: str) -> str:
-        return self._p(rel_dir, "cgroup.procs")
+        return self._p("cgroup.procs", rel_dir)
 
 
 def detect_backend(paths: HostPaths) -> CgroupBackend:

@@ -45,6 +45,8 @@ _SYSTEMD_POD_PREFIX = {
     K8sQoS.BURSTABLE: "kubepods-burstable-pod",
     K8sQoS.BESTEFFORT: "kubepods-besteffort-pod",
 }
+# Pod UIDs and runtime container ids become path components: anything but a plain id is refused.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _SYSTEMD_SCOPE_PREFIX = {"docker": "docker-", "containerd": "cri-containerd-", "cri-o": "crio-", "pouch": "pouch-"}
 
 
@@ -54,6 +56,9 @@ def qos_dir(driver: CgroupDriver, qos: K8sQoS) -> str:
 
 
 def pod_dir(driver: CgroupDriver, qos: K8sQoS, uid: str) -> str:
+    """The pod's cgroup dir; a UID that is not a plain id (it would name another dir) is InvalidInput."""
+    if not _SAFE_ID.fullmatch(uid):
+        raise InvalidInput(f"pod uid {uid!r} is not a plain id")
     parent = _QOS_DIRS[driver][qos]
     if driver is CgroupDriver.SYSTEMD:
         return f"{parent}/{_SYSTEMD_POD_PREFIX[qos]}{uid.replace('-', '_')}.slice"
@@ -65,6 +70,8 @@ def split_container_id(container_id: str) -> tuple[str, str]:
     scheme, sep, cid = container_id.partition("://")
     if not sep or not cid or scheme not in _SYSTEMD_SCOPE_PREFIX:
         raise InvalidInput(f"unsupported container id {container_id!r}")
+    if not _SAFE_ID.fullmatch(cid):
+        raise InvalidInput(f"container id {container_id!r} is not a plain runtime id")
     return scheme, cid
 
 
