@@ -1,0 +1,48 @@
+"""What every discovery source hands the Device reporter: CR-shaped device entries plus owned labels/annotations.
+
+Entries are plain JSON dicts shaped like the CRD's `spec.devices[]` items (apis/scheduling/v1alpha1/device_types.go
+DeviceInfo), so what a source builds is exactly what goes on the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DeviceEntry = dict[str, Any]
+
+# apis/extension/device_share.go and apis/extension/constants.go
+RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
+RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
+RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+RESOURCE_RDMA = "koordinator.sh/rdma"
+LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"
+LABEL_GPU_MODEL = "node.koordinator.sh/gpu-model"
+LABEL_GPU_DRIVER_VERSION = "node.koordinator.sh/gpu-driver-version"
+LABEL_GPU_PARTITION_POLICY = "node.koordinator.sh/gpu-partition-policy"
+ANNOTATION_GPU_PARTITIONS = "scheduling.koordinator.sh/gpu-partitions"
+CONDITION_HEALTHY = "Healthy"
+
+
+def topology(node_id: int, pcie_id: str, bus_id: str, socket_id: int = -1) -> dict[str, Any]:
+    """DeviceTopology: socketID is always -1 upstream (koordlet never resolves sockets)."""
+    return {"socketID": socket_id, "nodeID": node_id, "pcieID": pcie_id, "busID": bus_id}
+
+
+def healthy_condition(healthy: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+    """A `Healthy` condition without lastTransitionTime; the reporter stamps it (keeping the old time when the
+    status did not change, as upstream)."""
+    if healthy:
+        return {"type": CONDITION_HEALTHY, "status": "True", "reason": reason or "DeviceHealthy",
+                "message": message or "device is healthy"}
+    return {"type": CONDITION_HEALTHY, "status": "False", "reason": reason or "Unknown",
+            "message": message or "device is unhealthy"}
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    """One source's contribution to the node's Device CR."""
+
+    devices: list[DeviceEntry] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
