@@ -4,6 +4,7 @@ relative symlinks from /sys/bus/pci/devices and /sys/bus/pci/drivers/<driver>, S
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -62,3 +63,34 @@ def add_vfs(root: Path, pf_bdf: str, vf_bdfs: list[str]) -> list[Path]:
     (pf / "sriov_numvfs").write_text(f"{len(vf_bdfs)}\n")
     (pf / "sriov_totalvfs").write_text(f"{max(len(vf_bdfs), 8)}\n")
     return out
+
+
+def add_rdma_nic(root: Path, pf_bdf: str, *, bridges: list[str], ib_dev: str, netdev: str, numa_node: int,
+                 device: str = "1021", vfs: Sequence[tuple[str, str, str]] = (), port_state: str = "4: ACTIVE",
+                 uverbs: int = 0) -> Path:
+    """A Mellanox/NVIDIA ConnectX PF (15b3, class 0x020000, mlx5_core) with `infiniband/<ib_dev>/ports/1/state`,
+    `infiniband_verbs/uverbs<N>`, `net/<netdev>` and `/sys/class/infiniband/<ib_dev>`; each VF in `vfs` is
+    (bdf, ib_dev, netdev) and gets the same entries (VF device id 101e)."""
+    pf = add_pci_device(root, pf_bdf, bridges=bridges, vendor="15b3", device=device, class_code="020000",
+                        numa_node=numa_node, driver="mlx5_core")
+    _ib_entries(root, pf, ib_dev, netdev, port_state, uverbs)
+    vf_dirs = add_vfs(root, pf_bdf, [v[0] for v in vfs])
+    for i, (vf_dir, (_, vf_ib, vf_net)) in enumerate(zip(vf_dirs, vfs, strict=True)):
+        drv = root / "sys/bus/pci/drivers/mlx5_core"
+        _link(drv / vf_dir.name, vf_dir)
+        _link(vf_dir / "driver", drv)
+        _ib_entries(root, vf_dir, vf_ib, vf_net, port_state, uverbs + 1 + i)
+    return pf
+
+
+def _ib_entries(root: Path, dev: Path, ib_dev: str, netdev: str, port_state: str, uverbs: int) -> None:
+    port = dev / "infiniband" / ib_dev / "ports" / "1"
+    port.mkdir(parents=True, exist_ok=True)
+    (port / "state").write_text(f"{port_state}\n")
+    (port / "phys_state").write_text("5: LinkUp\n" if "ACTIVE" in port_state else "3: Disabled\n")
+    (port / "link_layer").write_text("Ethernet\n")
+    (dev / "infiniband_verbs" / f"uverbs{uverbs}").mkdir(parents=True, exist_ok=True)
+    (dev / "infiniband_verbs" / f"uverbs{uverbs}" / "ibdev").write_text(f"{ib_dev}\n")
+    (dev / "net" / netdev).mkdir(parents=True, exist_ok=True)
+    _link(root / "sys/class/infiniband" / ib_dev, dev / "infiniband" / ib_dev)
+    _link(root / "sys/class/net" / netdev, dev / "net" / netdev)

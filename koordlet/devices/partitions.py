@@ -1,0 +1,44 @@
+"""The `scheduling.koordinator.sh/gpu-partitions` annotation: GPU groups the scheduler allocates together.
+
+Shape (apis/extension/device_share.go GPUPartition, GPUPartitionTable): a JSON object keyed by the group size as a
+string, each a list of `{"minors": [...], "gpuLinkType": "NVLink", "ringBusBandwidth": "<quantity>",
+"allocationScore": 1}` with the last three omitted when empty/zero, serialized compactly with keys sorted as Go's
+encoding/json sorts them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+POLICY_PREFER = "Prefer"
+POLICY_HONOR = "Honor"
+
+
+def partition(minors: Iterable[int], link_type: str = "", ring_bus_bandwidth: str | None = None,
+              allocation_score: int = 1) -> dict[str, Any]:
+    out: dict[str, Any] = {"minors": sorted(minors)}
+    if link_type:
+        out["gpuLinkType"] = link_type
+    if ring_bus_bandwidth:
+        out["ringBusBandwidth"] = ring_bus_bandwidth
+    if allocation_score:
+        out["allocationScore"] = allocation_score
+    return out
+
+
+def table_annotation(partitions: Iterable[dict[str, Any]]) -> str | None:
+    """Group partitions by size into the annotation's JSON; None when there are none (annotation omitted).
+    Partitions with the same minors are kept once (first wins), as upstream dedupes by the sorted minor list."""
+    table: dict[str, list[dict[str, Any]]] = {}
+    seen: set[tuple[int, ...]] = set()
+    for p in partitions:
+        key = tuple(p["minors"])
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        table.setdefault(str(len(key)), []).append(p)
+    if not table:
+        return None
+    return json.dumps(table, sort_keys=True, separators=(",", ":"))
