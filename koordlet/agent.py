@@ -35,6 +35,11 @@ NODEMETRIC_API_VERSION = "slo.koordinator.sh/v1alpha1"
 _GRACE_SECONDS = 60  # retention slack beyond the longest query window
 
 
+def api_path(api_version: str, plural: str, name: str) -> str:
+    """Where the API server (and our standalone HTTP endpoint) serves a cluster-scoped object."""
+    return f"/apis/{api_version}/{plural}/{name}"
+
+
 class Agent:
     def __init__(self, config: Config, health: Health | None = None) -> None:
         self.config = config
@@ -150,6 +155,7 @@ class Agent:
             "status": status,
         }
         self.metrics.last_nodemetric = obj
+        self.metrics.served[api_path(NODEMETRIC_API_VERSION, "nodemetrics", self.config.node_name)] = obj
         return obj
 
     def write_state(self, obj: JSON) -> str:

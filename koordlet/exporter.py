@@ -44,6 +44,8 @@ class AgentMetrics:
     cache: MetricCache
     start_time: float = field(default_factory=time.time)
     last_nodemetric: dict[str, Any] | None = None
+    # API path of an object this node reports (standalone), e.g. /apis/<group>/<version>/<plural>/<name> → object
+    served: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_allocatable: dict[str, float] = field(default_factory=dict)
     nodemetric_prom: bool = False
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
@@ -279,7 +281,6 @@ class HttpServer:
 
     def _dispatch(self, req: BaseHTTPRequestHandler) -> None:
         path = req.path.split("?", 1)[0].rstrip("/") or "/"
-        nm_prefix = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics/"
         try:
             if path in ("/metrics", "/internal-metrics", "/external-metrics"):
                 which = {"/metrics": "all", "/internal-metrics": "internal", "/external-metrics": "external"}[path]
@@ -287,12 +288,13 @@ class HttpServer:
             elif path in ("/healthz", "/readyz"):
                 ok, why = (self._healthy if path == "/healthz" else self._ready)()
                 _send(req, 200 if ok else 503, (why or "ok").encode() + b"\n", "text/plain")
-            elif path.startswith(nm_prefix):
-                name = path[len(nm_prefix):]
-                obj = self.metrics.last_nodemetric
-                if obj is None or name != self.metrics.node_name:
+            elif path.startswith("/apis/"):
+                obj = self.metrics.served.get(path)
+                if obj is None:
+                    parts = path.split("/")  # /apis/<group>/<version>/<plural>/<name>
+                    what = f'{parts[4]}.{parts[2]} "{parts[5]}"' if len(parts) == 6 else path
                     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                            "code": 404, "message": f'nodemetrics.slo.koordinator.sh "{name}" not found'}
+                            "code": 404, "message": f"{what} not found"}
                     _send(req, 404, json.dumps(body).encode(), "application/json")
                 else:
                     _send(req, 200, json.dumps(obj).encode(), "application/json")

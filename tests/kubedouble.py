@@ -30,3 +30,23 @@ def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
         return updated
 
     km["put", kmock.resource(NM), kmock.subresource("status")] << put_status
+
+
+def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
+    """PUT <resource>/<name>: replace the stored object if resourceVersion matches (or is unset), bump it."""
+
+    def put(request: kmock.Request) -> Any:
+        if request.subresource:
+            return kmock.Response(status=404, payload=status_failure(404, "no such subresource"))
+        obj = km.objects[resource, None, str(request.name)]
+        current = obj.raw
+        sent = (request.data or {}).get("metadata", {}).get("resourceVersion")
+        have = current.get("metadata", {}).get("resourceVersion", "1")
+        if sent is not None and sent != have:
+            return kmock.Response(status=409, payload=status_failure(409, "the object has been modified"))
+        updated = copy.deepcopy(request.data)
+        updated.setdefault("metadata", {})["resourceVersion"] = str(int(have) + 1)
+        obj.history.append(updated)
+        return updated
+
+    km["put", kmock.resource(resource)] << put
