@@ -31,6 +31,7 @@ class Daemon:
         self.stop_event = asyncio.Event()
         self.http: HttpServer | None = None
         self._nodeslo_mtime: float | None = None
+        self._failing: dict[str, str] = {}  # loop → log-once key of its current failure
 
     # -- probes --------------------------------------------------------------------------------------------
     def healthy(self) -> tuple[bool, str]:
@@ -59,17 +60,29 @@ class Daemon:
                     await asyncio.wait_for(self.stop_event.wait(), delay)
                 if self.stop_event.is_set():
                     return
-            started = time.perf_counter()
-            try:
-                await fn()
-                self.agent.health.loop_ok(name)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.agent.health.skipped[("loop", name)] += 1
-                log.exception("%s loop failed; continuing", name)
-            self.agent.metrics.loop_duration.labels(name).observe(time.perf_counter() - started)
+            await self._run_once(name, fn)
             next_at = max(next_at + interval, loop.time())
+
+    async def _run_once(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        """One round of a loop: time it; on failure log once per kind of error (a loop failing every second
+        must not flood the log), count it, and carry on; a success re-arms the log line."""
+        started = time.perf_counter()
+        try:
+            await fn()
+            self.agent.health.loop_ok(name)
+            if name in self._failing:
+                self.agent.health.forget(self._failing.pop(name))
+                log.info("%s loop recovered", name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.agent.health.skipped[("loop", name)] += 1
+            key = self._failing[name] = f"loop/{name}/{type(e).__name__}"
+            if self.agent.health.once(key, logging.ERROR, "%s loop failed (%s: %s); retrying, further failures "
+                                      "are counted in koordlet_agent_skipped_items_total{kind=\"loop\"}",
+                                      name, type(e).__name__, e):
+                log.debug("%s loop failure", name, exc_info=True)
+        self.agent.metrics.loop_duration.labels(name).observe(time.perf_counter() - started)
 
     async def _collect(self) -> None:
         self.agent.collect()
@@ -122,14 +135,7 @@ class Daemon:
                 await asyncio.wait_for(self.stop_event.wait(), max(next_at - loop.time(), 0))
             if self.stop_event.is_set():
                 return
-            started = time.perf_counter()
-            try:
-                await self._report()
-                self.agent.health.loop_ok("report")
-            except Exception:
-                self.agent.health.report_failures["error"] += 1
-                log.exception("NodeMetric report failed; will retry next period")
-            self.agent.metrics.loop_duration.labels("report").observe(time.perf_counter() - started)
+            await self._run_once("report", self._report)
             next_at = loop.time() + self.agent.policy.report_period  # re-read after each round (upstream)
 
     # -- run -----------------------------------------------------------------------------------------------

@@ -157,3 +157,29 @@ def test_daemon_serves_reports_and_stops_cleanly(daemon: dict[str, Any], validat
     assert log.count("garbage.yaml") == 1, "a bad manifest is logged once, not per sync"
     assert "Traceback" not in log
 
+
+
+def test_a_failing_loop_logs_once_and_keeps_running(tmp_path: Path) -> None:
+    """A host root whose /proc/stat is garbage: the collect loop fails every tick, logs once, stays up."""
+    host = SimHost(tmp_path / "host", 1, CgroupDriver.CGROUPFS).setup()
+    (host.root / "proc/stat").write_text("cpu garbage\n")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*KOORDLET, "run", "--host-root", str(host.root), "--pods-dir", str(tmp_path), "--node-name", "bad",
+         "--state-dir", str(tmp_path / "state"), "--addr", f"127.0.0.1:{port}", "--collect-res-used-interval",
+         "0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        text = _wait_for(lambda: (t := _get(base + "/metrics")[1].decode())
+                         and 'kind="loop",reason="collect"' in t and t)
+        count = float(next(ln for ln in text.splitlines()
+                           if ln.startswith('koordlet_agent_skipped_items_total{kind="loop",reason="collect"}'))
+                      .rsplit(" ", 1)[1])
+        time.sleep(1.0)
+        assert _get(base + "/readyz")[0] == 503  # never collected: not ready, but alive
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    log = proc.stdout.read() if proc.stdout else ""
+    assert count >= 1
+    assert log.count("collect loop failed") == 1
