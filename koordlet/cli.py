@@ -61,6 +61,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubelet-insecure-tls", default=False, type=_bool, nargs="?", const=True)
     p.add_argument("--kubelet-read-only-port", default=10255, type=int)
     p.add_argument("--enable-node-metric-report", default=True, type=_bool, nargs="?", const=True)
+    p.add_argument("--node-topology-sync-interval", default="3s", type=parse_go_interval,
+                   help="Device CR report period (upstream: also the NRT period)")
+    p.add_argument("--xpu-device-infos-dir", default=None,
+                   help="xPU device-info files (default: <var-run-root-dir>/koordlet/xpu-device-infos/)")
+    p.add_argument("--xpu-enforce-collect-from-device-infos", default=False, type=_bool, nargs="?", const=True)
+    p.add_argument("--nvml-snapshot", default=None, help="replay this NVML snapshot instead of calling NVML")
+    p.add_argument("--gpu-partition-policy", default="Prefer", choices=("Prefer", "Honor"),
+                   help="node.koordinator.sh/gpu-partition-policy for NVLink partitions found through NVML")
+    p.add_argument("--gpu-health-recovery-seconds", default=300.0, type=float,
+                   help="a GPU marked unhealthy by an XID is healthy again after this long without one")
     p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
 
 
@@ -106,6 +116,10 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None) 
         kubelet_insecure_tls=ns.kubelet_insecure_tls, kubelet_read_only_port=ns.kubelet_read_only_port,
         enable_node_metric_report=ns.enable_node_metric_report, pods_dir=ns.pods_dir,
         nodeslo_file=ns.nodeslo_file, state_dir=ns.state_dir,
+        node_topology_sync_interval=ns.node_topology_sync_interval, xpu_device_infos_dir=ns.xpu_device_infos_dir,
+        xpu_enforce_collect_from_device_infos=ns.xpu_enforce_collect_from_device_infos,
+        nvml_snapshot=ns.nvml_snapshot, gpu_partition_policy=ns.gpu_partition_policy,
+        gpu_health_recovery_seconds=ns.gpu_health_recovery_seconds,
     )
 
 

@@ -67,6 +67,13 @@ class Config:
     kubelet_insecure_tls: bool = False
     kubelet_read_only_port: int = 10255
     enable_node_metric_report: bool = True
+    # devices
+    node_topology_sync_interval: float = 3.0
+    xpu_device_infos_dir: str | None = None  # default: <var-run-root>/koordlet/xpu-device-infos/
+    xpu_enforce_collect_from_device_infos: bool = False
+    nvml_snapshot: str | None = None
+    gpu_partition_policy: str = "Prefer"
+    gpu_health_recovery_seconds: float = 300.0
     # standalone
     pods_dir: str | None = None
     nodeslo_file: str | None = None
