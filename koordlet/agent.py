@@ -16,6 +16,13 @@ from koordlet.collectors.hostapps import HostApp, host_apps
 from koordlet.collectors.node import NodeCollector
 from koordlet.collectors.psi import PSICollector
 from koordlet.config import Config
+from koordlet.devices.inventory import DeviceInventory
+from koordlet.devices.model import DeviceSet
+from koordlet.devices.nvidia.usage import GpuUsageCollector
+from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
+from koordlet.devices.report import GROUP as DEVICE_GROUP
+from koordlet.devices.report import PLURAL as DEVICE_PLURAL
+from koordlet.devices.report import changed, desired
 from koordlet.errors import InvalidInput, KoordletError
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
@@ -67,6 +74,10 @@ class Agent:
         self.state_writer = StateDirWriter(config.state_dir)
         self.pod_source: PodSource | None = PodsDirSource(config.pods_dir, self.health) if config.pods_dir else None
         self.collected_once = False
+        self.devices: DeviceInventory | None = None
+        if config.gate("Accelerators") or config.gate("RDMADevices"):
+            self.devices = DeviceInventory(config, self.health)
+        self._device_obj: JSON | None = None
 
     def _retention(self, kind: str) -> float:
         if kind.startswith(("node_", "sys_")):
@@ -157,6 +168,30 @@ class Agent:
         self.metrics.last_nodemetric = obj
         self.metrics.served[api_path(NODEMETRIC_API_VERSION, "nodemetrics", self.config.node_name)] = obj
         return obj
+
+    def refresh_devices(self) -> DeviceSet | None:
+        """One discovery round of the enabled device sources (None when no device gate is on); NVIDIA GPUs found
+        also feed per-process GPU usage into the collection tick (upstream's GPU device collector)."""
+        if self.devices is None:
+            return None
+        composed = self.devices.refresh()
+        backend = self.devices.nvml()
+        if backend is not None and self.devices.gpus:
+            if self.advisor.gpu is None:
+                self.advisor.gpu = GpuUsageCollector(backend, self.backend, self.health, self.devices.gpus)
+            else:
+                self.advisor.gpu.gpus = list(self.devices.gpus)
+        return composed
+
+    def write_devices(self, composed: DeviceSet) -> bool:
+        """Standalone: the Device object to the state dir and the HTTP endpoint, rewritten only on change."""
+        obj = desired(self.config.node_name, None, composed, self._device_obj)
+        if not changed(self._device_obj, obj) and self._device_obj is not None:
+            return False
+        self._device_obj = obj
+        self.state_writer.write(DEVICE_GROUP, DEVICE_PLURAL, obj)
+        self.metrics.served[api_path(DEVICE_API_VERSION, DEVICE_PLURAL, self.config.node_name)] = obj
+        return True
 
     def write_state(self, obj: JSON) -> str:
         path = self.state_writer.write(NODEMETRIC_GROUP, "nodemetrics", obj)

@@ -83,6 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(nm)
     nm.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
     nm.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    dev = sub.add_parser("devices", help="print the Device CR this node would report (every source enabled)")
+    _common(dev)
+    dev.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    dev.add_argument("--dump-nvml", default=None, metavar="FILE",
+                     help="also write everything discovery read from NVML as a snapshot ('-' = stdout only)")
+    dd = sub.add_parser("device-daemon", help="write the xPU device-info file from vendor tools (npu-smi, cnmon)")
+    _common(dd)
+    dd.add_argument("--oneshot", default=False, type=_bool, nargs="?", const=True)
+    dd.add_argument("--output-file", "--prints-output-file", dest="output_file", default=None,
+                    help="default: <var-run-root-dir>/koordlet/xpu-device-infos/ic-device")
+    dd.add_argument("--sleep-interval", default="900s", type=parse_go_interval)
     ver = sub.add_parser("version", help="print the version")
     _common(ver)
     return parser
@@ -105,7 +116,8 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None) 
     paths = paths.with_overrides(**{k: getattr(ns, k) for k in _PATH_FLAGS})
     node_name = ns.node_name or env.get("NODE_NAME") or socket.gethostname()
     return Config(
-        node_name=node_name, paths=paths, addr=ns.addr, feature_gates=parse_feature_gates(ns.feature_gates),
+        node_name=node_name, paths=paths, host_root=ns.host_root, addr=ns.addr,
+        feature_gates=parse_feature_gates(ns.feature_gates),
         collect_res_used_interval=ns.collect_res_used_interval, psi_collector_interval=ns.psi_collector_interval,
         collect_node_cpu_info_interval=ns.collect_node_cpu_info_interval,
         enable_pagecache_collector=ns.enable_pagecache_collector,
@@ -171,12 +183,49 @@ def cmd_nodemetric(config: Config, window: float, output: str) -> int:
             break
         time.sleep(min(config.collect_res_used_interval, remaining))
         agent.collect()
-    obj = agent.build_nodemetric()
+    _dump(agent.build_nodemetric(), output)
+    return 0
+
+
+def _dump(obj: object, output: str) -> None:
     if output == "yaml":
         sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
     else:
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def cmd_devices(config: Config, output: str, dump_nvml: str | None) -> int:
+    from koordlet.devices.inventory import DeviceInventory, dump_json
+    from koordlet.devices.report import desired
+    from koordlet.health import Health
+
+    inventory = DeviceInventory(config, Health(), accelerators=True, rdma_devices=True)
+    try:
+        composed = inventory.refresh()
+        if dump_nvml:
+            snapshot = inventory.dump_nvml()
+            if snapshot is None:
+                log.error("no NVML to dump (see the log line above)")
+                return 1
+            if dump_nvml == "-":
+                sys.stdout.write(dump_json(snapshot))
+                return 0
+            with open(dump_nvml, "w", encoding="utf-8") as f:
+                f.write(dump_json(snapshot))
+            log.info("NVML snapshot written to %s", dump_nvml)
+    finally:
+        inventory.close()
+    _dump(desired(config.node_name, None, composed, None), output)
     return 0
+
+
+def cmd_device_daemon(config: Config, oneshot: bool, output: str | None, interval: float,
+                      host_root: str | None) -> int:
+    from koordlet.devices.device_daemon import run_device_daemon, subprocess_runner
+
+    target = output or config.paths.var_run("koordlet", "xpu-device-infos", "ic-device")
+    return run_device_daemon(config.paths, target, oneshot=oneshot, interval=interval,
+                             runner=subprocess_runner(host_root or "/"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if ns.command == "run":
         return cmd_run(config)
+    if ns.command == "devices":
+        return cmd_devices(config, ns.output, ns.dump_nvml)
+    if ns.command == "device-daemon":
+        return cmd_device_daemon(config, ns.oneshot, ns.output_file, ns.sleep_interval, ns.host_root)
     return cmd_nodemetric(config, ns.window, ns.output)
 
 

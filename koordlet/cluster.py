@@ -16,9 +16,11 @@ from typing import Any
 
 from koordlet.agent import Agent
 from koordlet.config import Config
+from koordlet.devices.model import DeviceSet
 from koordlet.errors import ApiError, KoordletError
 from koordlet.kubeapi import Gone, KubeClient, KubeConfig
 from koordlet.quantity import parse_quantity
+from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
 from koordlet.states.model import JSON
@@ -43,6 +45,7 @@ class ClusterLink:
         self.kubelet: KubeletPodSource | None = None
         self.apiserver_pods = ApiServerPodSource(client, config.node_name)
         self.writer = NodeMetricApiWriter(client, config.node_name)
+        self.device_writer = DeviceApiWriter(client, config.node_name)
         self._stop = threading.Event()
         self._agent = agent
         self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
@@ -130,6 +133,10 @@ class ClusterLink:
             agent.health.report_last_success = time.time()
         else:
             agent.health.report_failures["write"] += 1
+
+    def report_devices(self, composed: DeviceSet) -> None:
+        uid = ((self.node or {}).get("metadata") or {}).get("uid")
+        self.device_writer.report(composed, str(uid) if uid else None)
 
     # -- watches -------------------------------------------------------------------------------------------
     def start_watches(self, agent: Agent) -> None:

@@ -51,6 +51,7 @@ def parse_go_interval(text: str) -> float:
 class Config:
     node_name: str
     paths: HostPaths
+    host_root: str | None = None  # --host-root: "/" is this host; anything else is a simulated node
     addr: str = ":9316"
     feature_gates: dict[str, bool] = field(default_factory=lambda: dict(FEATURE_GATES))
     collect_res_used_interval: float = 1.0
@@ -78,6 +79,11 @@ class Config:
     pods_dir: str | None = None
     nodeslo_file: str | None = None
     state_dir: str = "./state"
+
+    @property
+    def simulated_host(self) -> bool:
+        """A node directory, not this machine: live interfaces (netlink, vendor CLIs) must not be consulted."""
+        return self.host_root is not None and self.host_root.rstrip("/") != ""
 
     @property
     def standalone(self) -> bool:

@@ -118,6 +118,17 @@ class Daemon:
             else:
                 self.agent.load_nodeslo_file()
 
+    async def _devices(self) -> None:
+        composed = await asyncio.to_thread(self.agent.refresh_devices)
+        if composed is None:
+            return
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.report_devices, composed)
+        else:
+            await asyncio.to_thread(self.agent.write_devices, composed)
+        if self.agent.devices is not None:
+            self.agent.devices.start_xid_watch()  # once, after the first inventory named the GPUs
+
     async def _report(self) -> None:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.report, self.agent)
@@ -163,6 +174,8 @@ class Daemon:
             tasks.append(self._every("psi", cfg.psi_collector_interval, self._psi, first_delay=0.1))
         if cfg.nodeslo_file:
             tasks.append(self._every("nodeslo", _NODESLO_FILE_POLL, self._nodeslo_file))
+        if self.agent.devices is not None:
+            tasks.append(self._every("devices", cfg.node_topology_sync_interval, self._devices))
         if self.cluster is not None:
             self.cluster.start_watches(self.agent)
         running = [asyncio.ensure_future(t) for t in tasks]
@@ -175,4 +188,6 @@ class Daemon:
             await asyncio.gather(*running, return_exceptions=True)
             if self.cluster is not None:
                 self.cluster.close()
+            if self.agent.devices is not None:
+                self.agent.devices.close()
             self.http.stop()

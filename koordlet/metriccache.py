@@ -18,6 +18,9 @@ KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
     "node_cpu_usage": (),
     "node_memory_usage": (),
     "node_memory_usage_with_page_cache": (),
+    "node_gpu_core_usage": ("gpu_minor", "gpu_device_uuid"),
+    "node_gpu_memory_usage": ("gpu_minor", "gpu_device_uuid"),
+    "node_gpu_memory_total": ("gpu_minor", "gpu_device_uuid"),
     "node_numa_cpu_usage": ("numa_node_id",),
     "node_numa_memory_usage": ("numa_node_id",),
     "sys_cpu_usage": (),
@@ -28,10 +31,14 @@ KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
     "pod_memory_usage": ("pod_uid",),
     "pod_memory_usage_with_page_cache": ("pod_uid",),
     "pod_cpu_throttled": ("pod_uid",),
+    "pod_gpu_core_usage": ("pod_uid", "gpu_minor", "gpu_device_uuid"),
+    "pod_gpu_memory_usage": ("pod_uid", "gpu_minor", "gpu_device_uuid"),
     "container_cpu_usage": ("container_id",),
     "container_memory_usage": ("container_id",),
     "container_memory_usage_with_page_cache": ("container_id",),
     "container_cpu_throttled": ("container_id",),
+    "container_gpu_core_usage": ("container_id", "gpu_minor", "gpu_device_uuid"),
+    "container_gpu_memory_usage": ("container_id", "gpu_minor", "gpu_device_uuid"),
     "host_application_cpu_usage": ("host_app_name",),
     "host_application_memory_usage": ("host_app_name",),
     "host_application_memory_usage_with_page_cache": ("host_app_name",),
@@ -156,6 +163,10 @@ class MetricCache:
                 del series.ts[:cut]
                 del series.values[:cut]
         return dropped
+
+    def keys(self, kind: str) -> list[SeriesKey]:
+        """Keys of the live series of one kind (e.g. every GPU that has a `node_gpu_memory_total` series)."""
+        return [k for k in self._series if k[0] == kind]
 
     def series_count(self) -> int:
         return len(self._series)

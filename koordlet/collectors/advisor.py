@@ -7,6 +7,7 @@ SystemResource collectors share one state; here they share one function call).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from koordlet.collectors.cgroups import CgroupUsage, CgroupUsageCollector, Target, pod_targets
 from koordlet.collectors.hostapps import HostApp, hostapp_targets
@@ -15,6 +16,9 @@ from koordlet.collectors.psi import PSICollector, PSIReading
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.states.model import PodMeta
+
+if TYPE_CHECKING:  # the NVML code is imported only where a GPU hook is wired
+    from koordlet.devices.nvidia.usage import GpuUsageCollector
 
 
 @dataclass
@@ -32,13 +36,15 @@ class Latest:
 
 class Advisor:
     def __init__(self, cache: MetricCache, node: NodeCollector, cgroups: CgroupUsageCollector,
-                 psi: PSICollector | None, health: Health, page_cache: bool = False) -> None:
+                 psi: PSICollector | None, health: Health, page_cache: bool = False,
+                 gpu: GpuUsageCollector | None = None) -> None:
         self.cache = cache
         self.node = node
         self.cgroups = cgroups
         self.psi = psi
         self.health = health
         self.page_cache = page_cache
+        self.gpu = gpu  # optional NVIDIA usage hook (upstream: the GPU device collector's Fill*Metric)
         self.latest = Latest()
         self._targets: tuple[list[PodMeta], list[HostApp], list[Target]] | None = None
 
@@ -54,8 +60,15 @@ class Advisor:
         targets = self._targets_for(pods, apps)
         usage = self.cgroups.collect(targets, now_mono_ns)
         self._store(node, targets, usage, now_ms)
+        if self.gpu is not None:
+            self._store_gpu(self.gpu, pods, now_ms)
         self.latest.node, self.latest.usage = node, usage
         self.latest.pods, self.latest.host_apps = pods, apps
+
+    def _store_gpu(self, gpu: GpuUsageCollector, pods: list[PodMeta], now_ms: int) -> None:
+        append, key = self.cache.append, self.cache.key
+        for sample in gpu.collect(pods):
+            append(key(sample.kind, **sample.labels), now_ms, sample.value)
 
     def collect_psi(self, pods: list[PodMeta]) -> None:
         if self.psi is None:

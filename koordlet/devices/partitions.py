@@ -2,8 +2,8 @@
 
 Shape (apis/extension/device_share.go GPUPartition, GPUPartitionTable): a JSON object keyed by the group size as a
 string, each a list of `{"minors": [...], "gpuLinkType": "NVLink", "ringBusBandwidth": "<quantity>",
-"allocationScore": 1}` with the last three omitted when empty/zero, serialized compactly with keys sorted as Go's
-encoding/json sorts them.
+"allocationScore": 1}` with the last three omitted when empty/zero, serialized compactly as Go's encoding/json does:
+map keys sorted, struct fields in declaration order (so the string is byte-identical to upstream's).
 """
 
 from __future__ import annotations
@@ -41,4 +41,4 @@ def table_annotation(partitions: Iterable[dict[str, Any]]) -> str | None:
         table.setdefault(str(len(key)), []).append(p)
     if not table:
         return None
-    return json.dumps(table, sort_keys=True, separators=(",", ":"))
+    return json.dumps({size: table[size] for size in sorted(table)}, separators=(",", ":"))

@@ -10,10 +10,11 @@ import copy
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from koordlet import godur
 from koordlet.collectors.hostapps import HostApp
+from koordlet.devices.model import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.errors import InvalidInput
 from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.quantity import format_bytes, format_milli
@@ -108,6 +109,14 @@ def _memory_kind(scope: str, policy: str) -> str:
     return f"{scope}_{_MEMORY_KIND_SUFFIX.get(policy, 'memory_usage')}"
 
 
+class GpuSeries(NamedTuple):
+    """A GPU known to the metric cache (it has a `node_gpu_memory_total` series)."""
+
+    minor: int
+    uuid: str
+    memory_total: float
+
+
 def rfc3339(ts: float) -> str:
     return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -127,19 +136,70 @@ class NodeMetricBuilder:
             return None
         return {"resources": {"cpu": format_milli(int(c.get(agg) * 1000)), "memory": format_bytes(int(m.get(agg)))}}
 
+    def _gpus(self, start: int, end: int) -> list[GpuSeries]:
+        """GPUs with a memory-total sample in the window (upstream reads the GPU inventory from the KV cache)."""
+        out = []
+        for k in self.cache.keys("node_gpu_memory_total"):
+            agg = self.cache.aggregate(k, start, end)
+            if agg is None or not k[1].isdigit():
+                continue
+            out.append(GpuSeries(int(k[1]), k[2], agg.last))
+        return sorted(out)
+
+    def _gpu_devices(self, gpus: list[GpuSeries], prefix: str, owner: tuple[str, ...], start: int, end: int,
+                     agg: str) -> list[dict[str, Any]]:
+        """Per-GPU usage entries (states_nodemetric.go collectNodeGPUMetric / collectPodGPUMetric); a GPU
+        without samples in the window is left out."""
+        out: list[dict[str, Any]] = []
+        for g in gpus:
+            labels = (*owner, str(g.minor), g.uuid)
+            core = self.cache.aggregate((f"{prefix}_gpu_core_usage", *labels), start, end)
+            mem = self.cache.aggregate((f"{prefix}_gpu_memory_usage", *labels), start, end)
+            if core is None or mem is None:
+                continue
+            used = mem.get(agg)
+            # Go divides by the total as a float; a zero total would be +Inf there, we report 0.
+            ratio = int(100 * used / g.memory_total) if g.memory_total > 0 else 0
+            out.append({
+                "id": g.uuid,
+                "minor": g.minor,
+                "type": "gpu",
+                "health": False,  # upstream never sets it on usage entries, so it serializes as false
+                "resources": {
+                    RESOURCE_GPU_CORE: str(int(core.get(agg))),
+                    RESOURCE_GPU_MEMORY: format_bytes(int(used)),
+                    RESOURCE_GPU_MEMORY_RATIO: str(ratio),
+                },
+            })
+        return out
+
+    def _with_devices(self, usage: dict[str, Any] | None, gpus: list[GpuSeries], start: int, end: int,
+                      agg: str) -> dict[str, Any]:
+        """Node usage plus GPU devices: upstream queryNodeMetric adds them to every node ResourceMap it builds
+        (nodeUsage and each aggregatedNodeUsages entry) that is not empty."""
+        if not usage:
+            return {}
+        if gpus and (devices := self._gpu_devices(gpus, "node", (), start, end, agg)):
+            usage["devices"] = devices
+        return usage
+
     def _usage_with_aggregates(self, scope: str, policy: CollectPolicy, now_ms: int) -> tuple[
             dict[str, Any], list[dict[str, Any]]]:
         key = self.cache.key
         cpu, mem = key(f"{scope}_cpu_usage"), key(_memory_kind(scope, policy.memory_policy))
         if scope == "sys":
             mem = key("sys_memory_usage")
-        usage = self._resources(cpu, mem, now_ms - policy.window * 1000, now_ms, "avg", False) or {}
+        window_start = now_ms - policy.window * 1000
+        gpus = self._gpus(window_start, now_ms) if scope == "node" else []
+        usage = self._with_devices(self._resources(cpu, mem, window_start, now_ms, "avg", False), gpus,
+                                   window_start, now_ms, "avg")
         aggregated = []
         for d in policy.durations:
             start = now_ms - int(d * 1000)
             aggregated.append({
                 "duration": godur.format_seconds(d),
-                "usage": {a: self._resources(cpu, mem, start, now_ms, a, True) or {} for a in _PERCENTILE_AGGS},
+                "usage": {a: self._with_devices(self._resources(cpu, mem, start, now_ms, a, True), gpus, start,
+                                                now_ms, a) for a in _PERCENTILE_AGGS},
             })
         return usage, aggregated
 
@@ -175,6 +235,7 @@ class NodeMetricBuilder:
             node_metric["numaUsages"] = numa
 
         key = self.cache.key
+        gpus = self._gpus(start, now_ms)
         pods_metric = []
         for pod in pods:
             usage = self._resources(key("pod_cpu_usage", pod_uid=pod.uid),
@@ -182,6 +243,8 @@ class NodeMetricBuilder:
                                     start, now_ms, "avg", False)
             if usage is None:
                 continue  # upstream: AVG over no samples is an error and the pod is left out
+            if gpus and (devices := self._gpu_devices(gpus, "pod", (pod.uid,), start, now_ms, "avg")):
+                usage["devices"] = devices
             entry = {"namespace": pod.namespace, "name": pod.name, "podUsage": usage}
             # priority and qos are omitempty upstream (QoSNone and no priority class are "").
             entry.update({k: v for k, v in (("priority", pod.priority_class), ("qos", pod.koord_qos)) if v})

@@ -84,3 +84,15 @@ def test_foreign_label_changes_do_not_trigger_updates() -> None:
     existing["metadata"]["labels"]["other/x"] = "1"
     new = desired("n", "u", compose(None, NVIDIA, RDMA), existing)
     assert not changed(existing, new)
+
+
+def test_partition_annotation_is_byte_identical_to_go() -> None:
+    from koordlet.devices.partitions import partition, table_annotation
+
+    text = table_annotation([partition([3, 2, 1, 0], "HCCS"), partition([0, 1], "NVLink", "400Gi"),
+                             partition([0, 1, 2, 3], "HCCS"), partition([4, 5, 6, 7], "HCCS")])
+    # Go: map keys sorted ("2" < "4"), struct fields in declaration order, duplicates of a minor set dropped
+    assert text == ('{"2":[{"minors":[0,1],"gpuLinkType":"NVLink","ringBusBandwidth":"400Gi","allocationScore":1}],'
+                    '"4":[{"minors":[0,1,2,3],"gpuLinkType":"HCCS","allocationScore":1},'
+                    '{"minors":[4,5,6,7],"gpuLinkType":"HCCS","allocationScore":1}]}')
+    assert table_annotation([]) is None

@@ -1,0 +1,49 @@
+"""The committed NVIDIA example nodes are exactly what examples/nodes/gen_nvidia.py generates."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+NODES_DIR = Path(__file__).resolve().parents[2] / "examples" / "nodes"
+
+
+def _generate_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("examples_generate", NODES_DIR / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tree(root: Path) -> dict[str, tuple[str, str | bytes]]:
+    """relative path → ("link", target) | ("file", bytes) | ("dir", "")."""
+    out: dict[str, tuple[str, str | bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir", "")
+            else:
+                out[rel] = ("file", p.read_bytes())
+    return out
+
+
+@pytest.mark.parametrize("node", ["h800-nvlink", "l20-pcie"])
+def test_committed_tree_matches_generator(tmp_path: Path, node: str) -> None:
+    gen = _generate_module()
+    assert gen.builders()[node].__module__ == "gen_nvidia"
+    assert gen.generate(tmp_path, [node]) == [node]
+    fresh, committed = _tree(tmp_path / node), _tree(NODES_DIR / node)
+    assert sorted(fresh) == sorted(committed)
+    diff = [k for k in fresh if fresh[k] != committed[k]]
+    assert diff == []
+    assert any(kind == "link" for kind, _ in fresh.values())
+    assert {"README.md", "nvml-snapshot.json"} <= set(fresh)
