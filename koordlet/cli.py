@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     dd = sub.add_parser("device-daemon", help="write the xPU device-info file from vendor tools (npu-smi, cnmon)")
     _common(dd)
     dd.add_argument("--oneshot", default=False, type=_bool, nargs="?", const=True)
-    dd.add_argument("--output-file", "--prints-output-file", dest="output_file", default=None,
+    dd.add_argument("--output", "--prints-output-file", dest="output_file", default=None,
                     help="default: <var-run-root-dir>/koordlet/xpu-device-infos/ic-device")
     dd.add_argument("--sleep-interval", default="900s", type=parse_go_interval)
     ver = sub.add_parser("version", help="print the version")

@@ -116,3 +116,14 @@ def test_daemon_serves_and_writes_the_device(tmp_path: Path, validate_crd: Any) 
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_device_daemon_oneshot_writes_the_file(tmp_path: Path) -> None:
+    """On a host without NPUs/MLUs the daemon writes an empty array (upstream does the same), atomically."""
+    out = tmp_path / "infos" / "ic-device"
+    out.parent.mkdir()
+    done = subprocess.run([*KOORDLET, "device-daemon", "--oneshot", "--output", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == []
+    assert [p.name for p in out.parent.iterdir()] == ["ic-device"]  # no temp file left behind
