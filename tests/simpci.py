@@ -92,5 +92,7 @@ def _ib_entries(root: Path, dev: Path, ib_dev: str, netdev: str, port_state: str
     (dev / "infiniband_verbs" / f"uverbs{uverbs}").mkdir(parents=True, exist_ok=True)
     (dev / "infiniband_verbs" / f"uverbs{uverbs}" / "ibdev").write_text(f"{ib_dev}\n")
     (dev / "net" / netdev).mkdir(parents=True, exist_ok=True)
+    # a netdev dir always has attributes (and git keeps no empty dir, so committed example trees need one)
+    (dev / "net" / netdev / "operstate").write_text("up\n" if "ACTIVE" in port_state else "down\n")
     _link(root / "sys/class/infiniband" / ib_dev, dev / "infiniband" / ib_dev)
     _link(root / "sys/class/net" / netdev, dev / "net" / netdev)
