@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -234,31 +233,3 @@ def test_dev_root() -> None:
     assert dev_root_for(HostPaths.defaults({})) == "/dev"
     assert dev_root_for(HostPaths.defaults({"agent_mode": "hostMode"})) == "/dev"
 
-
-def _tree(root: Path) -> dict[str, tuple[str, str | bytes]]:
-    out: dict[str, tuple[str, str | bytes]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(root))
-            if p.is_symlink():
-                out[rel] = ("link", os.readlink(p))
-            elif p.is_file():
-                out[rel] = ("file", p.read_bytes())
-            else:
-                out[rel] = ("dir", "")
-    return out
-
-
-def test_committed_example_nodes_regenerate_identically(tmp_path: Path) -> None:
-    require(FIXTURES.is_dir(), "shared/fixtures/vendor-outputs not found")
-    spec = importlib.util.spec_from_file_location("examples_generate", EXAMPLES / "generate.py")
-    assert spec is not None and spec.loader is not None
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    names = ["ascend-910b", "mlu370"]
-    assert generate.generate(tmp_path, names) == names
-    for name in names:
-        fresh, committed = _tree(tmp_path / name), _tree(EXAMPLES / name)
-        assert sorted(fresh) == sorted(committed), name
-        assert fresh == committed, name
