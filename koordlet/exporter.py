@@ -122,6 +122,9 @@ class _InternalCollector(Collector):
              {(): h.cgroup_writes}),
             (CounterMetricFamily, "koordlet_agent_cgroup_write_errors", "cgroup/resctrl writes that failed",
              ["reason"], dict(h.cgroup_write_errors)),
+            (CounterMetricFamily, "koordlet_agent_resource_writes", "QoS executor outcomes by file and result "
+             "(written, unchanged, cached, invalid, vanished, unsupported, error)", ["file", "result"],
+             dict(h.resource_writes)),
             (CounterMetricFamily, "koordlet_agent_skipped_items", "items skipped because of bad or missing input",
              ["kind", "reason"], dict(h.skipped)),
             (GaugeMetricFamily, "koordlet_agent_kernel_capability", "1 if the kernel interface is available",

@@ -21,6 +21,7 @@ class Health:
     cgroup_read_errors: Counter[str] = field(default_factory=Counter)
     cgroup_writes: int = 0
     cgroup_write_errors: Counter[str] = field(default_factory=Counter)
+    resource_writes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (file name, result)
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (kind, reason)
     capabilities: dict[str, bool] = field(default_factory=dict)
     loop_last_success: dict[str, float] = field(default_factory=dict)

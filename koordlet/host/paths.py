@@ -53,6 +53,18 @@ class HostPaths:
     def with_overrides(self, **overrides: str | None) -> HostPaths:
         return replace(self, **{k: v for k, v in overrides.items() if v})
 
+    def host_relative(self, path: str) -> str:
+        """A path under one of the roots as the host names it, without the leading "/": with DaemonSet roots
+        `/host-cgroup/cpu/x` → `sys/fs/cgroup/cpu/x`; a path under no root is returned unchanged."""
+        best = ""
+        for field_name, root in sorted(vars(self).items(), key=lambda kv: len(kv[1]), reverse=True):
+            norm = os.path.join(os.path.normpath(root), "")
+            if os.path.join(path, "").startswith(norm) or path == norm.rstrip("/"):
+                rest = path[len(norm):] if len(path) >= len(norm) else ""
+                best = os.path.join(HOST_MODE_DEFAULTS[field_name].strip("/"), rest)
+                break
+        return best.rstrip("/") if best else path
+
     def proc(self, *parts: str) -> str:
         return os.path.join(self.proc_root, *parts)
 

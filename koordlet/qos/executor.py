@@ -1,0 +1,215 @@
+"""The one writer of cgroupfs, resctrl and sysctl files: validate, write only on change, audit, dry-run.
+
+Upstream: pkg/koordlet/resourceexecutor (executor.go, cgroup.go, updater.go, resctrl_updater.go): check the file is
+supported, validate the value, read and compare, write with truncate; remember what was written and skip an equal
+value for `--resource-force-update-seconds` (60 s). A vanished cgroup is normal (the pod just left).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from koordlet.errors import InvalidInput
+from koordlet.health import Health
+from koordlet.host.paths import HostPaths
+from koordlet.host.resources import RESOURCES
+from koordlet.qos.model import Plan, Write
+
+log = logging.getLogger(__name__)
+
+FORCE_UPDATE_SECONDS = 60.0
+AUDIT_MAX_BYTES = 16 << 20  # upstream --audit-max-disk-space-mb default; one rotated file is kept
+
+
+@dataclass(frozen=True)
+class Result:
+    write: Write
+    result: str  # written | unchanged | cached | planned | invalid | vanished | unsupported | error
+    detail: str = ""
+
+
+class Executor:
+    def __init__(self, paths: HostPaths, cgroup_version: int, health: Health, *, audit_path: str | None = None,
+                 dry_run: bool = False, force_seconds: float = FORCE_UPDATE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.paths = paths
+        self.version = cgroup_version
+        self.health = health
+        self.audit_path = audit_path
+        self.dry_run = dry_run
+        self.force_seconds = force_seconds
+        self.clock = clock
+        self._cache: dict[str, tuple[str, float]] = {}  # path → (value, when written or confirmed)
+        self._roots = tuple(sorted({os.path.join(os.path.normpath(r), "") for r in (
+            paths.cgroup_root, paths.sys_fs_root, paths.proc_root, paths.sys_root)}, key=len, reverse=True))
+
+    # -- public ----------------------------------------------------------------------------------------------
+    def apply(self, plan: Plan) -> list[Result]:
+        results = [self._one(w) for w in plan.writes]
+        for r in results:
+            self.health.resource_writes[(os.path.basename(r.write.path), r.result)] += 1
+        self._audit([r for r in results if r.result in ("written", "planned", "invalid", "error")])
+        return results
+
+    def forget(self, prefix: str) -> None:
+        """Drop cached values under a path (a pod left: a new pod may reuse nothing, but keep the cache small)."""
+        for path in [p for p in self._cache if p.startswith(prefix)]:
+            del self._cache[path]
+
+    # -- one write -------------------------------------------------------------------------------------------
+    def _one(self, w: Write) -> Result:
+        problem = self._validate(w)
+        if problem:
+            self.health.skip("write", "invalid-value", w.path, f"{problem} ({w.reason})")
+            return Result(w, "invalid", problem)
+        if w.op == "mkdir":
+            return self._mkdir(w)
+        if w.op == "rmdir":
+            return self._rmdir(w)
+        now = self.clock()
+        cached = self._cache.get(w.path)
+        if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
+                and now - cached[1] < self.force_seconds:
+            return Result(w, "cached")
+        if not os.path.isdir(os.path.dirname(w.path)):
+            return Result(w, "vanished")  # the cgroup (pod) is gone: normal, nothing to say
+        try:
+            current = _read(w.path)
+        except FileNotFoundError:
+            self.health.capability(f"file:{os.path.basename(w.path)}", False, f"{w.path} does not exist")
+            return Result(w, "unsupported", "file does not exist")
+        except OSError as e:
+            return self._failed(w, e)
+        if w.op == "write" and _holds(current, w):
+            self._cache[w.path] = (w.value, now)
+            return Result(w, "unchanged")
+        if self.dry_run:
+            return Result(w, "planned")
+        try:
+            if w.op == "tids":
+                failed = _write_ids(w.path, w.value)
+                if failed:
+                    # a thread that exited meanwhile is normal (ESRCH); the rest were moved
+                    return Result(w, "written", f"{failed} ids gone")
+            else:
+                _write(w.path, w.value)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return Result(w, "vanished")
+            return self._failed(w, e)
+        self._cache[w.path] = (w.value, now)
+        self.health.cgroup_writes += 1
+        return Result(w, "written")
+
+    def _validate(self, w: Write) -> str | None:
+        path = os.path.normpath(w.path)
+        if ".." in w.path.split(os.sep) or not any(os.path.join(path, "").startswith(r) or
+                                                    path.startswith(r) for r in self._roots):
+            return f"{w.path} is outside the host roots"
+        if w.op in ("mkdir", "rmdir"):
+            return None
+        if "\n" in w.value.strip() and w.op == "write":
+            return "a single write must not span lines"
+        if w.resource is not None:
+            res = RESOURCES.get(w.resource)
+            if res is None:
+                return f"unknown cgroup resource {w.resource!r}"
+            try:
+                return res.validate(w.value, self.version)
+            except InvalidInput as e:
+                return str(e)
+        return None
+
+    def _mkdir(self, w: Write) -> Result:
+        if os.path.isdir(w.path):
+            return Result(w, "unchanged")
+        if self.dry_run:
+            return Result(w, "planned")
+        try:
+            os.mkdir(w.path, 0o755)
+        except FileExistsError:
+            return Result(w, "unchanged")
+        except OSError as e:
+            return self._failed(w, e)
+        return Result(w, "written")
+
+    def _rmdir(self, w: Write) -> Result:
+        if not os.path.isdir(w.path):
+            return Result(w, "unchanged")
+        if self.dry_run:
+            return Result(w, "planned")
+        try:
+            os.rmdir(w.path)
+        except FileNotFoundError:
+            return Result(w, "unchanged")
+        except OSError as e:
+            return self._failed(w, e)
+        self.forget(os.path.join(w.path, ""))
+        return Result(w, "written")
+
+    def _failed(self, w: Write, e: OSError) -> Result:
+        reason = errno.errorcode.get(e.errno or 0, "error")
+        self.health.cgroup_write_errors[reason] += 1
+        self.health.skip("write", reason, w.path, f"{e.strerror} ({w.reason})")
+        return Result(w, "error", f"{reason}: {e.strerror}")
+
+    # -- audit -----------------------------------------------------------------------------------------------
+    def _audit(self, results: list[Result]) -> None:
+        if not self.audit_path or not results:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.audit_path), exist_ok=True)
+            if os.path.exists(self.audit_path) and os.path.getsize(self.audit_path) > AUDIT_MAX_BYTES:
+                os.replace(self.audit_path, self.audit_path + ".1")
+            ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            with open(self.audit_path, "a", encoding="utf-8") as f:
+                for r in results:
+                    f.write(json.dumps({"time": ts, "path": self.paths.host_relative(r.write.path),
+                                        "value": r.write.value, "op": r.write.op, "reason": r.write.reason,
+                                        "result": r.result, **({"detail": r.detail} if r.detail else {})}) + "\n")
+        except OSError as e:
+            self.health.skip("audit", "unwritable", self.audit_path, str(e))
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def _holds(current: str, w: Write) -> bool:
+    if w.compare == "always":
+        return False
+    if w.compare == "line":
+        return any(line.strip() == w.value.strip() for line in current.splitlines())
+    return current.strip() == w.value.strip()
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _write_ids(path: str, ids: str) -> int:
+    """One write() per id (the kernel takes one task per write); returns how many were refused."""
+    failed = 0
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        for tid in ids.split():
+            try:
+                os.write(fd, tid.encode())
+            except OSError as e:
+                if e.errno not in (errno.ESRCH, errno.EINVAL):
+                    raise
+                failed += 1
+    finally:
+        os.close(fd)
+    return failed

@@ -1,0 +1,62 @@
+"""What a QoS planner produces: host writes with a reason, and per-object errors that become Events.
+
+Planners are pure: they get a snapshot of the node (pods, merged NodeSLO, host facts they asked for) and return a
+Plan. Only koordlet.qos.executor touches the files, so validation, write-on-change, audit and dry-run hold for every
+feature at once (upstream: pkg/koordlet/resourceexecutor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Op = Literal["write", "mkdir", "rmdir", "tids"]
+Compare = Literal["exact", "line", "always"]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One change to a host file or directory.
+
+    - `path` is the absolute path as the agent sees it (under the configured host roots).
+    - `resource` names the cgroup file in koordlet.host.resources whose validator must accept `value`; None for
+      files the planner validated itself (resctrl schemata, sysctls).
+    - `op`: `write` replaces the content; `tids` writes each whitespace-separated id with its own write() (resctrl
+      and cgroup `tasks`); `mkdir`/`rmdir` create or remove a directory (value unused).
+    - `compare`: `exact` skips when the file already holds the value; `line` skips when any line of the file equals
+      it (multi-device blkio files); `always` never skips (task moves).
+    """
+
+    path: str
+    value: str
+    reason: str
+    resource: str | None = None
+    op: Op = "write"
+    compare: Compare = "exact"
+
+
+@dataclass(frozen=True)
+class PlanError:
+    """Bad input for one object: the object is skipped and the error reported (Event in a cluster)."""
+
+    kind: str  # Pod, NodeSLO, Node
+    name: str  # namespace/name for pods
+    field: str  # e.g. annotations[node.koordinator.sh/resctrl].llc.schemata.range
+    message: str
+    reason: str = "InvalidQoSConfig"
+    uid: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"object": f"{self.kind}/{self.name}", "field": self.field, "message": self.message,
+                "reason": self.reason}
+
+
+@dataclass
+class Plan:
+    writes: list[Write] = field(default_factory=list)
+    errors: list[PlanError] = field(default_factory=list)
+
+    def extend(self, other: Plan) -> Plan:
+        self.writes.extend(other.writes)
+        self.errors.extend(other.errors)
+        return self

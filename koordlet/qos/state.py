@@ -1,0 +1,53 @@
+"""The node snapshot every QoS planner reads: pods, merged NodeSLO, host apps and the cgroup layout."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.collectors.hostapps import HostApp
+from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
+from koordlet.host.paths import HostPaths
+from koordlet.host.resources import resource_path
+from koordlet.states.model import PodMeta
+
+# NodeSLO resourceQOSStrategy key per koordinator QoS class (spec §7.1).
+CLASS_KEYS = {"LSE": "lsrClass", "LSR": "lsrClass", "LS": "lsClass", "BE": "beClass", "SYSTEM": "systemClass"}
+
+
+@dataclass(frozen=True)
+class QoSState:
+    paths: HostPaths
+    cgroup_version: int
+    driver: CgroupDriver
+    pods: list[PodMeta]
+    nodeslo: dict[str, Any]  # merged spec (koordlet.states.nodeslo.merge_nodeslo_spec)
+    host_apps: list[HostApp] = field(default_factory=list)
+    nodeslo_present: bool = True
+
+    def strategy(self) -> dict[str, Any]:
+        value = self.nodeslo.get("resourceQOSStrategy")
+        return value if isinstance(value, dict) else {}
+
+    def class_config(self, koord_qos: str) -> dict[str, Any]:
+        """The ResourceQOS block (cpuQOS, memoryQOS, resctrlQOS, blkioQOS, ...) for a koordinator QoS class."""
+        key = CLASS_KEYS.get(koord_qos)
+        value = self.strategy().get(key) if key else None
+        return value if isinstance(value, dict) else {}
+
+    def qos_dir(self, qos: K8sQoS) -> str:
+        return qos_dir(self.driver, qos)
+
+    def cgroup_file(self, resource: str, rel_dir: str) -> str:
+        """Absolute path of a cgroup resource file for a dir (v1: under its subsystem; v2: unified)."""
+        return resource_path(self.cgroup_version, self.paths, resource, rel_dir)
+
+    def resctrl(self, *parts: str) -> str:
+        return self.paths.resctrl(*parts)
+
+    def proc(self, *parts: str) -> str:
+        return self.paths.proc(*parts)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
