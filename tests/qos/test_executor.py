@@ -1,0 +1,139 @@
+"""The one writer: validation before any write, write on change, 60 s force, vanished cgroups, audit, dry-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from koordlet.health import Health
+from koordlet.host.paths import HostPaths
+from koordlet.qos.executor import Executor
+from koordlet.qos.model import Plan, Write
+
+from conftest import require
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> tuple[HostPaths, Path]:
+    paths = HostPaths.under(str(tmp_path))
+    d = tmp_path / "sys/fs/cgroup/cpu/kubepods/podA"
+    d.mkdir(parents=True)
+    (d / "cpu.shares").write_text("1024\n")
+    (d / "cpu.bvt_warp_ns").write_text("0\n")
+    return paths, d
+
+
+def _ex(paths: HostPaths, tmp_path: Path, **kw: object) -> tuple[Executor, Clock]:
+    clock = Clock()
+    return Executor(paths, 1, Health(), audit_path=str(tmp_path / "state/audit/qos.jsonl"), clock=clock,
+                    **kw), clock  # type: ignore[arg-type]
+
+
+def test_write_on_change_cache_and_force(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, d = host
+    ex, clock = _ex(paths, tmp_path)
+    w = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    assert [r.result for r in ex.apply(Plan([w]))] == ["written"]
+    assert (d / "cpu.bvt_warp_ns").read_text() == "-1"
+    assert [r.result for r in ex.apply(Plan([w]))] == ["cached"]
+    (d / "cpu.bvt_warp_ns").write_text("2\n")  # someone else changed it
+    clock.now += 61  # past the force-update window: re-read and fix it
+    assert [r.result for r in ex.apply(Plan([w]))] == ["written"]
+    clock.now += 61
+    assert [r.result for r in ex.apply(Plan([w]))] == ["unchanged"]
+    audit = [json.loads(line) for line in (tmp_path / "state/audit/qos.jsonl").read_text().splitlines()]
+    assert [a["result"] for a in audit] == ["written", "written"]
+    assert audit[0]["path"] == "sys/fs/cgroup/cpu/kubepods/podA/cpu.bvt_warp_ns" and audit[0]["reason"] == "cpuqos/pod"
+    assert ex.health.resource_writes[("cpu.bvt_warp_ns", "written")] == 2
+
+
+@pytest.mark.parametrize(("resource", "value"), [("cpu.bvt_warp_ns", "3"), ("cpu.shares", "1"),
+                                                 ("cpu.shares", "abc"), ("no.such.file", "1")])
+def test_out_of_range_never_reaches_the_file(host: tuple[HostPaths, Path], tmp_path: Path, resource: str,
+                                             value: str) -> None:
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path)
+    target = d / "cpu.shares"
+    [r] = ex.apply(Plan([Write(str(target), value, "test", resource=resource)]))
+    assert r.result == "invalid" and target.read_text() == "1024\n"
+
+
+def test_paths_outside_the_roots_are_refused(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, _ = host
+    ex, _ = _ex(paths, tmp_path)
+    outside = tmp_path / "etc-passwd"
+    outside.write_text("root\n")
+    results = ex.apply(Plan([Write(str(outside), "x", "evil"),
+                             Write(str(tmp_path / "sys/fs/cgroup/../../../etc-passwd"), "x", "evil")]))
+    assert [r.result for r in results] == ["invalid", "invalid"] and outside.read_text() == "root\n"
+
+
+def test_vanished_cgroup_and_missing_file(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path)
+    gone = Write(str(d.parent / "podGone/cpu.shares"), "2", "t", resource="cpu.shares")
+    nofile = Write(str(d / "cpu.idle"), "1", "t", resource="cpu.idle")
+    assert [r.result for r in ex.apply(Plan([gone, nofile]))] == ["vanished", "unsupported"]
+    assert ex.health.capabilities == {"file:cpu.idle": False}
+
+
+def test_dry_run_plans_without_writing(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path, dry_run=True)
+    results = ex.apply(Plan([Write(str(d / "cpu.shares"), "2048", "t", resource="cpu.shares"),
+                             Write(str(d / "cpu.shares"), "1024", "t", resource="cpu.shares"),
+                             Write(str(d.parent / "new"), "", "t", op="mkdir")]))
+    assert [r.result for r in results] == ["planned", "unchanged", "planned"]
+    assert (d / "cpu.shares").read_text() == "1024\n" and not (d.parent / "new").exists()
+
+
+def test_line_compare_mkdir_rmdir_and_tids(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path)
+    throttle = d / "blkio.throttle.read_bps_device"
+    throttle.write_text("253:0 2048\n253:16 1048576\n")
+    group = tmp_path / "sys/fs/resctrl/BE"
+    group.parent.mkdir(parents=True)
+    results = ex.apply(Plan([
+        Write(str(throttle), "253:16 1048576", "blkio", compare="line"),
+        Write(str(group), "", "resctrl", op="mkdir"),
+    ]))
+    assert [r.result for r in results] == ["unchanged", "written"] and group.is_dir()
+    (group / "tasks").write_text("")
+    [r] = ex.apply(Plan([Write(str(group / "tasks"), "12 34", "resctrl", op="tids", compare="always")]))
+    assert r.result == "written" and (group / "tasks").read_text() == "1234"  # one write() per id
+    os.remove(group / "tasks")
+    assert [r.result for r in ex.apply(Plan([Write(str(group), "", "resctrl", op="rmdir")]))] == ["written"]
+    assert not group.exists()
+
+
+def test_real_cgroup_v1_write_read_back(tmp_path: Path) -> None:
+    require(os.geteuid() == 0 and Path("/sys/fs/cgroup/cpu/cgroup.procs").exists(), "needs root and cgroup v1 cpu")
+    name = f"koordlet-test-{uuid.uuid4().hex[:8]}"
+    real = Path("/sys/fs/cgroup/cpu") / name
+    real.mkdir()
+    try:
+        root = tmp_path / "cg"
+        root.mkdir()
+        (root / "cpu").symlink_to(Path("/sys/fs/cgroup/cpu") / name)
+        paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
+        ex = Executor(paths, 1, Health())
+        target = str(root / "cpu" / "cpu.shares")
+        assert [r.result for r in ex.apply(Plan([Write(target, "512", "t", resource="cpu.shares")]))] == ["written"]
+        assert (real / "cpu.shares").read_text().strip() == "512"
+        assert [r.result for r in ex.apply(Plan([Write(target, "1", "t", resource="cpu.shares")]))] == ["invalid"]
+        assert (real / "cpu.shares").read_text().strip() == "512"
+    finally:
+        real.rmdir()
