@@ -1,0 +1,48 @@
+"""Events for skipped bad input: posted over HTTP to kmock, deduplicated; standalone they are log + metric."""
+
+from __future__ import annotations
+
+import asyncio
+
+import kmock
+
+from koordlet.events import EventRecorder
+from koordlet.health import Health
+from koordlet.kubeapi import KubeClient, KubeConfig
+from koordlet.qos.model import PlanError
+
+ERR = PlanError("Pod", "team-a/web-0", "annotations[node.koordinator.sh/resctrl].llc.schemata.range",
+                "range [80, 20] is empty", "InvalidResctrlAnnotation", uid="u-1")
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_events_posted_once_per_window(kmock: kmock.KubernetesEmulator) -> None:
+    kmock.resources["v1/events"] = {}
+    clock = Clock()
+    rec = EventRecorder(Health(), "node-1", KubeClient(KubeConfig(server=str(kmock.url))).post, clock=clock)
+    for _ in range(3):
+        await asyncio.to_thread(rec.report, ERR)
+    clock.now += 601
+    await asyncio.to_thread(rec.report, ERR)
+    posts = kmock["post"]
+    assert len(posts) == 2 and rec.posted == 2
+    ev = posts[0].data
+    assert posts[0].url.path == "/api/v1/namespaces/team-a/events"
+    assert ev["involvedObject"] == {"kind": "Pod", "name": "web-0", "uid": "u-1", "namespace": "team-a",
+                                    "apiVersion": "v1"}
+    assert ev["reason"] == "InvalidResctrlAnnotation" and ev["type"] == "Warning"
+    assert ev["message"].startswith("annotations[node.koordinator.sh/resctrl]")
+    assert rec.health.skipped[("pod", "InvalidResctrlAnnotation")] == 4
+
+
+def test_standalone_is_a_log_line_and_a_metric(caplog: object) -> None:
+    rec = EventRecorder(Health(), "n")
+    rec.report(ERR)
+    rec.report(ERR)
+    assert rec.posted == 0 and rec.health.skipped[("pod", "InvalidResctrlAnnotation")] == 2
