@@ -7,6 +7,7 @@ user sees from the CLI is exactly what the daemon reports.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -24,11 +25,15 @@ from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
 from koordlet.devices.report import changed, desired
 from koordlet.errors import InvalidInput, KoordletError
+from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.qos.executor import Executor
+from koordlet.qos.manager import QoSManager, enabled_features
+from koordlet.qos.state import QoSState
 from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
 from koordlet.reporters.statedir import StateDirWriter
 from koordlet.states.model import JSON, PodSource
@@ -78,6 +83,7 @@ class Agent:
         if config.gate("Accelerators") or config.gate("RDMADevices"):
             self.devices = DeviceInventory(config, self.health)
         self._device_obj: JSON | None = None
+        self._qos: QoSManager | None = None
 
     def _retention(self, kind: str) -> float:
         if kind.startswith(("node_", "sys_")):
@@ -192,6 +198,25 @@ class Agent:
         self.state_writer.write(DEVICE_GROUP, DEVICE_PLURAL, obj)
         self.metrics.served[api_path(DEVICE_API_VERSION, DEVICE_PLURAL, self.config.node_name)] = obj
         return True
+
+    # -- QoS ---------------------------------------------------------------------------------------------------
+    def qos_state(self) -> QoSState:
+        return QoSState(self.config.paths, self.backend.version, self.driver, self.pods.pods, self.nodeslo_spec,
+                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present)
+
+    def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
+        """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""
+        if dry_run or self._qos is None:
+            executor = Executor(self.config.paths, self.backend.version, self.health, dry_run=dry_run,
+                                audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
+                                                                             "qos.jsonl"),
+                                force_seconds=self.config.resource_force_update_seconds)
+            manager = QoSManager(enabled_features(self.config), executor,
+                                 EventRecorder(self.health, self.config.node_name, post_event), self.health)
+            if dry_run:
+                return manager
+            self._qos = manager
+        return self._qos
 
     def write_state(self, obj: JSON) -> str:
         path = self.state_writer.write(NODEMETRIC_GROUP, "nodemetrics", obj)

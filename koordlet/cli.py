@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import yaml
 
@@ -61,6 +62,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubelet-insecure-tls", default=False, type=_bool, nargs="?", const=True)
     p.add_argument("--kubelet-read-only-port", default=10255, type=int)
     p.add_argument("--enable-node-metric-report", default=True, type=_bool, nargs="?", const=True)
+    p.add_argument("--reconcile-interval-seconds", default=1.0, type=float, help="QoS reconcile period")
+    p.add_argument("--resource-force-update-seconds", default=60.0, type=float,
+                   help="rewrite a cgroup file holding the same value after this long")
     p.add_argument("--node-topology-sync-interval", default="3s", type=parse_go_interval,
                    help="Device CR report period (upstream: also the NRT period)")
     p.add_argument("--xpu-device-infos-dir", default=None,
@@ -94,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--output", "--prints-output-file", dest="output_file", default=None,
                     help="default: <var-run-root-dir>/koordlet/xpu-device-infos/ic-device")
     dd.add_argument("--sleep-interval", default="900s", type=parse_go_interval)
+    pl = sub.add_parser("plan", help="print what one QoS reconcile pass would write, without writing")
+    _common(pl)
+    pl.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    qo = sub.add_parser("qos", help="apply QoS (one pass with --once)")
+    _common(qo)
+    qo.add_argument("--once", action="store_true", required=True, help="apply one reconcile pass and exit")
+    qo.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
     ver = sub.add_parser("version", help="print the version")
     _common(ver)
     return parser
@@ -132,6 +143,8 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None) 
         xpu_enforce_collect_from_device_infos=ns.xpu_enforce_collect_from_device_infos,
         nvml_snapshot=ns.nvml_snapshot, gpu_partition_policy=ns.gpu_partition_policy,
         gpu_health_recovery_seconds=ns.gpu_health_recovery_seconds,
+        reconcile_interval_seconds=ns.reconcile_interval_seconds,
+        resource_force_update_seconds=ns.resource_force_update_seconds,
     )
 
 
@@ -161,20 +174,7 @@ def cmd_run(config: Config) -> int:
 
 
 def cmd_nodemetric(config: Config, window: float, output: str) -> int:
-    from koordlet.agent import Agent
-
-    agent = Agent(config)
-    if config.nodeslo_file:
-        agent.load_nodeslo_file()
-    if config.standalone:
-        agent.sync_pods()
-    else:
-        from koordlet.cluster import ClusterLink
-
-        cluster = ClusterLink.connect(config, agent)
-        if cluster is not None:
-            cluster.sync_pods(agent)
-            cluster.load_once(agent)
+    agent = _agent_with_state(config)
     deadline = time.monotonic() + max(window, 0.0)
     agent.collect()
     while True:
@@ -228,6 +228,42 @@ def cmd_device_daemon(config: Config, oneshot: bool, output: str | None, interva
                              runner=subprocess_runner(host_root or "/"))
 
 
+def _agent_with_state(config: Config) -> Any:
+    """An Agent with pods and NodeSLO loaded once (standalone files or the cluster), for one-shot commands."""
+    from koordlet.agent import Agent
+
+    agent = Agent(config)
+    if config.nodeslo_file:
+        agent.load_nodeslo_file()
+    if config.standalone:
+        agent.sync_pods()
+    else:
+        from koordlet.cluster import ClusterLink
+
+        cluster = ClusterLink.connect(config, agent)
+        if cluster is not None:
+            cluster.sync_pods(agent)
+            cluster.load_once(agent)
+    return agent
+
+
+def cmd_plan(config: Config, output: str, apply: bool) -> int:
+    from koordlet.qos.manager import plan_json
+
+    agent = _agent_with_state(config)
+    qos = agent.qos_manager(dry_run=not apply)
+    plan_holder: list[Any] = []
+    results = qos.reconcile(agent.qos_state(), report=plan_holder.append)
+    if apply:
+        summary: dict[str, int] = {}
+        for r in results:
+            summary[r.result] = summary.get(r.result, 0) + 1
+        _dump({"results": summary, "errors": [e.as_json() for e in plan_holder[0].errors]}, output)
+    else:
+        _dump(plan_json(results, plan_holder[0], qos.executor), output)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = normalize_argv(sys.argv[1:] if argv is None else argv)
     ns = build_parser().parse_args(args)
@@ -242,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if ns.command == "run":
         return cmd_run(config)
+    if ns.command in ("plan", "qos"):
+        return cmd_plan(config, ns.output, apply=ns.command == "qos")
     if ns.command == "devices":
         return cmd_devices(config, ns.output, ns.dump_nvml)
     if ns.command == "device-daemon":

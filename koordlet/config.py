@@ -68,6 +68,8 @@ class Config:
     kubelet_insecure_tls: bool = False
     kubelet_read_only_port: int = 10255
     enable_node_metric_report: bool = True
+    reconcile_interval_seconds: float = 1.0
+    resource_force_update_seconds: float = 60.0
     # devices
     node_topology_sync_interval: float = 3.0
     xpu_device_infos_dir: str | None = None  # default: <var-run-root>/koordlet/xpu-device-infos/

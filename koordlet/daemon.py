@@ -129,6 +129,10 @@ class Daemon:
         if self.agent.devices is not None:
             self.agent.devices.start_xid_watch()  # once, after the first inventory named the GPUs
 
+    async def _qos(self) -> None:
+        if self.agent.pods.synced:
+            self.agent.qos_manager().reconcile(self.agent.qos_state())
+
     async def _report(self) -> None:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.report, self.agent)
@@ -176,6 +180,9 @@ class Daemon:
             tasks.append(self._every("nodeslo", _NODESLO_FILE_POLL, self._nodeslo_file))
         if self.agent.devices is not None:
             tasks.append(self._every("devices", cfg.node_topology_sync_interval, self._devices))
+        if self.cluster is not None:
+            self.agent.qos_manager(post_event=self.cluster.client.post)
+        tasks.append(self._every("qos", cfg.reconcile_interval_seconds, self._qos, first_delay=0.2))
         if self.cluster is not None:
             self.cluster.start_watches(self.agent)
         running = [asyncio.ensure_future(t) for t in tasks]

@@ -1,0 +1,83 @@
+"""One reconcile pass: snapshot the node, read each enabled feature's host facts, plan, report bad input, apply.
+
+Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
+groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
+NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.config import Config
+from koordlet.events import EventRecorder
+from koordlet.health import Health
+from koordlet.qos.executor import Executor, Result
+from koordlet.qos.model import Plan
+from koordlet.qos.state import QoSState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    module: str  # koordlet.qos.<module> exposing read_facts(state) and plan(state, facts, **options)
+    options: dict[str, Any]
+
+
+def enabled_features(config: Config) -> list[Feature]:
+    out = []
+    if config.gate("RdtResctrl") or config.gate("Resctrl"):
+        out.append(Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": config.gate("Resctrl")}))
+    if config.gate("GroupIdentity") or config.gate("CoreSched"):
+        out.append(Feature("cpuqos", "koordlet.qos.cpuqos", {}))
+    if config.gate("BlkIOReconcile"):
+        out.append(Feature("blkio", "koordlet.qos.blkio", {}))
+    return out
+
+
+class QoSManager:
+    def __init__(self, features: list[Feature], executor: Executor, events: EventRecorder, health: Health) -> None:
+        self.features = features
+        self.executor = executor
+        self.events = events
+        self.health = health
+        self._modules = {f.name: importlib.import_module(f.module) for f in features}
+
+    def plan(self, state: QoSState) -> Plan:
+        """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once)."""
+        total = Plan()
+        for f in self.features:
+            module = self._modules[f.name]
+            try:
+                facts = module.read_facts(state)
+                total.extend(module.plan(state, facts, **f.options))
+                self.health.recovered("qos", "feature-failed", f.name)
+            except Exception as e:  # one feature's bug must not stop the others
+                self.health.skip("qos", "feature-failed", f.name, f"{type(e).__name__}: {e}")
+        return total
+
+    def reconcile(self, state: QoSState, report: Callable[[Plan], None] | None = None) -> list[Result]:
+        plan = self.plan(state)
+        for err in plan.errors:
+            self.events.report(err)
+        if report is not None:
+            report(plan)
+        return self.executor.apply(plan)
+
+
+def plan_json(results: list[Result], plan: Plan, executor: Executor) -> dict[str, Any]:
+    """`koordlet plan -o json`: the writes one pass would make (dry-run results 'planned'), and the errors."""
+    return {
+        "writes": [{"path": executor.paths.host_relative(r.write.path), "value": r.write.value,
+                    "reason": r.write.reason, **({"op": r.write.op} if r.write.op != "write" else {})}
+                   for r in results if r.result == "planned"],
+        "errors": [e.as_json() for e in plan.errors]
+                  + [{"object": r.write.path, "field": r.write.reason, "message": r.detail, "reason": r.result}
+                     for r in results if r.result in ("invalid", "error")],
+    }
