@@ -32,6 +32,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.collection
+	$(BIN)/python -m benchmarks.qos_reconcile
+	$(BIN)/python -m benchmarks.qos_effect
 
 clean:
 	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache

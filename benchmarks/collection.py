@@ -25,7 +25,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 
 V1 = Path("/sys/fs/cgroup")
-SUBSYSTEMS = ("cpu", "cpuacct", "memory")
+SUBSYSTEMS = ("cpu", "cpuacct", "memory", "blkio")
 
 
 def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int) -> None:
