@@ -42,9 +42,9 @@ def main() -> int:
         pods_dir.mkdir()
         try:
             build_tree(root, name, pods_dir, args.pods, args.containers)
-            for qos in ("besteffort", "burstable"):  # the QoS dirs the planners address
+            for qos_dir in ("besteffort", "burstable"):  # the QoS dirs the planners address
                 for sub in SUBSYSTEMS:
-                    (root / sub / "kubepods" / qos).mkdir(parents=True, exist_ok=True)
+                    (root / sub / "kubepods" / qos_dir).mkdir(parents=True, exist_ok=True)
             paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
             agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(Path(tmp) / "s"),
                                  feature_gates=parse_feature_gates("BlkIOReconcile=true")))

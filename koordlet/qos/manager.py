@@ -33,7 +33,8 @@ class Feature:
 def enabled_features(config: Config) -> list[Feature]:
     out = []
     if config.gate("RdtResctrl") or config.gate("Resctrl"):
-        out.append(Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": config.gate("Resctrl")}))
+        out.append(Feature("resctrl", "koordlet.qos.resctrl",
+                           {"pod_level": config.gate("Resctrl"), "node_name": config.node_name}))
     if config.gate("GroupIdentity") or config.gate("CoreSched"):
         out.append(Feature("cpuqos", "koordlet.qos.cpuqos", {}))
     if config.gate("BlkIOReconcile"):

@@ -1,0 +1,778 @@
+"""resctrl (Intel RDT / AMD PQoS): node facts, L3 CBM and MBA values, and the plan for the LSR/LS/BE and pod groups."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.errors import InvalidInput, KoordletError
+from koordlet.host.files import read_text
+from koordlet.qos.model import Plan, PlanError, Write
+from koordlet.qos.state import CLASS_KEYS, QoSState
+from koordlet.states.model import PodMeta
+
+# Upstream sources: pkg/koordlet/util/system/resctrl.go (detection, schemata, CalculateCatL3MaskValue),
+# pkg/koordlet/qosmanager/plugins/resctrl/resctrl_reconcile.go (class groups, MBA, tasks),
+# pkg/koordlet/util/resctrl/{resctrl.go,ctrl_mgr.go} and pkg/koordlet/runtimehooks/hooks/resctrl/* (pod groups),
+# apis/extension/resctrl.go (the annotation).
+
+ANNOTATION = "node.koordinator.sh/resctrl"
+CLASS_GROUPS = ("LSR", "LS", "BE")  # the order upstream reconciles them in
+POD_GROUP_PREFIX = "koordlet-"  # upstream ClosdIdPrefix
+GROUP_EXPIRATION_SECONDS = 10.0  # ctrl_mgr.go ExpirationTime: a young group is not removed (NRI may be ahead)
+INTEL = "GenuineIntel"
+AMD = "AuthenticAMD"
+HYGON = "HygonGenuine"
+AMD_MAX_MB_GBPS = 160  # 25 GB/s × 8 × 0.8 (AMDCCDMaxMBGbps)
+AMD_UNLIMITED_MB = 2048  # AMDCCDUnlimitedMB
+MBA_MAX_MBPS = 2**32 - 1  # the kernel's MBA_MAX_MBPS: "unlimited" under the mba_MBps mount option
+INTEL_MB_GRAN = 10  # what upstream assumes when info/MB/bandwidth_gran is not read
+CBM_MAX_BITS = 32  # upstream parses cbm_mask with ParseUint(.., 16, 32)
+ACTIVE_PHASES = ("Pending", "Running")
+_TERMINATED_PHASES = ("Succeeded", "Failed")
+_NOT_GROUPS = ("info", "mon_groups", "mon_data")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_INT64 = (-(2**63), 2**63 - 1)
+
+REASON_ANNOTATION = "InvalidResctrlAnnotation"
+REASON_NODESLO = "InvalidResctrlQOS"
+REASON_CLOSID = "ResctrlClosidExhausted"
+REASON_UNAVAILABLE = "ResctrlUnavailable"
+
+
+# ---- facts ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """A resctrl control group koordlet owns (LSR, LS, BE, koordlet-<uid>) as it is on disk."""
+
+    name: str
+    schemata: str  # raw file text, "" when unreadable
+    tasks: frozenset[int]
+    age: float | None  # seconds since the directory's mtime; None when unknown (treated as old)
+
+
+@dataclass(frozen=True)
+class ResctrlFacts:
+    """Everything the planner needs from /proc, the resctrl mount and the pods' cgroups, read in one go.
+
+    There is no in-memory state besides this: after a restart the plan is rebuilt from the groups on disk (the
+    `koordlet-*` directories), which is what upstream's RDTEngine.Rebuild recovers, minus its bookkeeping."""
+
+    supported: bool = False  # cpuinfo flags carry both cat_l3 and mba (upstream's only gate)
+    vendor: str = ""
+    mounted: bool = False  # info/L3/cbm_mask exists
+    cbm_mask: int = 0  # 0 = unknown or unparsable
+    min_cbm_bits: int = 1
+    cache_ids: tuple[int, ...] = ()  # ids on the root schemata's L3 line
+    has_mb: bool = False  # the root schemata has an MB line
+    mba_mbps: bool = False  # mounted with -o mba_MBps: MB values are MBps, not percent
+    bandwidth_gran: int | None = None
+    min_bandwidth: int | None = None
+    num_closids: int | None = None  # the smallest num_closids over L3 and MB (the kernel uses the minimum)
+    ctrl_groups: tuple[str, ...] = ()  # every control group under the mount except the root, koordlet's or not
+    groups: Mapping[str, GroupFacts] = field(default_factory=dict)  # koordlet's: LSR/LS/BE/koordlet-*
+    pod_tids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # pod uid → thread ids of its cgroups
+
+
+def read_facts(state: QoSState, *, now: float | None = None) -> ResctrlFacts:
+    """Read the facts; anything unreadable reads as absent (never raises)."""
+    now = time.time() if now is None else now
+    cpuinfo = _read(state.proc("cpuinfo"))
+    flags: set[str] = set()
+    vendor = ""
+    for line in cpuinfo.splitlines():
+        if "flags" in line:
+            flags.update(line.split(" "))  # upstream splits on single spaces; "flags\t\t:" is just another token
+        elif not vendor and line.startswith("vendor_id"):
+            vendor = line.partition(":")[2].strip()
+    supported = "cat_l3" in flags and "mba" in flags
+
+    cbm_text = _read_or_none(state.resctrl("info", "L3", "cbm_mask"))
+    mounted = cbm_text is not None
+    try:
+        cbm = parse_cbm(cbm_text or "")
+    except InvalidInput:
+        cbm = 0
+    root = parse_schemata(_read(state.resctrl("schemata")))
+    closids = [_read_int(state.resctrl("info", "L3", "num_closids"))]
+    if root.mb:
+        closids.append(_read_int(state.resctrl("info", "MB", "num_closids")))
+    known = [n for n in closids if n is not None]
+
+    ctrl: list[str] = []
+    groups: dict[str, GroupFacts] = {}
+    if mounted:
+        for name in _listdirs(state.resctrl()):
+            if name in _NOT_GROUPS or not os.path.isfile(state.resctrl(name, "schemata")):
+                continue
+            ctrl.append(name)
+            if name in CLASS_GROUPS or name.startswith(POD_GROUP_PREFIX):
+                groups[name] = GroupFacts(name, _read(state.resctrl(name, "schemata")),
+                                          _ids(_read(state.resctrl(name, "tasks"))), _age(state.resctrl(name), now))
+
+    return ResctrlFacts(
+        supported=supported, vendor=vendor, mounted=mounted, cbm_mask=cbm,
+        min_cbm_bits=max(1, _read_int(state.resctrl("info", "L3", "min_cbm_bits")) or 1),
+        cache_ids=tuple(sorted(root.l3)), has_mb=bool(root.mb), mba_mbps=_mounted_mbps(state),
+        bandwidth_gran=_read_int(state.resctrl("info", "MB", "bandwidth_gran")),
+        min_bandwidth=_read_int(state.resctrl("info", "MB", "min_bandwidth")),
+        num_closids=min(known) if known else None, ctrl_groups=tuple(sorted(ctrl)), groups=groups,
+        pod_tids={p.uid: _pod_tids(state, p) for p in state.pods if _wants_tids(state, p)} if mounted else {},
+    )
+
+
+def _read_or_none(path: str) -> str | None:
+    try:
+        return read_text(path)
+    except KoordletError:
+        return None
+
+
+def _read(path: str) -> str:
+    return _read_or_none(path) or ""
+
+
+def _read_int(path: str) -> int | None:
+    text = _read(path).strip()
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _ids(text: str) -> frozenset[int]:
+    return frozenset(int(t) for t in text.split() if t.isdigit())
+
+
+def _listdirs(path: str) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _age(path: str, now: float) -> float | None:
+    try:
+        return now - os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _mounted_mbps(state: QoSState) -> bool:
+    """Whether the resctrl mount has the mba_MBps option (/proc/mounts, else /proc/self/mountinfo)."""
+    for line in _read(state.proc("mounts")).splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "resctrl":
+            return "mba_MBps" in parts[3].split(",")
+    for line in _read(state.proc("self", "mountinfo")).splitlines():
+        _, sep, tail = line.partition(" - ")
+        parts = tail.split()
+        if sep and len(parts) >= 3 and parts[0] == "resctrl":
+            head = line.split()
+            options = parts[2].split(",") + (head[5].split(",") if len(head) > 5 else [])
+            return "mba_MBps" in options
+    return False
+
+
+def _wants_tids(state: QoSState, pod: PodMeta) -> bool:
+    if pod.phase not in ACTIVE_PHASES:
+        return False
+    return _annotation(pod) is not None or _class_enabled(state, pod.koord_qos)
+
+
+def _pod_tids(state: QoSState, pod: PodMeta) -> frozenset[int]:
+    """Thread ids in the pod's cgroup, its containers' and any other child (the sandbox); a missing dir is skipped
+    silently, as upstream does (states_pods.go, resctrl_reconcile.go)."""
+    dirs = [pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers if c.cgroup_dir)]
+    try:
+        pod_path = os.path.dirname(state.cgroup_file("tasks", pod.cgroup_dir))
+    except KoordletError:
+        return frozenset()
+    dirs += [f"{pod.cgroup_dir.rstrip('/')}/{name}" for name in _listdirs(pod_path)]
+    tids: set[int] = set()
+    for rel in dict.fromkeys(dirs):
+        try:
+            tids |= _ids(_read(state.cgroup_file("tasks", rel)))
+        except KoordletError:
+            continue
+    return frozenset(tids)
+
+
+# ---- values -----------------------------------------------------------------------------------------------------
+
+
+def parse_cbm(text: str) -> int:
+    """The root cbm_mask (hex, at most 32 bits, as upstream's ParseUint(.., 16, 32))."""
+    try:
+        cbm = int(text.strip(), 16)
+    except ValueError:
+        raise InvalidInput(f"cbm_mask {text.strip()!r} is not hexadecimal") from None
+    if cbm < 0 or cbm >= 1 << CBM_MAX_BITS:
+        raise InvalidInput(f"cbm_mask {text.strip()!r} does not fit {CBM_MAX_BITS} bits")
+    return cbm
+
+
+def l3_mask(cbm: int, start: int, end: int, min_bits: int = 1) -> int:
+    """The ways [ceil(ways×start/100), ceil(ways×end/100)) of the root mask as a bit mask (CalculateCatL3MaskValue).
+
+    **[quirk]** upstream returns 0 when both ends round to the same way (`7ff` with [50,52]) and never reads
+    `info/L3/min_cbm_bits`; the kernel rejects both. We raise InvalidInput instead of widening the range: widening
+    would silently give a class ways that the admin assigned elsewhere (BE [0,30] next to LS [30,100]), so the
+    config is reported and nothing is written."""
+    if cbm <= 0 or cbm >= 1 << CBM_MAX_BITS or (cbm + 1) & cbm:
+        raise InvalidInput(f"cbm_mask {cbm:x} is not a contiguous block of low bits")
+    if start < 0 or end > 100 or end <= start:
+        raise InvalidInput(f"range [{start}, {end}] is not 0 <= start < end <= 100")
+    ways = cbm.bit_length()
+    # exact integer ceilings: equal to upstream's float64 math.Ceil for these magnitudes
+    start_way, end_way = -(-ways * start // 100), -(-ways * end // 100)
+    need = max(1, min_bits)
+    if end_way - start_way < need:
+        raise InvalidInput(f"range [{start}, {end}] of {ways} cache ways selects {end_way - start_way} ways "
+                           f"(ways {start_way}..{end_way}); the CPU needs at least {need} (info/L3/min_cbm_bits)")
+    return (1 << end_way) - (1 << start_way)
+
+
+def mba_value(percent: int, vendor: str, mbps_mode: bool = False, *, gran: int | None = None,
+              min_bandwidth: int | None = None, max_mbps: int | None = None) -> int:
+    """The MB schemata value for a bandwidth percent (calculateMbaPercentForGroup, calculateMba).
+
+    - Intel (and any vendor but AMD/Hygon, as upstream's class path): percent rounded up to the bandwidth
+      granularity (10 unless info/MB/bandwidth_gran says otherwise), as the kernel itself would; below
+      info/MB/min_bandwidth is an error (the kernel refuses it).
+    - AMD (and Hygon, which the kernel drives the same way): 100 → 2048 (unlimited), else int(160×p/100).
+    - mba_MBps mount: 100 → the kernel's unlimited (2^32-1); else `max_mbps`×p/100, which needs the node's
+      bandwidth (`max_mbps`); upstream has no MBps mode.
+    Out of [1, 100] is always an error (**[quirk]** upstream's pod path has no range check)."""
+    if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
+        raise InvalidInput(f"MB percent {percent} is not in [1, 100]")
+    if mbps_mode:
+        if percent == 100:
+            return MBA_MAX_MBPS
+        if not max_mbps or max_mbps <= 0:
+            raise InvalidInput(f"resctrl is mounted with mba_MBps; MB {percent}% needs the node's memory "
+                               "bandwidth in MBps, which is not configured")
+        return max(1, max_mbps * percent // 100)
+    if vendor in (AMD, HYGON):
+        return AMD_UNLIMITED_MB if percent == 100 else AMD_MAX_MB_GBPS * percent // 100
+    step = gran if gran and gran > 0 else INTEL_MB_GRAN
+    value = -(-percent // step) * step
+    if value > 100:  # only with a granularity that does not divide 100: stay within what the kernel accepts
+        value = 100 // step * step
+    if value < 1:
+        raise InvalidInput(f"MB bandwidth_gran {step} leaves no valid value for {percent}%")
+    if min_bandwidth is not None and value < min_bandwidth:
+        raise InvalidInput(f"MB {percent}% is below the CPU's min_bandwidth {min_bandwidth}")
+    return value
+
+
+def _mb_default(facts: ResctrlFacts) -> int:
+    return mba_value(100, facts.vendor, facts.mba_mbps, gran=facts.bandwidth_gran)
+
+
+# ---- schemata ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schemata:
+    l3: Mapping[int, int] = field(default_factory=dict)  # cache id → mask
+    mb: Mapping[int, int] = field(default_factory=dict)  # cache id → MB value
+
+
+def parse_schemata(text: str) -> Schemata:
+    """ParseResctrlSchemata: `L3:0=7ff;1=7ff` (hex) and `MB:0=100;1=100` (decimal), lines trimmed (the kernel
+    right-aligns names), other resources (L2, MPAM, L3CODE) and malformed entries ignored."""
+    l3: dict[int, int] = {}
+    mb: dict[int, int] = {}
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) != 2 or parts[0].strip() not in ("L3", "MB"):
+            continue
+        target, base = (l3, 16) if parts[0].strip() == "L3" else (mb, 10)
+        for entry in parts[1].split(";"):
+            key, sep, value = entry.partition("=")
+            try:
+                if sep:
+                    target[int(key.strip())] = int(value.strip(), base)
+            except ValueError:
+                continue
+    return Schemata(l3, mb)
+
+
+def l3_line(masks: Mapping[int, int]) -> str:
+    """`L3:0=3f;1=3f;\\n`: ids ascending, lowercase hex; the trailing `;` is upstream's and the kernel ignores it."""
+    return "L3:" + "".join(f"{i}={masks[i]:x};" for i in sorted(masks)) + "\n"
+
+
+def mb_line(values: Mapping[int, int]) -> str:
+    return "MB:" + "".join(f"{i}={values[i]};" for i in sorted(values)) + "\n"
+
+
+def format_schemata(s: Schemata) -> str:
+    """The L3 line (when any) followed by the MB line (when any), as a pod group receives them."""
+    return (l3_line(s.l3) if s.l3 else "") + (mb_line(s.mb) if s.mb else "")
+
+
+# ---- the pod annotation -----------------------------------------------------------------------------------------
+
+
+class AnnotationError(InvalidInput):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path  # e.g. llc.schemata.range
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ResctrlConfig:
+    """apis/extension/resctrl.go ResctrlConfig, validated: ranges 0 <= start < end <= 100, percents 1..100."""
+
+    llc_range: tuple[int, int] | None = None
+    llc_per_cache: tuple[tuple[int, tuple[int, int]], ...] = ()
+    mb_percent: int | None = None
+    mb_per_cache: tuple[tuple[int, int], ...] = ()
+
+
+class _Obj:
+    """A JSON object as its key/value pairs in order (Go matches keys case-insensitively, so no dict)."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs
+
+
+def _fold(name: str) -> str:
+    # Go's encoding/json folds keys like this (so "ſ" matches "s" and the Kelvin sign matches "k")
+    return "".join(c.upper().lower() if len(c.upper()) == 1 else c.lower() for c in name)
+
+
+def _member(obj: _Obj, name: str, path: str, kind: str) -> Any:
+    """The value for a Go struct field: keys matched case-insensitively; for an object every match is decoded into
+    the same struct (merged), otherwise the last non-null match wins; null leaves the field unset (None)."""
+    folded = _fold(name)
+    values = [v for k, v in obj.pairs if _fold(k) == folded and v is not None]
+    if kind == "object":
+        pairs: list[tuple[str, Any]] = []
+        for v in values:
+            if not isinstance(v, _Obj):
+                raise AnnotationError(path, f"must be an object, not {_json_kind(v)}")
+            pairs += v.pairs
+        return _Obj(pairs) if values else None
+    return values[-1] if values else None
+
+
+def _json_kind(v: Any) -> str:
+    if isinstance(v, _Obj):
+        return "an object"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return "a string"
+    return f"the number {v!r}" if isinstance(v, int | float) else "null"
+
+
+def _int(v: Any, path: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise AnnotationError(path, f"must be an integer, not {_json_kind(v)}")
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise AnnotationError(path, f"{v} overflows a Go int")
+    return v
+
+
+def _optional_int(v: Any, path: str) -> int:
+    return 0 if v is None else _int(v, path)  # an absent Go int is 0
+
+
+def _array(v: Any, path: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise AnnotationError(path, f"must be an array, not {_json_kind(v)}")
+    return v
+
+
+def _range(v: Any, path: str, *, required: bool) -> tuple[int, int] | None:
+    items = [_int(x, f"{path}[{i}]") for i, x in enumerate(_array(v, path))]
+    if not items and not required:
+        return None
+    if len(items) != 2:
+        raise AnnotationError(path, f"must be [start, end], got {len(items)} numbers")
+    start, end = items
+    if start < 0 or end > 100 or end <= start:
+        raise AnnotationError(path, f"[{start}, {end}] is not 0 <= start < end <= 100")
+    return start, end
+
+
+def _percent(v: Any, path: str) -> int:
+    p = _int(v, path)
+    if not 1 <= p <= 100:
+        raise AnnotationError(path, f"{p} is not in [1, 100]")
+    return p
+
+
+def decode_annotation(text: str) -> ResctrlConfig:
+    """Decode and validate `node.koordinator.sh/resctrl`; AnnotationError names the bad field.
+
+    Keys match case-insensitively as Go's encoding/json does (upstream tests write `cacheid`, the proposal `LLC`);
+    unknown keys are ignored; numbers must be integers; `null` means unset. Where upstream silently ignores an
+    entry (a range that is not two numbers, a per-cache entry without a value) or writes an out-of-range value,
+    we report the field instead."""
+
+    def _reject(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        doc = json.loads(text, object_pairs_hook=_Obj, parse_constant=_reject)
+    except ValueError as e:
+        raise AnnotationError("", f"invalid JSON: {e}") from None
+    if doc is None:
+        return ResctrlConfig()
+    if not isinstance(doc, _Obj):
+        raise AnnotationError("", f"must be a JSON object, not {_json_kind(doc)}")
+    llc = _member(doc, "llc", "llc", "object") or _Obj([])
+    mb = _member(doc, "mb", "mb", "object") or _Obj([])
+    llc_schemata = _member(llc, "schemata", "llc.schemata", "object") or _Obj([])
+    mb_schemata = _member(mb, "schemata", "mb.schemata", "object") or _Obj([])
+
+    # llc.schemata.percent and mb.schemata.range exist in the Go type but are never used: type-checked only
+    unused_percent = _member(llc_schemata, "percent", "llc.schemata.percent", "value")
+    if unused_percent is not None:
+        _int(unused_percent, "llc.schemata.percent")
+    _array(_member(mb_schemata, "range", "mb.schemata.range", "value"), "mb.schemata.range")
+
+    llc_range = _range(_member(llc_schemata, "range", "llc.schemata.range", "value"), "llc.schemata.range",
+                       required=False)
+    raw_percent = _member(mb_schemata, "percent", "mb.schemata.percent", "value")
+    mb_percent = None
+    if raw_percent is not None and _int(raw_percent, "mb.schemata.percent") != 0:  # 0 = unset (omitempty)
+        mb_percent = _percent(raw_percent, "mb.schemata.percent")
+
+    llc_per: dict[int, tuple[int, int]] = {}
+    path = "llc.schemataPerCache"
+    for i, entry in enumerate(_array(_member(llc, "schemataPerCache", path, "value"), path)):
+        at = f"{path}[{i}]"
+        if entry is None:
+            entry = _Obj([])  # Go decodes null into the zero element
+        if not isinstance(entry, _Obj):
+            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
+        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
+        rng = _range(_member(entry, "range", f"{at}.range", "value"), f"{at}.range", required=True)
+        assert rng is not None
+        llc_per[cache_id] = rng
+    mb_per: dict[int, int] = {}
+    path = "mb.schemataPerCache"
+    for i, entry in enumerate(_array(_member(mb, "schemataPerCache", path, "value"), path)):
+        at = f"{path}[{i}]"
+        if entry is None:
+            entry = _Obj([])
+        if not isinstance(entry, _Obj):
+            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
+        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
+        mb_per[cache_id] = _percent(_optional_int(_member(entry, "percent", f"{at}.percent", "value"),
+                                                  f"{at}.percent"), f"{at}.percent")
+    return ResctrlConfig(llc_range, tuple(llc_per.items()), mb_percent, tuple(mb_per.items()))
+
+
+def pod_schemata(cfg: ResctrlConfig, facts: ResctrlFacts, *,
+                 max_mbps: int | None = None) -> tuple[dict[int, int] | None, dict[int, int] | None]:
+    """The (L3, MB) a pod's group should hold; None = the annotation does not set that resource.
+
+    As RDTEngine.ParseSchemata: the global value goes to every cache id, then per-cache entries override it.
+    Differences: a per-cache id the node does not have is an error (upstream drops the whole L3 line, or writes
+    an MB line the kernel refuses); ids without any value get the unrestricted value (full mask, unlimited MB)
+    instead of upstream's 0, which made the whole line invalid and silently unwritten. MB is left out when the
+    root schemata has no MB line (MBA disabled)."""
+    ids = facts.cache_ids
+    l3: dict[int, int] | None = None
+    if cfg.llc_range is not None or cfg.llc_per_cache:
+        l3 = {}
+        base = cfg.llc_range
+        for i in ids:
+            l3[i] = _mask_for(facts, base, "llc.schemata.range") if base else facts.cbm_mask
+        for n, (cache_id, rng) in enumerate(cfg.llc_per_cache):
+            if cache_id not in ids:
+                raise AnnotationError(f"llc.schemataPerCache[{n}].cacheID",
+                                      f"cache id {cache_id} is not one of this node's {list(ids)}")
+            l3[cache_id] = _mask_for(facts, rng, f"llc.schemataPerCache[{n}].range")
+    mb: dict[int, int] | None = None
+    if facts.has_mb and (cfg.mb_percent is not None or cfg.mb_per_cache):
+        mb = {}
+        for i in ids:
+            mb[i] = _mb_for(facts, cfg.mb_percent, "mb.schemata.percent", max_mbps) if cfg.mb_percent \
+                else _mb_default(facts)
+        for n, (cache_id, percent) in enumerate(cfg.mb_per_cache):
+            if cache_id not in ids:
+                raise AnnotationError(f"mb.schemataPerCache[{n}].cacheID",
+                                      f"cache id {cache_id} is not one of this node's {list(ids)}")
+            mb[cache_id] = _mb_for(facts, percent, f"mb.schemataPerCache[{n}].percent", max_mbps)
+    return l3, mb
+
+
+def _mask_for(facts: ResctrlFacts, rng: tuple[int, int], path: str) -> int:
+    try:
+        return l3_mask(facts.cbm_mask, rng[0], rng[1], facts.min_cbm_bits)
+    except InvalidInput as e:
+        raise AnnotationError(path, str(e)) from None
+
+
+def _mb_for(facts: ResctrlFacts, percent: int, path: str, max_mbps: int | None) -> int:
+    try:
+        return mba_value(percent, facts.vendor, facts.mba_mbps, gran=facts.bandwidth_gran,
+                         min_bandwidth=facts.min_bandwidth, max_mbps=max_mbps)
+    except InvalidInput as e:
+        raise AnnotationError(path, str(e)) from None
+
+
+def _annotation(pod: PodMeta) -> str | None:
+    meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else None
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------------
+
+
+def _resctrl_qos(state: QoSState, koord_qos: str) -> dict[str, Any]:
+    value = state.class_config(koord_qos).get("resctrlQOS")
+    return value if isinstance(value, dict) else {}
+
+
+def _class_enabled(state: QoSState, koord_qos: str) -> bool:
+    return state.nodeslo_present and _resctrl_qos(state, koord_qos).get("enable") is True
+
+
+def _class_group(koord_qos: str) -> str | None:
+    return {"LSE": "LSR", "LSR": "LSR", "LS": "LS", "BE": "BE"}.get(koord_qos)  # SYSTEM/None stay in the root
+
+
+class _Closids:
+    """Free CLOSIDs: num_closids minus the root group and every control group present, plus those this plan
+    removes first."""
+
+    def __init__(self, facts: ResctrlFacts) -> None:
+        self.total = facts.num_closids
+        self.free = None if facts.num_closids is None else facts.num_closids - 1 - len(facts.ctrl_groups)
+
+    def take(self) -> bool:
+        if self.free is None:
+            return True
+        if self.free <= 0:
+            return False
+        self.free -= 1
+        return True
+
+    def release(self) -> None:
+        if self.free is not None:
+            self.free += 1
+
+    def message(self, group: str) -> str:
+        return (f"cannot create resctrl group {group}: the CPU has {self.total} CLOSIDs and all are in use "
+                "(the root group counts as one)")
+
+
+def _differs(current: Mapping[int, int], desired: Mapping[int, int]) -> bool:
+    return {i: current.get(i) for i in desired} != dict(desired)
+
+
+def _schemata_writes(state: QoSState, group: GroupFacts | None, name: str, l3: Mapping[int, int] | None,
+                     mb: Mapping[int, int] | None, reason: str) -> list[Write]:
+    """One write per line (the kernel keeps the resources a write does not name, resctrl_updater.go), only for a
+    line that differs from the group's current schemata; compare="always" because the executor cannot parse
+    schemata (the kernel right-aligns names and drops the trailing `;`)."""
+    current = parse_schemata(group.schemata) if group else None
+    path = state.resctrl(name, "schemata")
+    out = []
+    if l3 and (current is None or _differs(current.l3, l3)):
+        out.append(Write(path, l3_line(l3), f"{reason}/l3", op="write", compare="always"))
+    if mb and (current is None or _differs(current.mb, mb)):
+        out.append(Write(path, mb_line(mb), f"{reason}/mb", op="write", compare="always"))
+    return out
+
+
+def _tids_write(state: QoSState, name: str, tids: Iterable[int], reason: str) -> list[Write]:
+    """resctrl_updater.go UpdateResctrlTasksFunc: ascending, one write() per id (the executor's `tids` op)."""
+    ids = sorted(set(tids))
+    if not ids:
+        return []
+    return [Write(state.resctrl(name, "tasks"), " ".join(map(str, ids)), f"{reason}/tasks", op="tids",
+                  compare="always")]
+
+
+def plan(state: QoSState, facts: ResctrlFacts, *, pod_level: bool, node_name: str = "",
+         max_mbps: int | None = None) -> Plan:
+    """Writes that bring the class groups (LSR, LS, BE) and, when `pod_level`, the `koordlet-<uid>` groups to the
+    merged NodeSLO and the pods' annotations; PlanErrors for what cannot be applied.
+
+    Derived from `facts` only (groups, schemata and tasks on disk), so a restarted agent makes the same plan: no
+    in-memory registry as upstream's RDTEngine. Order: stale pod groups are removed first (their CLOSIDs become
+    free), then the class groups, then the pod groups. A second pass over an unchanged node writes nothing.
+    `max_mbps` is the node's memory bandwidth, needed only under the mba_MBps mount option."""
+    out = Plan()
+    annotated = [p for p in state.pods if _annotation(p) is not None] if pod_level else []
+    if not (facts.supported and facts.mounted):
+        for pod in annotated:
+            if pod.phase not in _TERMINATED_PHASES:
+                out.errors.append(_pod_error(pod, "", "this node has no usable resctrl (cat_l3 and mba CPU flags "
+                                                 "and a resctrl mount are required)", REASON_UNAVAILABLE))
+        return out
+    problem = _root_problem(facts)
+    if problem:
+        out.errors.append(PlanError("Node", node_name, "resctrl", problem, REASON_UNAVAILABLE))
+        return out
+    closids = _Closids(facts)
+    keep = {POD_GROUP_PREFIX + p.uid for p in annotated if p.phase not in _TERMINATED_PHASES}
+    if pod_level:
+        out.extend(_remove_stale(state, facts, keep, closids))
+    if state.nodeslo_present:  # upstream skips the class reconcile without a NodeSLO
+        out.extend(_class_plan(state, facts, node_name, closids, skip={p.uid for p in annotated}))
+    for pod in annotated:
+        if pod.phase not in _TERMINATED_PHASES:
+            out.extend(_pod_plan(state, facts, pod, closids, max_mbps))
+    return out
+
+
+def _root_problem(facts: ResctrlFacts) -> str | None:
+    if facts.cbm_mask <= 0 or (facts.cbm_mask + 1) & facts.cbm_mask:
+        return f"info/L3/cbm_mask {facts.cbm_mask:x} is missing or not a contiguous block of low bits"
+    if not facts.cache_ids:
+        return "the root schemata has no L3 line (is CDP enabled?)"
+    return None
+
+
+def _remove_stale(state: QoSState, facts: ResctrlFacts, keep: set[str], closids: _Closids) -> Plan:
+    """**[quirk]** upstream unregisters the app but returns an error after the rmdir, so its engine keeps the
+    entry forever; with no registry here, a group whose pod is gone (or no longer carries the annotation, or has
+    terminated) is simply removed once it is GROUP_EXPIRATION_SECONDS old. The kernel moves its tasks to the root
+    group."""
+    out = Plan()
+    for name, group in sorted(facts.groups.items()):
+        if not name.startswith(POD_GROUP_PREFIX) or name in keep:
+            continue
+        if group.age is not None and group.age < GROUP_EXPIRATION_SECONDS:
+            continue
+        out.writes.append(Write(state.resctrl(name), "", f"resctrl/pod-gone/{name[len(POD_GROUP_PREFIX):]}",
+                                op="rmdir"))
+        closids.release()
+    return out
+
+
+def _class_plan(state: QoSState, facts: ResctrlFacts, node_name: str, closids: _Closids, skip: set[str]) -> Plan:
+    """ResctrlReconcile: mkdir, the L3 line and the MB line per class, then the enabled classes' new task ids.
+
+    A class whose NodeSLO values cannot be applied is skipped entirely (no group, schemata or tasks) with a
+    PlanError naming the field; the others proceed."""
+    out = Plan()
+    usable: set[str] = set()
+    for cls in CLASS_GROUPS:
+        key = CLASS_KEYS[cls]
+        cfg = _resctrl_qos(state, cls)
+        base = f"resourceQOSStrategy.{key}.resctrlQOS"
+        try:
+            l3, mb = _class_schemata(cfg, facts, base)
+        except AnnotationError as e:
+            out.errors.append(PlanError("NodeSLO", node_name, e.path, e.message, REASON_NODESLO))
+            continue
+        group = facts.groups.get(cls)
+        if group is None:
+            if not closids.take():
+                out.errors.append(PlanError("Node", node_name, f"resctrl/{cls}", closids.message(cls),
+                                            REASON_CLOSID))
+                continue
+            out.writes.append(Write(state.resctrl(cls), "", f"resctrl/class/{cls}/group", op="mkdir"))
+        out.writes += _schemata_writes(state, group, cls, l3, mb, f"resctrl/class/{cls}")
+        usable.add(cls)
+
+    new: dict[str, set[int]] = {cls: set() for cls in CLASS_GROUPS}
+    for pod in state.pods:
+        target = _class_group(pod.koord_qos)
+        if (target is None or target not in usable or pod.uid in skip or pod.phase not in ACTIVE_PHASES
+                or not _class_enabled(state, pod.koord_qos)):
+            continue
+        group = facts.groups.get(target)
+        new[target] |= facts.pod_tids.get(pod.uid, frozenset()) - (group.tasks if group else frozenset())
+    for cls in CLASS_GROUPS:
+        out.writes += _tids_write(state, cls, new[cls], f"resctrl/class/{cls}")
+    return out
+
+
+def _class_schemata(cfg: Mapping[str, Any], facts: ResctrlFacts,
+                    base: str) -> tuple[dict[int, int] | None, dict[int, int] | None]:
+    """The class's L3 masks (both catRange ends set) and MB values (mbaPercent set, not 0), per cache id.
+
+    **[quirk]** upstream writes `L3:0=0;..` for a range that selects no way and silently skips an mbaPercent
+    out of (0, 100]; both are reported here (0 stays "no MB write", as upstream)."""
+    start, end, percent = (cfg.get(k) for k in ("catRangeStartPercent", "catRangeEndPercent", "mbaPercent"))
+    l3 = None
+    if start is not None and end is not None:
+        for name, v in (("catRangeStartPercent", start), ("catRangeEndPercent", end)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise AnnotationError(f"{base}.{name}", f"{v!r} is not an integer")
+        try:
+            mask = l3_mask(facts.cbm_mask, start, end, facts.min_cbm_bits)
+        except InvalidInput as e:
+            raise AnnotationError(f"{base}.catRangeStartPercent", str(e)) from None
+        l3 = {i: mask for i in facts.cache_ids}
+    mb = None
+    if percent is not None and facts.has_mb and percent != 0:
+        try:
+            value = mba_value(percent, facts.vendor, facts.mba_mbps, gran=facts.bandwidth_gran,
+                              min_bandwidth=facts.min_bandwidth)
+        except InvalidInput as e:
+            raise AnnotationError(f"{base}.mbaPercent", str(e)) from None
+        mb = {i: value for i in facts.cache_ids}
+    return l3, mb
+
+
+def _pod_error(pod: PodMeta, path: str, message: str, reason: str) -> PlanError:
+    where = f"annotations[{ANNOTATION}]" + (f".{path}" if path else "")
+    return PlanError("Pod", f"{pod.namespace}/{pod.name}", where, message, reason, uid=pod.uid)
+
+
+def _pod_plan(state: QoSState, facts: ResctrlFacts, pod: PodMeta, closids: _Closids,
+              max_mbps: int | None) -> Plan:
+    """The runtime hook `Resctrl` as a reconcile: group `koordlet-<uid>`, its schemata and the pod's new task ids.
+
+    **[quirk]** upstream never rewrites an existing group's schemata when the annotation changes (the engine only
+    updates its memory); here the schemata on disk is compared with the annotation on every pass, so a change is
+    re-applied, and a resource the annotation no longer sets goes back to unrestricted. **[quirk]** upstream's
+    tasks reconciler also tries an empty schemata write; nothing of the kind is emitted here.
+    A malformed annotation skips the pod (an existing group is left as it is, never removed for that)."""
+    out = Plan()
+    text = _annotation(pod)
+    assert text is not None
+    name = POD_GROUP_PREFIX + pod.uid
+    if not _SAFE_NAME.fullmatch(pod.uid):
+        out.errors.append(_pod_error(pod, "", f"pod uid {pod.uid!r} cannot name a resctrl group", REASON_ANNOTATION))
+        return out
+    try:
+        l3, mb = pod_schemata(decode_annotation(text), facts, max_mbps=max_mbps)
+    except AnnotationError as e:
+        out.errors.append(_pod_error(pod, e.path, e.message, REASON_ANNOTATION))
+        return out
+    group = facts.groups.get(name)
+    if group is None:
+        if not closids.take():
+            out.errors.append(_pod_error(pod, "", closids.message(name), REASON_CLOSID))
+            return out
+        out.writes.append(Write(state.resctrl(name), "", f"resctrl/pod/{pod.namespace}/{pod.name}/group",
+                                op="mkdir"))
+    else:
+        # an existing group is compared in full: what the annotation does not set must be unrestricted
+        l3 = l3 or {i: facts.cbm_mask for i in facts.cache_ids}
+        mb = mb or ({i: _mb_default(facts) for i in facts.cache_ids} if facts.has_mb else None)
+    reason = f"resctrl/pod/{pod.namespace}/{pod.name}"
+    out.writes += _schemata_writes(state, group, name, l3, mb, reason)
+    tids = facts.pod_tids.get(pod.uid, frozenset()) - (group.tasks if group else frozenset())
+    out.writes += _tids_write(state, name, tids, reason)
+    return out
