@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from koordlet.errors import ApiError
@@ -35,6 +36,8 @@ class EventRecorder:
         self.posted = 0
 
     def report(self, err: PlanError) -> None:
+        if not err.name and err.kind in ("NodeSLO", "Node", "Device", "NodeMetric"):
+            err = replace(err, name=self.node_name)  # node-scoped objects are named after the node
         self.health.skip(err.kind.lower(), err.reason, err.name, f"{err.field}: {err.message}")
         if self._post is None:
             return

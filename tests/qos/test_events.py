@@ -46,3 +46,13 @@ def test_standalone_is_a_log_line_and_a_metric(caplog: object) -> None:
     rec.report(ERR)
     rec.report(ERR)
     assert rec.posted == 0 and rec.health.skipped[("pod", "InvalidResctrlAnnotation")] == 2
+
+
+def test_node_scoped_errors_are_named_after_the_node() -> None:
+    posted: list[tuple[str, dict[str, object]]] = []
+    rec = EventRecorder(Health(), "node-7", lambda path, obj: posted.append((path, obj)))
+    rec.report(PlanError("NodeSLO", "", "spec.resourceQOSStrategy.beClass.blkioQOS", "bad", "InvalidBlkioQOS"))
+    [(path, ev)] = posted
+    assert path == "/api/v1/namespaces/default/events"
+    assert ev["involvedObject"]["name"] == "node-7"  # type: ignore[index]
+    assert str(ev["metadata"]["name"]).startswith("node-7.")  # type: ignore[index]
