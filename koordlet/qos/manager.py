@@ -36,7 +36,9 @@ def enabled_features(config: Config) -> list[Feature]:
         out.append(Feature("resctrl", "koordlet.qos.resctrl",
                            {"pod_level": config.gate("Resctrl"), "node_name": config.node_name}))
     if config.gate("GroupIdentity") or config.gate("CoreSched"):
-        out.append(Feature("cpuqos", "koordlet.qos.cpuqos", {}))
+        out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
+                           {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
+                            "node_name": config.node_name}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
     return out
@@ -57,6 +59,9 @@ class QoSManager:
             module = self._modules[f.name]
             try:
                 facts = module.read_facts(state)
+                report = getattr(module, "report_capabilities", None)
+                if report is not None:  # which kernel mechanism the feature uses: a metric, a log line once
+                    report(self.health, facts)
                 total.extend(module.plan(state, facts, **f.options))
                 self.health.recovered("qos", "feature-failed", f.name)
             except Exception as e:  # one feature's bug must not stop the others
