@@ -28,13 +28,16 @@ V1 = Path("/sys/fs/cgroup")
 SUBSYSTEMS = ("cpu", "cpuacct", "memory", "blkio")
 
 
-def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int) -> None:
+def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, be_every: int = 0) -> None:
+    """Pods are Burstable; with `be_every` = N every Nth pod is a BestEffort pod labelled koordinator BE."""
     for sub in SUBSYSTEMS:
         (V1 / sub / name).mkdir()
         (root / sub).symlink_to(V1 / sub / name)
     for i in range(n_pods):
         uid = str(uuid.uuid4())
-        prel = pod_dir(CgroupDriver.CGROUPFS, K8sQoS.BURSTABLE, uid)
+        be = be_every > 0 and i % be_every == 0
+        qos = K8sQoS.BESTEFFORT if be else K8sQoS.BURSTABLE
+        prel = pod_dir(CgroupDriver.CGROUPFS, qos, uid)
         statuses = []
         for c in range(n_ctrs):
             cid = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
@@ -42,9 +45,10 @@ def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int) 
             for sub in SUBSYSTEMS:
                 (root / sub / container_dir(CgroupDriver.CGROUPFS, prel, cid)).mkdir(parents=True)
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid},
+               "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid,
+                            "labels": {"koordinator.sh/qosClass": "BE" if be else "LS"}},
                "spec": {"containers": [{"name": s["name"]} for s in statuses]},
-               "status": {"phase": "Running", "qosClass": "Burstable", "containerStatuses": statuses}}
+               "status": {"phase": "Running", "qosClass": qos.value, "containerStatuses": statuses}}
         (pods_dir / f"pod-{i}.yaml").write_text(yaml.safe_dump(pod))
 
 
