@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from koordlet.collectors.advisor import Advisor
@@ -84,6 +85,7 @@ class Agent:
             self.devices = DeviceInventory(config, self.health)
         self._device_obj: JSON | None = None
         self._qos: QoSManager | None = None
+        self.on_change: Callable[[], None] | None = None  # pods or NodeSLO changed (may be called from a thread)
 
     def _retention(self, kind: str) -> float:
         if kind.startswith(("node_", "sys_")):
@@ -103,7 +105,8 @@ class Agent:
             return False
         if not self._driver_certain:
             self.redetect_driver()
-        self.pods.update(raw)
+        if self.pods.update(raw) and self.on_change is not None:
+            self.on_change()
         self.health.recovered("pods", f"{source.name}-failed", source.name)
         return True
 
@@ -127,6 +130,8 @@ class Agent:
                 return False
             self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(obj.get("spec") or {}), True
         self.host_apps = host_apps(self.nodeslo_spec, self.driver)
+        if self.on_change is not None:
+            self.on_change()
         return True
 
     def load_nodeslo_file(self) -> bool:

@@ -50,16 +50,23 @@ class Daemon:
 
     # -- loops ---------------------------------------------------------------------------------------------
     async def _every(self, name: str, interval: float, fn: Callable[[], Awaitable[None]],
-                     first_delay: float = 0.0) -> None:
+                     first_delay: float = 0.0, kick: asyncio.Event | None = None) -> None:
+        """Run `fn` every `interval`; `kick` runs it early (e.g. QoS right after a pod or NodeSLO change)."""
         loop = asyncio.get_running_loop()
         next_at = loop.time() + first_delay
         while not self.stop_event.is_set():
             delay = next_at - loop.time()
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop_event.wait(), delay)
+                waits = [asyncio.ensure_future(self.stop_event.wait())]
+                if kick is not None:
+                    waits.append(asyncio.ensure_future(kick.wait()))
+                _, pending = await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                for w in pending:
+                    w.cancel()
                 if self.stop_event.is_set():
                     return
+            if kick is not None:
+                kick.clear()
             await self._run_once(name, fn)
             next_at = max(next_at + interval, loop.time())
 
@@ -182,7 +189,13 @@ class Daemon:
             tasks.append(self._every("devices", cfg.node_topology_sync_interval, self._devices))
         if self.cluster is not None:
             self.agent.qos_manager(post_event=self.cluster.client.post)
-        tasks.append(self._every("qos", cfg.reconcile_interval_seconds, self._qos, first_delay=0.2))
+        qos_kick = asyncio.Event()
+
+        def changed() -> None:  # called from the pod-sync thread or the loop
+            loop.call_soon_threadsafe(qos_kick.set)
+
+        self.agent.on_change = changed
+        tasks.append(self._every("qos", cfg.reconcile_interval_seconds, self._qos, first_delay=0.2, kick=qos_kick))
         if self.cluster is not None:
             self.cluster.start_watches(self.agent)
         running = [asyncio.ensure_future(t) for t in tasks]

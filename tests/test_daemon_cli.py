@@ -183,3 +183,34 @@ def test_a_failing_loop_logs_once_and_keeps_running(tmp_path: Path) -> None:
     log = proc.stdout.read() if proc.stdout else ""
     assert count >= 1
     assert log.count("collect loop failed") == 1
+
+
+def test_qos_reconciles_right_after_a_pod_change(tmp_path: Path) -> None:
+    """A new BE pod is idled on the next pod sync, not only on the next reconcile tick."""
+    host = SimHost(tmp_path / "host", 1, CgroupDriver.CGROUPFS).setup()
+    (host.cgroup_root() / "cpu/kubepods/cpu.idle").write_text("0\n")
+    pods_dir = tmp_path / "pods"
+    pods_dir.mkdir()
+    slo = tmp_path / "nodeslo.yaml"
+    slo.write_text(yaml.safe_dump({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+                                   "metadata": {"name": "q"},
+                                   "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}}}}}))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*KOORDLET, "run", "--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo", str(slo),
+         "--node-name", "q", "--state-dir", str(tmp_path / "state"), "--addr", f"127.0.0.1:{port}",
+         "--kubelet-sync-interval", "0.2", "--reconcile-interval-seconds", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz")[0] == 200)
+        pod = make_pod("batch", UID_B, "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
+        rel = host.pod_dir(K8sQoS.BESTEFFORT, UID_B)
+        host.write_cgroup(rel, SimCgroup())
+        idle = host.cgroup_root() / "cpu" / rel / "cpu.idle"
+        idle.write_text("0\n")
+        (host.cgroup_root() / "cpu" / rel / "cpu.shares").write_text("2\n")
+        (pods_dir / "batch.yaml").write_text(yaml.safe_dump(pod))
+        _wait_for(lambda: idle.read_text().strip() == "1", timeout=10)  # the hourly tick never came
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0

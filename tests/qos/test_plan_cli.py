@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from koordlet.host.driver import CgroupDriver, K8sQoS
+
 from simhost import SimCgroup, SimHost, make_pod
 
 KOORDLET = [sys.executable, "-m", "koordlet"]
