@@ -6,7 +6,9 @@ import os
 import shutil
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +104,40 @@ async def tls_server(kmock: Any, tls_pair: tuple[Path, Path]) -> AsyncIterator[A
         yield server
     finally:
         await server.close()
+
+
+V1_ROOT = Path("/sys/fs/cgroup")
+
+
+def rmtree_cgroup(path: Path) -> None:
+    """Remove a cgroup subtree bottom-up (cgroupfs refuses to remove a dir that still has children)."""
+    if not path.is_dir():
+        return
+    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        child.rmdir()
+    path.rmdir()
+
+
+@contextmanager
+def real_v1_root(tmp_path: Path, subsystems: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+    """An agent cgroup root whose `<subsystem>/` entries are symlinks to a uniquely named parent in each real v1
+    hierarchy: real cgroupfs files, without touching the host's own cgroups. Yields (root, parent name); the
+    parents are removed afterwards (processes must be gone by then)."""
+    require(os.geteuid() == 0, "real cgroup tests need root")
+    for sub in subsystems:
+        base = V1_ROOT / sub
+        require((base / "cgroup.procs").exists() and not (base / "cgroup.controllers").exists(),
+                f"the cgroup v1 {sub} hierarchy is not mounted at {base}")
+    name = f"koordlet-test-{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    made = []
+    try:
+        for sub in subsystems:
+            (V1_ROOT / sub / name).mkdir()
+            made.append(V1_ROOT / sub / name)
+            (root / sub).symlink_to(V1_ROOT / sub / name)
+        yield root, name
+    finally:
+        for path in made:
+            rmtree_cgroup(path)

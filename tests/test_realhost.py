@@ -26,7 +26,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import parse_quantity
 
-from conftest import require
+from conftest import real_v1_root, require, rmtree_cgroup
 from simhost import make_pod
 
 pytestmark = pytest.mark.realhost
@@ -45,30 +45,11 @@ def _require_root() -> None:
     require(os.geteuid() == 0, "real cgroup tests need root")
 
 
-def _rmtree_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir()
-    path.rmdir()
-
-
 @pytest.fixture
 def v1_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """(agent cgroup root of symlinks, unique parent name) for cgroup v1 cpu/cpuacct/memory."""
-    _require_root()
-    require(all(_is_v1(s) for s in V1_SUBSYSTEMS), "cgroup v1 cpu/cpuacct/memory hierarchies are not mounted")
-    name = f"koordlet-test-{uuid.uuid4().hex[:8]}"
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    for sub in V1_SUBSYSTEMS:
-        (V1_ROOT / sub / name).mkdir()
-        (root / sub).symlink_to(V1_ROOT / sub / name)
-    try:
-        yield root, name
-    finally:
-        for sub in V1_SUBSYSTEMS:
-            _rmtree_cgroup(V1_ROOT / sub / name)
+    with real_v1_root(tmp_path, V1_SUBSYSTEMS) as root:
+        yield root
 
 
 def _burner_in(procs_files: list[Path]) -> subprocess.Popen[bytes]:
@@ -181,4 +162,4 @@ def test_psi_from_real_cgroup_v2(tmp_path: Path) -> None:
     finally:
         for p in procs:
             _stop(p)
-        _rmtree_cgroup(base)
+        rmtree_cgroup(base)

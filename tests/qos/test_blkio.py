@@ -22,7 +22,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
-from conftest import require
+from conftest import real_v1_root, require
 from simhost import make_pod
 
 THROTTLE = tuple(blkio.V1_THROTTLE)
@@ -622,19 +622,9 @@ def _root_disk() -> tuple[str, str]:
 @pytest.fixture
 def v1_blkio(tmp_path: Path) -> Iterator[Path]:
     """An agent cgroup root whose blkio/ is a symlink to a uniquely named parent in the real blkio hierarchy."""
-    require(os.geteuid() == 0, "real cgroup tests need root")
     require((BLKIO_V1 / "blkio.throttle.read_iops_device").exists(), "no cgroup v1 blkio hierarchy with throttling")
-    parent = BLKIO_V1 / f"koordlet-test-{uuid.uuid4().hex[:8]}"
-    parent.mkdir()
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    (root / "blkio").symlink_to(parent)
-    try:
+    with real_v1_root(tmp_path, ("blkio",)) as (root, _):
         yield root
-    finally:
-        for d in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            d.rmdir()
-        parent.rmdir()
 
 
 @pytest.mark.realhost

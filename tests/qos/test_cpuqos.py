@@ -36,7 +36,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
-from conftest import require
+from conftest import real_v1_root, require
 from simhost import SimHost, make_pod
 
 G, B, BE = K8sQoS.GUARANTEED, K8sQoS.BURSTABLE, K8sQoS.BESTEFFORT
@@ -534,33 +534,14 @@ def test_kubelet_pod_cpu_shares() -> None:
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 
-def _rmtree_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir()
-    path.rmdir()
-
-
 @pytest.fixture
 def real_cpu_root(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(agent cgroup root whose cpu/ is a symlink, the real unique parent in the cpu hierarchy)."""
-    require(os.geteuid() == 0, "real cgroup tests need root")
-    require((V1_CPU / "cgroup.procs").exists() and not (V1_CPU / "cgroup.controllers").exists(),
-            "the cgroup v1 cpu hierarchy is not mounted at /sys/fs/cgroup/cpu")
     require((V1_CPU / "cpu.idle").exists(), "the kernel has no cgroup cpu.idle (mainline >= 5.15)")
-    real = V1_CPU / f"koordlet-test-{uuid.uuid4().hex[:8]}"
-    real.mkdir()
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    (root / "cpu").symlink_to(real)
-    try:
-        yield root, real
-    finally:
-        _rmtree_cgroup(real)
+    with real_v1_root(tmp_path, ("cpu",)) as (root, name):
+        yield root, V1_CPU / name
 
 
-@pytest.mark.realhost
 def test_real_cgroup_v1_cpu_idle(real_cpu_root: tuple[Path, Path]) -> None:
     root, real = real_cpu_root
     driver = CgroupDriver.CGROUPFS
