@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import errno
 import os
 import re
@@ -175,8 +174,8 @@ def discover(paths: HostPaths, health: Health, netlink: NetlinkBackend | None = 
         if entry is None:
             continue
         # **[quirk]** minors come from ibdev names, so two drivers' names (mlx4_0, mlx5_0) could collide; upstream
-        # sidesteps this by renumbering in buildRDMADevice (see as_upstream). A duplicate minor would break the
-        # scheduler's per-minor accounting, so the later BDF is dropped.
+        # sidesteps this by renumbering in buildRDMADevice (tests/devices/test_rdma.py shows that numbering). A
+        # duplicate minor would break the scheduler's per-minor accounting, so the later BDF is dropped.
         minor = entry["minor"]
         if minor in by_minor:
             health.skip("rdma", "duplicate-minor", bdf, f"minor {minor} already taken by {by_minor[minor]}")
@@ -335,19 +334,6 @@ def _put(labels: dict[str, str], key: str, value: str) -> None:
     # Values are matched by the scheduler's label selectors, so only selector-valid values are emitted.
     if value and len(value) <= 63 and _LABEL_VALUE.match(value):
         labels[key] = value
-
-
-def as_upstream(devices: list[DeviceEntry]) -> list[DeviceEntry]:
-    """The entries as upstream's buildRDMADevice finally reports them: sorted by id (PF BDF), minor = position,
-    health always true, no labels. Not used by `discover`; for comparing with real upstream Device CRs."""
-    out = []
-    for i, d in enumerate(sorted(devices, key=lambda d: str(d["id"]))):
-        d = copy.deepcopy(d)
-        d.pop("labels", None)
-        d["minor"] = i
-        d["health"] = True
-        out.append(d)
-    return out
 
 
 def uverbs_devices(paths: HostPaths, bdf: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import re
@@ -40,6 +41,19 @@ from simpci import add_pci_device, add_rdma_nic
 FIXTURES = CRD_DIR.parent / "fixtures" / "vendor-outputs"
 NODE1_CR = FIXTURES / "koordinator-device-cr.gpu-rdma.p40-connectx5.k8s-node1.yaml"
 Validate = Callable[[str, dict[str, Any]], None]
+
+
+def as_upstream(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries as upstream's buildRDMADevice finally reports them: sorted by id (PF BDF), minor = position,
+    health always true, no labels. Not used by `discover`; for comparing with real upstream Device CRs."""
+    out = []
+    for i, d in enumerate(sorted(devices, key=lambda d: str(d["id"]))):
+        d = copy.deepcopy(d)
+        d.pop("labels", None)
+        d["minor"] = i
+        d["health"] = True
+        out.append(d)
+    return out
 
 
 def _cr_rdma_entries() -> list[dict[str, Any]]:
@@ -92,7 +106,7 @@ def test_k8s_node1_ibstat_view_and_upstream_renumbering(tmp_path: Path) -> None:
         ("0000:01:00.0", 0, True), ("0000:01:00.1", 1, False), ("0000:05:00.0", 3, True)]
     # Upstream's buildRDMADevice renumbers by BDF and forces health=true: exactly what the real CR shows even though
     # ibstat reports mlx5_1's port Down.
-    assert rdma.as_upstream(ds.devices) == _cr_rdma_entries()
+    assert as_upstream(ds.devices) == _cr_rdma_entries()
     assert ds.devices[1]["health"] is False  # as_upstream copies
 
 
