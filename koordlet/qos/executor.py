@@ -7,6 +7,7 @@ value for `--resource-force-update-seconds` (60 s). A vanished cgroup is normal 
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import logging
@@ -24,6 +25,8 @@ from koordlet.qos.model import Plan, Write
 log = logging.getLogger(__name__)
 
 FORCE_UPDATE_SECONDS = 60.0
+_MOUNTABLE = frozenset({"resctrl"})
+_MS_RELATIME = 1 << 21
 AUDIT_MAX_BYTES = 16 << 20  # upstream --audit-max-disk-space-mb default; one rotated file is kept
 
 
@@ -72,6 +75,8 @@ class Executor:
             return self._mkdir(w)
         if w.op == "rmdir":
             return self._rmdir(w)
+        if w.op == "mount":
+            return self._mount(w)
         now = self.clock()
         cached = self._cache.get(w.path)
         if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
@@ -114,6 +119,8 @@ class Executor:
             return f"{w.path} is outside the host roots"
         if w.op in ("mkdir", "rmdir"):
             return None
+        if w.op == "mount":
+            return None if w.value in _MOUNTABLE else f"refusing to mount {w.value!r}"
         if "\n" in w.value.strip() and w.op == "write":
             return "a single write must not span lines"
         if w.resource is not None:
@@ -151,6 +158,17 @@ class Executor:
         except OSError as e:
             return self._failed(w, e)
         self.forget(os.path.join(w.path, ""))
+        return Result(w, "written")
+
+    def _mount(self, w: Write) -> Result:
+        if os.path.ismount(w.path):
+            return Result(w, "unchanged")
+        if self.dry_run:
+            return Result(w, "planned")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mount(w.value.encode(), w.path.encode(), w.value.encode(), _MS_RELATIME, None) != 0:
+            err = ctypes.get_errno()
+            return self._failed(w, OSError(err, os.strerror(err)))
         return Result(w, "written")
 
     def _failed(self, w: Write, e: OSError) -> Result:

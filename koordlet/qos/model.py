@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Op = Literal["write", "mkdir", "rmdir", "tids"]
+Op = Literal["write", "mkdir", "rmdir", "tids", "mount"]
 Compare = Literal["exact", "line", "always"]
 
 
@@ -22,7 +22,8 @@ class Write:
     - `resource` names the cgroup file in koordlet.host.resources whose validator must accept `value`; None for
       files the planner validated itself (resctrl schemata, sysctls).
     - `op`: `write` replaces the content; `tids` writes each whitespace-separated id with its own write() (resctrl
-      and cgroup `tasks`); `mkdir`/`rmdir` create or remove a directory (value unused).
+      and cgroup `tasks`); `mkdir`/`rmdir` create or remove a directory (value unused); `mount` mounts the
+      filesystem type named by `value` (only `resctrl`) on `path` when nothing is mounted there.
     - `compare`: `exact` skips when the file already holds the value; `line` skips when any line of the file equals
       it (multi-device blkio files); `always` never skips (task moves).
     """

@@ -620,6 +620,10 @@ def plan(state: QoSState, facts: ResctrlFacts, *, pod_level: bool, node_name: st
     `max_mbps` is the node's memory bandwidth, needed only under the mba_MBps mount option."""
     out = Plan()
     annotated = [p for p in state.pods if _annotation(p) is not None] if pod_level else []
+    if facts.supported and not facts.mounted and (state.nodeslo_present or annotated):
+        # upstream CheckAndTryEnableResctrlCat: mount resctrl when the CPU has it; groups follow next pass
+        out.writes.append(Write(state.resctrl(), "resctrl", "resctrl/mount", op="mount"))
+        return out
     if not (facts.supported and facts.mounted):
         for pod in annotated:
             if pod.phase not in _TERMINATED_PHASES:

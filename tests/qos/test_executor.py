@@ -137,3 +137,17 @@ def test_real_cgroup_v1_write_read_back(tmp_path: Path) -> None:
         assert (real / "cpu.shares").read_text().strip() == "512"
     finally:
         real.rmdir()
+
+
+def test_mount_is_limited_to_resctrl_and_skips_mounted(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, _ = host
+    ex, _ = _ex(paths, tmp_path, dry_run=True)
+    target = tmp_path / "sys/fs/resctrl"
+    target.mkdir(parents=True)
+    results = ex.apply(Plan([Write(str(target), "resctrl", "resctrl/mount", op="mount"),
+                             Write(str(target), "tmpfs", "evil", op="mount"),
+                             Write("/proc", "resctrl", "x", op="mount")]))
+    assert [r.result for r in results] == ["planned", "invalid", "invalid"]  # /proc is not under these roots
+    real_proc = Executor(paths.with_overrides(proc_root="/proc/"), 1, Health(), dry_run=True)
+    [r] = real_proc.apply(Plan([Write("/proc", "resctrl", "x", op="mount")]))
+    assert r.result == "unchanged"  # something is mounted there already: never mount over it
