@@ -323,6 +323,12 @@ def test_read_facts_tolerates_an_empty_host(tmp_path: Path) -> None:
     assert plan(state, read_facts(state), pod_level=True) == Plan()
 
 
+def test_supported_cpu_without_a_mount_plans_the_mount_first(tmp_path: Path) -> None:
+    state = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [], merge_nodeslo_spec(None))
+    p = plan(state, ResctrlFacts(supported=True, vendor=INTEL), pod_level=True)
+    assert [(w.op, w.path, w.value) for w in p.writes] == [("mount", str(tmp_path / "sys/fs/resctrl"), "resctrl")]
+
+
 # ---- §1.8 the annotation ------------------------------------------------------------------------------------------
 
 
