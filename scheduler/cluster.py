@@ -1,0 +1,168 @@
+"""The cluster as the scheduler sees it: nodes with their Device CR, NodeMetric and assigned pods.
+
+Objects are plain Kubernetes JSON dicts (what the API server or a `--cluster DIR` of YAML files holds); NodeInfo
+keeps per-node sums incrementally so placing a pod updates one node, not the whole cluster.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from koordlet.quantity import parse_quantity
+
+JSON = dict[str, Any]
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+_TERMINATED = ("Succeeded", "Failed")
+
+
+def quantity_value(resource: str, value: Any) -> int:
+    """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
+    q = parse_quantity(str(value))
+    return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+
+
+def resource_list(obj: Any) -> dict[str, int]:
+    if not isinstance(obj, dict):
+        return {}
+    return {str(k): quantity_value(str(k), v) for k, v in obj.items()}
+
+
+def pod_requests(pod: JSON) -> dict[str, int]:
+    """Effective requests as kube-scheduler computes them: Σ containers, at least each init container, plus
+    overhead (k8s.io/component-helpers resource.PodRequests)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for k, v in resource_list((c.get("resources") or {}).get("requests")).items():
+            total[k] = total.get(k, 0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in resource_list((c.get("resources") or {}).get("requests")).items():
+            total[k] = max(total.get(k, 0), v)
+    for k, v in resource_list(spec.get("overhead")).items():
+        total[k] = total.get(k, 0) + v
+    return total
+
+
+def key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def is_active(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") not in _TERMINATED and not (pod.get("metadata") or {}).get(
+        "deletionTimestamp")
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    obj: JSON
+    allocatable: dict[str, int]
+    requested: dict[str, int] = field(default_factory=dict)
+    pods: dict[str, JSON] = field(default_factory=dict)  # ns/name → pod
+    device: JSON | None = None
+    nodemetric: JSON | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict((self.obj.get("metadata") or {}).get("labels") or {})
+
+    def free(self, resource: str) -> int:
+        return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
+
+    def add_pod(self, pod: JSON) -> None:
+        k = key(pod)
+        if k in self.pods:
+            return
+        self.pods[k] = pod
+        for r, v in pod_requests(pod).items():
+            self.requested[r] = self.requested.get(r, 0) + v
+        self.requested[PODS] = self.requested.get(PODS, 0) + 1
+
+    def remove_pod(self, pod_key: str) -> JSON | None:
+        pod = self.pods.pop(pod_key, None)
+        if pod is not None:
+            for r, v in pod_requests(pod).items():
+                self.requested[r] = self.requested.get(r, 0) - v
+            self.requested[PODS] = self.requested.get(PODS, 0) - 1
+        return pod
+
+
+@dataclass
+class Cluster:
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    podgroups: dict[str, JSON] = field(default_factory=dict)  # ns/name
+    topologies: list[JSON] = field(default_factory=list)  # ClusterNetworkTopology objects
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    pending: list[JSON] = field(default_factory=list)  # pods without spec.nodeName found in the cluster dir
+
+    def assume(self, pod: JSON, node_name: str) -> None:
+        pod.setdefault("spec", {})["nodeName"] = node_name
+        self.nodes[node_name].add_pod(pod)
+
+    def assigned_pods(self) -> Iterable[JSON]:
+        for n in self.nodes.values():
+            yield from n.pods.values()
+
+
+def load_objects(path: str) -> list[JSON]:
+    """Every Kubernetes object in a YAML/JSON file or a directory of them (multi-document YAML and Lists too)."""
+    files = [path] if os.path.isfile(path) else sorted(
+        glob.glob(os.path.join(path, "**", "*.y*ml"), recursive=True) +
+        glob.glob(os.path.join(path, "**", "*.json"), recursive=True))
+    out: list[JSON] = []
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            docs = [json.load(fh)] if f.endswith(".json") else list(yaml.safe_load_all(fh))
+        for doc in docs:
+            out.extend(_flatten(doc))
+    return out
+
+
+def _flatten(doc: Any) -> list[JSON]:
+    if not isinstance(doc, dict):
+        return []
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        return [o for item in doc["items"] for o in _flatten(item)]
+    return [doc]
+
+
+def build_cluster(objects: Iterable[JSON]) -> Cluster:
+    cluster = Cluster()
+    objs = list(objects)
+    for o in objs:
+        if o.get("kind") == "Node":
+            name = str((o.get("metadata") or {}).get("name"))
+            status = o.get("status") or {}
+            cluster.nodes[name] = NodeInfo(name, o, resource_list(status.get("allocatable") or
+                                                                  status.get("capacity")))
+    for o in objs:
+        kind, name = o.get("kind"), str((o.get("metadata") or {}).get("name"))
+        if kind == "Device" and name in cluster.nodes:
+            cluster.nodes[name].device = o
+        elif kind == "NodeMetric" and name in cluster.nodes:
+            cluster.nodes[name].nodemetric = o
+        elif kind == "PodGroup":
+            cluster.podgroups[key(o)] = o
+        elif kind == "ClusterNetworkTopology":
+            cluster.topologies.append(o)
+        elif kind == "PriorityClass":
+            cluster.priority_classes[name] = int(o.get("value") or 0)
+        elif kind == "Pod":
+            node = (o.get("spec") or {}).get("nodeName")
+            if node and node in cluster.nodes and is_active(o):
+                cluster.nodes[node].add_pod(o)
+            elif not node:
+                cluster.pending.append(o)
+    return cluster
