@@ -90,7 +90,7 @@ class Scheduler:
             else:
                 reasons[why] += 1
         ranked = sorted(((self._score(pod, n), n.name) for n in feasible), key=lambda t: (-t[0], t[1]))
-        for total, name in ranked:
+        for _total, name in ranked:
             node = self.cluster.nodes[name]
             try:
                 annotations = self._reserve(pod, node)

@@ -1,0 +1,81 @@
+"""`koord-sched simulate`: where would these pods land on this cluster, and why not elsewhere?"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler.cluster import Cluster, build_cluster, key, load_objects
+from scheduler.framework import FilterPlugin, NodeResourcesFit, Placement, ReservePlugin, Scheduler, ScorePlugin
+
+log = logging.getLogger("koord-sched")
+
+
+def profile(config_path: str | None) -> tuple[list[FilterPlugin], list[ScorePlugin], list[ReservePlugin]]:
+    """The plugins of the scheduling profile: NodeResourcesFit always, then what the config enables."""
+    filters: list[FilterPlugin] = [NodeResourcesFit()]
+    scorers: list[ScorePlugin] = []
+    reservers: list[ReservePlugin] = []
+    try:
+        config = importlib.import_module("scheduler.config")
+    except ImportError:  # the plugin set is still being assembled
+        return filters, scorers, reservers
+    extra_filters, extra_scorers = config.default_profile(config.load_config(config_path))
+    for plugin in [*extra_filters, *extra_scorers]:
+        if isinstance(plugin, ReservePlugin) and plugin not in reservers:
+            reservers.append(plugin)
+    filters += [f for f in extra_filters if f not in filters]
+    scorers += extra_scorers
+    return filters, scorers, reservers
+
+
+def simulate(cluster: Cluster, pods: list[dict[str, Any]], config_path: str | None = None) -> dict[str, Any]:
+    filters, scorers, reservers = profile(config_path)
+    sched = Scheduler(cluster, filters, scorers, reservers)
+    placements: list[Placement] = [sched.schedule(p) for p in pods]
+    return {"placements": [p.as_json() for p in placements], "preemptions": []}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = []
+    for p in result["placements"]:
+        if p["node"]:
+            extra = f"  {', '.join(f'{k}={v}' for k, v in p['annotations'].items())}" if p["annotations"] else ""
+            lines.append(f"{p['pod']:<40} -> {p['node']}{extra}")
+        else:
+            lines.append(f"{p['pod']:<40} -> (unschedulable) {p['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="koord-sched", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    sim = sub.add_parser("simulate", help="place pods on a cluster described by files")
+    sim.add_argument("--cluster", required=True, help="dir (or file) of Node, Device, NodeMetric, Pod, ... objects")
+    sim.add_argument("--pods", required=True, help="pods (and PodGroups) to place, in order")
+    sim.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    sim.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    sub.add_parser("extender", help="kube-scheduler extender HTTP API (not implemented yet)")
+    sub.add_parser("run", help="secondary scheduler for gang jobs (not implemented yet)")
+    ns = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
+    if ns.command != "simulate":
+        log.error("`koord-sched %s` is not implemented yet; `simulate` is", ns.command)
+        return 2
+    cluster = build_cluster(load_objects(ns.cluster))
+    pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") == "Pod"]
+    for o in load_objects(ns.pods):
+        if o.get("kind") == "PodGroup":
+            cluster.podgroups[key(o)] = o
+    result = simulate(cluster, pods, ns.config)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if ns.output == "json" else table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
