@@ -101,9 +101,6 @@ class CPUQoSFacts:
         return "cpu-idle" if self.cpu_idle else "none"
 
 
-_logged_mechanism: Mechanism | None = None
-
-
 def read_facts(state: QoSState) -> CPUQoSFacts:
     """Probe the kernel (once per pass: a few stats and two sysctl reads) and list the pod dirs on disk.
 
@@ -126,7 +123,6 @@ def read_facts(state: QoSState) -> CPUQoSFacts:
         if facts.mechanism == "cpu-idle":
             scan += pod_dirs
         idle = {d for d in scan if _read_idle(state, d)}
-    _log_mechanism(facts)
     return CPUQoSFacts(bvt_file, gi, cs, cpu_idle, dangling, children, frozenset(idle))
 
 
@@ -135,19 +131,12 @@ def report_capabilities(health: Health, facts: CPUQoSFacts) -> None:
     health.capability(CAP_GROUP_IDENTITY, facts.group_identity,
                       "no cpu.bvt_warp_ns at the kubepods root and no kernel.sched_group_identity_enabled")
     health.capability(CAP_CPU_IDLE, facts.cpu_idle, "no cpu.idle at the kubepods root")
-
-
-def _log_mechanism(facts: CPUQoSFacts) -> None:
-    global _logged_mechanism
-    if facts.mechanism == _logged_mechanism:
-        return
-    _logged_mechanism = facts.mechanism
     detail = {
         "group-identity": "group identity (cpu.bvt_warp_ns), as upstream",
         "cpu-idle": "no group identity: a class at groupIdentity -1 gets cpu.idle=1 on its pod cgroups",
         "none": "neither group identity nor cpu.idle: CPU QoS writes nothing",
     }[facts.mechanism]
-    log.info("CPU QoS mechanism: %s", detail)
+    health.once(f"cpuqos-mechanism/{facts.mechanism}", logging.INFO, "CPU QoS mechanism: %s", detail)
 
 
 def _read_sysctl(path: str) -> int | None:
