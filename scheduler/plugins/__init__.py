@@ -1,0 +1,1 @@
+"""Koordinator scheduler plugins: LoadAwareScheduling, NodeResourcesFitPlus, ScarceResourceAvoidance."""

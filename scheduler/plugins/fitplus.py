@@ -1,0 +1,114 @@
+"""NodeResourcesFitPlus: per-resource MostAllocated/LeastAllocated scoring with per-resource weights."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, pod_requests, resource_list
+
+NAME = "NodeResourcesFitPlus"
+MOST, LEAST = "MostAllocated", "LeastAllocated"
+DEFAULT_MILLI_CPU = 100  # k8s.io/kubernetes pkg/scheduler/util DefaultMilliCPURequest
+DEFAULT_MEMORY = 200 * 1024 * 1024
+
+
+@dataclass
+class ResourceStrategy:
+    type: str = LEAST
+    weight: int = 1
+
+
+@dataclass
+class FitPlusArgs:
+    resources: dict[str, ResourceStrategy] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> FitPlusArgs:
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - {"resources", "apiVersion", "kind"})
+        if unknown:
+            raise InvalidInput(f"{NAME}: unknown args {unknown}")
+        res = raw.get("resources") or {}
+        if not isinstance(res, Mapping):
+            raise InvalidInput(f"{NAME}: resources must be a map of resource → {{type, weight}}")
+        out: dict[str, ResourceStrategy] = {}
+        for name, spec in res.items():
+            spec = spec or {}
+            t = str(spec.get("type") or LEAST)
+            if t not in (MOST, LEAST):
+                raise InvalidInput(f"{NAME}: resources[{name}].type must be {MOST} or {LEAST}, got {t!r}")
+            w = spec.get("weight", 1)
+            if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                raise InvalidInput(f"{NAME}: resources[{name}].weight must be a non-negative integer")
+            out[str(name)] = ResourceStrategy(t, w)
+        return cls(out)
+
+
+def nonzero_requests(pod: JSON) -> dict[str, int]:
+    """cpu/memory requests with unset container requests counted as 100m / 200Mi (schedutil.GetNonzeroRequests)."""
+    spec = pod.get("spec") or {}
+
+    def one(c: JSON) -> tuple[int, int]:
+        req = resource_list((c.get("resources") or {}).get("requests"))
+        return (req.get(CPU) or DEFAULT_MILLI_CPU, req.get(MEMORY) or DEFAULT_MEMORY)
+
+    cpu = mem = 0
+    for c in spec.get("containers") or []:
+        a, b = one(c)
+        cpu, mem = cpu + a, mem + b
+    for c in spec.get("initContainers") or []:
+        a, b = one(c)
+        cpu, mem = max(cpu, a), max(mem, b)
+    overhead = resource_list(spec.get("overhead"))
+    return {CPU: cpu + overhead.get(CPU, 0), MEMORY: mem + overhead.get(MEMORY, 0)}
+
+
+class NodeResourcesFitPlus:
+    """Score-only plugin (pkg/scheduler/plugins/noderesourcefitplus); raw 0..100, no normalisation."""
+
+    name = NAME
+
+    def __init__(self, args: FitPlusArgs | None = None, weight: int = 1) -> None:
+        self.args = args or FitPlusArgs()
+        self.weight = weight
+        self._pod: tuple[JSON | None, dict[str, int], dict[str, int]] = (None, {}, {})  # last pod: requests, nz
+        self._nonzero: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}  # node → (stamp, Σ non-zero)
+
+    def _node_nonzero(self, node: NodeInfo) -> dict[str, int]:
+        stamp = (len(node.pods), next(reversed(node.pods), None) if node.pods else None)
+        cached = self._nonzero.get(node.name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        total = {CPU: 0, MEMORY: 0}
+        for p in node.pods.values():
+            for r, v in nonzero_requests(p).items():
+                total[r] += v
+        self._nonzero[node.name] = (stamp, total)
+        return total
+
+    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
+        if self._pod[0] is not pod:  # the incoming pod is scored against every node: parse it once
+            self._pod = (pod, pod_requests(pod), nonzero_requests(pod))
+        _, requests, nz = self._pod
+        wanted = [r for r, v in requests.items() if v > 0 and r in self.args.resources]
+        if not wanted:
+            return 100
+        pod_nz = nz if CPU in wanted or MEMORY in wanted else {}
+        node_nz = self._node_nonzero(node) if pod_nz else {}
+        total = weights = 0
+        for r in wanted:
+            strategy = self.args.resources[r]
+            req = node_nz[r] + pod_nz[r] if r in (CPU, MEMORY) else node.requested.get(r, 0) + requests[r]
+            cap = node.allocatable.get(r, 0)
+            if cap == 0:
+                s = 0
+            elif strategy.type == MOST:
+                s = min(req, cap) * 100 // cap
+            else:
+                s = 0 if req > cap else (cap - req) * 100 // cap
+            total += s * strategy.weight
+            weights += strategy.weight
+        return total // weights if weights else 0

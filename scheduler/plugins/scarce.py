@@ -1,0 +1,52 @@
+"""ScarceResourceAvoidance: prefer nodes whose scarce resources (e.g. GPUs) the pod would not strand."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, pod_requests
+
+NAME = "ScarceResourceAvoidance"
+
+
+@dataclass
+class ScarceArgs:
+    resources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> ScarceArgs:
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - {"resources", "apiVersion", "kind"})
+        if unknown:
+            raise InvalidInput(f"{NAME}: unknown args {unknown}")
+        res = raw.get("resources") or []
+        if not isinstance(res, list):
+            raise InvalidInput(f"{NAME}: resources must be a list of resource names")
+        return cls([str(r) for r in res])
+
+
+class ScarceResourceAvoidance:
+    """Score-only plugin (pkg/scheduler/plugins/scarceresourceavoidance); raw 0..100, no normalisation."""
+
+    name = NAME
+
+    def __init__(self, args: ScarceArgs | None = None, weight: int = 1) -> None:
+        self.args = args or ScarceArgs()
+        self.weight = weight
+        self._scarce = frozenset(self.args.resources)
+        self._pod: tuple[JSON | None, frozenset[str]] = (None, frozenset())  # last pod: names it requests
+
+    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
+        # nodeRes: allocatable > 0 among cpu, memory, ephemeral-storage and scalar resources — `pods` is not one
+        node_res = {r for r, v in node.allocatable.items() if v > 0 and r != PODS}
+        if self._pod[0] is not pod:
+            self._pod = (pod, frozenset(r for r, v in pod_requests(pod).items() if v > 0))
+        pod_res = self._pod[1]
+        diff = node_res - pod_res
+        scarce = diff & self._scarce
+        if not diff or not scarce:
+            return 100
+        return (len(diff) - len(scarce)) * 100 // len(diff)
