@@ -50,10 +50,16 @@ class NodeResourcesFit:
 
     name = "NodeResourcesFit"
 
+    def __init__(self) -> None:
+        self._pod: JSON | None = None  # the pod of the current cycle: its requests are parsed once, not per node
+        self._requests: dict[str, int] = {}
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         if node.free(PODS) < 1 and PODS in node.allocatable:
             return "Too many pods"
-        for resource, amount in pod_requests(pod).items():
+        if pod is not self._pod:
+            self._pod, self._requests = pod, pod_requests(pod)
+        for resource, amount in self._requests.items():
             if amount > 0 and amount > node.free(resource):
                 return f"Insufficient {resource}"
         return None
