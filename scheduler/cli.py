@@ -35,10 +35,17 @@ def profile(config_path: str | None) -> tuple[list[FilterPlugin], list[ScorePlug
 
 
 def simulate(cluster: Cluster, pods: list[dict[str, Any]], config_path: str | None = None) -> dict[str, Any]:
+    """Place the pods in order; gang members as whole jobs (all-or-nothing, network topology, job preemption).
+
+    Preemption planning is on: a simulation answers "what would the scheduler do with preemption enabled"
+    (upstream's CoschedulingArgs.enablePreemption defaults to false in a live scheduler)."""
+    from scheduler.gang import plan_jobs
+
     filters, scorers, reservers = profile(config_path)
     sched = Scheduler(cluster, filters, scorers, reservers)
-    placements: list[Placement] = [sched.schedule(p) for p in pods]
-    return {"placements": [p.as_json() for p in placements], "preemptions": []}
+    placements: list[Placement]
+    placements, preemptions = plan_jobs(sched, pods)
+    return {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
 
 
 def table(result: dict[str, Any]) -> str:
