@@ -76,8 +76,8 @@ def main() -> int:
         wall = time.perf_counter() - start
         p99 = sorted(lat)[int(len(lat) * 0.99) - 1]
         rows.append((kind, placed, args.pods / wall, statistics.median(lat), p99))
-    print(f"{args.nodes} nodes x 8 GPUs, {args.running} running pods; plugins: "
-          f"{', '.join(dict.fromkeys(p.name for p in [*filters, *scorers, *reservers]))}")
+    names = dict.fromkeys([f.name for f in filters] + [s.name for s in scorers] + [r.name for r in reservers])
+    print(f"{args.nodes} nodes x 8 GPUs, {args.running} running pods; plugins: {', '.join(names)}")
     print(f"{'pod kind':<12} {'placed':>7} {'pods/s':>8} {'p50 ms':>8} {'p99 ms':>8}  goal: >650 pods/s, p99 <10 ms")
     for kind, placed, rate, p50, p99 in rows:
         print(f"{kind:<12} {placed:>7} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f}")
