@@ -1,0 +1,29 @@
+"""DeviceShare: GPU/RDMA/FPGA request normalisation, per-minor accounting, allocation and the DeviceShare plugin."""
+
+from scheduler.deviceshare.allocator import LEAST_ALLOCATED, MOST_ALLOCATED, Allocator, Scorer
+from scheduler.deviceshare.plugin import DeviceShare
+from scheduler.deviceshare.requests import InvalidDeviceRequest, canonical_requests, gpu_requirement, plan_pod
+from scheduler.deviceshare.state import (
+    Allocation,
+    DeviceState,
+    NodeDeviceState,
+    decode_allocations,
+    encode_allocations,
+)
+
+__all__ = [
+    "LEAST_ALLOCATED",
+    "MOST_ALLOCATED",
+    "Allocation",
+    "Allocator",
+    "DeviceShare",
+    "DeviceState",
+    "InvalidDeviceRequest",
+    "NodeDeviceState",
+    "Scorer",
+    "canonical_requests",
+    "decode_allocations",
+    "encode_allocations",
+    "gpu_requirement",
+    "plan_pod",
+]

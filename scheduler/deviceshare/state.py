@@ -1,0 +1,270 @@
+"""Per-node device totals and per-minor usage from assigned pods' device-allocated annotations, kept incrementally."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from koordlet.quantity import canonical_quantity, format_bytes
+from scheduler.cluster import JSON, NodeInfo, is_active, quantity_value
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VF:
+    minor: int
+    bus_id: str
+
+
+@dataclass(frozen=True)
+class VFGroup:
+    labels: dict[str, str]
+    vfs: tuple[VF, ...]
+
+
+@dataclass
+class DeviceInfo:
+    dtype: str
+    minor: int
+    id: str
+    total: dict[str, int]  # empty when unhealthy: such a device never fits and is dropped from totals
+    labels: dict[str, str] = field(default_factory=dict)
+    numa: int = 0
+    pcie: str = ""
+    has_topology: bool = False
+    vf_groups: tuple[VFGroup, ...] = ()
+
+
+@dataclass
+class Allocation:
+    minor: int
+    resources: dict[str, int]
+    vfs: list[VF] = field(default_factory=list)
+    template: str = ""
+
+
+Allocations = dict[str, list[Allocation]]
+
+
+def decode_allocations(raw: str) -> Allocations:
+    """Parse a `device-allocated` value (apis/extension/device_share.go DeviceAllocations); raises ValueError."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    out: Allocations = {}
+    for dtype, items in doc.items():
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ValueError(f"{dtype}: not a list")
+        allocs = []
+        for a in items:
+            if not isinstance(a, dict) or not isinstance(a.get("minor", 0), int):
+                raise ValueError(f"{dtype}: malformed allocation {a!r}")
+            resources = a.get("resources")
+            resources = {} if resources is None else resources
+            if not isinstance(resources, dict):
+                raise ValueError(f"{dtype}: resources is not an object")
+            try:
+                res = {str(k): quantity_value(str(k), v) for k, v in resources.items()}
+            except InvalidInput as e:
+                raise ValueError(f"{dtype}: {e}") from e
+            ext = a.get("extension") or {}
+            vfs = [VF(int(v.get("minor", 0)), str(v.get("busID", ""))) for v in (ext.get("vfs") or [])
+                   if isinstance(v, dict)] if isinstance(ext, dict) else []
+            allocs.append(Allocation(int(a.get("minor", 0)), res, vfs,
+                                     str(ext.get("gpuSharedResourceTemplate", "")) if isinstance(ext, dict) else ""))
+        out[str(dtype)] = allocs
+    return out
+
+
+def _quantity(resource: str, value: int) -> str:
+    # Memory is written BinarySI as fillGPUTotalMem does; counts and percentages DecimalSI (resource.NewQuantity).
+    return format_bytes(value) if resource == GPU_MEMORY else canonical_quantity(str(value))
+
+
+def encode_allocations(allocs: Allocations, ids: dict[tuple[str, int], str]) -> str:
+    """The `device-allocated` JSON exactly as Go marshals DeviceAllocations: map keys sorted, struct fields in
+    declaration order (minor, resources, id, extension{vfs, gpuSharedResourceTemplate}; VF minor omitempty)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for dtype in sorted(allocs):
+        items = []
+        for a in allocs[dtype]:
+            item: dict[str, Any] = {"minor": a.minor,
+                                    "resources": {k: _quantity(k, a.resources[k]) for k in sorted(a.resources)}}
+            if ids.get((dtype, a.minor)):
+                item["id"] = ids[(dtype, a.minor)]
+            ext: dict[str, Any] = {}
+            if a.vfs:
+                ext["vfs"] = [({"minor": v.minor} if v.minor else {}) | ({"busID": v.bus_id} if v.bus_id else {})
+                              for v in a.vfs]
+            if a.template:
+                ext["gpuSharedResourceTemplate"] = a.template
+            if ext:
+                item["extension"] = ext
+            items.append(item)
+        out[dtype] = items
+    return json.dumps(out, separators=(",", ":"))
+
+
+def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
+    out: dict[str, dict[int, DeviceInfo]] = {}
+    for d in ((device or {}).get("spec") or {}).get("devices") or []:
+        if not isinstance(d, dict) or not d.get("type"):
+            continue
+        try:
+            total = {str(k): quantity_value(str(k), v) for k, v in (d.get("resources") or {}).items()}
+        except InvalidInput as e:
+            log.warning("Device %s: ignoring %s minor %s: %s", (device or {}).get("metadata", {}).get("name"),
+                        d.get("type"), d.get("minor"), e)
+            continue
+        topo = d.get("topology")
+        groups = tuple(VFGroup(dict(g.get("labels") or {}),
+                               tuple(VF(int(v.get("minor", 0)), str(v.get("busID", ""))) for v in g.get("vfs") or []))
+                       for g in d.get("vfGroups") or [])
+        info = DeviceInfo(str(d["type"]), int(d.get("minor") or 0), str(d.get("id") or ""),
+                          {k: v for k, v in total.items() if v > 0} if d.get("health") else {},
+                          dict(d.get("labels") or {}), int((topo or {}).get("nodeID") or 0),
+                          str((topo or {}).get("pcieID") or ""), isinstance(topo, dict), groups)
+        out.setdefault(info.dtype, {})[info.minor] = info
+    for dtype in out:
+        out[dtype] = dict(sorted(out[dtype].items()))
+    return out
+
+
+class NodeDeviceState:
+    """One node's devices with free/used per minor; add/remove adjust only the minors an allocation touches."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.name = node.name
+        self.device_obj = node.device
+        self.devices = parse_devices(node.device)
+        self.ids = {(t, m): d.id for t, ds in self.devices.items() for m, d in ds.items()}
+        self.used: dict[str, dict[int, dict[str, int]]] = {t: {} for t in self.devices}
+        self.free: dict[str, dict[int, dict[str, int]]] = {t: {m: dict(d.total) for m, d in ds.items()}
+                                                           for t, ds in self.devices.items()}
+        self.total_sum: dict[str, dict[str, int]] = {}
+        for t, ds in self.devices.items():
+            sums = self.total_sum.setdefault(t, {})
+            for d in ds.values():
+                for r, v in d.total.items():
+                    sums[r] = sums.get(r, 0) + v
+        self.free_sum = {t: dict(s) for t, s in self.total_sum.items()}
+        self.used_vfs: dict[str, set[str]] = {}
+        self.pods: dict[str, Allocations] = {}  # every accounted pod key → its allocations (may be empty)
+        self.inflight: set[str] = set()  # reserved by us, not yet among node.pods
+        self.malformed: dict[str, str] = {}  # pod key → why its device-allocated annotation was ignored
+        self.version = 0
+        self.synced_pods = -1
+        self.labels = dict(((node.device or {}).get("metadata") or {}).get("labels") or {})
+        self.annotations = dict(((node.device or {}).get("metadata") or {}).get("annotations") or {})
+        self.partition_cache: Any = None  # filled lazily by the allocator
+        self.topology_cache: Any = None
+
+    def is_used(self, dtype: str, minor: int) -> bool:
+        return any(v > 0 for v in self.used.get(dtype, {}).get(minor, {}).values())
+
+    def add(self, pod_key: str, allocs: Allocations) -> None:
+        if pod_key in self.pods:
+            self.remove(pod_key)
+        self.pods[pod_key] = allocs
+        self._apply(allocs, 1)
+
+    def remove(self, pod_key: str) -> None:
+        allocs = self.pods.pop(pod_key, None)
+        self.inflight.discard(pod_key)
+        self.malformed.pop(pod_key, None)
+        if allocs:
+            self._apply(allocs, -1)
+
+    def _apply(self, allocs: Allocations, sign: int) -> None:
+        self.version += 1
+        for dtype, items in allocs.items():
+            used = self.used.setdefault(dtype, {})
+            vfs = self.used_vfs.setdefault(dtype, set())
+            for a in items:
+                u = used.setdefault(a.minor, {})
+                for r, v in a.resources.items():
+                    u[r] = u.get(r, 0) + sign * v
+                if not any(u.values()):
+                    used.pop(a.minor, None)
+                for vf in a.vfs:
+                    (vfs.add if sign > 0 else vfs.discard)(vf.bus_id)
+                self._refresh_free(dtype, a.minor)
+
+    def _refresh_free(self, dtype: str, minor: int) -> None:
+        info = self.devices.get(dtype, {}).get(minor)
+        if info is None:
+            return
+        used = self.used.get(dtype, {}).get(minor, {})
+        old = self.free[dtype][minor]
+        new = {r: max(0, t - used.get(r, 0)) for r, t in info.total.items()}
+        sums = self.free_sum[dtype]
+        for r in new:
+            sums[r] += new[r] - old.get(r, 0)
+        self.free[dtype][minor] = new
+
+
+class DeviceState:
+    """Cluster-wide DeviceShare bookkeeping: one NodeDeviceState per node, synchronised lazily with NodeInfo.
+
+    A node's state is (re)built from its pods' annotations the first time it is seen and whenever its Device CR
+    object is replaced; afterwards pods are reconciled only when the node's pod count changed, so scheduling a pod
+    costs work on the chosen node only. Callers that replace a pod in place (same count) use pod_removed().
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeDeviceState] = {}
+
+    def node(self, node: NodeInfo) -> NodeDeviceState:
+        st = self.nodes.get(node.name)
+        if st is None or st.device_obj is not node.device:
+            old = st
+            st = NodeDeviceState(node)
+            self.nodes[node.name] = st
+            if old is not None:  # keep our in-flight reservations across a Device CR update
+                for k in old.inflight:
+                    st.add(k, old.pods[k])
+                    st.inflight.add(k)
+        if st.synced_pods != len(node.pods):
+            self._reconcile(st, node)
+        return st
+
+    def _reconcile(self, st: NodeDeviceState, node: NodeInfo) -> None:
+        for k in [k for k in st.pods if k not in node.pods and k not in st.inflight]:
+            st.remove(k)
+        for k, pod in node.pods.items():
+            if k in st.inflight:
+                st.inflight.discard(k)
+            elif k not in st.pods:
+                st.add(k, self._pod_allocations(st, k, pod))
+        st.synced_pods = len(node.pods)
+
+    @staticmethod
+    def _pod_allocations(st: NodeDeviceState, pod_key: str, pod: JSON) -> Allocations:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATED)
+        if not raw or not is_active(pod):
+            return {}
+        try:
+            return decode_allocations(raw)
+        except (ValueError, TypeError, AttributeError) as e:
+            st.malformed[pod_key] = str(e)
+            log.warning("node %s: ignoring malformed %s on pod %s: %s", st.name, ANNOTATION_ALLOCATED, pod_key, e)
+            return {}
+
+    def reserve(self, node: NodeInfo, pod_key: str, allocs: Allocations) -> None:
+        st = self.node(node)
+        st.add(pod_key, allocs)
+        if pod_key not in node.pods:
+            st.inflight.add(pod_key)
+
+    def pod_removed(self, node_name: str, pod_key: str) -> None:
+        """Forget a pod's allocations (deleted, terminated or unreserved)."""
+        st = self.nodes.get(node_name)
+        if st is not None:
+            st.remove(pod_key)
