@@ -24,7 +24,8 @@ def _node(i: int) -> list[dict[str, Any]]:
     name = f"node-{i:04d}"
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}},
             "status": {"allocatable": {"cpu": "96", "memory": "768Gi", "pods": "110",
-                                       "koordinator.sh/gpu-core": "800", "koordinator.sh/gpu-memory-ratio": "800",
+                                       "koordinator.sh/gpu": "800", "koordinator.sh/gpu-core": "800",
+                                       "koordinator.sh/gpu-memory-ratio": "800",
                                        "koordinator.sh/gpu-memory": "640Gi"}}}
     device = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": name},
               "spec": {"devices": [
