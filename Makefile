@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.collection
 	$(BIN)/python -m benchmarks.qos_reconcile
 	$(BIN)/python -m benchmarks.qos_effect
+	$(BIN)/python -m benchmarks.scheduler
 
 clean:
 	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache
