@@ -85,16 +85,38 @@ class Scheduler:
     scorers: list[ScorePlugin]
     reservers: list[ReservePlugin]
 
-    def schedule(self, pod: JSON) -> Placement:
-        """One cycle; on success the pod is assumed on the node (its annotations included)."""
-        reasons: Counter[str] = Counter()
-        feasible: list[NodeInfo] = []
-        for node in self.cluster.nodes.values():
+    # -- the extension points as a public API (the extender and the gang planner use these) ---------------------
+    def feasible(self, pod: JSON, node_names: list[str] | None = None) -> tuple[list[NodeInfo], dict[str, str]]:
+        """Nodes (all, or the named ones) the pod fits, and the reason for every other node."""
+        nodes = (self.cluster.nodes.values() if node_names is None else
+                 [self.cluster.nodes[n] for n in node_names if n in self.cluster.nodes])
+        fits: list[NodeInfo] = []
+        failed: dict[str, str] = {}
+        for node in nodes:
             why = self._filter(pod, node)
             if why is None:
-                feasible.append(node)
+                fits.append(node)
             else:
-                reasons[why] += 1
+                failed[node.name] = why
+        return fits, failed
+
+    def scores(self, pod: JSON, nodes: list[NodeInfo]) -> dict[str, int]:
+        """Weighted score per node (higher is better)."""
+        return {n.name: self._score(pod, n) for n in nodes}
+
+    def reserve_on(self, pod: JSON, node_name: str) -> dict[str, str]:
+        """Reserve (may raise Unschedulable) and assume the pod on the node; returns the annotations added."""
+        node = self.cluster.nodes[node_name]
+        annotations = self._reserve(pod, node)
+        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        self.cluster.assume(pod, node_name)
+        return annotations
+
+    def schedule(self, pod: JSON) -> Placement:
+        """One cycle; on success the pod is assumed on the node (its annotations included)."""
+        fits, failed = self.feasible(pod)
+        reasons: Counter[str] = Counter(failed.values())
+        feasible = fits
         ranked = sorted(((self._score(pod, n), n.name) for n in feasible), key=lambda t: (-t[0], t[1]))
         for _total, name in ranked:
             node = self.cluster.nodes[name]
