@@ -59,6 +59,29 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def extender(ns: argparse.Namespace) -> int:
+    from koordlet.errors import KoordletError
+    from koordlet.kubeapi import KubeClient, KubeConfig
+    from scheduler.extender import ClusterSource, Extender, serve
+
+    try:
+        kube = KubeConfig.load(ns.kubeconfig)
+        if kube is None:
+            log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
+            return 2
+        profile(ns.config)  # a bad config fails before listening
+        # Fresh plugins per re-list: their device state is derived from the listed pods.
+        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(ns.config)))
+        ext.refresh()
+        serve(ext, ns.addr, ns.prefix, ns.resync)
+    except (KoordletError, OSError, ValueError) as e:
+        log.error("extender: %s", e)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="koord-sched", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -67,10 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("--pods", required=True, help="pods (and PodGroups) to place, in order")
     sim.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
     sim.add_argument("-o", "--output", choices=("json", "table"), default="table")
-    sub.add_parser("extender", help="kube-scheduler extender HTTP API (not implemented yet)")
+    ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
+    ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
+    ext.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    ext.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
+    ext.add_argument("--prefix", default="", help="URL path prefix, e.g. /extender for urlPrefix .../extender")
+    ext.add_argument("--resync", type=float, default=30.0, help="re-list the cluster every N seconds (0: never)")
     sub.add_parser("run", help="secondary scheduler for gang jobs (not implemented yet)")
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
+    if ns.command == "extender":
+        return extender(ns)
     if ns.command != "simulate":
         log.error("`koord-sched %s` is not implemented yet; `simulate` is", ns.command)
         return 2
