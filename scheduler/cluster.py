@@ -1,16 +1,20 @@
 """The cluster as the scheduler sees it: nodes with their Device CR, NodeMetric and assigned pods.
 
 Objects are plain Kubernetes JSON dicts (what the API server or a `--cluster DIR` of YAML files holds); NodeInfo
-keeps per-node sums incrementally so placing a pod updates one node, not the whole cluster.
+keeps per-node sums incrementally so placing a pod updates one node, not the whole cluster, and tells its watchers
+(the scheduler's per-node arrays, scheduler.nodeindex) when it changed: through add_pod/remove_pod or by assigning
+one of its attributes. Whoever edits a node's nested objects in place (a NodeMetric's usage, allocatable entries)
+calls `node.changed()` afterwards; `cluster.nodes` is a NodeMap that counts additions and removals.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +27,18 @@ CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
 _TERMINATED = ("Succeeded", "Failed")
+_WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric"})
 
 
 def quantity_value(resource: str, value: Any) -> int:
     """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
-    q = parse_quantity(str(value))
-    return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+    return _quantity_value(resource == CPU, str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_value(milli: bool, text: str) -> int:  # a cluster repeats the same few quantities everywhere
+    q = parse_quantity(text)
+    return math.ceil(q * 1000) if milli else math.ceil(q)
 
 
 def resource_list(obj: Any) -> dict[str, int]:
@@ -74,6 +84,19 @@ class NodeInfo:
     device: JSON | None = None
     nodemetric: JSON | None = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _WATCHED:
+            self.changed()
+
+    def watch(self, owner: object, callback: Callable[[NodeInfo], None]) -> None:
+        """Call `callback(node)` on every change; one callback per owner (a later one replaces it)."""
+        self.__dict__.setdefault("_watchers", {})[id(owner)] = callback
+
+    def changed(self) -> None:
+        for callback in list(self.__dict__.get("_watchers", {}).values()):
+            callback(self)
+
     @property
     def labels(self) -> dict[str, str]:
         return dict((self.obj.get("metadata") or {}).get("labels") or {})
@@ -89,6 +112,7 @@ class NodeInfo:
         for r, v in pod_requests(pod).items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
+        self.changed()
 
     def remove_pod(self, pod_key: str) -> JSON | None:
         pod = self.pods.pop(pod_key, None)
@@ -96,16 +120,63 @@ class NodeInfo:
             for r, v in pod_requests(pod).items():
                 self.requested[r] = self.requested.get(r, 0) - v
             self.requested[PODS] = self.requested.get(PODS, 0) - 1
+            self.changed()
         return pod
+
+
+class NodeMap(dict[str, NodeInfo]):
+    """`Cluster.nodes`: a dict whose `version` counts changes to which NodeInfo objects it holds."""
+
+    version = 0
+
+    def _bump(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, k: str, v: NodeInfo) -> None:
+        super().__setitem__(k, v)
+        self._bump()
+
+    def __delitem__(self, k: str) -> None:
+        super().__delitem__(k)
+        self._bump()
+
+    def pop(self, *args: Any) -> Any:
+        self._bump()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, NodeInfo]:
+        self._bump()
+        return super().popitem()
+
+    def clear(self) -> None:
+        super().clear()
+        self._bump()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._bump()
+
+    def setdefault(self, k: str, default: Any = None) -> Any:
+        self._bump()
+        return super().setdefault(k, default)
+
+    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override,misc]
+        self.update(other)
+        return self
 
 
 @dataclass
 class Cluster:
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)  # a NodeMap once assigned
     podgroups: dict[str, JSON] = field(default_factory=dict)  # ns/name
     topologies: list[JSON] = field(default_factory=list)  # ClusterNetworkTopology objects
     priority_classes: dict[str, int] = field(default_factory=dict)
     pending: list[JSON] = field(default_factory=list)  # pods without spec.nodeName found in the cluster dir
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "nodes" and not isinstance(value, NodeMap):
+            value = NodeMap(value)
+        object.__setattr__(self, name, value)
 
     def assume(self, pod: JSON, node_name: str) -> None:
         pod.setdefault("spec", {})["nodeName"] = node_name

@@ -6,6 +6,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 from scheduler.deviceshare.requests import (
@@ -25,6 +27,7 @@ from scheduler.deviceshare.requests import (
 )
 from scheduler.deviceshare.state import VF, Allocation, Allocations, NodeDeviceState
 from scheduler.framework import Unschedulable
+from scheduler.nodeindex import IntArray
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,21 @@ class Scorer:
             acc += s * w
             wsum += w
         return acc // wsum if wsum else 0
+
+    def score_vector(self, request: dict[str, int], total: IntArray, free: IntArray) -> IntArray:
+        """`score` for many nodes: `total` and `free` have one row per node, one column per `weights` key."""
+        weights = np.array(list(self.weights.values()), dtype=np.int64)
+        asked = np.array([request.get(r, 0) for r in self.weights], dtype=np.int64)
+        valid = total > 0
+        safe = np.where(valid, total, 1)
+        requested = asked + np.where(free <= total, total - free, 0)
+        if self.most:
+            s = np.minimum(requested, total) * 100 // safe
+        else:
+            s = np.where(requested > total, 0, (total - requested) * 100 // safe)
+        acc = (np.where(valid, s, 0) * weights).sum(axis=1)
+        wsum = (valid * weights).sum(axis=1)
+        return np.where(wsum > 0, acc // np.maximum(wsum, 1), 0).astype(np.int64)
 
 
 def fits(request: dict[str, int], free: dict[str, int]) -> bool:

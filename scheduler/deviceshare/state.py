@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,8 +141,9 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
 class NodeDeviceState:
     """One node's devices with free/used per minor; add/remove adjust only the minors an allocation touches."""
 
-    def __init__(self, node: NodeInfo) -> None:
+    def __init__(self, node: NodeInfo, on_change: Callable[[str], None] | None = None) -> None:
         self.name = node.name
+        self.on_change = on_change  # called with the node name whenever used/free change
         self.device_obj = node.device
         self.devices = parse_devices(node.device)
         self.ids = {(t, m): d.id for t, ds in self.devices.items() for m, d in ds.items()}
@@ -184,6 +186,8 @@ class NodeDeviceState:
 
     def _apply(self, allocs: Allocations, sign: int) -> None:
         self.version += 1
+        if self.on_change is not None:
+            self.on_change(self.name)
         for dtype, items in allocs.items():
             used = self.used.setdefault(dtype, {})
             vfs = self.used_vfs.setdefault(dtype, set())
@@ -220,13 +224,19 @@ class DeviceState:
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeDeviceState] = {}
+        self.listeners: list[Callable[[str], None]] = []  # told the name of every node whose state changed
+
+    def _changed(self, node_name: str) -> None:
+        for listener in self.listeners:
+            listener(node_name)
 
     def node(self, node: NodeInfo) -> NodeDeviceState:
         st = self.nodes.get(node.name)
         if st is None or st.device_obj is not node.device:
             old = st
-            st = NodeDeviceState(node)
+            st = NodeDeviceState(node, self._changed)
             self.nodes[node.name] = st
+            self._changed(node.name)
             if old is not None:  # keep our in-flight reservations across a Device CR update
                 for k in old.inflight:
                     st.add(k, old.pods[k])

@@ -10,10 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from koordlet import godur
 from koordlet.errors import InvalidInput
 from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, key, pod_requests, quantity_value, resource_list
+from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Tracker
 
 NAME = "LoadAwareScheduling"
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
@@ -237,18 +240,31 @@ class LoadAware:
         self._assumed: dict[str, float] = {}  # pod key → when this scheduler assumed it (no PodScheduled condition)
         self._entries: dict[int, tuple[JSON, _PodEntry]] = {}  # id(pod) → (pod, entry); pod kept to pin the id
         self._incoming: tuple[JSON | None, Vector, bool] = (None, {}, False)  # last pod seen: estimate, is prod
+        # _NodeState as arrays over NodeIndex rows (columns: self.resources), refreshed for changed nodes only
+        self._tracker = Tracker()
+        self._col = {r: j for j, r in enumerate(self.resources)}
+        self._has_state: BoolArray = np.zeros(0, dtype=np.bool_)  # has a NodeMetric
+        self._has_metric: BoolArray = np.zeros(0, dtype=np.bool_)  # ... with status.nodeMetric
+        self._custom: BoolArray = np.zeros(0, dtype=np.bool_)  # has the usage-thresholds annotation
+        self._update: FloatArray = np.zeros(0)  # NaN: no updateTime
+        self._cap: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)
+        self._usage: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)  # nodeUsage + nodeDelta
+        self._prod: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)  # prodUsage + prodDelta
 
     # ---- estimator (estimator/default_estimator.go) ----
 
     def estimate(self, pod: JSON) -> Vector:
         """Estimated usage of a pod over the resource vector."""
+        return self._estimate(pod, priority_class_with_default(pod))
+
+    def _estimate(self, pod: JSON, priority: str) -> Vector:
         factors = self.args.estimated_scaling_factors
         if self.args.allow_customize_estimation:
             custom = _json_annotation(pod, ANNOTATION_SCALING_FACTORS)
             if isinstance(custom, dict) and custom:
                 factors = {**factors, **{str(k): int(v) for k, v in custom.items() if isinstance(v, int | float)}}
         requests, limits = pod_requests(pod), pod_limits(pod)
-        translate = _TRANSLATE.get(priority_class_with_default(pod), {})
+        translate = _TRANSLATE.get(priority, {})
         out: Vector = {}
         for r in self.resources:
             real = translate.get(r, r)
@@ -285,7 +301,12 @@ class LoadAware:
             deadline = init_time + after_init
         elif after_sched and after_sched > 0:
             deadline = ts + after_sched
-        entry = _PodEntry(self.estimate(pod), ts, deadline, priority_class_with_default(pod) == PRIORITY_PROD)
+        if pod is self._incoming[0]:  # just placed: estimated as the incoming pod of this cycle already
+            estimated, prod = self._incoming[1], self._incoming[2]
+        else:
+            priority = priority_class_with_default(pod)
+            estimated, prod = self._estimate(pod, priority), priority == PRIORITY_PROD
+        entry = _PodEntry(estimated, ts, deadline, prod)
         self._entries[id(pod)] = (pod, entry)
         return entry
 
@@ -441,6 +462,97 @@ class LoadAware:
                 return f"node(s) {r} {what} exceed threshold"
         return None
 
+    # ---- the same over every node at once (scheduler.framework's vector stage) ----
+
+    def sync(self, index: NodeIndex) -> None:
+        """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
+        changed = self._tracker.changes(index)
+        if changed is None:
+            n, width = len(index), len(self.resources)
+            self._has_state, self._has_metric = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+            self._custom, self._update = np.zeros(n, dtype=np.bool_), np.full(n, np.nan)
+            self._cap, self._usage, self._prod = (np.zeros((n, width), dtype=np.int64) for _ in range(3))
+        for i in range(len(index)) if changed is None else changed:
+            node = index.nodes[i]
+            st = self._state(node)
+            self._has_state[i] = st is not None
+            if st is None:
+                continue
+            self._has_metric[i] = ((node.nodemetric or {}).get("status") or {}).get("nodeMetric") is not None
+            self._custom[i] = isinstance(st.thresholds, dict)
+            self._update[i] = np.nan if st.update_time is None else st.update_time
+            usage, prod = _sum(st.node_usage or {}, st.node_delta), _sum(st.prod_usage, st.prod_delta)
+            for r, j in self._col.items():
+                self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
+                    prod.get(r, 0)
+
+    def _expired_vector(self) -> BoolArray:
+        age = self.now() - self._update
+        return ~(age < self.args.node_metric_expiration_seconds)  # NaN (no updateTime) counts as expired
+
+    def _estimate_vector(self, pod: JSON) -> IntArray:
+        est = self._pod_estimate(pod)
+        return np.array([est.get(r, 0) for r in self.resources], dtype=np.int64)
+
+    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
+        """Exactly `filter` for every node (nodes with their own thresholds annotation are asked one by one)."""
+        self.sync(index)
+        if _is_daemonset_pod(pod):
+            return None
+        a, cluster = self.args, index.cluster
+        agg = a.aggregated
+        if agg is not None and not (agg.usage_thresholds and agg.usage_aggregation_type):
+            agg = None
+        prod = bool(a.prod_usage_thresholds) and self._is_prod(pod)
+        if agg is not None and not prod:
+            return np.array([self.filter(pod, n, cluster) is None for n in index.nodes], dtype=np.bool_)
+        thresholds = a.prod_usage_thresholds if prod else a.usage_thresholds
+        fail = np.zeros(len(index), dtype=np.bool_)
+        if thresholds:
+            live = self._has_state & self._has_metric
+            if a.filter_expired_node_metrics:
+                expired = self._expired_vector()
+                if not a.enable_schedule_when_node_metrics_expired:
+                    fail |= self._has_state & expired
+                live &= ~expired
+            used = (self._prod if prod else self._usage) + self._estimate_vector(pod)
+            over = np.zeros(len(index), dtype=np.bool_)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                for r in sorted(thresholds):
+                    t, j = thresholds[r], self._col[r]
+                    if t == 0:
+                        continue
+                    cap = self._cap[:, j]
+                    over |= (cap != 0) & (np.floor(used[:, j] / cap * 100 + 0.5) > t)
+            fail |= live & over
+        for i in np.flatnonzero(self._custom & self._has_state).tolist():
+            fail[i] = self.filter(pod, index.nodes[i], cluster) is not None
+        return ~fail
+
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None:
+        """Exactly `score` for every node; None for aggregated scoring (then `score` runs per node)."""
+        self.sync(index)
+        a = self.args
+        n = len(index)
+        if not a.resource_weights and a.dominant_resource_weight == 0:
+            return np.zeros(n, dtype=np.int64)
+        if a.score_according_prod_usage and self._is_prod(pod):
+            base = self._prod
+        elif a.aggregated is not None and a.aggregated.score_aggregation_type:
+            return None
+        else:
+            base = self._usage
+        weights = np.array([a.resource_weights.get(r, 0) for r in self.resources], dtype=np.int64)
+        d = a.dominant_resource_weight
+        if int(weights.sum()) + d == 0:
+            return np.zeros(n, dtype=np.int64)
+        used, cap = base + self._estimate_vector(pod), self._cap
+        per = np.where((cap == 0) | (used > cap), 0, (cap - used) * 100 // np.where(cap == 0, 1, cap))
+        lowest = np.minimum(per.min(axis=1), 100) if per.shape[1] else np.full(n, 100, dtype=np.int64)
+        score = ((per * weights).sum(axis=1) + d * lowest) // (int(weights.sum()) + d)
+        valid = self._has_state & self._has_metric & ~self._expired_vector()
+        return np.where(valid, score, 0).astype(np.int64)
+
     # ---- Score ----
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
@@ -483,7 +595,8 @@ class LoadAware:
     def _pod_info(self, pod: JSON) -> tuple[JSON | None, Vector, bool]:
         """The incoming pod is judged against every node: estimate it once per cycle."""
         if self._incoming[0] is not pod:
-            self._incoming = (pod, self.estimate(pod), priority_class_with_default(pod) == PRIORITY_PROD)
+            priority = priority_class_with_default(pod)
+            self._incoming = (pod, self._estimate(pod, priority), priority == PRIORITY_PROD)
         return self._incoming
 
     # ---- Reserve: remember when we assumed the pod (pod_assign_cache.go AssumePod) ----

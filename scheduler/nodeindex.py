@@ -1,0 +1,92 @@
+"""The cluster's nodes in a fixed order for per-node numpy arrays, with a change counter per node.
+
+Plugins keep their per-node numbers (free resources, usage, free GPUs) in arrays indexed by `NodeIndex.pos` and
+refresh only the rows a `Tracker` reports as changed, so a scheduling cycle filters and scores every node with a few
+array operations instead of a Python loop over the nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.cluster import Cluster, NodeInfo
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+class NodeIndex:
+    """`nodes[i]` for i in 0..n−1; `versions[i]` grows whenever node i reports a change (NodeInfo.changed).
+
+    `epoch` grows when the set of nodes changes: positions are then reassigned and every array must be rebuilt.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.epoch = 0
+        self._map: Any = None
+        self._members = -1
+        self._build()
+
+    def _build(self) -> None:
+        nodes = self.cluster.nodes
+        self.nodes: list[NodeInfo] = list(nodes.values())
+        self.names: list[str] = [n.name for n in self.nodes]
+        self.names_array = np.array(self.names, dtype=object)
+        self.pos: dict[str, int] = {n: i for i, n in enumerate(self.names)}
+        self._by_id: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
+        order = sorted(range(len(self.names)), key=self.names.__getitem__)
+        self.name_rank: IntArray = np.empty(len(self.names), dtype=np.int64)
+        self.name_rank[order] = np.arange(len(self.names), dtype=np.int64)
+        self.versions: IntArray = np.zeros(len(self.nodes), dtype=np.int64)
+        for n in self.nodes:
+            n.watch(self, self._changed)
+        self._map, self._members = nodes, getattr(nodes, "version", -1)
+        self.epoch += 1
+
+    def _changed(self, node: NodeInfo) -> None:
+        i = self._by_id.get(id(node))
+        if i is not None and self.nodes[i] is node:
+            self.versions[i] += 1
+
+    def refresh(self) -> None:
+        nodes = self.cluster.nodes
+        if nodes is not self._map or getattr(nodes, "version", -2) != self._members:
+            self._build()
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def node_index(cluster: Cluster) -> NodeIndex:
+    """The cluster's index (one per Cluster, shared by every Scheduler on it), brought up to date."""
+    index: NodeIndex | None = cluster.__dict__.get("_node_index")
+    if index is None:
+        index = NodeIndex(cluster)
+        cluster.__dict__["_node_index"] = index
+    else:
+        index.refresh()
+    return index
+
+
+class Tracker:
+    """Which rows changed since the owner last asked; None means all of them (new index or new node set)."""
+
+    def __init__(self) -> None:
+        self._index: NodeIndex | None = None
+        self._epoch = -1
+        self._seen: IntArray = np.zeros(0, dtype=np.int64)
+
+    def changes(self, index: NodeIndex) -> list[int] | None:
+        if index is not self._index or index.epoch != self._epoch:
+            self._index, self._epoch, self._seen = index, index.epoch, index.versions.copy()
+            return None
+        diff = np.flatnonzero(index.versions != self._seen)
+        if not diff.size:
+            return []
+        self._seen[diff] = index.versions[diff]
+        return [int(i) for i in diff]
