@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from koordlet import godur
+from koordlet.errors import InvalidInput
 from scheduler.cluster import JSON, Cluster, key
 
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
@@ -37,25 +38,12 @@ WAITING_AND_RUNNING = "waiting-and-running"
 MATCH_POLICIES = (ONCE_SATISFIED, ONLY_WAITING, WAITING_AND_RUNNING)
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-
-
 def parse_go_duration(text: str) -> float | None:
     """Go's time.ParseDuration in seconds ("1h30m", "90s", "1.5m"); None when invalid."""
-    s = text.strip()
-    sign = -1.0 if s.startswith("-") else 1.0
-    s = s.lstrip("+-")
-    if s == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            return None
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total if s else None
+    try:
+        return godur.parse(text)
+    except InvalidInput:
+        return None
 
 
 def _meta(obj: JSON) -> JSON:
