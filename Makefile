@@ -5,11 +5,11 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := python3-venv python3-dev util-linux procps openssl
+APT_PACKAGES := python3-venv python3-dev util-linux procps openssl iproute2
 
 .PHONY: run test lint typecheck bench clean deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
