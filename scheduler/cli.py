@@ -82,6 +82,46 @@ def extender(ns: argparse.Namespace) -> int:
     return 0
 
 
+def run(ns: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from koordlet.errors import KoordletError
+    from koordlet.kubeapi import KubeClient, KubeConfig
+    from scheduler.gang.model import parse_go_duration
+    from scheduler.runner import SecondaryScheduler
+
+    interval = parse_go_duration(ns.interval)
+    if interval is None:
+        try:
+            interval = float(ns.interval)
+        except ValueError:
+            log.error("run: invalid --interval %r (want a Go duration such as 1s or 500ms)", ns.interval)
+            return 2
+    try:
+        kube = KubeConfig.load(ns.kubeconfig)
+        if kube is None:
+            log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
+            return 2
+        profile(ns.config)  # a bad config fails before the first cycle
+        # Fresh plugins per cycle: their device state is derived from the listed pods.
+        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(ns.config)))
+        if ns.once:
+            placements = runner.run_once()
+            sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
+            return 1 if runner.failures else 0
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
+        runner.run(stop, max(interval, 0.0))
+    except (KoordletError, OSError, ValueError) as e:
+        log.error("run: %s", e)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="koord-sched", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -96,14 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ext.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     ext.add_argument("--prefix", default="", help="URL path prefix, e.g. /extender for urlPrefix .../extender")
     ext.add_argument("--resync", type=float, default=30.0, help="re-list the cluster every N seconds (0: never)")
-    sub.add_parser("run", help="secondary scheduler for gang jobs (not implemented yet)")
+    run_p = sub.add_parser("run", help="secondary scheduler for gang and topology jobs (binds whole gangs)")
+    run_p.add_argument("--scheduler-name", required=True, help="schedule pods with this spec.schedulerName")
+    run_p.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    run_p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
+    run_p.add_argument("--interval", default="1s", help="pause between scheduling cycles (Go duration, default 1s)")
+    run_p.add_argument("--once", action="store_true", help="one cycle, print the placements, exit")
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
     if ns.command == "extender":
         return extender(ns)
-    if ns.command != "simulate":
-        log.error("`koord-sched %s` is not implemented yet; `simulate` is", ns.command)
-        return 2
+    if ns.command == "run":
+        return run(ns)
     cluster = build_cluster(load_objects(ns.cluster))
     pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") == "Pod"]
     for o in load_objects(ns.pods):

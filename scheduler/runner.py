@@ -1,0 +1,230 @@
+"""`koord-sched run`: a secondary scheduler that places pending gang/topology jobs whole and binds them as units."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from koordlet.errors import KoordletError, NotFound
+from koordlet.kubeapi import KubeClient
+from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
+from scheduler.extender import ClusterSource, _pod_path
+from scheduler.framework import Placement, Scheduler
+from scheduler.gang import plan_jobs
+from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of
+from scheduler.gang.planner import _Held, _release
+
+log = logging.getLogger(__name__)
+
+# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped.
+EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
+    ("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup"),
+    ("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology"),
+    ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
+)
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+@dataclass
+class BindFailure:
+    """One unit (GangGroup or lone pod) whose binding did not complete."""
+    unit: str
+    error: str
+    bound: list[str] = field(default_factory=list)  # members bound before the failure: they stay bound
+    rolled_back: list[str] = field(default_factory=list)
+
+
+def _created(pod: JSON) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def order_pending(pods: list[JSON]) -> list[JSON]:
+    """By creation time (RFC 3339 strings sort chronologically); a gang's members together, at its oldest member."""
+    first: dict[str, str] = {}
+    for p in pods:
+        unit = gang_id_of(p) or key(p)
+        first[unit] = min(first.get(unit, _created(p)), _created(p))
+
+    def rank(p: JSON) -> tuple[str, str, str, str]:
+        unit = gang_id_of(p) or key(p)
+        return first[unit], unit, _created(p), key(p)
+
+    return sorted(pods, key=rank)
+
+
+class SecondaryScheduler:
+    """List → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit; sequential, so the next
+    cycle's (consistent) list already shows everything this cycle bound and no assumed-pod cache is needed."""
+
+    def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
+                 default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True) -> None:
+        self.client = client
+        self.scheduler_name = scheduler_name
+        self.profile_factory = profile_factory
+        self.default_timeout = default_timeout
+        self.set_conditions = set_conditions
+        self.source = ClusterSource(client)
+        self.scheduler: Scheduler | None = None  # of the last cycle, with what it bound assumed
+        self.failures: list[BindFailure] = []  # of the last cycle
+        self._missing: set[str] = set()  # optional collections already reported as not served
+        self._reported: dict[str, str] = {}  # pod key → last unschedulable reason logged
+
+    # -- listing ----------------------------------------------------------------------------------------------
+    def _optional(self, path: str) -> list[JSON]:
+        try:
+            items = self.source._list_all(path, None)
+        except NotFound:
+            if path not in self._missing:
+                self._missing.add(path)
+                log.warning("%s is not served (CRD not installed?); continuing without it", path)
+            return []
+        self._missing.discard(path)
+        return items
+
+    def pending(self) -> list[JSON]:
+        """Pods for this scheduler, not bound, not terminating, not gated; the field selector is only a hint."""
+        items = self.source._list_all("/api/v1/pods", f"spec.nodeName=,spec.schedulerName={self.scheduler_name}")
+        out = []
+        for p in items:
+            spec = p.get("spec") or {}
+            if (spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p)
+                    and not spec.get("schedulingGates")):
+                p.setdefault("kind", "Pod")
+                p.setdefault("metadata", {}).setdefault("namespace", "default")
+                out.append(p)
+        return out
+
+    def load(self) -> tuple[Cluster, list[JSON]]:
+        objects = self.source.objects()
+        for path, kind in EXTRA_SOURCES:
+            for item in self._optional(path):
+                item.setdefault("kind", kind)
+                objects.append(item)
+        pods = self.pending()  # after the assigned pods: a pod bound in between is then seen at most twice
+        cluster = build_cluster(objects)
+        bound = {k for n in cluster.nodes.values() for k in n.pods}
+        return cluster, [p for p in pods if key(p) not in bound]
+
+    # -- one cycle ------------------------------------------------------------------------------------------------
+    def run_once(self) -> list[Placement]:
+        """One pass over every pending pod; returns the outcome per pod (node None: not bound, with the reason)."""
+        cluster, pods = self.load()
+        self.failures = []
+        if not pods:
+            self.scheduler = self.profile_factory(cluster)
+            return []
+        sched = self.profile_factory(cluster)
+        self.scheduler = sched
+        pods = order_pending(pods)
+        by_key = {key(p): p for p in pods}
+        placements, _ = plan_jobs(sched, pods, enable_preemption=False, default_timeout=self.default_timeout)
+        units: dict[str, list[Placement]] = {}
+        for p in placements:
+            if p.node is not None:
+                units.setdefault(p.annotations.get(ANN_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
+        for unit, members in units.items():
+            self._bind_unit(sched, unit, members, by_key)
+        for p in placements:
+            if p.node is None:
+                self._unschedulable(by_key[p.pod], p.reason)
+            else:
+                self._reported.pop(p.pod, None)
+        return placements
+
+    def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
+        """PATCH every member's annotations, then POST every Binding. A failed PATCH binds nothing; a failed
+        Binding rolls back the members not bound yet (earlier members stay bound: there is no unbind)."""
+        patched: list[Placement] = []
+        bound: list[Placement] = []
+        error = ""
+        for p in members:
+            try:
+                if p.annotations:
+                    self.client.patch(_path(pods[p.pod]), {"metadata": {"annotations": p.annotations}})
+                patched.append(p)
+            except KoordletError as e:
+                error = f"patching {p.pod}: {e}"
+                break
+        if not error:
+            for p in members:
+                try:
+                    self.client.post(f"{_path(pods[p.pod])}/binding", _binding(pods[p.pod], str(p.node)))
+                    bound.append(p)
+                except KoordletError as e:
+                    error = f"binding {p.pod} to {p.node}: {e}"
+                    break
+        for p in bound:
+            log.info("bound %s to %s%s", p.pod, p.node, f" ({', '.join(p.annotations)})" if p.annotations else "")
+        if not error:
+            return
+        done = {p.pod for p in bound}
+        annotated = {p.pod for p in patched}
+        undo = [p for p in members if p.pod not in done]
+        _release(sched, [_Held(pods[p.pod], str(p.node), p.annotations) for p in undo])
+        for p in undo:
+            if p.pod in annotated and p.annotations:
+                self._unannotate(pods[p.pod], p.annotations)
+            p.reason = f"{'gang ' + unit + ' ' if len(members) > 1 else ''}bind failed: {error}"
+            p.node, p.annotations = None, {}
+        failure = BindFailure(unit, error, sorted(done), [p.pod for p in undo])
+        self.failures.append(failure)
+        if done:
+            log.error("unit %s partially bound (%s stay bound, %s rolled back): %s", unit, ", ".join(failure.bound),
+                      ", ".join(failure.rolled_back), error)
+        else:
+            log.warning("unit %s not bound, rolled back: %s", unit, error)
+
+    def _unannotate(self, pod: JSON, annotations: dict[str, str]) -> None:
+        """Best effort (copied from Extender._unannotate): no device-allocated may outlive its reservation."""
+        try:
+            self.client.patch(_path(pod), {"metadata": {"annotations": dict.fromkeys(annotations)}})
+        except KoordletError as e:
+            log.warning("removing %s from %s after a failed bind: %s", ", ".join(annotations), key(pod), e)
+
+    def _unschedulable(self, pod: JSON, reason: str) -> None:
+        k = key(pod)
+        if self._reported.get(k) != reason:
+            self._reported[k] = reason
+            log.info("%s unschedulable: %s", k, reason)
+        if not self.set_conditions:
+            return
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        current = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "PodScheduled"), {})
+        if current.get("status") == "False" and current.get("message") == reason:
+            return
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason,
+                     "lastProbeTime": None,
+                     "lastTransitionTime": current.get("lastTransitionTime") if current.get("status") == "False"
+                     else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        try:  # strategic merge: conditions merge by type, as kube-scheduler's status update does
+            self.client.patch(f"{_path(pod)}/status", {"status": {"conditions": [condition]}},
+                              patch_type=STRATEGIC_MERGE)
+        except KoordletError as e:
+            log.debug("setting PodScheduled=False on %s: %s", k, e)
+
+    # -- loop ---------------------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, interval: float = 1.0) -> None:
+        """run_once every `interval` seconds until `stop` is set; API errors are logged and retried next time."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except KoordletError as e:
+                log.warning("scheduling cycle: %s", e)
+            stop.wait(interval)
+
+
+def _path(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return _pod_path(str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
+def _binding(pod: JSON, node: str) -> JSON:
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    return {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace") or "default",
+                         **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
