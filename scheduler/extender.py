@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from koordlet.errors import ApiError, KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
-from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
+from koordlet.kubeapi import Gone, KubeClient
+from scheduler.cluster import JSON, Cluster, NodeInfo, build_cluster, is_active, key, pod_requests, resource_list
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 from scheduler.framework import Scheduler, Unschedulable
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ SOURCES: tuple[tuple[str, str], ...] = (
 )
 OPTIONAL_KINDS = ("Device", "NodeMetric")  # CRDs that may not be installed
 LIST_PAGE = 500
+WATCH_TIMEOUT = 300  # seconds per watch request; the server ends it and we re-watch from the last resourceVersion
+MAX_BACKOFF = 30.0
 
 
 class BadRequest(Exception):
@@ -48,32 +51,56 @@ class ClusterSource:
         out: list[JSON] = []
         for path, kind in SOURCES:
             try:
-                items = self._list_all(path, "spec.nodeName!=" if kind == "Pod" else None)
+                items, _ = self.list_kind(path, kind)
             except NotFound:
                 if kind not in OPTIONAL_KINDS:
                     raise
                 log.warning("%s is not served (CRD not installed?); continuing without %s objects", path, kind)
                 continue
-            for item in items:
-                if kind == "Pod" and not (item.get("spec") or {}).get("nodeName"):
-                    continue  # the field selector is only a hint to the server
-                item.setdefault("kind", kind)
-                out.append(item)
+            out.extend(items)
         return out
 
+    def list_kind(self, path: str, kind: str) -> tuple[list[JSON], str]:
+        """Every object of one source (assigned pods only, kind filled in) and the list's resourceVersion."""
+        items, rv = self._list_pages(path, _field_selector(kind))
+        out = [i for i in items if kind != "Pod" or (i.get("spec") or {}).get("nodeName")]
+        for item in out:
+            item.setdefault("kind", kind)
+        return out, rv
+
     def _list_all(self, path: str, field_selector: str | None) -> list[JSON]:
+        return self._list_pages(path, field_selector)[0]
+
+    def _list_pages(self, path: str, field_selector: str | None) -> tuple[list[JSON], str]:
+        """Every item of a paged list and the resourceVersion of its last page."""
         items: list[JSON] = []
         cont = ""
         while True:
             params = {"limit": str(LIST_PAGE), **({"continue": cont} if cont else {})}
             page = self.client.list(path, field_selector=field_selector, params=params)
             items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            cont = str((page.get("metadata") or {}).get("continue") or "")
+            meta = page.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
             if not cont:
-                return items
+                return items, str(meta.get("resourceVersion") or "")
 
     def load(self) -> Cluster:
         return build_cluster(self.objects())
+
+
+def _field_selector(kind: str) -> str | None:
+    return "spec.nodeName!=" if kind == "Pod" else None  # only a hint: the server may ignore it
+
+
+def _name(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _pod_signature(pod: JSON) -> tuple[Any, ...]:
+    """What the scheduler accounts of an assigned pod: a change here replaces the pod on its node."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_ALLOCATED)),
+            spec.get("priority"), spec.get("priorityClassName"))
 
 
 @dataclass
@@ -125,24 +152,209 @@ class Extender:
         self.make_scheduler = make_scheduler
         self.lock = threading.RLock()
         self.bind_lock = threading.Lock()
-        self.assumed: dict[str, _Assumed] = {}  # pod key → bound by us, not yet seen bound+annotated in a list
+        self.assumed: dict[str, _Assumed] = {}  # pod key → bound by us, not yet seen bound+annotated
         self.scheduler = make_scheduler(Cluster())
+        self.refresh_lock = threading.Lock()
+        # Watch deliveries made while a re-list is in flight, replayed onto the new cluster before it is swapped in
+        # (the list may have been read before them). None when no re-list is running.
+        self._journal: list[tuple[str, str, Any]] | None = None
+        # Device / NodeMetric objects whose Node is not known yet (a Device CR may come before its Node).
+        self._orphans: dict[tuple[str, str], JSON] = {}
+        self.stop_event = threading.Event()
 
     def refresh(self) -> None:
         """Re-list the cluster and swap it in; pods we bound that the list does not show yet stay assumed."""
-        started = time.monotonic()
-        cluster = self.source.load()
-        sched = self.make_scheduler(cluster)
-        with self.lock:
-            for pod_key, a in list(self.assumed.items()):
-                node = cluster.nodes.get(a.node)
-                if node is None or pod_key in node.pods or a.bound_at < started:
-                    del self.assumed[pod_key]  # seen bound, or bound before this list began and gone since
-                else:
-                    cluster.assume(a.pod, a.node)
-            self.scheduler = sched
+        with self.refresh_lock:
+            started = time.monotonic()
+            with self.lock:
+                self._journal = []
+            try:
+                cluster = self.source.load()
+            except BaseException:
+                with self.lock:
+                    self._journal = None
+                raise
+            sched = self.make_scheduler(cluster)
+            with self.lock:
+                for pod_key, a in list(self.assumed.items()):
+                    node = cluster.nodes.get(a.node)
+                    if node is None or pod_key in node.pods or a.bound_at < started:
+                        del self.assumed[pod_key]  # seen bound, or bound before this list began and gone since
+                    else:
+                        cluster.assume(a.pod, a.node)
+                journal, self._journal = self._journal or [], None
+                for op, kind, payload in journal:
+                    self._apply(sched, op, kind, payload)
+                self.scheduler = sched
         log.info("cluster: %d nodes, %d assigned pods", len(cluster.nodes), sum(len(n.pods) for n in
                                                                                   cluster.nodes.values()))
+
+    # -- watches ----------------------------------------------------------------------------------------------
+    def start_watches(self, timeout_seconds: int = WATCH_TIMEOUT) -> list[threading.Thread]:
+        """One daemon thread per source (never joined: a blocked watch must not delay shutdown); stop_watches()
+        ends them."""
+        threads = [threading.Thread(target=self._watch_forever, args=(path, kind, timeout_seconds),
+                                    name=f"watch-{kind}", daemon=True) for path, kind in SOURCES]
+        for t in threads:
+            t.start()
+        return threads
+
+    def stop_watches(self) -> None:
+        self.stop_event.set()
+        self.client.close()  # aborts the open watch streams
+
+    def _watch_forever(self, path: str, kind: str, timeout_seconds: int) -> None:
+        """List (applied as the whole truth for this kind), then watch from the list's resourceVersion; relist on
+        410, back off on errors."""
+        backoff = 1.0
+        stop = self.stop_event
+        while not stop.is_set():
+            try:
+                items, rv = self.source.list_kind(path, kind)
+                self.deliver("REPLACE", kind, items)
+                backoff = 1.0
+                while not stop.is_set():
+                    for event in self.client.watch(path, field_selector=_field_selector(kind),
+                                                   resource_version=rv or None, timeout_seconds=timeout_seconds):
+                        if stop.is_set():
+                            return
+                        obj = event.get("object")
+                        if not isinstance(obj, dict):
+                            continue
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            obj.setdefault("kind", kind)
+                            self.deliver(str(event["type"]), kind, obj)
+            except Gone:
+                log.info("watch %s: resourceVersion expired, re-listing", path)
+            except NotFound:
+                if kind not in OPTIONAL_KINDS:
+                    log.warning("watch %s: not found", path)
+                stop.wait(MAX_BACKOFF)  # CRD not installed (yet)
+            except Exception as e:
+                if stop.is_set():
+                    return
+                log.warning("watch %s: %s; retrying in %.0fs", path, e, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def deliver(self, op: str, kind: str, payload: Any) -> None:
+        """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
+        kind) to the live cluster."""
+        with self.lock:
+            if self._journal is not None:
+                self._journal.append((op, kind, payload))
+            self._apply(self.scheduler, op, kind, payload)
+
+    def _apply(self, sched: Scheduler, op: str, kind: str, payload: Any) -> None:
+        cluster = sched.cluster
+        if op == "REPLACE":
+            items: list[JSON] = payload
+            names = {_name(o) for o in items}
+            if kind == "Node":
+                for gone in [n for n in cluster.nodes if n not in names]:
+                    self._node_deleted(cluster, gone)
+            elif kind == "Pod":
+                listed = {key(o) for o in items}
+                for node in list(cluster.nodes.values()):
+                    for k, pod in list(node.pods.items()):
+                        if k not in listed and k not in self.assumed:
+                            self._remove_pod(sched, node, k, pod)
+            else:
+                attr = "device" if kind == "Device" else "nodemetric"
+                for node in cluster.nodes.values():
+                    if getattr(node, attr) is not None and node.name not in names:
+                        setattr(node, attr, None)
+                for orphan in [o for o in self._orphans if o[0] == kind and o[1] not in names]:
+                    del self._orphans[orphan]
+            for obj in items:
+                self._apply(sched, "MODIFIED", kind, obj)
+            return
+        deleted = op == "DELETED"
+        if kind == "Pod":
+            self._pod_event(sched, payload, deleted)
+        elif kind == "Node":
+            if deleted:
+                self._node_deleted(cluster, _name(payload))
+            else:
+                self._node_upsert(cluster, payload)
+        else:
+            attr, name = ("device" if kind == "Device" else "nodemetric"), _name(payload)
+            target = cluster.nodes.get(name)
+            if target is None:
+                if deleted:
+                    self._orphans.pop((kind, name), None)
+                else:
+                    self._orphans[kind, name] = payload
+            elif deleted:
+                setattr(target, attr, None)
+            elif getattr(target, attr) is not payload:
+                setattr(target, attr, payload)
+
+    def _node_upsert(self, cluster: Cluster, obj: JSON) -> None:
+        name = _name(obj)
+        status = obj.get("status") or {}
+        allocatable = resource_list(status.get("allocatable") or status.get("capacity"))
+        node = cluster.nodes.get(name)
+        if node is None:
+            new = NodeInfo(name, obj, allocatable)
+            new.device = self._orphans.pop(("Device", name), None)
+            new.nodemetric = self._orphans.pop(("NodeMetric", name), None)
+            cluster.nodes[name] = new  # a NodeMap operation: the node index rebuilds
+            return
+        if node.obj is not obj:
+            node.obj = obj
+        if node.allocatable != allocatable:
+            node.allocatable = allocatable
+
+    def _node_deleted(self, cluster: Cluster, name: str) -> None:
+        node = cluster.nodes.pop(name, None)
+        if node is None:
+            return
+        for attr, kind in (("device", "Device"), ("nodemetric", "NodeMetric")):
+            obj = getattr(node, attr)
+            if obj is not None:  # the CR may outlive its Node for a while
+                self._orphans[kind, name] = obj
+        for k in [k for k, a in self.assumed.items() if a.node == name]:
+            del self.assumed[k]
+
+    def _pod_event(self, sched: Scheduler, pod: JSON, deleted: bool) -> None:
+        cluster = sched.cluster
+        k = key(pod)
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        assumed = self.assumed.get(k)
+        if assumed is not None and (deleted or assumed.node != node_name or not is_active(pod)):
+            # deleted, finished, or bound elsewhere by someone else: our assumption no longer holds
+            del self.assumed[k]
+            held = cluster.nodes.get(assumed.node)
+            if held is not None and k in held.pods:
+                self._remove_pod(sched, held, k, held.pods[k])
+            assumed = None
+        node = cluster.nodes.get(node_name)
+        if node is None:
+            return
+        old = node.pods.get(k)
+        if deleted or not is_active(pod):
+            if old is not None:
+                self._remove_pod(sched, node, k, old)
+            return
+        if assumed is not None:
+            del self.assumed[k]  # seen bound by the API server
+        if old is None:
+            node.add_pod(pod)
+        elif _pod_signature(old) != _pod_signature(pod):
+            self._remove_pod(sched, node, k, old)
+            node.add_pod(pod)
+            if node.device is not None:
+                # DeviceShare re-reads a node's pods when their count or the Device object changes; the count is
+                # back where it was, so hand it a new (equal) Device object to re-read the replaced pod.
+                node.device = dict(node.device)
+
+    @staticmethod
+    def _remove_pod(sched: Scheduler, node: NodeInfo, k: str, pod: JSON) -> None:
+        node.remove_pod(k)
+        for r in reversed(sched.reservers):
+            r.unreserve(pod, node, sched.cluster)
 
     # -- verbs ------------------------------------------------------------------------------------------------
     def filter(self, args: JSON) -> JSON:
@@ -320,10 +532,13 @@ def parse_addr(addr: str) -> tuple[str, int]:
         raise ValueError(f"invalid listen address {addr!r} (want host:port)") from None
 
 
-def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0) -> None:
-    """Serve until interrupted; re-list the cluster every `resync` seconds when positive."""
+def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, watch: bool = True) -> None:
+    """Serve until interrupted; watch the cluster (when `watch`) and re-list it every `resync` seconds when
+    positive, a safety net for anything the watches missed."""
     server = ExtenderServer(parse_addr(addr), extender, prefix)
     stop = threading.Event()
+    if watch:
+        extender.start_watches()
 
     def resync_loop() -> None:
         while not stop.wait(resync):
@@ -340,4 +555,6 @@ def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0) 
         server.serve_forever()
     finally:
         stop.set()
+        if watch:
+            extender.stop_watches()
         server.server_close()

@@ -10,7 +10,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +298,67 @@ def test_parse_addr() -> None:
     assert parse_addr("[::1]:9") == ("::1", 9)
     with pytest.raises(ValueError):
         parse_addr("host:port")
+
+
+# --- watches -------------------------------------------------------------------------------------------------
+@pytest.fixture
+async def watching(ext: Extender) -> AsyncIterator[Extender]:
+    await asyncio.to_thread(ext.refresh)
+    ext.start_watches(timeout_seconds=5)
+    try:
+        yield ext
+    finally:
+        ext.stop_watches()
+
+
+async def _eventually(check: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await asyncio.to_thread(check):
+        assert asyncio.get_running_loop().time() < deadline, "the watch did not deliver in time"
+        await asyncio.sleep(0.02)
+
+
+def _fits(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> list[str]:
+    return list(ext.filter({"Pod": pod, "NodeNames": nodes})["NodeNames"])
+
+
+async def test_watch_applies_bound_and_deleted_pods(km: kmock.KubernetesEmulator, watching: Extender) -> None:
+    api = KubeClient(KubeConfig(server=str(km.url)))
+    one = _pod("one", {"nvidia.com/gpu": 1})
+    assert _fits(watching, one, ["gpu-b"]) == ["gpu-b"]
+    every = json.dumps({"gpu": [{"minor": m, "resources": {"koordinator.sh/gpu-core": "100",
+                                                            "koordinator.sh/gpu-memory-ratio": "100"}}
+                                for m in range(8)]})
+    # bound by someone else (kube-scheduler's own device plugin, say): created already assigned
+    await asyncio.to_thread(api.post, "/api/v1/namespaces/default/pods",
+                            _pod("hog", {"nvidia.com/gpu": 8}, "gpu-b", {ALLOCATED: every}))
+    await _eventually(lambda: "default/hog" in watching.scheduler.cluster.nodes["gpu-b"].pods)
+    assert _fits(watching, one, ["gpu-a", "gpu-b"]) == ["gpu-a"]  # no re-list in between
+
+    await asyncio.to_thread(api.request, "DELETE", _pod_path_of("hog"))
+    await _eventually(lambda: "default/hog" not in watching.scheduler.cluster.nodes["gpu-b"].pods)
+    assert _fits(watching, one, ["gpu-a", "gpu-b"]) == ["gpu-a", "gpu-b"]
+
+
+async def test_watch_adds_new_nodes(km: kmock.KubernetesEmulator, watching: Extender) -> None:
+    api = KubeClient(KubeConfig(server=str(km.url)))
+    cpu = _pod("cpu", {"cpu": "64"})
+    assert "unknown" in watching.filter({"Pod": cpu, "NodeNames": ["new"]})["FailedNodes"]["new"]
+    await asyncio.to_thread(api.post, "/api/v1/nodes", _node("new", 0) | {"kind": "Node"})
+    await _eventually(lambda: "new" in watching.scheduler.cluster.nodes)
+    assert _fits(watching, cpu, ["new", "gpu-a"]) == ["new", "gpu-a"]
+    await asyncio.to_thread(api.request, "DELETE", "/api/v1/nodes/new")
+    await _eventually(lambda: "new" not in watching.scheduler.cluster.nodes)
+
+
+async def test_refresh_while_watching_keeps_watched_state(km: kmock.KubernetesEmulator, watching: Extender) -> None:
+    api = KubeClient(KubeConfig(server=str(km.url)))
+    await asyncio.to_thread(api.post, "/api/v1/namespaces/default/pods", _pod("c", {"cpu": "90"}, "cpu-only"))
+    await _eventually(lambda: "default/c" in watching.scheduler.cluster.nodes["cpu-only"].pods)
+    await asyncio.to_thread(watching.refresh)
+    assert "default/c" in watching.scheduler.cluster.nodes["cpu-only"].pods
+    assert _fits(watching, _pod("more", {"cpu": "10"}), ["cpu-only"]) == []
+
+
+def _pod_path_of(name: str) -> str:
+    return f"/api/v1/namespaces/default/pods/{name}"
