@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import glob
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -20,8 +21,10 @@ from typing import Any
 
 import yaml
 
+from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 
+log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 CPU = "cpu"
 MEMORY = "memory"
@@ -45,6 +48,17 @@ def resource_list(obj: Any) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
     return {str(k): quantity_value(str(k), v) for k, v in obj.items()}
+
+
+def _tolerant_resources(node: str, obj: Any) -> dict[str, int]:
+    """A node's allocatable; an entry that does not parse is left out (logged), the rest still count."""
+    out: dict[str, int] = {}
+    for k, v in (obj or {}).items() if isinstance(obj, dict) else ():
+        try:
+            out[str(k)] = quantity_value(str(k), v)
+        except InvalidInput as e:
+            log.warning("node %s: allocatable %s ignored: %s", node, k, e)
+    return out
 
 
 def pod_requests(pod: JSON) -> dict[str, int]:
@@ -216,8 +230,8 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
         if o.get("kind") == "Node":
             name = str((o.get("metadata") or {}).get("name"))
             status = o.get("status") or {}
-            cluster.nodes[name] = NodeInfo(name, o, resource_list(status.get("allocatable") or
-                                                                  status.get("capacity")))
+            cluster.nodes[name] = NodeInfo(name, o, _tolerant_resources(name, status.get("allocatable") or
+                                                                        status.get("capacity")))
     for o in objs:
         kind, name = o.get("kind"), str((o.get("metadata") or {}).get("name"))
         if kind == "Device" and name in cluster.nodes:
@@ -233,7 +247,10 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
         elif kind == "Pod":
             node = (o.get("spec") or {}).get("nodeName")
             if node and node in cluster.nodes and is_active(o):
-                cluster.nodes[node].add_pod(o)
+                try:
+                    cluster.nodes[node].add_pod(o)
+                except InvalidInput as e:  # one bad pod must not take the cluster down; its requests are unknown
+                    log.warning("pod %s on %s ignored: %s", key(o), node, e)
             elif not node:
                 cluster.pending.append(o)
     return cluster

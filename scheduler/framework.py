@@ -21,10 +21,22 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from koordlet.errors import InvalidInput
 from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 
 log = logging.getLogger(__name__)
+
+
+def invalid_pod(pod: JSON) -> str | None:
+    """Why a pod cannot be considered at all (malformed requests), or None."""
+    try:
+        pod_requests(pod)
+    except InvalidInput as e:
+        return f"invalid pod: {e}"
+    except (AttributeError, TypeError) as e:
+        return f"invalid pod: malformed spec ({e})"
+    return None
 
 
 class Unschedulable(Exception):
@@ -172,6 +184,9 @@ class Scheduler:
         """One cycle; on success the pod is assumed on the node (its annotations included).
 
         `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible."""
+        problem = invalid_pod(pod)
+        if problem:
+            return Placement(key(pod), None, reason=problem)
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cluster import JSON, Cluster, NodeInfo, key
-from scheduler.framework import Placement, Scheduler, Unschedulable
+from scheduler.framework import Placement, Scheduler, Unschedulable, invalid_pod
 from scheduler.gang.model import (
     ANN_BIND_GANG_GROUP_ID,
     ANN_BIND_GANG_MEMBER_COUNT,
@@ -369,6 +369,14 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
 
     Returns one Placement per input pod (same order) and the job-level preemptions in the `simulate` shape."""
     planner = _Planner(scheduler, enable_preemption)
+    valid = []
+    for pod in pods:  # a pod whose requests do not parse gets a reason; it never reaches a plugin
+        problem = invalid_pod(pod)
+        if problem:
+            planner.results[key(pod)] = Placement(key(pod), None, reason=problem)
+        else:
+            valid.append(pod)
+    pods_in_order, pods = pods, valid
     gangs = collect_gangs(pods, scheduler.cluster, default_timeout)
     groups = gang_groups(gangs)
     done: set[str] = set()
@@ -389,5 +397,5 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
             continue
         done.add(group.id)
         planner.run_group(group)
-    return [planner.results.get(key(p)) or Placement(key(p), None, reason="not scheduled") for p in pods], \
+    return [planner.results.get(key(p)) or Placement(key(p), None, reason="not scheduled") for p in pods_in_order], \
         planner.preemptions

@@ -64,3 +64,17 @@ def test_simulate_command(tmp_path: Path) -> None:
                            "--pods", str(tmp_path / "pods.yaml")], capture_output=True, text=True, timeout=60,
                           check=True).stdout
     assert text.splitlines()[0].split() == ["default/big", "->", "b"]
+
+
+def test_malformed_inputs_get_a_reason_and_leave_the_cluster_alone() -> None:
+    bad_node = node("bad", cpu="8")
+    bad_node["status"]["allocatable"]["example.com/foo"] = "lots"
+    running_bad = pod("legacy", cpu="1", node_name="n1")
+    running_bad["spec"]["containers"][0]["resources"]["requests"]["memory"] = "one gig"
+    cluster = build_cluster([node("n1", cpu="2"), bad_node, running_bad])
+    assert cluster.nodes["bad"].allocatable["cpu"] == 8000 and "example.com/foo" not in cluster.nodes["bad"].allocatable
+    assert cluster.nodes["n1"].pods == {}  # the unparsable running pod is ignored, not fatal
+    sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
+    weird = pod("weird", cpu="abc")
+    assert sched.schedule(weird).reason == "invalid pod: 'abc' is not a Kubernetes quantity"
+    assert sched.schedule(pod("fine", cpu="4")).node == "bad"
