@@ -122,8 +122,9 @@ class NodeInfo:
         k = key(pod)
         if k in self.pods:
             return
+        requests = pod_requests(pod)  # may raise InvalidInput: nothing is recorded then
         self.pods[k] = pod
-        for r, v in pod_requests(pod).items():
+        for r, v in requests.items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
         self.changed()
