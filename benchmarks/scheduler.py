@@ -37,14 +37,21 @@ def _node(i: int) -> list[dict[str, Any]]:
             "status": {"allocatable": {"cpu": "96", "memory": "768Gi", "pods": "110",
                                        "koordinator.sh/gpu": "800", "koordinator.sh/gpu-core": "800",
                                        "koordinator.sh/gpu-memory-ratio": "800",
-                                       "koordinator.sh/gpu-memory": "640Gi"}}}
+                                       "koordinator.sh/gpu-memory": "640Gi", "koordinator.sh/rdma": "200"}}}
     device = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": name},
               "spec": {"devices": [
                   {"type": "gpu", "id": f"GPU-{i:04d}-{m}", "minor": m, "health": True,
                    "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
                                  "koordinator.sh/gpu-memory-ratio": "100"},
                    "topology": {"socketID": -1, "nodeID": m // 4, "pcieID": f"pci0000:{m:02x}",
-                                "busID": f"0000:{m:02x}:00.0"}} for m in range(8)]}}
+                                "busID": f"0000:{m:02x}:00.0"}} for m in range(8)] + [
+                  # two ConnectX NICs with 4 VFs each, on the PCIe roots of GPUs 0 and 4
+                  {"type": "rdma", "id": f"0000:{0x40 + m:02x}:00.0", "minor": k, "health": True,
+                   "resources": {"koordinator.sh/rdma": "100"},
+                   "topology": {"socketID": -1, "nodeID": m // 4, "pcieID": f"pci0000:{m:02x}",
+                                "busID": f"0000:{0x40 + m:02x}:00.0"},
+                   "vfGroups": [{"vfs": [{"minor": -1, "busID": f"0000:{0x40 + m:02x}:00.{v + 2}"}
+                                         for v in range(4)]}]} for k, m in enumerate((0, 4))]}}
     metric = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": name},
               "status": {"updateTime": NOW, "nodeMetric": {"nodeUsage": {"resources": {
                   "cpu": f"{(i % 40) + 5}", "memory": f"{(i % 300) + 50}Gi"}}}}}
@@ -57,7 +64,12 @@ def _pod(name: str, kind: str, node: str | None = None) -> dict[str, Any]:
         requests["koordinator.sh/gpu"] = "100"
     elif kind == "shared-gpu":
         requests.update({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "bench"},
+    elif kind == "gpu-rdma":
+        requests.update({"koordinator.sh/gpu": "100", "koordinator.sh/rdma": "1"})
+    annotations = ({"scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
+                   if kind == "gpu-rdma" else {})
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": "bench", "annotations": annotations},
                            "spec": {"containers": [{"name": "c", "resources": {"requests": requests,
                                                                                "limits": requests}}]},
                            "status": {"phase": "Running" if node else "Pending"}}
@@ -145,7 +157,7 @@ def main() -> int:
     objects += [_pod(f"running-{j}", "cpu", f"node-{j % args.nodes:04d}") for j in range(args.running)]
     filters, scorers, reservers = profile(None)  # for the header; each kind gets fresh plugins below
     rows = []
-    for kind in ("cpu", "whole-gpu", "shared-gpu"):
+    for kind in ("cpu", "whole-gpu", "shared-gpu", "gpu-rdma"):
         # fresh plugins per run: plugin state (DeviceShare reservations) belongs to one cluster
         filters, scorers, reservers = profile(None)
         cluster = build_cluster(copy.deepcopy(objects))
