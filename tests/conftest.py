@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shutil
 import ssl
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
@@ -141,3 +144,20 @@ def real_v1_root(tmp_path: Path, subsystems: tuple[str, ...]) -> Iterator[tuple[
     finally:
         for path in made:
             rmtree_cgroup(path)
+
+
+@functools.cache
+def _agent_device_text(example: str) -> str:
+    node = Path(__file__).resolve().parents[1] / "examples" / "nodes" / example
+    args = [sys.executable, "-m", "koordlet", "devices", "--host-root", str(node), "--node-name", example]
+    if (node / "nvml-snapshot.json").exists():
+        args += ["--nvml-snapshot", str(node / "nvml-snapshot.json")]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def agent_device(example: str, name: str | None = None) -> dict[str, Any]:
+    """The Device CR our agent reports for examples/nodes/<example> (a fresh copy), optionally renamed."""
+    doc: dict[str, Any] = json.loads(_agent_device_text(example))
+    if name is not None:
+        doc["metadata"]["name"] = name
+    return doc

@@ -50,3 +50,20 @@ def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
         return updated
 
     km["put", kmock.resource(resource)] << put
+
+
+def emulate_binding(km: kmock.KubernetesEmulator, fail_marker: str = "test/fail-binding") -> None:
+    """POST pods/<name>/binding: set spec.nodeName; 409 when already assigned; 500 for pods annotated
+    `fail_marker` (to test rollbacks). An explicit Response each time: kmock keeps a reaction's last status."""
+
+    def binding(request: kmock.Request) -> Any:
+        obj = km.objects["v1/pods", request.namespace, str(request.name)]
+        if fail_marker in obj.raw["metadata"].get("annotations", {}):
+            return kmock.Response(status=500, payload=status_failure(500, "etcd is sad"))
+        if obj.raw["spec"].get("nodeName"):
+            return kmock.Response(status=409, payload=status_failure(409, "pod is already assigned"))
+        obj.patch({"spec": {"nodeName": ((request.data or {}).get("target") or {}).get("name")}})
+        return kmock.Response(status=201, payload={"apiVersion": "v1", "kind": "Status", "status": "Success",
+                                                   "code": 201})
+
+    km["post", kmock.resource("v1/pods"), kmock.subresource("binding")] << binding

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import copy
-import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +12,14 @@ import pytest
 from scheduler.cluster import NodeInfo
 from scheduler.deviceshare import DeviceShare, decode_allocations
 
+from conftest import agent_device
+
 ROOT = Path(__file__).resolve().parents[2]
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 HINT = "scheduling.koordinator.sh/device-allocate-hint"
 JOINT = "scheduling.koordinator.sh/device-joint-allocate"
 PARTITION_SPEC = "scheduling.koordinator.sh/gpu-partition-spec"
 H800_MEM = "83201216Ki"
-
-
-@functools.cache
-def _agent_device(example: str) -> str:
-    d = ROOT / "examples" / "nodes" / example
-    out = subprocess.run([sys.executable, "-m", "koordlet", "devices", "--host-root", str(d), "--nvml-snapshot",
-                          str(d / "nvml-snapshot.json")], capture_output=True, text=True, check=True, cwd=ROOT)
-    return out.stdout
-
-
-def agent_device(example: str) -> dict[str, Any]:
-    """The Device CR our agent reports for examples/nodes/<example>."""
-    doc: dict[str, Any] = json.loads(_agent_device(example))
-    return doc
 
 
 def fake_h800(policy: str = "Honor") -> dict[str, Any]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +10,14 @@ from scheduler.cluster import build_cluster
 from scheduler.deviceshare import DeviceShare, decode_allocations
 from scheduler.framework import NodeResourcesFit, Scheduler
 
+from conftest import agent_device
+
 ROOT = Path(__file__).resolve().parents[2]
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 
-@functools.cache
-def _agent_device(example: str) -> str:
-    d = ROOT / "examples" / "nodes" / example
-    out = subprocess.run([sys.executable, "-m", "koordlet", "devices", "--host-root", str(d), "--nvml-snapshot",
-                          str(d / "nvml-snapshot.json")], capture_output=True, text=True, check=True, cwd=ROOT)
-    return out.stdout
-
-
 def device(example: str, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(_agent_device(example))
-    doc["metadata"]["name"] = name
-    return doc
+    return agent_device(example, name)
 
 
 def node(name: str) -> dict[str, Any]:

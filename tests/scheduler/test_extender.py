@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -16,7 +13,6 @@ from typing import Any
 
 import kmock
 import pytest
-from kmock import Response
 
 from koordlet.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile
@@ -24,7 +20,8 @@ from scheduler.cluster import Cluster
 from scheduler.extender import ClusterSource, Extender, ExtenderServer, parse_addr
 from scheduler.framework import Scheduler
 
-from kubedouble import NM, status_failure
+from conftest import agent_device
+from kubedouble import NM, emulate_binding
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = "scheduling.koordinator.sh/v1alpha1/devices"
@@ -33,17 +30,8 @@ GPU_NODES = ("gpu-a", "gpu-b")
 FAIL_BINDING = "test/fail-binding"  # the emulated binding subresource answers 500 for pods with this annotation
 
 
-@functools.cache
-def _l20_device() -> str:
-    d = ROOT / "examples" / "nodes" / "l20-pcie"
-    out = subprocess.run([sys.executable, "-m", "koordlet", "devices", "--host-root", str(d), "--nvml-snapshot",
-                          str(d / "nvml-snapshot.json")], capture_output=True, text=True, check=True, cwd=ROOT)
-    return out.stdout
-
-
 def _device(name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(_l20_device())
-    doc["metadata"]["name"] = name
+    doc = agent_device("l20-pcie", name)
     doc.pop("kind", None)  # list items come without kind: the source must fill it in
     return doc
 
@@ -76,17 +64,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     used = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}'
     kmock.objects["v1/pods", "default", "old"] = _pod("old", {"nvidia.com/gpu": 1}, "gpu-a", {ALLOCATED: used})
 
-    def binding(request: kmock.Request) -> Any:
-        obj = kmock.objects["v1/pods", request.namespace, str(request.name)]
-        if FAIL_BINDING in obj.raw["metadata"].get("annotations", {}):
-            return Response(status=500, payload=status_failure(500, "etcd is sad"))
-        if obj.raw["spec"].get("nodeName"):
-            return Response(status=409, payload=status_failure(409, "pod is already assigned"))
-        target = (request.data or {}).get("target") or {}
-        obj.patch({"spec": {"nodeName": target.get("name")}})
-        return Response(status=201, payload={"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201})
-
-    kmock["post", kmock.resource("v1/pods"), kmock.subresource("binding")] << binding
+    emulate_binding(kmock, FAIL_BINDING)
     return kmock
 
 

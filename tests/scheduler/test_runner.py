@@ -9,7 +9,6 @@ from typing import Any
 
 import kmock
 import pytest
-from kmock import Response
 from test_extender import ALLOCATED, DEVICES, FAIL_BINDING, GPU_NODES, _device, _node, _pod
 
 from koordlet.kubeapi import KubeClient, KubeConfig
@@ -18,7 +17,7 @@ from scheduler.cluster import Cluster
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler, order_pending
 
-from kubedouble import NM, status_failure
+from kubedouble import NM, emulate_binding
 
 NAME = "koord-py"
 PODGROUPS = "scheduling.sigs.k8s.io/v1alpha1/podgroups"
@@ -51,19 +50,11 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     used = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}'
     kmock.objects["v1/pods", "default", "old"] = _pod("old", {"nvidia.com/gpu": 1}, "gpu-a", {ALLOCATED: used})
 
-    def binding(request: kmock.Request) -> Any:
-        obj = kmock.objects["v1/pods", request.namespace, str(request.name)]
-        if FAIL_BINDING in obj.raw["metadata"].get("annotations", {}):
-            return Response(status=500, payload=status_failure(500, "etcd is sad"))
-        if obj.raw["spec"].get("nodeName"):
-            return Response(status=409, payload=status_failure(409, "pod is already assigned"))
-        obj.patch({"spec": {"nodeName": ((request.data or {}).get("target") or {}).get("name")}})
-        return Response(status=201, payload={"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201})
+    emulate_binding(kmock, FAIL_BINDING)
 
     def status(request: kmock.Request) -> Any:  # strategic merge of conditions is not emulated: accept and echo
         return kmock.objects["v1/pods", request.namespace, str(request.name)].raw
 
-    kmock["post", kmock.resource("v1/pods"), kmock.subresource("binding")] << binding
     kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")] << status
     return kmock
 
