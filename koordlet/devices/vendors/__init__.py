@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from koordlet.devices import pci
 from koordlet.errors import KoordletError
@@ -27,6 +27,20 @@ class CommandError(KoordletError):
 
 class VendorError(KoordletError):
     """A vendor probe cannot produce device infos this round (its required facts are missing)."""
+
+
+def table_rows(text: str, stop: tuple[str, ...]) -> Iterator[tuple[list[str], list[str]]]:
+    """The rows of a box-drawn CLI table (`| a  b | c | ...`) until a line containing any `stop` marker: each as
+    (cells, the first cell split on whitespace). Border lines and rows with fewer than two cells are skipped."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if any(marker in line for marker in stop):
+            return
+        if not (line.startswith("|") and line.endswith("|")):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 2:
+            yield cells, cells[0].split()
 
 
 def fields_after_colon(line: str) -> str:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.devices.vendors import CommandError, Runner, VendorError, fields_after_colon, pci_placement
+from koordlet.devices.vendors import CommandError, Runner, VendorError, fields_after_colon, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
 
 log = logging.getLogger(__name__)
@@ -183,16 +183,7 @@ def parse_info_table(text: str) -> list[NpuChip]:
     Markdown indentation and Atlas A3's unmarked die separators."""
     out: list[NpuChip] = []
     pending: tuple[int, str, str] | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if "Process id" in line or "Process name" in line:
-            break
-        if not (line.startswith("|") and line.endswith("|")):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) < 2:
-            continue
-        head = cells[0].split()
+    for cells, head in table_rows(text, stop=("Process id", "Process name")):
         if len(head) == 2 and head[0].isdigit() and cells[1].isalpha():
             pending = (int(head[0]), head[1], cells[1])
         elif pending and 1 <= len(head) <= 2 and all(h.isdigit() for h in head) and _BUS_ID.match(cells[1]):

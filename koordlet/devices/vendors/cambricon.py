@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.devices.vendors import CommandError, Runner, VendorError, pci_placement
+from koordlet.devices.vendors import CommandError, Runner, VendorError, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
 
 log = logging.getLogger(__name__)
@@ -69,16 +69,7 @@ def parse_cnmon_table(text: str) -> list[CnmonCard]:
     and a line whose second cell is `<used> MiB/ <total> MiB`. Stops at the process table."""
     cards: list[CnmonCard] = []
     pending: tuple[int, str, str, str, str | None] | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if "Processes:" in line:
-            break
-        if not (line.startswith("|") and line.endswith("|")):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) < 2:
-            continue
-        head = cells[0].split()
+    for cells, head in table_rows(text, stop=("Processes:",)):
         if len(head) >= 3 and head[0].isdigit():
             name = head[2]
             firmware = head[3] if len(head) > 3 else ""
