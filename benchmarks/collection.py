@@ -13,6 +13,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -61,6 +63,36 @@ def remove_tree(name: str) -> None:
             base.rmdir()
 
 
+@contextmanager
+def bench_node(n_pods: int, n_ctrs: int, be_every: int = 0) -> Iterator[tuple[HostPaths, Path, Path]]:
+    """A kubepods tree of real v1 cgroups under a unique parent, seen through a cgroup root of symlinks:
+    yields (host paths, pods dir of matching manifests, scratch dir); the tree is removed afterwards."""
+    name = f"koordlet-bench-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        root, pods_dir = Path(tmp) / "cgroup", Path(tmp) / "pods"
+        root.mkdir()
+        pods_dir.mkdir()
+        try:
+            build_tree(root, name, pods_dir, n_pods, n_ctrs, be_every)
+            yield HostPaths.under("/").with_overrides(cgroup_root=str(root)), pods_dir, Path(tmp)
+        finally:
+            remove_tree(name)
+
+
+def have_real_cgroups() -> bool:
+    if os.geteuid() == 0 and all((V1 / sub / "cgroup.procs").exists() for sub in SUBSYSTEMS):
+        return True
+    print("benchmark needs root and cgroup v1 " + "/".join(SUBSYSTEMS) + " hierarchies", file=sys.stderr)
+    return False
+
+
+def print_table(rows: list[tuple[str, str, str, str]], value_width: int = 14) -> None:
+    w = max(len(r[0]) for r in rows)
+    print(f"{'metric':<{w}}  {'value':>{value_width}}  {'target':>7}  result")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:>{value_width}}  {r[2]:>7}  {r[3]}")
+
+
 def bare_cycle(paths: list[str]) -> None:
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
@@ -75,24 +107,13 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600.0, help="seconds of 1 s-interval running for RSS/CPU")
     ap.add_argument("--cycles", type=int, default=30, help="cycles for the bare-loop ratio")
     args = ap.parse_args()
-    if os.geteuid() != 0 or not (V1 / "cpuacct" / "cgroup.procs").exists():
-        print("benchmark needs root and cgroup v1 cpu/cpuacct/memory hierarchies", file=sys.stderr)
+    if not have_real_cgroups():
         return 2
-
-    name = f"koordlet-bench-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory() as tmp:
-        root, pods_dir = Path(tmp) / "cgroup", Path(tmp) / "pods"
-        root.mkdir()
-        pods_dir.mkdir()
-        try:
-            build_tree(root, name, pods_dir, args.pods, args.containers)
-            return run(args, root, pods_dir, Path(tmp) / "state")
-        finally:
-            remove_tree(name)
+    with bench_node(args.pods, args.containers) as (paths, pods_dir, tmp):
+        return run(args, paths, pods_dir, tmp / "state")
 
 
-def run(args: argparse.Namespace, root: Path, pods_dir: Path, state: Path) -> int:
-    paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
+def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path) -> int:
     agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(state)))
     agent.sync_pods()
     files = ["/proc/stat", "/proc/meminfo"] + [
@@ -138,10 +159,7 @@ def run(args: argparse.Namespace, root: Path, pods_dir: Path, state: Path) -> in
         ("collection / bare-read ratio", f"{ratio:.2f}", "≤ 1.5", "ok" if ratio <= 1.5 else "MISS"),
         ("metric-cache series / samples", f"{agent.cache.series_count()} / {agent.cache.sample_count()}", "", ""),
     ]
-    w = max(len(r[0]) for r in rows)
-    print(f"{'metric':<{w}}  {'value':>14}  {'target':>7}  result")
-    for r in rows:
-        print(f"{r[0]:<{w}}  {r[1]:>14}  {r[2]:>7}  {r[3]}")
+    print_table(rows)
     return 0
 
 

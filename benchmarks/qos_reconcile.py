@@ -7,18 +7,14 @@ CPU QoS for every class and the BE class resctrl/blkio blocks, so every feature 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from benchmarks.collection import SUBSYSTEMS, V1, build_tree, remove_tree
+from benchmarks.collection import SUBSYSTEMS, bench_node, have_real_cgroups, print_table
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
-from koordlet.host.paths import HostPaths
 
 NODESLO = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "bench"},
            "spec": {"resourceQOSStrategy": {
@@ -32,36 +28,26 @@ def main() -> int:
     ap.add_argument("--containers", type=int, default=3)
     ap.add_argument("--passes", type=int, default=20)
     args = ap.parse_args()
-    if os.geteuid() != 0 or not (V1 / "cpu" / "cgroup.procs").exists():
-        print("benchmark needs root and cgroup v1 hierarchies", file=sys.stderr)
+    if not have_real_cgroups():
         return 2
-    name = f"koordlet-bench-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory() as tmp:
-        root, pods_dir = Path(tmp) / "cgroup", Path(tmp) / "pods"
-        root.mkdir()
-        pods_dir.mkdir()
-        try:
-            build_tree(root, name, pods_dir, args.pods, args.containers, be_every=2)
-            for qos_dir in ("besteffort", "burstable"):  # the QoS dirs the planners address
-                for sub in SUBSYSTEMS:
-                    (root / sub / "kubepods" / qos_dir).mkdir(parents=True, exist_ok=True)
-            paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
-            agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(Path(tmp) / "s"),
-                                 feature_gates=parse_feature_gates("BlkIOReconcile=true")))
-            agent.sync_pods()
-            agent.set_nodeslo(NODESLO)
-            qos = agent.qos_manager()
+    with bench_node(args.pods, args.containers, be_every=2) as (paths, pods_dir, tmp):
+        for qos_dir in ("besteffort", "burstable"):  # the QoS dirs the planners address
+            for sub in SUBSYSTEMS:
+                (Path(paths.cgroup_root) / sub / "kubepods" / qos_dir).mkdir(parents=True, exist_ok=True)
+        agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(tmp / "s"),
+                             feature_gates=parse_feature_gates("BlkIOReconcile=true")))
+        agent.sync_pods()
+        agent.set_nodeslo(NODESLO)
+        qos = agent.qos_manager()
+        t = time.perf_counter()
+        first = qos.reconcile(agent.qos_state())
+        first_ms = (time.perf_counter() - t) * 1000
+        steady, writes = [], 0
+        for _ in range(args.passes):
             t = time.perf_counter()
-            first = qos.reconcile(agent.qos_state())
-            first_ms = (time.perf_counter() - t) * 1000
-            steady, writes = [], 0
-            for _ in range(args.passes):
-                t = time.perf_counter()
-                results = qos.reconcile(agent.qos_state())
-                steady.append((time.perf_counter() - t) * 1000)
-                writes += sum(r.result == "written" for r in results)
-        finally:
-            remove_tree(name)
+            results = qos.reconcile(agent.qos_state())
+            steady.append((time.perf_counter() - t) * 1000)
+            writes += sum(r.result == "written" for r in results)
     p50 = statistics.median(steady)
     rows = [
         ("pods × containers", f"{args.pods} × {args.containers}", "", ""),
@@ -70,10 +56,7 @@ def main() -> int:
         ("steady pass p50 (ms)", f"{p50:.1f}", "≤ 20", "ok" if p50 <= 20 else "MISS"),
         ("steady passes: files written", str(writes), "0", "ok" if writes == 0 else "MISS"),
     ]
-    w = max(len(r[0]) for r in rows)
-    print(f"{'metric':<{w}}  {'value':>12}  {'target':>6}  result")
-    for r in rows:
-        print(f"{r[0]:<{w}}  {r[1]:>12}  {r[2]:>6}  {r[3]}")
+    print_table(rows, value_width=12)
     return 0
 
 
