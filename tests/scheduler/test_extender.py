@@ -20,52 +20,15 @@ from scheduler.cluster import Cluster
 from scheduler.extender import ClusterSource, Extender, ExtenderServer, parse_addr
 from scheduler.framework import Scheduler
 
-from conftest import agent_device
-from kubedouble import NM, emulate_binding
+from gpu_cluster import ALLOCATED, FAIL_BINDING, device, node, pod, seed
 
 ROOT = Path(__file__).resolve().parents[2]
-DEVICES = "scheduling.koordinator.sh/v1alpha1/devices"
-ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-GPU_NODES = ("gpu-a", "gpu-b")
-FAIL_BINDING = "test/fail-binding"  # the emulated binding subresource answers 500 for pods with this annotation
-
-
-def _device(name: str) -> dict[str, Any]:
-    doc = agent_device("l20-pcie", name)
-    doc.pop("kind", None)  # list items come without kind: the source must fill it in
-    return doc
-
-
-def _node(name: str, gpus: int) -> dict[str, Any]:
-    alloc = {"cpu": "96", "memory": "1Ti", "pods": "110"}
-    if gpus:
-        alloc |= {"nvidia.com/gpu": str(gpus), "koordinator.sh/gpu-core": str(100 * gpus),
-                  "koordinator.sh/gpu-memory-ratio": str(100 * gpus), "koordinator.sh/rdma": "400"}
-    return {"apiVersion": "v1", "metadata": {"name": name}, "status": {"allocatable": alloc}}
-
-
-def _pod(name: str, requests: dict[str, Any], node: str = "", annotations: dict[str, str] | None = None,
-         uid: str = "") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}",
-                         "annotations": dict(annotations or {})},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": requests}}]},
-            "status": {"phase": "Running" if node else "Pending"}}
+_device, _node, _pod = device, node, pod
 
 
 @pytest.fixture
 def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    for res in ("v1/nodes", "v1/pods", DEVICES, NM):
-        kmock.resources[res] = {}
-    for name in GPU_NODES:
-        kmock.objects["v1/nodes", None, name] = _node(name, 8)
-        kmock.objects[DEVICES, None, name] = _device(name)
-    kmock.objects["v1/nodes", None, "cpu-only"] = _node("cpu-only", 0)
-    used = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}'
-    kmock.objects["v1/pods", "default", "old"] = _pod("old", {"nvidia.com/gpu": 1}, "gpu-a", {ALLOCATED: used})
-
-    emulate_binding(kmock, FAIL_BINDING)
-    return kmock
+    return seed(kmock)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from typing import Any
 
 import kmock
 import pytest
-from test_extender import ALLOCATED, DEVICES, FAIL_BINDING, GPU_NODES, _device, _node, _pod
 
 from koordlet.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main, profile
@@ -17,7 +16,8 @@ from scheduler.cluster import Cluster
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler, order_pending
 
-from kubedouble import NM, emulate_binding
+from gpu_cluster import ALLOCATED, FAIL_BINDING, GPU_NODES, seed
+from gpu_cluster import pod as _pod
 
 NAME = "koord-py"
 PODGROUPS = "scheduling.sigs.k8s.io/v1alpha1/podgroups"
@@ -41,16 +41,7 @@ def podgroup(name: str, min_member: int) -> dict[str, Any]:
 
 @pytest.fixture
 def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    for res in ("v1/nodes", "v1/pods", DEVICES, NM, PODGROUPS):
-        kmock.resources[res] = {}
-    for name in GPU_NODES:
-        kmock.objects["v1/nodes", None, name] = _node(name, 8)
-        kmock.objects[DEVICES, None, name] = _device(name)
-    kmock.objects["v1/nodes", None, "cpu-only"] = _node("cpu-only", 0)
-    used = '{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"100","koordinator.sh/gpu-memory-ratio":"100"}}]}'
-    kmock.objects["v1/pods", "default", "old"] = _pod("old", {"nvidia.com/gpu": 1}, "gpu-a", {ALLOCATED: used})
-
-    emulate_binding(kmock, FAIL_BINDING)
+    seed(kmock, (PODGROUPS,))
 
     def status(request: kmock.Request) -> Any:  # strategic merge of conditions is not emulated: accept and echo
         return kmock.objects["v1/pods", request.namespace, str(request.name)].raw
