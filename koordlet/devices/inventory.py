@@ -40,6 +40,7 @@ class DeviceInventory:
         self._nvml_ready: bool | None = None  # False: the configured snapshot could not be loaded
         self.gpus: list[GpuInfo] = []  # the NVML inventory of the last round (for usage and XID watching)
         self._watcher: XidWatcher | None = None
+        self._xpu_files = xpu.DeviceInfoFiles(self.paths, health, config.xpu_device_infos_dir)
         self._last: dict[str, DeviceSet] = {}
         self.composed = DeviceSet()
 
@@ -81,9 +82,7 @@ class DeviceInventory:
     def refresh(self, now: float | None = None) -> DeviceSet:
         now = time.time() if now is None else now
         if self.accelerators:
-            infos = xpu.read_device_infos(self.paths, self.health, self.config.xpu_device_infos_dir)
-            if infos is not None:
-                self._last["xpu"] = xpu.build(infos, self.health)
+            self._last["xpu"] = xpu.build(self._xpu_files.read(), self.health)
             self._refresh_nvidia(now)
         if self.rdma_devices:
             self._last["rdma"] = rdma.discover(self.paths, self.health, self.netlink)

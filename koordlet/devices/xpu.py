@@ -46,53 +46,75 @@ def device_infos_dir(paths: HostPaths) -> str:
     return paths.var_run("koordlet", "xpu-device-infos")
 
 
-def read_device_infos(paths: HostPaths, health: Health, directory: str | None = None) -> list[dict[str, Any]] | None:
-    """All XPUDeviceInfo entries of the directory's files (`directory`, default device_infos_dir), concatenated
-    in file-name order (os.ReadDir order).
+class DeviceInfoFiles:
+    """The directory's device-info files, each with its last good content.
 
-    Returns [] when the directory does not exist (no device daemon: the common case) and None when a file cannot
-    be read or decoded: the caller keeps the previous inventory, logged once per file via Health.skip.
-
-    **[quirk]** upstream also keeps the previous inventory when the directory is missing (ReadDir fails); we
-    report no xPUs then, since a removed directory means the daemon is gone, not that a read failed. As upstream,
-    one bad file fails the whole round (previous inventory kept) rather than dropping only that file's devices:
-    a half-written file from a non-atomic writer would otherwise make its devices vanish from the Device CR for a
-    round. Dot-files are skipped (**[quirk]**: upstream reads them; they are atomic writers' temp files).
+    **[quirk]** upstream decodes every file each round and, when one fails, keeps the previous round's whole
+    inventory. Here the unit is the file: a file that cannot be read or decoded contributes its own last good
+    entries (none if it never had any) and the other files contribute what they hold now, so a half-written file
+    never hides its devices and a permanently broken one never hides the others'. A file that disappears drops its
+    devices. Each failure is counted (Health.skip) every round and logged once per file until it reads again.
     """
-    directory = directory or device_infos_dir(paths)
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        health.skip(KIND, "unreadable", directory, str(e))
-        return None
-    health.recovered(KIND, "unreadable", directory)
-    infos: list[dict[str, Any]] = []
-    failed = False
-    for name in names:
-        path = os.path.join(directory, name)
-        if name.startswith(".") or os.path.isdir(path):
-            continue
+
+    def __init__(self, paths: HostPaths, health: Health, directory: str | None = None) -> None:
+        self.directory = directory or device_infos_dir(paths)
+        self.health = health
+        self._good: dict[str, list[dict[str, Any]]] = {}  # file name -> its last decoded entries
+
+    def read(self) -> list[dict[str, Any]]:
+        """All entries, concatenated in file-name order (os.ReadDir order).
+
+        A missing directory means no xPUs (**[quirk]** upstream keeps the old ones: a removed directory means the
+        daemon is gone, not that a read failed); an unreadable one keeps every file's last good entries. Dot-files
+        are skipped (**[quirk]** upstream reads them; they are atomic writers' temp files).
+        """
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            self._good.clear()
+            return []
+        except OSError as e:
+            self.health.skip(KIND, "unreadable", self.directory, str(e))
+            return [info for name in sorted(self._good) for info in self._good[name]]
+        self.health.recovered(KIND, "unreadable", self.directory)
+        present: dict[str, list[dict[str, Any]]] = {}
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name.startswith(".") or os.path.isdir(path):
+                continue
+            entries = self._read_file(path)
+            if entries is not None:
+                present[name] = entries
+            elif os.path.lexists(path):  # bad now: its last good content, if it ever had one
+                present[name] = self._good.get(name, [])
+        self._good = present  # files no longer listed are forgotten
+        return [info for name in names if name in present for info in present[name]]
+
+    def _read_file(self, path: str) -> list[dict[str, Any]] | None:
+        """The file's entries, or None when it cannot be read or decoded (counted, logged once) or is gone."""
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
         except OSError as e:
-            health.skip(KIND, "unreadable", path, str(e))
-            failed = True
-            continue
-        health.recovered(KIND, "unreadable", path)
+            if not isinstance(e, FileNotFoundError) or os.path.lexists(path):  # a dangling symlink is unreadable
+                self.health.skip(KIND, "unreadable", path, str(e))
+            return None
+        self.health.recovered(KIND, "unreadable", path)
         try:
             if len(data) > MAX_FILE_BYTES:
                 raise InvalidInput(f"larger than {MAX_FILE_BYTES} bytes")
             entries = decode_device_infos(data)
         except InvalidInput as e:
-            health.skip(KIND, "malformed", path, str(e))
-            failed = True
-            continue
-        health.recovered(KIND, "malformed", path)
-        infos.extend(entries)
-    return None if failed else infos
+            self.health.skip(KIND, "malformed", path, str(e))
+            return None
+        self.health.recovered(KIND, "malformed", path)
+        return entries
+
+
+def read_device_infos(paths: HostPaths, health: Health, directory: str | None = None) -> list[dict[str, Any]]:
+    """One-shot read of the directory (`directory`, default device_infos_dir): the good files' entries, bad files
+    skipped (they have no earlier content to fall back on)."""
+    return DeviceInfoFiles(paths, health, directory).read()
 
 
 # --- decoding: the shape Go's encoding/json accepts for []XPUDeviceInfo ---------------------------------------

@@ -1,4 +1,4 @@
-"""xPU device-info files: Go decoding, malformed files kept out, upstream Device entries/labels/partitions."""
+"""xPU device-info files: Go decoding, a bad file keeps its last good content, upstream Device entries."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.report import compose, desired
-from koordlet.devices.xpu import build, decode_device_infos, device_infos_dir, read_device_infos
+from koordlet.devices.xpu import DeviceInfoFiles, build, decode_device_infos, device_infos_dir, read_device_infos
 from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
@@ -72,10 +72,16 @@ def test_directory_override_and_unreadable_directory(tmp_path: Path) -> None:
     other = tmp_path / "device-infos"
     other.mkdir()
     (other / "ic-device").write_text(json.dumps([_npu(0)]))
-    assert [i["uuid"] for i in read_device_infos(paths, Health(), str(other)) or []] == ["npu-0-0"]
+    files = DeviceInfoFiles(paths, Health(), str(other))
+    assert [i["uuid"] for i in files.read()] == ["npu-0-0"]
     health = Health()
-    assert read_device_infos(paths, health, str(other / "ic-device")) is None  # not a directory
+    assert read_device_infos(paths, health, str(other / "ic-device")) == []  # not a directory
     assert health.skipped[("xpu-device-info", "unreadable")] == 1
+    (other / "ic-device").rename(tmp_path / "ic-device")
+    other.rmdir()
+    (tmp_path / "ic-device").rename(other)  # the directory is now a file: unreadable, the last files' entries stay
+    assert [i["uuid"] for i in files.read()] == ["npu-0-0"]
+    assert files.health.skipped[("xpu-device-info", "unreadable")] == 1
 
 
 def test_go_decoding_rules() -> None:
@@ -88,41 +94,88 @@ def test_go_decoding_rules() -> None:
     assert decode_device_infos(b"[null]") == [] and decode_device_infos(b"null") == []
 
 
-@pytest.mark.parametrize("content", [
+BAD_CONTENTS = [
     b"", b"{half", b"\xff\xfe garbage", b'{"uuid": "npu-0-0"}', b'"a string"',
     b'[{"uuid": 5}]', b'[{"minor": 0}]', b'[{"resources": ["koordinator.sh/gpu-core"]}]',
     b'[{"resources": {"koordinator.sh/gpu-core": 100}}]', b'[{"topology": "HCCS"}]',
     b'[{"topology": {"p2pLinks": {"peerMinor": "1"}}}]', b'[{"topology": {"mustHonorPartition": "yes"}}]',
     b'[{"status": {"healthy": "true"}}]', b'[42]', b"[" * 200000 + b"]" * 200000, b"[" + b"9" * 5000 + b"]",
-])
-def test_malformed_file_keeps_previous_logged_once(tmp_path: Path, content: bytes,
+]
+
+
+def _uuids(infos: list[dict[str, Any]]) -> list[str]:
+    return [i["uuid"] for i in infos]
+
+
+@pytest.mark.parametrize("content", BAD_CONTENTS)
+def test_file_bad_from_the_start_hides_only_itself(tmp_path: Path, content: bytes,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     paths, d = _dir(tmp_path)
-    (d / "good").write_text(json.dumps([_npu(0)]))
+    (d / "a-good").write_text(json.dumps([_npu(0)]))
     (d / "ic-device").write_bytes(content)
+    (d / "z-good").write_text(json.dumps([_npu(2)]))
     health = Health()
+    files = DeviceInfoFiles(paths, health)
     with caplog.at_level(logging.WARNING):
-        assert read_device_infos(paths, health) is None
-        assert read_device_infos(paths, health) is None
-    assert health.skipped[("xpu-device-info", "malformed")] == 2
+        assert _uuids(files.read()) == ["npu-0-0", "npu-2-2"]
+        assert _uuids(files.read()) == ["npu-0-0", "npu-2-2"]
+    assert health.skipped[("xpu-device-info", "malformed")] == 2  # counted every round
     assert len([r for r in caplog.records if "ic-device" in r.getMessage()]) == 1  # two failed rounds, one log
-    (d / "ic-device").write_text("[]")
-    assert read_device_infos(paths, health) == [decode_device_infos(json.dumps([_npu(0)]).encode())[0]]
+    (d / "ic-device").write_text(json.dumps([_npu(1)]))
+    assert _uuids(files.read()) == ["npu-0-0", "npu-1-1", "npu-2-2"]
+
+
+def test_file_that_turns_bad_keeps_its_last_good_devices(tmp_path: Path) -> None:
+    paths, d = _dir(tmp_path)
+    (d / "ascend").write_text(json.dumps([_npu(0), _npu(1)]))
+    (d / "mlu").write_text(json.dumps([_npu(4)]))
+    health = Health()
+    files = DeviceInfoFiles(paths, health)
+    first = files.read()
+    assert _uuids(first) == ["npu-0-0", "npu-1-1", "npu-4-4"]
+    (d / "ascend").write_text('[{"uuid": "npu-0-0", "min')  # a non-atomic writer caught half-way
+    (d / "mlu").write_text(json.dumps([_npu(5)]))  # the good file's change still shows
+    assert _uuids(files.read()) == ["npu-0-0", "npu-1-1", "npu-5-5"]
+    assert files.read()[:2] == first[:2]  # the last good content, not a re-decode of the half file
+    (d / "ascend").write_text(json.dumps([_npu(0)]))
+    assert _uuids(files.read()) == ["npu-0-0", "npu-5-5"]
+    (d / "ascend").write_text("{")
+    assert _uuids(files.read()) == ["npu-0-0", "npu-5-5"]  # the last good is the newest good, not the first
+    assert health.skipped[("xpu-device-info", "malformed")] == 3
+
+
+def test_file_that_disappears_drops_its_devices(tmp_path: Path) -> None:
+    paths, d = _dir(tmp_path)
+    (d / "ascend").write_text(json.dumps([_npu(0)]))
+    (d / "mlu").write_text(json.dumps([_npu(4)]))
+    files = DeviceInfoFiles(paths, Health())
+    assert _uuids(files.read()) == ["npu-0-0", "npu-4-4"]
+    (d / "ascend").write_text("{")
+    assert _uuids(files.read()) == ["npu-0-0", "npu-4-4"]
+    (d / "ascend").unlink()  # removed while bad: its kept content goes too
+    assert _uuids(files.read()) == ["npu-4-4"]
+    (d / "ascend").write_text("{")  # back, still bad: nothing is remembered of the old one
+    assert _uuids(files.read()) == ["npu-4-4"]
+    for f in d.iterdir():
+        f.unlink()
+    d.rmdir()
+    assert files.read() == []
 
 
 def test_unreadable_file_and_recovery_logs_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     paths, d = _dir(tmp_path)
     (d / "ic-device").symlink_to(tmp_path / "gone")  # open() fails even as root
     health = Health()
+    files = DeviceInfoFiles(paths, health)
     with caplog.at_level(logging.WARNING):
-        assert read_device_infos(paths, health) is None
+        assert files.read() == []
         (d / "ic-device").unlink()
         (d / "ic-device").write_text("[")
-        assert read_device_infos(paths, health) is None
-        (d / "ic-device").write_text("[]")
-        assert read_device_infos(paths, health) == []
+        assert files.read() == []
+        (d / "ic-device").write_text(json.dumps([_npu(0)]))
+        assert _uuids(files.read()) == ["npu-0-0"]
         (d / "ic-device").write_text("[")
-        assert read_device_infos(paths, health) is None
+        assert _uuids(files.read()) == ["npu-0-0"]
     assert health.skipped[("xpu-device-info", "unreadable")] == 1
     assert health.skipped[("xpu-device-info", "malformed")] == 2
     assert len(caplog.records) == 3  # the recovered file logs its next failure again
@@ -131,7 +184,9 @@ def test_unreadable_file_and_recovery_logs_again(tmp_path: Path, caplog: pytest.
 def test_oversized_file_is_refused(tmp_path: Path) -> None:
     paths, d = _dir(tmp_path)
     (d / "ic-device").write_text("[" + " " * (4 << 20) + "]")
-    assert read_device_infos(paths, Health()) is None
+    health = Health()
+    assert read_device_infos(paths, health) == []
+    assert health.skipped[("xpu-device-info", "malformed")] == 1
 
 
 # --- building --------------------------------------------------------------------------------------------------
