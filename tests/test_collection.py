@@ -94,7 +94,7 @@ def test_pod_and_node_usage_over_ticks(simhost: SimHost, tmp_path: Path, validat
     # 3 s of samples for 5/10/30 minute windows: cold start → every percentile map is empty
     aggs = status["nodeMetric"]["aggregatedNodeUsages"]
     assert [a["duration"] for a in aggs] == ["5m0s", "10m0s", "30m0s"]
-    assert all(a["usage"] == {"p50": {}, "p90": {}, "p95": {}, "p99": {}} for a in aggs)
+    assert all(a["usage"] == {"avg": {}, "p50": {}, "p90": {}, "p95": {}, "p99": {}} for a in aggs)
     numa = status["nodeMetric"]["numaUsages"]
     assert [n["numaNodeID"] for n in numa] == [0, 1]
 
@@ -117,8 +117,15 @@ def test_aggregates_after_warm_up(simhost: SimHost, tmp_path: Path, validate_crd
     assert aggs["5m0s"]["p50"]["resources"]["cpu"] in ("989m", "990m")
     assert aggs["5m0s"]["p99"]["resources"]["cpu"] in ("1969m", "1970m")  # int(197.01) − 1 = 196 → tick 197
     # 1 h window: 198 s < 1800 s → cold start, empty maps
-    assert aggs["1h0m0s"] == {"p50": {}, "p90": {}, "p95": {}, "p99": {}}
-    assert "avg" not in aggs["5m0s"]  # upstream aggregates carry percentiles only
+    # avg beside the percentiles (upstream states_nodemetric.go collectNodeAggregateMetric): mean of ticks 1..199
+    # (tick 0 has no rate yet) and of ticks 99..199, in cores
+    assert aggs["5m0s"]["avg"]["resources"]["cpu"] in ("999m", "1")
+    assert aggs["1m40s"]["avg"]["resources"]["cpu"] in ("1489m", "1490m")
+    assert aggs["1h0m0s"] == {"avg": {}, "p50": {}, "p90": {}, "p95": {}, "p99": {}}
+    sys_aggs = {a["duration"]: a["usage"] for a in obj["status"]["nodeMetric"]["aggregatedSystemUsages"]}
+    assert set(sys_aggs["5m0s"]) == {"avg", "p50", "p90", "p95", "p99"}
+    assert sys_aggs["5m0s"]["avg"]["resources"]["memory"] == obj["status"]["nodeMetric"]["systemUsage"]["resources"][
+        "memory"]  # no pods: system memory is node memory, constant over the run
 
 
 def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Path) -> None:

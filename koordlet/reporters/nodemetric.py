@@ -16,7 +16,7 @@ from koordlet import godur
 from koordlet.collectors.hostapps import HostApp
 from koordlet.devices.model import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.errors import InvalidInput
-from koordlet.metriccache import MetricCache, SeriesKey
+from koordlet.metriccache import AGGREGATIONS, MetricCache, SeriesKey
 from koordlet.quantity import format_bytes, format_milli
 from koordlet.states.model import PodMeta
 
@@ -33,7 +33,6 @@ DEFAULT_SPEC: dict[str, Any] = {
 MIN_REPORT_INTERVAL = 30  # upstream never reports more often
 MIN_QUERY_WINDOW = 60
 COLD_START_RATIO = 0.5  # an aggregate spanning less than half its duration is reported empty
-_PERCENTILE_AGGS = ("p50", "p90", "p95", "p99")  # upstream aggregatedNodeUsages carry no avg
 _MEMORY_KIND_SUFFIX = {"usageWithPageCache": "memory_usage_with_page_cache"}
 
 
@@ -199,7 +198,7 @@ class NodeMetricBuilder:
             aggregated.append({
                 "duration": godur.format_seconds(d),
                 "usage": {a: self._with_devices(self._resources(cpu, mem, start, now_ms, a, True), gpus, start,
-                                                now_ms, a) for a in _PERCENTILE_AGGS},
+                                                now_ms, a) for a in AGGREGATIONS},
             })
         return usage, aggregated
 
