@@ -175,15 +175,23 @@ def cmd_run(config: Config) -> int:
 
 def cmd_nodemetric(config: Config, window: float, output: str) -> int:
     agent = _agent_with_state(config)
-    deadline = time.monotonic() + max(window, 0.0)
-    agent.collect()
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        time.sleep(min(config.collect_res_used_interval, remaining))
+    try:
+        # The daemon's device round (gated as there): it hands the GPUs found to the collection tick, so the
+        # NodeMetric carries nodeUsage.devices and pods' device usage as the daemon's does.
+        agent.refresh_devices()
+        deadline = time.monotonic() + max(window, 0.0)
         agent.collect()
-    _dump(agent.build_nodemetric(), output)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(config.collect_res_used_interval, remaining))
+            agent.collect()
+        obj = agent.build_nodemetric()
+    finally:
+        if agent.devices is not None:
+            agent.devices.close()
+    _dump(obj, output)
     return 0
 
 
