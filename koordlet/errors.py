@@ -1,4 +1,13 @@
-"""The agent's small exception hierarchy: every boundary (pod, file, device, API call) catches these and moves on."""
+"""The agent's small exception hierarchy, and the record of one skipped object that becomes an Event.
+
+Every boundary (pod, file, device, API call) catches these exceptions and moves on; what it skipped because of bad
+input is a PlanError, which planners return and koordlet.events reports (so neither imports the other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 
 class KoordletError(Exception):
@@ -38,3 +47,19 @@ class Conflict(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(409, message)
+
+
+@dataclass(frozen=True)
+class PlanError:
+    """Bad input for one object: the object is skipped and the error reported (Event in a cluster)."""
+
+    kind: str  # Pod, NodeSLO, Node
+    name: str  # namespace/name for pods
+    field: str  # e.g. annotations[node.koordinator.sh/resctrl].llc.schemata.range
+    message: str
+    reason: str = "InvalidQoSConfig"
+    uid: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"object": f"{self.kind}/{self.name}", "field": self.field, "message": self.message,
+                "reason": self.reason}

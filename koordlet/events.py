@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from koordlet.errors import ApiError
+from koordlet.errors import ApiError, PlanError
 from koordlet.health import Health
-from koordlet.qos.model import PlanError
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from koordlet.errors import HostReadError
+from koordlet.errors import HostReadError, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.files import read_text
 from koordlet.host.resources import INT64_MAX
-from koordlet.qos.model import Plan, PlanError, Write
+from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import koord_qos_class

@@ -39,11 +39,11 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from koordlet.collectors.hostapps import HostApp
-from koordlet.errors import HostReadError, InvalidInput, KoordletError
+from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight
-from koordlet.qos.model import Plan, PlanError, Write
+from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta

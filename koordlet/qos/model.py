@@ -8,7 +8,9 @@ feature at once (upstream: pkg/koordlet/resourceexecutor).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from koordlet.errors import PlanError
 
 Op = Literal["write", "mkdir", "rmdir", "tids", "mount"]
 Compare = Literal["exact", "line", "always"]
@@ -34,22 +36,6 @@ class Write:
     resource: str | None = None
     op: Op = "write"
     compare: Compare = "exact"
-
-
-@dataclass(frozen=True)
-class PlanError:
-    """Bad input for one object: the object is skipped and the error reported (Event in a cluster)."""
-
-    kind: str  # Pod, NodeSLO, Node
-    name: str  # namespace/name for pods
-    field: str  # e.g. annotations[node.koordinator.sh/resctrl].llc.schemata.range
-    message: str
-    reason: str = "InvalidQoSConfig"
-    uid: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {"object": f"{self.kind}/{self.name}", "field": self.field, "message": self.message,
-                "reason": self.reason}
 
 
 @dataclass

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput, KoordletError
+from koordlet.errors import InvalidInput, KoordletError, PlanError
 from koordlet.host.files import read_text
-from koordlet.qos.model import Plan, PlanError, Write
+from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import CLASS_KEYS, QoSState
 from koordlet.states.model import PodMeta
 

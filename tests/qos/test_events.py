@@ -6,10 +6,10 @@ import asyncio
 
 import kmock
 
+from koordlet.errors import PlanError
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.kubeapi import KubeClient, KubeConfig
-from koordlet.qos.model import PlanError
 
 ERR = PlanError("Pod", "team-a/web-0", "annotations[node.koordinator.sh/resctrl].llc.schemata.range",
                 "range [80, 20] is empty", "InvalidResctrlAnnotation", uid="u-1")
