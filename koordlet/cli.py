@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -18,14 +18,20 @@ import yaml
 from koordlet import __version__
 from koordlet.config import Config, parse_feature_gates, parse_go_interval
 from koordlet.errors import InvalidInput
-from koordlet.host.paths import HostPaths
+from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 
 log = logging.getLogger("koordlet")
 
-_PATH_FLAGS = {
-    "cgroup_root": "--cgroup-root-dir", "sys_root": "--sys-root-dir", "sys_fs_root": "--sys-fs-root-dir",
-    "proc_root": "--proc-root-dir", "var_run_root": "--var-run-root-dir",
-    "var_lib_kubelet": "--var-lib-kubelet-dir", "run_root": "--run-root-dir",
+_PATH_FLAGS = ROOT_FLAGS
+# Roots without which a command would report nothing (an empty report is worse than an error); the others may be
+# absent on a given host (no resctrl, no kubelet dir, no xPU device-info dir) and only disable what reads them.
+REQUIRED_ROOTS: dict[str, frozenset[str]] = {
+    "run": frozenset({"cgroup_root", "proc_root"}),
+    "nodemetric": frozenset({"cgroup_root", "proc_root"}),
+    "plan": frozenset({"cgroup_root", "proc_root"}),
+    "qos": frozenset({"cgroup_root", "proc_root"}),
+    "devices": frozenset({"sys_root"}),
+    "device-daemon": frozenset({"sys_root"}),
 }
 
 
@@ -121,10 +127,18 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Config:
+def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, *,
+                     isdir: Callable[[str], bool] = os.path.isdir,
+                     ds_defaults: Mapping[str, str] = DS_DEFAULTS,
+                     host_defaults: Mapping[str, str] = HOST_MODE_DEFAULTS) -> Config:
+    """The Config of a parsed command line; host roots are checked (HostRootMissing names the flag to set) and a
+    missing DaemonSet default falls back to the host's own path, logged once."""
     env = dict(os.environ) if env is None else env
-    paths = HostPaths.under(ns.host_root) if ns.host_root else HostPaths.defaults(env)
-    paths = paths.with_overrides(**{k: getattr(ns, k) for k in _PATH_FLAGS})
+    paths, notes = resolve_roots({k: getattr(ns, k) for k in _PATH_FLAGS}, host_root=ns.host_root or None,
+                                 env=env, required=REQUIRED_ROOTS.get(ns.command, ()), isdir=isdir,
+                                 ds_defaults=ds_defaults, host_defaults=host_defaults)
+    for note in notes:
+        log.info("%s", note)
     node_name = ns.node_name or env.get("NODE_NAME") or socket.gethostname()
     return Config(
         node_name=node_name, paths=paths, host_root=ns.host_root, addr=ns.addr,

@@ -23,7 +23,7 @@ def test_manifest_args_are_accepted_by_the_cli() -> None:
     [ctr] = ds["spec"]["template"]["spec"]["containers"]
     assert ctr["command"][-1] == "run"
     ns = build_parser().parse_args(normalize_argv(["run", *ctr["args"]]))
-    cfg = config_from_args(ns, env={"NODE_NAME": "n1"})
+    cfg = config_from_args(ns, env={"NODE_NAME": "n1"}, isdir=lambda _: True)  # the pod has its mounts
     assert cfg.paths.cgroup_root == "/host-cgroup/" and cfg.paths.sys_root == "/host-sys/"
     assert cfg.gate("PSICollector") and cfg.listen == ("0.0.0.0", 9316)
     assert not cfg.standalone

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+
+from koordlet.errors import InvalidInput
+
+log = logging.getLogger(__name__)
 
 # Upstream defaults (pkg/koordlet/util/system/config.go): DaemonSet mode mounts the host under /host-*.
 DS_DEFAULTS = {
@@ -25,6 +31,16 @@ HOST_MODE_DEFAULTS = {
     "var_lib_kubelet": "/var/lib/kubelet/",
     "run_root": "/run/",
 }
+# The upstream flag that sets each root (cmd/koordlet flags, pkg/koordlet/util/system/config.go).
+ROOT_FLAGS = {
+    "cgroup_root": "--cgroup-root-dir", "sys_root": "--sys-root-dir", "sys_fs_root": "--sys-fs-root-dir",
+    "proc_root": "--proc-root-dir", "var_run_root": "--var-run-root-dir",
+    "var_lib_kubelet": "--var-lib-kubelet-dir", "run_root": "--run-root-dir",
+}
+
+
+class HostRootMissing(InvalidInput):
+    """A host root the command needs does not exist; the message names the flag that sets it."""
 
 
 @dataclass(frozen=True)
@@ -82,3 +98,49 @@ class HostPaths:
 
     def kubelet(self, *parts: str) -> str:
         return os.path.join(self.var_lib_kubelet, *parts)
+
+
+def resolve_roots(explicit: Mapping[str, str | None], *, host_root: str | None = None,
+                  env: Mapping[str, str] | None = None, required: Collection[str] = (),
+                  isdir: Callable[[str], bool] = os.path.isdir,
+                  ds_defaults: Mapping[str, str] = DS_DEFAULTS,
+                  host_defaults: Mapping[str, str] = HOST_MODE_DEFAULTS) -> tuple[HostPaths, list[str]]:
+    """The roots a command runs with, and one line per default that fell back to the host's own path.
+
+    Off a DaemonSet, upstream's `/host-*` defaults do not exist: a missing default root becomes the host's path
+    when that exists. An explicit flag or `--host-root` that does not exist, and a `required` root that exists in
+    neither place, raise HostRootMissing naming the flag to set. Roots derived from `--host-root` may be missing
+    (a simulated node may model only its devices); optional roots missing everywhere keep their default."""
+    env = dict(os.environ) if env is None else env
+    if host_root is not None:
+        if not isdir(host_root):
+            raise HostRootMissing(f"--host-root: {host_root} does not exist")
+        base = HostPaths.under(host_root)
+        defaults: Mapping[str, str] = {}
+    else:
+        in_host_mode = env.get("agent_mode") == "hostMode"
+        defaults = host_defaults if in_host_mode else ds_defaults
+        base = HostPaths(**defaults)
+    chosen: dict[str, str] = {}
+    notes: list[str] = []
+    for name, flag in ROOT_FLAGS.items():
+        given = explicit.get(name)
+        if given:
+            if not isdir(given):
+                raise HostRootMissing(f"{flag}: {given} does not exist")
+            chosen[name] = given
+            continue
+        if name not in defaults:  # derived from --host-root
+            continue
+        default, fallback = defaults[name], host_defaults[name]
+        if isdir(default):
+            continue
+        if fallback != default and isdir(fallback):
+            chosen[name] = fallback
+            notes.append(f"{flag}: {default} does not exist (not in the DaemonSet), using the host's {fallback}")
+        elif name in required:
+            neither = f" and neither does {fallback}" if fallback != default else ""
+            raise HostRootMissing(f"{flag}: {default} does not exist{neither}; set {flag}")
+        else:
+            log.debug("%s: %s does not exist; features reading it find nothing", flag, default)
+    return base.with_overrides(**chosen), notes
