@@ -26,19 +26,16 @@ from koordlet.qos.resctrl import (
     REASON_UNAVAILABLE,
     AnnotationError,
     ResctrlConfig,
-    ResctrlFacts,
-    Schemata,
     decode_annotation,
     format_schemata,
     l3_line,
     l3_mask,
     mb_line,
     mba_value,
-    parse_schemata,
     plan,
     pod_schemata,
-    read_facts,
 )
+from koordlet.qos.resctrl_facts import ResctrlFacts, Schemata, parse_schemata, read_facts
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
