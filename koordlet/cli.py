@@ -15,12 +15,14 @@ from typing import Any
 
 import yaml
 
-from koordlet import __version__
+from koordlet import __version__, tables
 from koordlet.config import Config, parse_feature_gates, parse_go_interval
 from koordlet.errors import InvalidInput
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 
 log = logging.getLogger("koordlet")
+
+_OUTPUTS = ("json", "yaml", "table")
 
 _PATH_FLAGS = ROOT_FLAGS
 # Roots without which a command would report nothing (an empty report is worse than an error); the others may be
@@ -92,10 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     nm = sub.add_parser("nodemetric", help="sample for a window and print the NodeMetric this node would report")
     _common(nm)
     nm.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
-    nm.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    nm.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
     dev = sub.add_parser("devices", help="print the Device CR this node would report (every source enabled)")
     _common(dev)
-    dev.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    dev.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
     dev.add_argument("--dump-nvml", default=None, metavar="FILE",
                      help="also write everything discovery read from NVML as a snapshot ('-' = stdout only)")
     dd = sub.add_parser("device-daemon", help="write the xPU device-info file from vendor tools (npu-smi, cnmon)")
@@ -106,11 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--sleep-interval", default="900s", type=parse_go_interval)
     pl = sub.add_parser("plan", help="print what one QoS reconcile pass would write, without writing")
     _common(pl)
-    pl.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    pl.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
     qo = sub.add_parser("qos", help="apply QoS (one pass with --once)")
     _common(qo)
     qo.add_argument("--once", action="store_true", required=True, help="apply one reconcile pass and exit")
-    qo.add_argument("-o", "--output", choices=("json", "yaml"), default="json")
+    qo.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
     ver = sub.add_parser("version", help="print the version")
     _common(ver)
     return parser
@@ -205,12 +207,15 @@ def cmd_nodemetric(config: Config, window: float, output: str) -> int:
     finally:
         if agent.devices is not None:
             agent.devices.close()
-    _dump(obj, output)
+    _dump(obj, output, tables.nodemetric_table)
     return 0
 
 
-def _dump(obj: object, output: str) -> None:
-    if output == "yaml":
+def _dump(obj: Any, output: str, table: Callable[[Any], str]) -> None:
+    """The command's object as JSON, YAML, or (`table`) the view a person reads, from koordlet.tables."""
+    if output == "table":
+        sys.stdout.write(table(obj))
+    elif output == "yaml":
         sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
     else:
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
@@ -237,7 +242,7 @@ def cmd_devices(config: Config, output: str, dump_nvml: str | None) -> int:
             log.info("NVML snapshot written to %s", dump_nvml)
     finally:
         inventory.close()
-    _dump(desired(config.node_name, None, composed, None), output)
+    _dump(desired(config.node_name, None, composed, None), output, tables.device_table)
     return 0
 
 
@@ -280,9 +285,10 @@ def cmd_plan(config: Config, output: str, apply: bool) -> int:
         summary: dict[str, int] = {}
         for r in results:
             summary[r.result] = summary.get(r.result, 0) + 1
-        _dump({"results": summary, "errors": [e.as_json() for e in plan_holder[0].errors]}, output)
+        _dump({"results": summary, "errors": [e.as_json() for e in plan_holder[0].errors]}, output,
+              tables.qos_table)
     else:
-        _dump(plan_json(results, plan_holder[0], qos.executor), output)
+        _dump(plan_json(results, plan_holder[0], qos.executor), output, tables.plan_table)
     return 0
 
 
