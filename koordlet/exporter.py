@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,8 +19,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from koordlet.collectors.advisor import Latest
+from koordlet.collectors.cgroups import CgroupUsage
+from koordlet.collectors.psi import PSIReading
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.quantity import parse_quantity
@@ -31,7 +35,15 @@ _BATCH_MID = (
     ("kubernetes.io/batch-cpu", "integer"), ("kubernetes.io/batch-memory", "byte"),
     ("kubernetes.io/mid-cpu", "integer"), ("kubernetes.io/mid-memory", "byte"),
 )
-_PSI_PRECISIONS = ("10", "60", "300")
+_PSI_PRECISIONS = ("avg10", "avg60", "avg300")  # upstream metrics/psi.go Precision10/60/300
+_POD_LABELS = ["node", "pod_uid", "pod_name", "pod_namespace"]  # upstream's PodPSI order
+_CONTAINER_LABELS = ["node", "container_id", "container_name", "pod_uid", "pod_name", "pod_namespace"]
+# (name after koordlet_<pod|container>_, help); values from CgroupUsage, see _add_usage.
+_USAGE_SERIES = (
+    ("used_cpu_cores", "CPU cores used by the {} over the last collection interval"),
+    ("used_memory_bytes", "Memory used by the {} without page cache (anon + unevictable) at the last collection"),
+    ("cpu_throttled_ratio", "Share of the {}'s CFS periods throttled over the last collection interval"),
+)
 
 
 @dataclass
@@ -68,10 +80,82 @@ class AgentMetrics:
 
     def render(self, which: str = "all") -> bytes:
         if which == "internal":
-            return generate_latest(self.internal)
+            return render_text(self.internal)
         if which == "external":
-            return generate_latest(self.external)
-        return generate_latest(self.internal) + generate_latest(self.external)
+            return render_text(self.external)
+        return render_text(self.internal) + render_text(self.external)
+
+
+class _Families(Collector):
+    """Already collected families, handed to generate_latest as a collector."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+_LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_NEEDS_ESCAPE = re.compile(r'[\\\n"]')
+
+
+def render_text(registry: CollectorRegistry) -> bytes:
+    """What prometheus_client's generate_latest writes (text format 0.0.4), byte for byte, with plain gauge
+    families written here: generate_latest re-validates and escapes every label of every sample (~9 µs a sample),
+    which made the per-pod series most of a scrape. A label set is formatted once per scrape and reused by every
+    family that has it (a container's CPU, memory and throttling). Other families go through generate_latest."""
+    out: list[str] = []
+    pending: list[Metric] = []  # consecutive families left to generate_latest, rendered in order
+    label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
+    for fam in registry.collect():
+        text = _gauge_text(fam, label_text) if fam.type == "gauge" else None
+        if text is None:
+            pending.append(fam)
+            continue
+        if pending:
+            out.append(generate_latest(_Families(pending)).decode())
+            pending = []
+        out.append(text)
+    if pending:
+        out.append(generate_latest(_Families(pending)).decode())
+    return "".join(out).encode()
+
+
+def _escape_label_value(v: str) -> str:
+    if _NEEDS_ESCAPE.search(v) is None:
+        return v
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _gauge_text(fam: Metric, label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str]) -> str | None:
+    """One gauge family as text, or None when a sample needs generate_latest's general path."""
+    name = fam.name
+    if not _LEGACY_NAME.match(name):
+        return None
+    doc = fam.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+    lines = [f"# HELP {name} {doc}\n# TYPE {name} gauge\n"]
+    keys: tuple[str, ...] = ()
+    order: list[str] = []
+    for sample in fam.samples:
+        labels = sample.labels
+        if sample.name != name or sample.timestamp is not None:
+            return None
+        if not labels:
+            lines.append(f"{name} {floatToGoString(sample.value)}\n")  # type: ignore[no-untyped-call]
+            continue
+        if keys != tuple(labels):
+            keys = tuple(labels)
+            if not all(_LEGACY_NAME.match(k) and not k.startswith("__") for k in keys):
+                return None
+            order = sorted(keys)  # generate_latest sorts label names
+        values = tuple(labels.values())
+        body = label_text.get((keys, values))
+        if body is None:
+            body = label_text[(keys, values)] = ",".join(
+                [f'{k}="{_escape_label_value(labels[k])}"' for k in order])
+        lines.append(f"{name}{{{body}}} {floatToGoString(sample.value)}\n")  # type: ignore[no-untyped-call]
+    return "".join(lines)
 
 
 class _InternalCollector(Collector):
@@ -182,6 +266,7 @@ class _ExternalCollector(Collector):
             g.add_metric([node, res, "byte" if res.endswith("memory") else "integer"], value)
         yield g
         yield from self._requests_limits(latest)
+        yield from self._usage(latest)
         yield from self._psi(latest)
 
     def _requests_limits(self, latest: Latest) -> Iterator[Metric]:
@@ -216,6 +301,26 @@ class _ExternalCollector(Collector):
         yield req
         yield lim
 
+    def _usage(self, latest: Latest) -> Iterator[Metric]:
+        """Per-pod and per-container usage of the last collection tick (upstream has no such series; names and
+        labels follow its node and PSI series). Built from the advisor's latest sample: no file is read here."""
+        node, usage = self.m.node_name, latest.usage
+        fams = [GaugeMetricFamily(f"koordlet_{scope}_{name}", doc.format(scope), labels=labels)
+                for scope, labels in (("pod", _POD_LABELS), ("container", _CONTAINER_LABELS))
+                for name, doc in _USAGE_SERIES]
+        pod_cpu, pod_mem, pod_thr, ctr_cpu, ctr_mem, ctr_thr = fams
+        for pod in latest.pods:
+            u = usage.get(("pod", pod.uid))
+            if u is not None:
+                labels = [node, pod.uid, pod.name, pod.namespace]
+                _add_usage(pod_cpu, pod_mem, pod_thr, labels, u)
+            for c in pod.containers:
+                u = usage.get(("container", c.container_id))
+                if u is not None:
+                    labels = [node, c.container_id, c.name, pod.uid, pod.name, pod.namespace]
+                    _add_usage(ctr_cpu, ctr_mem, ctr_thr, labels, u)
+        yield from fams
+
     def _psi(self, latest: Latest) -> Iterator[Metric]:
         common = ["psi_resource_type", "psi_precision", "psi_degree", "cpu_full_supported"]
         pod_g = GaugeMetricFamily("koordlet_pod_psi", "Pod psi collected by koordlet",
@@ -241,9 +346,21 @@ class _ExternalCollector(Collector):
         yield ctr_g
 
 
-def _psi_samples(reading: Any) -> Iterator[tuple[list[str], float]]:
-    full_ok = "true" if reading.cpu_full_supported else "false"
+def _add_usage(cpu: GaugeMetricFamily, mem: GaugeMetricFamily, throttled: GaugeMetricFamily, labels: list[str],
+               u: CgroupUsage) -> None:
+    # CPU rate and throttled ratio need two reads of the cgroup: absent on its first tick rather than a fake 0.
+    if u.cpu_cores is not None:
+        cpu.add_metric(labels, u.cpu_cores)
+    mem.add_metric(labels, u.memory)
+    if u.throttled_ratio is not None:
+        throttled.add_metric(labels, u.throttled_ratio)
+
+
+def _psi_samples(reading: PSIReading) -> Iterator[tuple[list[str], float]]:
+    # Upstream (metrics/psi.go makePSIRecordSlice): `full` rows only where that file has a `full` line, and the
+    # `cpu_full_supported` label carries that resource's own flag despite its name.
     for res, stats in reading.by_resource.items():
+        full_ok = "false" if stats.full is None else "true"
         for degree, triple in (("some", stats.some), ("full", stats.full)):
             if triple is None:
                 continue

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from koordlet.agent import Agent
@@ -96,3 +98,116 @@ def test_nodemetric_mirror_needs_its_gate(tmp_path: Path) -> None:
     assert usage["memory"].labels["unit"] == "byte" and usage["memory"].value > 0
     numa = _samples(on)["koordlet_node_metric_numa_node_usage"]
     assert {x.labels["numa_node_id"] for x in numa} == {"0", "1"}
+
+
+def test_pod_and_container_usage_series_after_collection(simhost: SimHost, tmp_path: Path) -> None:
+    pod = make_pod("web", UID, "Burstable", containers=2, namespace="shop")
+    agent = _agent(tmp_path, simhost, [pod])
+    rel = simhost.pod_dir(K8sQoS.BURSTABLE, UID)
+    cids = [cs["containerID"] for cs in pod["status"]["containerStatuses"]]  # type: ignore[index]
+    ctrs = [simhost.container_dir(rel, cid) for cid in cids]
+    mib = 1 << 20
+    for tick in range(2):  # c0 uses 0.5 core and c1 0.25; the pod is throttled in 3 of its 12 periods
+        simhost.write_cgroup(rel, SimCgroup(cpu_ns=int(0.75 * SEC) * tick, anon=96 * mib, file=500 * mib,
+                                            nr_periods=12 * tick, nr_throttled=3 * tick))
+        simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=SEC // 2 * tick, anon=64 * mib, nr_periods=12 * tick))
+        simhost.write_cgroup(ctrs[1], SimCgroup(cpu_ns=SEC // 4 * tick, anon=32 * mib, nr_periods=12 * tick,
+                                                nr_throttled=6 * tick))
+        agent.collect(now=1e9 + tick, mono_ns=tick * SEC)
+
+    s = _samples(agent, "external")
+    pod_labels = {"node": "n1", "pod_uid": UID, "pod_name": "web", "pod_namespace": "shop"}
+    [cpu] = s["koordlet_pod_used_cpu_cores"]
+    assert cpu.labels == pod_labels and cpu.value == pytest.approx(0.75)
+    [mem] = s["koordlet_pod_used_memory_bytes"]
+    assert mem.labels == pod_labels and mem.value == 96 * mib  # page cache (file) left out
+    [thr] = s["koordlet_pod_cpu_throttled_ratio"]
+    assert thr.labels == pod_labels and thr.value == pytest.approx(0.25)
+
+    def by_container(name: str) -> dict[str, float]:
+        out = {}
+        for x in s[name]:
+            assert x.labels == {"node": "n1", "container_id": x.labels["container_id"],
+                                "container_name": x.labels["container_name"], **{k: v for k, v in pod_labels.items()
+                                                                                 if k != "node"}}
+            assert cids[int(x.labels["container_name"][1:])] == x.labels["container_id"]
+            out[x.labels["container_name"]] = x.value
+        return out
+
+    assert by_container("koordlet_container_used_cpu_cores") == pytest.approx({"c0": 0.5, "c1": 0.25})
+    assert by_container("koordlet_container_used_memory_bytes") == {"c0": 64 * mib, "c1": 32 * mib}
+    assert by_container("koordlet_container_cpu_throttled_ratio") == pytest.approx({"c0": 0.0, "c1": 0.5})
+    assert "koordlet_pod_used_cpu_cores" not in _samples(agent, "internal")
+    assert agent.metrics.render("external") == generate_latest(agent.metrics.external)
+
+    # the scrape reads no file: with the cgroups gone, it still shows the last tick
+    simhost.remove_cgroup(rel)
+    assert _samples(agent, "external")["koordlet_pod_used_memory_bytes"][0].value == 96 * mib
+    # a deleted pod's series are gone after the next collection
+    (tmp_path / "pods" / "web.yaml").unlink()
+    agent.sync_pods()
+    agent.collect(now=1e9 + 2, mono_ns=2 * SEC)
+    after = _samples(agent, "external")
+    assert not any(name in after for name in ("koordlet_pod_used_cpu_cores", "koordlet_pod_used_memory_bytes",
+                                              "koordlet_container_used_memory_bytes"))
+
+
+def test_first_tick_has_memory_but_no_rate(tmp_path: Path) -> None:
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.SYSTEMD).setup()
+    agent = _agent(tmp_path, host, [make_pod("a", UID, "Guaranteed")])
+    host.write_cgroup(host.pod_dir(K8sQoS.GUARANTEED, UID), SimCgroup(cpu_ns=5 * SEC, anon=1 << 20))
+    agent.collect(now=1e9, mono_ns=0)
+    s = _samples(agent, "external")
+    assert [x.value for x in s["koordlet_pod_used_memory_bytes"]] == [1 << 20]
+    assert "koordlet_pod_used_cpu_cores" not in s and "koordlet_pod_cpu_throttled_ratio" not in s
+
+
+def test_psi_series_use_upstream_precision_labels(tmp_path: Path) -> None:
+    host = SimHost(tmp_path / "h", 2, CgroupDriver.SYSTEMD).setup()
+    pod = make_pod("a", UID, "Guaranteed")
+    agent = _agent(tmp_path, host, [pod], gates="PSICollector=true")
+    rel = host.pod_dir(K8sQoS.GUARANTEED, UID)
+    host.write_cgroup(rel, SimCgroup())
+    # cpu.pressure without a `full` line (kernels before 5.13): no cpu full rows, label false for cpu only
+    (host.cgroup_root() / rel / "cpu.pressure").write_text("some avg10=4.00 avg60=2.00 avg300=1.00 total=9\n")
+    agent.collect_psi()
+    rows = {(x.labels["psi_resource_type"], x.labels["psi_degree"], x.labels["psi_precision"]): x
+            for x in _samples(agent, "external")["koordlet_pod_psi"]}
+    assert rows[("cpu", "some", "avg10")].value == 4.0 and rows[("cpu", "some", "avg300")].value == 1.0
+    assert rows[("mem", "full", "avg60")].value == 0.10  # simhost's memory.pressure
+    assert not any(k[0] == "cpu" and k[1] == "full" for k in rows)
+    assert {k[2] for k in rows} == {"avg10", "avg60", "avg300"}
+    assert {r: rows[(r, "some", "avg10")].labels["cpu_full_supported"] for r in ("cpu", "mem", "io")} == {
+        "cpu": "false", "mem": "true", "io": "true"}
+    assert rows[("cpu", "some", "avg10")].labels["pod_name"] == "a"
+
+
+def test_render_text_is_byte_identical_to_prometheus_client() -> None:
+    """The fast gauge writer must not change one byte of what generate_latest would serve."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+
+    from koordlet.exporter import render_text
+
+    class Fams(Collector):
+        def collect(self) -> Any:
+            g = GaugeMetricFamily("g_labels", 'help with \\ and\nnewline "quoted"', labels=["zeta", "alpha"])
+            g.add_metric(['back\\slash', 'new\nline'], 1e9)
+            g.add_metric(['"quoted"', "plain"], 0.1)
+            g.add_metric(["x", "y"], float("nan"))
+            g.add_metric(["x", "z"], float("-inf"))
+            yield g
+            plain = GaugeMetricFamily("g_plain", "no labels")
+            plain.add_metric([], 1073741824)
+            yield plain
+            yield GaugeMetricFamily("g_empty", "no samples", labels=["a"])
+            ts = GaugeMetricFamily("g_timestamped", "has a timestamp", labels=["a"])
+            ts.add_metric(["b"], 2.5, timestamp=1234.5)
+            yield ts
+
+    reg = CollectorRegistry(auto_describe=False)
+    Counter("c", "a counter", ["k"], registry=reg).labels("v").inc(3)
+    reg.register(Fams())
+    Histogram("h", "a histogram", buckets=(0.1, 1.0), registry=reg).observe(0.5)
+    assert render_text(reg) == generate_latest(reg)

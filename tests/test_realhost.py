@@ -155,7 +155,7 @@ def test_psi_from_real_cgroup_v2(tmp_path: Path) -> None:
         assert reading.by_resource["cpu"].some[0] > 0  # contention shows up in avg10
         text = agent.metrics.render("external").decode()
         [line] = [ln for ln in text.splitlines() if ln.startswith("koordlet_pod_psi{")
-                  and 'psi_resource_type="cpu"' in ln and 'psi_precision="10"' in ln and 'psi_degree="some"' in ln]
+                  and 'psi_resource_type="cpu"' in ln and 'psi_precision="avg10"' in ln and 'psi_degree="some"' in ln]
         assert f'pod_uid="{uid}"' in line and 'pod_name="psi"' in line
         assert f'cpu_full_supported="{str(reading.cpu_full_supported).lower()}"' in line
         assert float(line.rsplit(" ", 1)[1]) == reading.by_resource["cpu"].some[0]
