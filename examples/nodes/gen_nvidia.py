@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from koordlet.devices.nvidia.backend import SNAPSHOT_FORMAT, SnapshotBackend, dump_snapshot, write_snapshot
+from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT, SnapshotBackend, dump_snapshot, write_snapshot
 
 from simpci import add_pci_device, add_rdma_nic
 

@@ -50,7 +50,7 @@ class DeviceInventory:
         discovery; a machine without NVML gets one log line and no GPUs, never a retry storm)."""
         if self._nvml is None and self._nvml_ready is None:
             if self.config.nvml_snapshot:
-                from koordlet.devices.nvidia.backend import load_snapshot
+                from koordlet.devices.nvidia.snapshot import load_snapshot
 
                 try:
                     self._nvml = load_snapshot(self.config.nvml_snapshot)
@@ -109,7 +109,7 @@ class DeviceInventory:
                                                 partition_policy=self.config.gpu_partition_policy)
 
     def dump_nvml(self) -> dict[str, Any] | None:
-        from koordlet.devices.nvidia.backend import dump_snapshot
+        from koordlet.devices.nvidia.snapshot import dump_snapshot
 
         backend = self.nvml()
         return None if backend is None else dump_snapshot(backend)

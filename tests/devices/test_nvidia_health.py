@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from koordlet.devices.nvidia.backend import SNAPSHOT_FORMAT, NvmlError, SnapshotBackend, XidEvent
+from koordlet.devices.nvidia.backend import NvmlError, XidEvent
 from koordlet.devices.nvidia.health import IGNORED_XIDS, GpuHealth, XidHealth, XidWatcher
+from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT, SnapshotBackend
 from koordlet.health import Health
 
 A, B, C = "0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0"

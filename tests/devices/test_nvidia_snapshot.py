@@ -13,15 +13,14 @@ import pytest
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia import PynvmlBackend, SnapshotBackend, discover, dump_snapshot, load_snapshot
 from koordlet.devices.nvidia.backend import (
-    SNAPSHOT_FORMAT,
     ComputeProcess,
     NvLink,
     NvmlError,
     UtilizationSample,
     XidEvent,
     normalize_bus_id,
-    write_snapshot,
 )
+from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT, write_snapshot
 from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths

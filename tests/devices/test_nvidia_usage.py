@@ -10,7 +10,8 @@ import yaml
 from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.devices.nvidia import GpuUsageCollector, SnapshotBackend
-from koordlet.devices.nvidia.backend import SNAPSHOT_FORMAT, ComputeProcess, GpuInfo, UtilizationSample
+from koordlet.devices.nvidia.backend import ComputeProcess, GpuInfo, UtilizationSample
+from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT
 from koordlet.devices.nvidia.usage import Owner, ProcessUsage, Sample, fold, join_processes, parse_procs
 from koordlet.host.driver import K8sQoS
 from koordlet.metriccache import MetricCache

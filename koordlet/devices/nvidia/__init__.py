@@ -1,18 +1,15 @@
 """NVIDIA GPUs through NVML (live pynvml or a replayed snapshot): inventory, health, NVLink partitions, usage."""
 
-from koordlet.devices.nvidia.backend import (
+from koordlet.devices.nvidia.backend import GpuInfo, NvmlBackend, NvmlError, PynvmlBackend
+from koordlet.devices.nvidia.discovery import Gpu, build_device_set, discover, inventory
+from koordlet.devices.nvidia.health import XidHealth, XidWatcher
+from koordlet.devices.nvidia.snapshot import (
     SNAPSHOT_FORMAT,
-    GpuInfo,
-    NvmlBackend,
-    NvmlError,
-    PynvmlBackend,
     SnapshotBackend,
     dump_snapshot,
     load_snapshot,
     write_snapshot,
 )
-from koordlet.devices.nvidia.discovery import Gpu, build_device_set, discover, inventory
-from koordlet.devices.nvidia.health import XidHealth, XidWatcher
 from koordlet.devices.nvidia.usage import GpuUsageCollector
 
 __all__ = [
