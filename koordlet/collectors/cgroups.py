@@ -13,6 +13,7 @@ from typing import NamedTuple
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend, CgroupStats
+from koordlet.host.files import OpenFiles
 from koordlet.states.model import PodMeta
 
 # Previous counters are kept this many ticks after a cgroup was last read (upstream: TTL = 20 × interval).
@@ -42,12 +43,14 @@ class Target:
 class CgroupUsageCollector:
     """Turns cumulative cgroup counters into usage; remembers only the previous read of each target."""
 
-    def __init__(self, backend: CgroupBackend, health: Health) -> None:
+    def __init__(self, backend: CgroupBackend, health: Health, files: OpenFiles | None = None) -> None:
         self.backend = backend
         self.health = health
+        self.files = OpenFiles() if files is None else files  # descriptors kept between ticks
         # (scope, key) → (monotonic ns, stats, tick) of the previous read: plain tuples, one per cgroup per tick.
         self._prev: dict[tuple[str, str], tuple[int, CgroupStats, int]] = {}
         self._paths: dict[str, tuple[str, ...]] = {}  # rel dir → files; rebuilt each tick, so bounded
+        self._targets: list[Target] | None = None  # the list the descriptors were last trimmed for
         self._tick = 0
 
     def collect(self, targets: list[Target], now_mono_ns: int) -> dict[tuple[str, str], CgroupUsage]:
@@ -55,13 +58,13 @@ class CgroupUsageCollector:
         tick = self._tick
         out: dict[tuple[str, str], CgroupUsage] = {}
         old_paths, paths = self._paths, {}
-        stat_paths, stats_at = self.backend.stat_paths, self.backend.stats_at
+        stat_paths, stats_at, read = self.backend.stat_paths, self.backend.stats_at, self.files.read
         prev_map = self._prev
         reads = 0
         for t in targets:
             try:
                 files = paths[t.rel_dir] = old_paths.get(t.rel_dir) or stat_paths(t.rel_dir)
-                stats = stats_at(files)
+                stats = stats_at(files, read)
             except InvalidInput as e:  # a dir that would leave the hierarchy: never read, say so once
                 self.health.skip(t.scope, "bad-cgroup-dir", t.label, str(e))
                 continue
@@ -77,6 +80,9 @@ class CgroupUsageCollector:
             out[id_] = _usage(stats, prev, now_mono_ns)
         self.health.cgroup_reads += reads
         self._paths = paths
+        if targets is not self._targets:  # pods came or went: close the descriptors of cgroups no longer read
+            self._targets = targets
+            self.files.retain({f for fs in paths.values() for f in fs})
         if self._tick % _PREV_TTL_TICKS == 0:
             horizon = self._tick - _PREV_TTL_TICKS
             self._prev = {k: v for k, v in self._prev.items() if v[2] > horizon}
@@ -84,6 +90,9 @@ class CgroupUsageCollector:
 
     def remembered(self) -> int:
         return len(self._prev)
+
+    def close(self) -> None:
+        self.files.close()
 
 
 def _usage(stats: CgroupStats, prev: tuple[int, CgroupStats, int] | None, now_mono_ns: int) -> CgroupUsage:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from koordlet.errors import HostReadError
-from koordlet.host.files import read_bytes
+from koordlet.host.files import OpenFiles, read_bytes
 from koordlet.host.paths import HostPaths
 
 # /proc/stat cpu columns counted as busy: user, nice, system, irq, softirq (upstream util/stat.go).
@@ -107,13 +107,18 @@ class NodeCollector:
         self.hz = clk_tck or _clk_tck()
         self.topology = NumaTopology.read(paths)
         self._prev: tuple[float, int, dict[int, int]] | None = None
+        self._files = OpenFiles(cap=256)  # /proc/stat, /proc/meminfo and one meminfo per NUMA node
 
     def refresh_topology(self) -> None:
         self.topology = NumaTopology.read(self.paths)
 
+    def close(self) -> None:
+        self._files.close()
+
     def collect(self, now_mono: float) -> NodeUsage:
-        total, per_cpu = parse_proc_stat(read_bytes(self.paths.proc("stat")))
-        meminfo = parse_meminfo(read_bytes(self.paths.proc("meminfo")))
+        read = self._files.read
+        total, per_cpu = parse_proc_stat(read(self.paths.proc("stat")))
+        meminfo = parse_meminfo(read(self.paths.proc("meminfo")))
         memory = max(meminfo.get("MemTotal", 0) - meminfo.get("MemAvailable", 0), 0) * 1024
 
         cpu: float | None = None
@@ -130,7 +135,7 @@ class NodeCollector:
         for node in self.topology.cpus_by_node:
             path = self.paths.sys("bus", "node", "devices", f"node{node}", "meminfo")
             try:
-                numa_mem[node] = numa_memory_usage(parse_meminfo(read_bytes(path)))
+                numa_mem[node] = numa_memory_usage(parse_meminfo(read(path)))
             except HostReadError:
                 continue
         return NodeUsage(cpu, memory, numa_cpu, numa_mem)

@@ -7,6 +7,8 @@ Upstream: pkg/koordlet/util/system/cgroup_resource.go (v1 subsystem dirs, v2 fil
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -38,6 +40,9 @@ class PSIStats:
 PSI_FILES = {"cpu": "cpu.pressure", "mem": "memory.pressure", "io": "io.pressure"}  # label → resource
 
 
+Reader = Callable[[str], bytes]
+
+
 class CgroupBackend(Protocol):
     version: int
     paths: HostPaths
@@ -46,7 +51,9 @@ class CgroupBackend(Protocol):
         """The files `stats_at` reads for a cgroup dir; callers on a hot path keep these per target."""
         ...
 
-    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats: ...
+    def stats_at(self, stat_paths: tuple[str, ...], read: Reader = ...) -> CgroupStats:
+        """`read` is read_bytes, or a kept-descriptor reader (OpenFiles.read) on the collection tick."""
+        ...
 
     def stats(self, rel_dir: str) -> CgroupStats: ...
 
@@ -65,6 +72,9 @@ _MEM_KEYS = (b"inactive_anon", b"active_anon", b"inactive_file", b"active_file",
 _V2_MEM = IntFields(*_MEM_KEYS)
 _V1_MEM = IntFields(*(b"total_" + k for k in _MEM_KEYS))
 _V1_THROTTLE = IntFields(b"nr_periods", b"nr_throttled")
+# v1 cpu.stat starts with these two lines on every kernel since 2.6.39: one match reads both (the generic
+# reader is the fallback for anything else).
+_V1_THROTTLE_HEAD = re.compile(rb"nr_periods (\d+)\nnr_throttled (\d+)\n").match
 _V2_CPU = IntFields(b"usage_usec", b"nr_periods", b"nr_throttled")
 
 
@@ -114,15 +124,18 @@ class CgroupV1:
     def stats(self, rel_dir: str) -> CgroupStats:
         return self.stats_at(self.stat_paths(rel_dir))
 
-    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats:
+    def stats_at(self, stat_paths: tuple[str, ...], read: Reader = read_bytes) -> CgroupStats:
         usage_path, mem_path, cpu_stat_path = stat_paths
-        raw = read_bytes(usage_path)
+        raw = read(usage_path)
         try:
             usage = int(raw)
         except ValueError as e:
             raise HostReadError(f"{usage_path}: not an integer") from e
-        mem, mem_cache = _memory(read_bytes(mem_path), _V1_MEM, mem_path)
-        periods, throttled = _V1_THROTTLE(read_bytes(cpu_stat_path))
+        mem, mem_cache = _memory(read(mem_path), _V1_MEM, mem_path)
+        cpu_stat = read(cpu_stat_path)
+        if head := _V1_THROTTLE_HEAD(cpu_stat):
+            return CgroupStats(usage, mem, mem_cache, int(head[1]), int(head[2]))
+        periods, throttled = _V1_THROTTLE(cpu_stat)
         return CgroupStats(usage, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
@@ -157,12 +170,12 @@ class CgroupV2:
     def stats(self, rel_dir: str) -> CgroupStats:
         return self.stats_at(self.stat_paths(rel_dir))
 
-    def stats_at(self, stat_paths: tuple[str, ...]) -> CgroupStats:
+    def stats_at(self, stat_paths: tuple[str, ...], read: Reader = read_bytes) -> CgroupStats:
         cpu_path, mem_path = stat_paths
-        usage, periods, throttled = _V2_CPU(read_bytes(cpu_path))
+        usage, periods, throttled = _V2_CPU(read(cpu_path))
         if usage is None:
             raise HostReadError(f"{cpu_path}: no usage_usec")
-        mem, mem_cache = _memory(read_bytes(mem_path), _V2_MEM, mem_path)
+        mem, mem_cache = _memory(read(mem_path), _V2_MEM, mem_path)
         return CgroupStats(usage * 1000, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import resource
+from collections.abc import Iterable
 
 from koordlet.errors import HostReadError
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 65536
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
-_open, _read, _close = os.open, os.read, os.close  # bound once: called ~3000 times a second
+_open, _read, _pread, _close = os.open, os.read, os.pread, os.close  # bound once: called ~3000 times a second
+# Descriptors the agent keeps for itself beyond the cache: sockets, NVML, the HTTP server, audit files.
+_FD_RESERVE = 256
 
 
 def read_bytes(path: str) -> bytes:
@@ -29,6 +37,135 @@ def read_bytes(path: str) -> bytes:
         raise HostReadError(f"{path}: {e.strerror}") from e
     finally:
         _close(fd)
+
+
+class OpenFiles:
+    """One kept descriptor per file, re-read with `pread(fd, n, 0)`: a collection tick re-reads the same ~3000
+    cgroup files every second, and open+close is half of that cost.
+
+    Only files of kernel pseudo-filesystems are kept (cgroup, cgroup2, proc, sysfs): they regenerate their content
+    on every read from offset 0, so values are fresh, and a descriptor of a removed cgroup fails with ENODEV
+    (kernfs deactivates it); that read closes it and re-opens the path once, so a cgroup recreated under the same
+    path is read afresh. A regular file (a simulated node directory) would go on showing the content of a deleted
+    or replaced file, so it is opened and closed per read. Past `cap` descriptors, files are opened and closed per
+    read as well (counted in `fallback_reads`). Not thread-safe: one owner per instance.
+    """
+
+    __slots__ = ("_fds", "cap", "fallback_reads")
+
+    def __init__(self, cap: int | None = None) -> None:
+        self._fds: dict[str, int] = {}
+        self.cap = descriptor_cap() if cap is None else cap
+        self.fallback_reads = 0
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read(self, path: str) -> bytes:
+        """Whole file as bytes; HostReadError when it cannot be opened or read (its descriptor is then closed)."""
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                data = _pread(fd, _CHUNK, 0)
+                return data if len(data) < _CHUNK else _pread_all(fd)
+            except OSError:
+                self._drop(path)  # a removed cgroup (ENODEV) or a replaced file: re-open once below
+        elif len(self._fds) >= self.cap:
+            self.fallback_reads += 1
+            return read_bytes(path)
+        try:
+            fd = _open(path, _FLAGS)
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror}") from e
+        try:
+            data = _pread_all(fd)
+            keep = is_pseudo_fs(os.fstat(fd).st_dev)
+        except OSError as e:
+            _close(fd)
+            raise HostReadError(f"{path}: {e.strerror}") from e
+        if keep:
+            self._fds[path] = fd
+        else:
+            _close(fd)
+        return data
+
+    def retain(self, paths: Iterable[str]) -> int:
+        """Close the descriptors of files not in `paths` (cgroups of pods that left); returns how many closed."""
+        keep = paths if isinstance(paths, set | frozenset) else set(paths)
+        gone = [p for p in self._fds if p not in keep]
+        for p in gone:
+            self._drop(p)
+        return len(gone)
+
+    def close(self) -> None:
+        for p in list(self._fds):
+            self._drop(p)
+
+    def _drop(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            try:
+                _close(fd)
+            except OSError as e:  # EBADF would be our bug; anything else is harmless for a read-only fd
+                if e.errno == errno.EBADF:
+                    log.error("descriptor of %s was already closed", path)
+
+
+_PSEUDO_FS = frozenset({"cgroup", "cgroup2", "proc", "sysfs"})
+_fs_types: dict[int, str] = {}  # st_dev → filesystem type, from this process's mountinfo
+
+
+def is_pseudo_fs(st_dev: int, mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Whether a device number is a mount of a kernel pseudo-filesystem (in this process's mount namespace);
+    mountinfo is read again only for a device not seen before."""
+    fs = _fs_types.get(st_dev)
+    if fs is None:
+        try:
+            with open(mountinfo, "rb") as f:
+                for line in f:
+                    # `36 35 98:0 /root /mnt rw,noatime shared:1 - ext4 /dev/sda1 rw`: dev in field 3, type after `-`
+                    fields = line.split()
+                    major, _, minor = fields[2].partition(b":")
+                    _fs_types[os.makedev(int(major), int(minor))] = fields[fields.index(b"-") + 1].decode()
+        except (OSError, ValueError, IndexError):
+            pass
+        fs = _fs_types.setdefault(st_dev, "")
+    return fs in _PSEUDO_FS
+
+
+def _pread_all(fd: int) -> bytes:
+    data = _pread(fd, _CHUNK, 0)
+    if len(data) == _CHUNK:
+        parts = [data]
+        while chunk := _pread(fd, _CHUNK, _CHUNK * len(parts)):
+            parts.append(chunk)
+        data = b"".join(parts)
+    return data
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as Go's runtime does since 1.19); returns (soft, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        target = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+    else:
+        target = hard
+    if soft != resource.RLIM_INFINITY and target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.info("could not raise the open-files limit from %d: %s", soft, e)
+    return soft, hard
+
+
+def descriptor_cap() -> int:
+    """How many descriptors OpenFiles may keep: half of what the soft limit leaves after a reserve, so the
+    agent never runs out of descriptors for sockets and one-off reads."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max((soft - _FD_RESERVE) // 2, 0)
 
 
 def read_int(path: str) -> int:
