@@ -116,7 +116,8 @@ class Agent:
             self._driver_certain = True
             if driver != self.driver:
                 log.info("cgroup driver detected: %s", driver)
-                self.driver = self.pods.driver = driver
+                self.driver = driver
+                self.pods.set_driver(driver)
 
     def set_nodeslo(self, obj: JSON | None) -> bool:
         """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays."""

@@ -6,7 +6,6 @@ pkg/koordlet/util/cgroup_parent_utils.go (dirs).
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -21,6 +20,9 @@ from koordlet.states.model import JSON, ContainerMeta, PodMeta
 from koordlet.states.qos import k8s_qos_class, koord_qos_class_with_default, priority_class_with_default
 
 log = logging.getLogger(__name__)
+
+# libyaml's safe loader when PyYAML was built with it (Debian's and the wheels are): ~10× faster than pure Python.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def pod_meta(pod: JSON, driver: CgroupDriver, health: Health) -> PodMeta:
@@ -56,30 +58,55 @@ def pod_meta(pod: JSON, driver: CgroupDriver, health: Health) -> PodMeta:
 
 class PodsDirSource:
     """Standalone mode: Pod manifests (YAML or JSON, one or many docs, or a List) in a directory stand in for
-    kubelet. A file that does not parse is skipped with a log line; the others still count."""
+    kubelet. A file that does not parse is skipped with a log line; the others still count.
+
+    Only files whose (inode, size, mtime) changed are parsed again; when no file changed, the very same list
+    object is returned, so PodState and every cache keyed on the pod list stay as they are.
+    """
 
     name = "pods-dir"
 
     def __init__(self, directory: str, health: Health) -> None:
         self.directory = directory
         self.health = health
+        self._files: dict[str, tuple[tuple[int, int, int], list[JSON]]] = {}  # path → (stat key, its pods)
+        self._pods: list[JSON] = []
 
     def list_pods(self) -> list[JSON]:
-        if not os.path.isdir(self.directory):
-            raise KoordletError(f"pods dir {self.directory} does not exist")
-        pods: list[JSON] = []
-        files = sorted(glob.glob(os.path.join(self.directory, "*.y*ml")) +
-                       glob.glob(os.path.join(self.directory, "*.json")))
-        for path in files:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if n.endswith((".yaml", ".yml", ".json")))
+        except OSError as e:
+            raise KoordletError(f"pods dir {self.directory} is not readable: {e.strerror}") from e
+        files: dict[str, tuple[tuple[int, int, int], list[JSON]]] = {}
+        changed = len(names) != len(self._files)
+        for name in names:
+            path = os.path.join(self.directory, name)
             try:
-                with open(path, encoding="utf-8") as f:
-                    docs = list(yaml.safe_load_all(f)) if not path.endswith(".json") else [json.load(f)]
-            except (OSError, yaml.YAMLError, ValueError) as e:
-                self.health.skip("manifest", "unparsable", path, str(e).splitlines()[0])
+                st = os.stat(path)
+            except OSError:
+                changed = True  # removed between listdir and stat
                 continue
-            for doc in docs:
-                pods.extend(_pods_of(doc, path, self.health))
-        return pods
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            known = self._files.get(path)
+            if known is not None and known[0] == key:
+                files[path] = known
+                continue
+            changed = True
+            files[path] = (key, self._parse(path))
+        if changed:
+            self._files = files
+            self._pods = [p for _, pods in files.values() for p in pods]
+        return self._pods
+
+    def _parse(self, path: str) -> list[JSON]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                docs = list(yaml.load_all(f, Loader=_YAML_LOADER)) if not path.endswith(".json") else [json.load(f)]
+        except (OSError, yaml.YAMLError, ValueError) as e:
+            self.health.skip("manifest", "unparsable", path, str(e).splitlines()[0])
+            return []
+        self.health.recovered("manifest", "unparsable", path)
+        return [p for doc in docs for p in _pods_of(doc, path, self.health)]
 
 
 def _pods_of(doc: Any, path: str, health: Health) -> list[JSON]:
@@ -102,9 +129,19 @@ class PodState:
         self.health = health
         self.pods: list[PodMeta] = []
         self.synced = False
+        self._raw: list[JSON] | None = None
+
+    def set_driver(self, driver: CgroupDriver) -> None:
+        """A newly detected cgroup driver moves every pod's dir: the next update rebuilds all records."""
+        if driver != self.driver:
+            self.driver, self._raw = driver, None
 
     def update(self, raw_pods: list[JSON]) -> bool:
-        """Replace the pod list from raw Pod objects; bad pods are skipped. Returns whether the set changed."""
+        """Replace the pod list from raw Pod objects; bad pods are skipped. Returns whether anything changed; when
+        nothing did, `pods` stays the same list object (collection targets and QoS facts are cached on it)."""
+        if raw_pods is self._raw:  # the source says nothing changed (pods dir): keep every downstream cache
+            return False
+        self._raw = raw_pods
         metas: list[PodMeta] = []
         for pod in raw_pods:
             try:
@@ -112,10 +149,16 @@ class PodState:
             except (InvalidInput, ValueError, TypeError) as e:
                 ident = _ident(pod)
                 self.health.skip("pod", "malformed", ident, str(e))
-        changed = [p.uid for p in metas] != [p.uid for p in self.pods]
-        self.pods = metas
         self.synced = True
-        return changed
+        if _same(metas, self.pods):  # e.g. kubelet answered with equal pods: the old list (and its caches) stays
+            return False
+        self.pods = metas
+        return True
+
+
+def _same(new: list[PodMeta], old: list[PodMeta]) -> bool:
+    """Equal records and equal raw objects (annotations and labels drive QoS, and PodMeta does not compare raw)."""
+    return len(new) == len(old) and all(a == b and a.raw == b.raw for a, b in zip(new, old, strict=True))
 
 
 def _ident(pod: Any) -> str:
