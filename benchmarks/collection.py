@@ -23,11 +23,12 @@ import yaml
 from koordlet.agent import Agent
 from koordlet.collectors.cgroups import pod_targets
 from koordlet.config import Config
+from koordlet.host.cgtree import V1_SUBSYSTEMS, CgroupTree, remove_cgroup_tree
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 
 V1 = Path("/sys/fs/cgroup")
-SUBSYSTEMS = ("cpu", "cpuacct", "memory", "blkio")
+SUBSYSTEMS = V1_SUBSYSTEMS
 
 
 def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, be_every: int = 0) -> None:
@@ -35,6 +36,7 @@ def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, 
     for sub in SUBSYSTEMS:
         (V1 / sub / name).mkdir()
         (root / sub).symlink_to(V1 / sub / name)
+    tree = CgroupTree(root, 1, SUBSYSTEMS)
     for i in range(n_pods):
         uid = str(uuid.uuid4())
         be = be_every > 0 and i % be_every == 0
@@ -44,8 +46,7 @@ def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, 
         for c in range(n_ctrs):
             cid = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
             statuses.append({"name": f"c{c}", "containerID": cid, "state": {"running": {}}})
-            for sub in SUBSYSTEMS:
-                (root / sub / container_dir(CgroupDriver.CGROUPFS, prel, cid)).mkdir(parents=True)
+            tree.mkdir(container_dir(CgroupDriver.CGROUPFS, prel, cid))
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid,
                             "labels": {"koordinator.sh/qosClass": "BE" if be else "LS"}},
@@ -56,11 +57,7 @@ def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, 
 
 def remove_tree(name: str) -> None:
     for sub in SUBSYSTEMS:
-        base = V1 / sub / name
-        if base.is_dir():
-            for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                d.rmdir()
-            base.rmdir()
+        remove_cgroup_tree(V1 / sub / name)
 
 
 @contextmanager

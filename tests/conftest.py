@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from koordlet.host.cgtree import remove_cgroup_tree
 from koordlet.host.driver import CgroupDriver
 
 from simhost import SimHost
@@ -114,11 +115,7 @@ V1_ROOT = Path("/sys/fs/cgroup")
 
 def rmtree_cgroup(path: Path) -> None:
     """Remove a cgroup subtree bottom-up (cgroupfs refuses to remove a dir that still has children)."""
-    if not path.is_dir():
-        return
-    for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir()
-    path.rmdir()
+    remove_cgroup_tree(path)
 
 
 @contextmanager
