@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml Makefile
 deps: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/koordlet run --host-root / --pods-dir examples/pods --nodeslo examples/nodeslo.yaml --state-dir state \
-	  --feature-gates Accelerators=true,RDMADevices=true,PSICollector=true
+	$(BIN)/koordlet run --host-root / --pods-dir examples/pods --example-pods-cgroups \
+	  --nodeslo examples/nodeslo.yaml --state-dir state --feature-gates Accelerators=true,RDMADevices=true,PSICollector=true
 
 test: $(STAMP)
 	$(BIN)/ruff check koordlet scheduler tests benchmarks

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the node agent")
     _common(run)
+    run.add_argument("--example-pods-cgroups", action="store_true",
+                     help="standalone, as root on this host: give the --pods-dir pods real cgroups with a sleeping "
+                          "process each, removed on exit (`make run` does this for examples/pods)")
     nm = sub.add_parser("nodemetric", help="sample for a window and print the NodeMetric this node would report")
     _common(nm)
     nm.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
@@ -169,24 +173,75 @@ def _setup_logging(verbosity: int) -> None:
                         format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
 
 
-def cmd_run(config: Config) -> int:
+def cmd_run(config: Config, example_pods_cgroups: bool = False) -> int:
+    from koordlet import examplepods
     from koordlet.agent import Agent
+    from koordlet.banner import Seen, banner
     from koordlet.daemon import Daemon
+    from koordlet.health import Health
 
-    agent = Agent(config)
-    cluster = None
-    if not config.standalone:
-        from koordlet.cluster import ClusterLink
+    if example_pods_cgroups and not config.standalone:
+        log.error("--example-pods-cgroups needs --pods-dir (it gives the pods listed there real cgroups)")
+        return 2
+    health = Health()
+    examples = None
+    if example_pods_cgroups:
+        # Until the daemon installs its own handlers, SIGTERM unwinds like Ctrl-C so the cgroups are removed.
+        signal.signal(signal.SIGTERM, _interrupt)
+        examples = examplepods.start(config, health)
+    try:
+        agent = Agent(config, health)
+        cluster = None
+        if not config.standalone:
+            from koordlet.cluster import ClusterLink
 
-        cluster = ClusterLink.connect(config, agent)
-        if cluster is None:
-            log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
-                      "for a node without a cluster use --pods-dir (see `make run`)")
-            return 2
-    elif config.nodeslo_file:
-        agent.load_nodeslo_file()
-    asyncio.run(Daemon(agent, cluster).run())
-    return 0
+            cluster = ClusterLink.connect(config, agent)
+            if cluster is None:
+                log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
+                          "for a node without a cluster use --pods-dir (see `make run`)")
+                return 2
+        else:
+            if config.nodeslo_file:
+                agent.load_nodeslo_file()
+            agent.sync_pods()
+            if example_pods_cgroups and examples is None:
+                examplepods.quiet_missing_cgroups(health, agent.pods.pods,
+                                                  agent.host_apps if agent.nodeslo_present else [])
+        seen = Seen(_first_devices(agent), None if not example_pods_cgroups else
+                    examples.names if examples is not None else [])
+        log.info("%s", "\n".join(banner(agent, seen)))
+        asyncio.run(Daemon(agent, cluster).run())
+        return 0
+    except KeyboardInterrupt:  # SIGINT/SIGTERM before the daemon's loop took over the signals
+        log.info("stopped during start-up")
+        return 0
+    finally:
+        if examples is not None:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                examples.stop()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _first_devices(agent: Any) -> int | None:
+    """Standalone: one device round before the loops start, so the banner can count them and the Device URL
+    answers at once (the device loop then rewrites it only on change)."""
+    if agent.devices is None or not agent.config.standalone:
+        return None
+    try:
+        composed = agent.refresh_devices()
+        if composed is None:
+            return None
+        agent.write_devices(composed)
+        return len(composed.devices)
+    except Exception as e:  # the device loop retries and logs its own failures
+        log.warning("first device discovery failed (%s: %s); the device loop retries", type(e).__name__, e)
+        return None
 
 
 def cmd_nodemetric(config: Config, window: float, output: str) -> int:
@@ -305,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", e)
         return 2
     if ns.command == "run":
-        return cmd_run(config)
+        return cmd_run(config, ns.example_pods_cgroups)
     if ns.command in ("plan", "qos"):
         return cmd_plan(config, ns.output, apply=ns.command == "qos")
     if ns.command == "devices":

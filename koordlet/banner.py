@@ -1,0 +1,64 @@
+"""The first lines `koordlet run` prints: what the agent sees on this node and where to look at what it reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from koordlet import __version__
+from koordlet.agent import NODEMETRIC_API_VERSION, NODEMETRIC_GROUP, Agent, api_path
+from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
+from koordlet.devices.report import GROUP as DEVICE_GROUP
+from koordlet.devices.report import PLURAL as DEVICE_PLURAL
+
+_ANY_HOST = ("", "0.0.0.0", "::", "[::]")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What start-up found, beside the agent itself."""
+
+    devices: int | None  # None: no device gate on (or discovery failed)
+    cgroup_pods: list[str] | None  # pods given real example cgroups; None without --example-pods-cgroups
+
+
+def base_url(addr: str) -> str:
+    host, _, port = addr.rpartition(":")
+    if host in _ANY_HOST:
+        host = "localhost"
+    return f"http://{host}:{port or '<port>'}"
+
+
+def banner(agent: Agent, seen: Seen) -> list[str]:
+    cfg = agent.config
+    node = cfg.node_name
+    url = base_url(cfg.addr)
+    mode = f"standalone, pods from {cfg.pods_dir}" if cfg.standalone else "cluster"
+    lines = [f"koordlet {__version__} on node {node} ({mode}): cgroup v{agent.backend.version}, "
+             f"{agent.driver} driver, cgroup root {cfg.paths.cgroup_root}"]
+    if cfg.standalone:
+        pods = f"  pods        {len(agent.pods.pods)}"
+        if seen.cgroup_pods is not None:
+            pods += (f" (example cgroups, a sleeping process each: {', '.join(seen.cgroup_pods)})"
+                     if seen.cgroup_pods else " (no cgroups: usage not collected)")
+        lines.append(pods)
+        if agent.nodeslo_present and agent.host_apps:
+            lines.append(f"  host apps   {len(agent.host_apps)} ({', '.join(a.name for a in agent.host_apps)})")
+    else:
+        lines.append("  pods        from kubelet / the API server")
+    if agent.devices is None:
+        lines.append("  devices     off (--feature-gates Accelerators=true,RDMADevices=true)")
+    else:
+        lines.append(f"  devices     {seen.devices if seen.devices is not None else '?'} found")
+    lines.append(f"  metrics     {url}/metrics")
+    nm = api_path(NODEMETRIC_API_VERSION, "nodemetrics", node)
+    if cfg.standalone:
+        nm_file = agent.state_writer.path(NODEMETRIC_GROUP, "nodemetrics", node)
+        lines.append(f"  NodeMetric  {url}{nm}  (and {nm_file}; first report in a few seconds)")
+        if agent.devices is not None:
+            dev_file = agent.state_writer.path(DEVICE_GROUP, DEVICE_PLURAL, node)
+            lines.append(f"  Device      {url}{api_path(DEVICE_API_VERSION, DEVICE_PLURAL, node)}  (and {dev_file})")
+    else:
+        lines.append(f"  NodeMetric  kubectl get nodemetric {node} -o yaml")
+        if agent.devices is not None:
+            lines.append(f"  Device      kubectl get device {node} -o yaml")
+    return lines
