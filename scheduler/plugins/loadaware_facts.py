@@ -1,0 +1,344 @@
+"""What LoadAwareScheduling reads: a pod's estimated usage, and a node's load from its NodeMetric and its pods.
+
+Upstream: pkg/scheduler/plugins/loadaware/estimator/default_estimator.go (estimates), pod_assign_cache.go (when a
+pod was scheduled, so which pods still count beside the reported usage), helper.go (node, prod and aggregated usage,
+capacity). The plugin (loadaware.py) only compares these with thresholds and turns them into scores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
+from scheduler.cluster import CPU, JSON, MEMORY, NodeInfo, key, pod_requests, quantity_value, resource_list
+from scheduler.plugins.loadaware_args import LoadAwareArgs, parse_duration
+
+ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
+ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
+ANNOTATION_SCALING_FACTORS = "scheduling.koordinator.sh/load-estimated-scaling-factors"
+ANNOTATION_SECONDS_AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
+ANNOTATION_SECONDS_AFTER_INITIALIZED = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
+DEFAULT_MILLI_CPU = 250
+DEFAULT_MEMORY = 200 * 1024 * 1024
+DEFAULT_REPORT_INTERVAL = 60.0
+BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
+MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
+_TRANSLATE = {PRIORITY_BATCH: {CPU: BATCH_CPU, MEMORY: BATCH_MEMORY}, PRIORITY_MID: {CPU: MID_CPU, MEMORY: MID_MEMORY}}
+
+Vector = dict[str, int]
+
+
+# ---- pods ----
+
+def pod_limits(pod: JSON) -> dict[str, int]:
+    """k8s.io/component-helpers resource.PodLimits: Σ containers, at least each init container, plus overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        for k, v in resource_list((c.get("resources") or {}).get("limits")).items():
+            total[k] = total.get(k, 0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in resource_list((c.get("resources") or {}).get("limits")).items():
+            total[k] = max(total.get(k, 0), v)
+    if total:
+        for k, v in resource_list(spec.get("overhead")).items():
+            if k in total:
+                total[k] += v
+    return total
+
+
+def is_daemonset_pod(pod: JSON) -> bool:
+    return any(ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
+@dataclass
+class PodEntry:
+    """An assigned pod as the node's load sees it."""
+
+    estimated: Vector
+    timestamp: float  # PodScheduled, else when this scheduler assumed it
+    deadline: float | None  # counted as not reported until then (estimated-seconds-after-*)
+    prod: bool
+
+
+class PodEstimates:
+    """Estimated usage of pods and when each was scheduled; the incoming pod is estimated once per cycle."""
+
+    def __init__(self, args: LoadAwareArgs, resources: list[str], now: Callable[[], float]) -> None:
+        self.args = args
+        self.resources = resources
+        self.now = now
+        self._assumed: dict[str, float] = {}  # pod key → when this scheduler assumed it (no PodScheduled condition)
+        self._entries: dict[int, tuple[JSON, PodEntry]] = {}  # id(pod) → (pod, entry); pod kept to pin the id
+        self._incoming: tuple[JSON | None, Vector, bool] = (None, {}, False)  # last pod seen: estimate, is prod
+
+    def estimate(self, pod: JSON) -> Vector:
+        """Estimated usage of a pod over the resource vector."""
+        return self._estimate(pod, priority_class_with_default(pod))
+
+    def incoming(self, pod: JSON) -> tuple[Vector, bool]:
+        """(estimate, is prod) of the pod being scheduled, which is judged against every node."""
+        if self._incoming[0] is not pod:
+            priority = priority_class_with_default(pod)
+            self._incoming = (pod, self._estimate(pod, priority), priority == PRIORITY_PROD)
+        return self._incoming[1], self._incoming[2]
+
+    def _estimate(self, pod: JSON, priority: str) -> Vector:
+        factors = self.args.estimated_scaling_factors
+        if self.args.allow_customize_estimation:
+            custom = json_annotation(pod, ANNOTATION_SCALING_FACTORS)
+            if isinstance(custom, dict) and custom:
+                factors = {**factors, **{str(k): int(v) for k, v in custom.items() if isinstance(v, int | float)}}
+        requests, limits = pod_requests(pod), pod_limits(pod)
+        translate = _TRANSLATE.get(priority, {})
+        out: Vector = {}
+        for r in self.resources:
+            real = translate.get(r, r)
+            request, limit = requests.get(real, 0), limits.get(real, 0)
+            quantity = max(limit, request)
+            if quantity == 0:
+                # **[quirk]** only cpu/memory and the batch names get a default; a mid-tier pod without
+                # mid-cpu/mid-memory requests estimates 0 (default_estimator.go estimatedUsedByResource).
+                out[r] = DEFAULT_MILLI_CPU if real in (CPU, BATCH_CPU) else \
+                    DEFAULT_MEMORY if real in (MEMORY, BATCH_MEMORY) else 0
+                continue
+            # a resource with no scaling factor estimates 0, as upstream iterates the factor map only
+            est = int(round_half_away(quantity * factors.get(r, 0) / 100))
+            out[r] = min(est, limit) if limit > 0 else est
+        return out
+
+    def entry(self, pod: JSON) -> PodEntry:
+        cached = self._entries.get(id(pod))
+        if cached is not None and cached[0] is pod:
+            return cached[1]
+        k = key(pod)
+        ts = _condition_time(pod, "PodScheduled")
+        if ts is None:
+            ts = self._assumed.setdefault(k, self.now())
+        after_init, after_sched = self.args.estimated_seconds_after_initialized, \
+            self.args.estimated_seconds_after_pod_scheduled
+        if self.args.allow_customize_estimation:
+            ann = _annotations(pod)
+            after_init = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_INITIALIZED), after_init)
+            after_sched = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_SCHEDULED), after_sched)
+        deadline: float | None = None
+        init_time = _condition_time(pod, "Initialized")
+        if after_init and after_init > 0 and init_time is not None:
+            deadline = init_time + after_init
+        elif after_sched and after_sched > 0:
+            deadline = ts + after_sched
+        if pod is self._incoming[0]:  # just placed: estimated as the incoming pod of this cycle already
+            estimated, prod = self._incoming[1], self._incoming[2]
+        else:
+            priority = priority_class_with_default(pod)
+            estimated, prod = self._estimate(pod, priority), priority == PRIORITY_PROD
+        entry = PodEntry(estimated, ts, deadline, prod)
+        self._entries[id(pod)] = (pod, entry)
+        return entry
+
+    def assume(self, pod: JSON) -> None:
+        """pod_assign_cache.go AssumePod: remember when this scheduler placed it."""
+        self._assumed.setdefault(key(pod), self.now())
+        self._entries.pop(id(pod), None)
+
+    def forget(self, pod: JSON) -> None:
+        self._assumed.pop(key(pod), None)
+        self._entries.pop(id(pod), None)
+
+
+# ---- nodes ----
+
+@dataclass
+class NodeLoad:
+    """What one node contributes, recomputed only when its NodeMetric or pod set changes."""
+
+    stamp: tuple[Any, ...]
+    has_metric: bool  # the NodeMetric has status.nodeMetric
+    capacity: Vector
+    update_time: float | None
+    node_usage: Vector | None
+    node_delta: Vector
+    node_estimated: Vector
+    prod_usage: Vector
+    prod_delta: Vector
+    thresholds: dict[str, Any] | None  # the node's usage-thresholds annotation, parsed
+
+    def usage(self) -> Vector:
+        """nodeUsage plus what assigned pods add beyond their reported usage."""
+        return vsum(self.node_usage or {}, self.node_delta)
+
+    def prod(self) -> Vector:
+        return vsum(self.prod_usage, self.prod_delta)
+
+
+class NodeLoads:
+    """Per-node load from the NodeMetric and the node's pods (helper.go, pod_assign_cache.go)."""
+
+    def __init__(self, resources: list[str], pods: PodEstimates, prod_usage_include_sys: bool) -> None:
+        self.resources = resources
+        self.pods = pods
+        self.prod_usage_include_sys = prod_usage_include_sys
+        self._nodes: dict[str, NodeLoad] = {}
+
+    def get(self, node: NodeInfo) -> NodeLoad | None:
+        """None for a node without a NodeMetric (load-awareness is best-effort)."""
+        nm = node.nodemetric
+        if nm is None:
+            return None
+        status = nm.get("status") or {}
+        last = next(reversed(node.pods), None) if node.pods else None
+        stamp = (id(nm), status.get("updateTime"), id(node.obj), len(node.pods), last)
+        load = self._nodes.get(node.name)
+        if load is None or load.stamp != stamp:
+            load = self._nodes[node.name] = self._build(node, nm, stamp)
+        return load
+
+    def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[Any, ...]) -> NodeLoad:
+        status = nm.get("status") or {}
+        metric = status.get("nodeMetric")
+        update_time = _parse_time(status.get("updateTime"))
+        interval = ((nm.get("spec") or {}).get("metricCollectPolicy") or {}).get("reportIntervalSeconds")
+        report_interval = float(interval) if isinstance(interval, int | float) and interval else DEFAULT_REPORT_INTERVAL
+        usages: dict[str, Vector] = {}
+        prod_usages: dict[str, Vector] = {}
+        for pm in status.get("podsMetric") or []:
+            k = f"{pm.get('namespace')}/{pm.get('name')}"
+            vec = self.vector((pm.get("podUsage") or {}).get("resources"))
+            usages[k] = vec
+            if pm.get("priority") == PRIORITY_PROD:
+                prod_usages[k] = vec
+        zero = dict.fromkeys(self.resources, 0)
+        node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
+        ut = update_time if update_time is not None else 0.0
+        for k, pod in node.pods.items():
+            e = self.pods.entry(pod)
+            _add(node_est, e.estimated)
+            if _is_delta(e, usages.get(k), ut, report_interval):
+                _add_delta(node_delta, e.estimated, usages.get(k))
+            if e.prod:
+                reported = prod_usages.get(k)
+                if reported is not None:
+                    _add(prod_usage, reported)
+                if _is_delta(e, reported, ut, report_interval):
+                    _add_delta(prod_delta, e.estimated, reported)
+        if self.prod_usage_include_sys and isinstance(metric, dict):
+            _add(prod_usage, self.vector((metric.get("systemUsage") or {}).get("resources")))
+        node_usage = self.vector((metric.get("nodeUsage") or {}).get("resources")) \
+            if isinstance(metric, dict) else None
+        return NodeLoad(stamp, metric is not None, self._capacity(node), update_time, node_usage, node_delta,
+                        node_est, prod_usage, prod_delta, json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
+
+    def vector(self, resources: Any) -> Vector:
+        """A ResourceList (quantity strings) over the plugin's resources; absent ones are 0."""
+        out = dict.fromkeys(self.resources, 0)
+        if isinstance(resources, dict):
+            for r in self.resources:
+                if r in resources:
+                    out[r] = quantity_value(r, resources[r])
+        return out
+
+    def _capacity(self, node: NodeInfo) -> Vector:
+        cap = {r: node.allocatable.get(r, 0) for r in self.resources}
+        raw = json_annotation(node.obj, ANNOTATION_RAW_ALLOCATABLE)
+        if isinstance(raw, dict):
+            with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):
+                cap.update({r: v for r, v in resource_list(raw).items() if r in cap})
+        return cap
+
+    def aggregated(self, node: NodeInfo, load: NodeLoad, agg_type: str, duration: float) -> Vector:
+        """aggUsage + nodeDelta (helper.go getTargetAggregatedUsage); duration 0 = the longest reported."""
+        metric = ((node.nodemetric or {}).get("status") or {}).get("nodeMetric") or {}
+        found: Any = None
+        entries = metric.get("aggregatedNodeUsages") or []
+        if duration <= 0:
+            best = -1.0
+            for item in entries:
+                res = ((item.get("usage") or {}).get(agg_type) or {}).get("resources")
+                d = parse_duration(item.get("duration"))
+                if res and d > best:
+                    best, found = d, res
+            if found is None and load.node_usage is not None and any(load.node_usage.values()):
+                return load.usage()
+        else:
+            for item in entries:
+                res = ((item.get("usage") or {}).get(agg_type) or {}).get("resources")
+                if res and parse_duration(item.get("duration")) == duration:
+                    found = res
+                    break
+        if found is None:
+            # **[quirk]** no aggregate for the requested window ⇒ upstream falls back to the full estimates of all
+            # assigned pods (nodeEstimated), ignoring the node's measured usage; mirrored for parity.
+            return dict(load.node_estimated)
+        return vsum(self.vector(found), load.node_delta)
+
+
+# ---- helpers ----
+
+def round_half_away(x: float) -> int:
+    """Go math.Round (halves away from zero), not Python's banker's rounding."""
+    return int(x + 0.5) if x >= 0 else -int(-x + 0.5)
+
+
+def json_annotation(obj: JSON, name: str) -> Any:
+    """The annotation parsed as JSON; None when absent or not JSON."""
+    raw = _annotations(obj).get(name)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def vsum(a: Vector, b: Vector) -> Vector:
+    return {r: a.get(r, 0) + b.get(r, 0) for r in {*a, *b}}
+
+
+def _annotations(obj: JSON) -> dict[str, Any]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _parse_time(v: Any) -> float | None:
+    if not v:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition_time(pod: JSON, ctype: str) -> float | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status", "True") == "True":
+            return _parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def _int_or(v: Any, default: int | None) -> int | None:
+    try:
+        return int(str(v)) if v is not None else default
+    except ValueError:
+        return default
+
+
+def _is_delta(e: PodEntry, reported: Vector | None, update_time: float, report_interval: float) -> bool:
+    """pod_assign_cache.go: unreported, scheduled within the last report window, or still before its deadline."""
+    return (reported is None or e.timestamp > update_time - report_interval
+            or (e.deadline is not None and e.deadline > update_time))
+
+
+def _add(dst: Vector, src: Vector) -> None:
+    for r, v in src.items():
+        if r in dst:
+            dst[r] += v
+
+
+def _add_delta(dst: Vector, estimated: Vector, reported: Vector | None) -> None:
+    for r in dst:
+        dst[r] += max(0, estimated.get(r, 0) - (reported.get(r, 0) if reported else 0))
