@@ -18,7 +18,6 @@ from koordlet.host.paths import HostPaths
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl import (
-    ANNOTATION,
     MBA_MAX_MBPS,
     REASON_ANNOTATION,
     REASON_CLOSID,
@@ -35,7 +34,7 @@ from koordlet.qos.resctrl import (
     plan,
     pod_schemata,
 )
-from koordlet.qos.resctrl_facts import ResctrlFacts, Schemata, parse_schemata, read_facts
+from koordlet.qos.resctrl_facts import ANNOTATION, ResctrlFacts, Schemata, parse_schemata, read_facts
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
