@@ -185,11 +185,11 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False) -> int:
         return 2
     health = Health()
     examples = None
-    if example_pods_cgroups:
-        # Until the daemon installs its own handlers, SIGTERM unwinds like Ctrl-C so the cgroups are removed.
-        signal.signal(signal.SIGTERM, _interrupt)
-        examples = examplepods.start(config, health)
     try:
+        if example_pods_cgroups:
+            # Until the daemon installs its own handlers, SIGTERM unwinds like Ctrl-C so the cgroups are removed.
+            signal.signal(signal.SIGTERM, _interrupt)
+            examples = examplepods.start(config, health)
         agent = Agent(config, health)
         cluster = None
         if not config.standalone:

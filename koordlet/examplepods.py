@@ -98,6 +98,9 @@ def start(config: Config, health: Health) -> ExamplePods | None:
         log.warning("example pods run without cgroups: making them failed (%s); nothing is left behind", e)
         made.stop()
         return None
+    except BaseException:  # interrupted half-way (SIGINT/SIGTERM): take back what was made, then stop
+        made.stop()
+        raise
     log.info("example pods have real cgroups (v%d, %s driver) under %s, one sleeping process per container; "
              "removed on exit", backend.version, driver, config.paths.cgroup_root)
     return made

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,17 @@ from typing import Any
 import pytest
 import yaml
 
+from koordlet import examplepods
 from koordlet.agent import Agent
 from koordlet.banner import Seen, banner, base_url
 from koordlet.config import Config, parse_feature_gates
 from koordlet.examplepods import unavailable_reason
+from koordlet.health import Health
 from koordlet.host.cgtree import V1_SUBSYSTEMS, CgroupTree
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 
-from conftest import real_v1_root
+from conftest import real_v1_root, require, rmtree_cgroup
 from simhost import SimHost
 
 KOORDLET = [sys.executable, "-m", "koordlet"]
@@ -105,6 +108,20 @@ def test_unavailable_reasons(tmp_path: Path) -> None:
     assert unavailable_reason(here, euid=1000) == "not running as root"
     if os.access(str(tmp_path), os.W_OK) and shutil.which("sleep"):
         assert unavailable_reason(here, euid=0) is None
+
+
+def test_a_failure_half_way_leaves_nothing_behind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("start() refuses without root before it makes anything")
+    root = tmp_path / "cgroup"
+    (root / "cpu").mkdir(parents=True)
+    (root / "memory").mkdir()
+    (root / "memory" / "kubepods.slice").write_text("")  # a file where a dir must go: mkdir fails in memory/
+    cfg = Config(node_name="n", paths=HostPaths.under("/").with_overrides(cgroup_root=str(root)), host_root="/",
+                 pods_dir=str(EXAMPLES / "pods"))
+    assert examplepods.start(cfg, Health()) is None
+    assert list((root / "cpu").iterdir()) == []  # what was made in cpu/ before the failure is gone again
+    assert "making them failed" in caplog.text
 
 
 def test_without_cgroups_the_example_pods_do_not_warn(tmp_path: Path) -> None:
@@ -225,3 +242,32 @@ def test_make_run_gives_the_example_pods_real_cgroups(tmp_path: Path) -> None:
             assert [p.name for p in (root / sub).iterdir() if p.is_dir()] == []  # kubepods.slice & co. are gone
         for pid in sleepers:
             assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.realhost
+def test_example_cgroups_in_a_real_cgroup_v2_tree(tmp_path: Path) -> None:
+    """v2: the pods' dirs in the unified tree, the sleeper in the container (leaf) dir, all gone after stop()."""
+    require(os.geteuid() == 0, "real cgroup tests need root")
+    unified = next((p for p in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+                    if (p / "cgroup.controllers").exists()), None)
+    require(unified is not None, "no cgroup v2 hierarchy mounted")
+    assert unified is not None
+    base = unified / f"koordlet-test-{uuid.uuid4().hex[:8]}"
+    base.mkdir()
+    cfg = Config(node_name="v2", paths=HostPaths.under("/").with_overrides(cgroup_root=str(base)), host_root="/",
+                 pods_dir=str(EXAMPLES / "pods"))
+    made = None
+    try:
+        made = examplepods.start(cfg, Health())
+        assert made is not None and sorted(made.names) == ["batch/spark-executor-1", "default/web-0"]
+        for pod_rel, ctr_rels in _example_dirs(CgroupDriver.SYSTEMD).items():
+            assert _live_pids(base / pod_rel / "cgroup.procs") == []  # v2: processes only in leaves
+            for ctr in ctr_rels:
+                [pid] = _live_pids(base / ctr / "cgroup.procs")
+                assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0infinity")
+        made.stop()
+        assert [p for p in base.iterdir() if p.is_dir()] == []
+    finally:
+        if made is not None:
+            made.stop()
+        rmtree_cgroup(base)
