@@ -14,7 +14,7 @@ import pytest
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
-from koordlet.qos import blkio
+from koordlet.qos import blkio, blkio_facts
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
@@ -25,7 +25,7 @@ from koordlet.states.pods import pod_meta
 from conftest import real_v1_root, require
 from simhost import make_pod
 
-THROTTLE = tuple(blkio.V1_THROTTLE)
+THROTTLE = tuple(blkio_facts.V1_THROTTLE)
 RIOPS, RBPS, WIOPS, WBPS = THROTTLE
 VDB = "253:16"
 VDA = "253:0"
@@ -111,7 +111,7 @@ class Node:
         uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
         raw = make_pod(name, uid, "BestEffort", labels={"koordinator.sh/qosClass": qos} if qos else {}, phase=phase)
         if annotation is not None:
-            raw["metadata"]["annotations"] = {blkio.ANNOTATION: annotation}  # type: ignore[index]
+            raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: annotation}  # type: ignore[index]
         if volumes is not None:
             raw["spec"]["volumes"] = volumes  # type: ignore[index]
         meta = pod_meta(raw, self.driver, Health())
@@ -189,7 +189,7 @@ def settle(results: list[Result], before: dict[str, str]) -> None:
                     table.pop(n, None)
                 else:
                     table[n] = merged
-            elif rest in ("0", "default") and name != blkio.V1_COST_WEIGHT:
+            elif rest in ("0", "default") and name != blkio_facts.V1_COST_WEIGHT:
                 table.pop(n, None)
             else:
                 table[n] = rest
@@ -230,9 +230,9 @@ def idle(node: Node, state: QoSState) -> None:
 def _example_tree(node: Node, **weight: str) -> None:
     # upstream blkio_reconcile_test.go fixture: 253:16 already throttled, 253:0 left over in the bps files
     node.cgroup(node.be, {RIOPS: f"{VDB} 2048\n", WIOPS: f"{VDB} 2048\n", RBPS: f"{VDA} 2048\n",
-                          WBPS: f"{VDA} 2048\n", blkio.V1_COST_WEIGHT: weight.get("weight", f"{VDB} 100\n")})
-    node.cgroup("", {blkio.V1_COST_QOS: f"{VDB} enable=1 ctrl=user rlat=2000 wlat=2000\n",
-                     blkio.V1_COST_MODEL: ""})
+                          WBPS: f"{VDA} 2048\n", blkio_facts.V1_COST_WEIGHT: weight.get("weight", f"{VDB} 100\n")})
+    node.cgroup("", {blkio_facts.V1_COST_QOS: f"{VDB} enable=1 ctrl=user rlat=2000 wlat=2000\n",
+                     blkio_facts.V1_COST_MODEL: ""})
 
 
 @pytest.mark.parametrize("driver", [CgroupDriver.CGROUPFS, CgroupDriver.SYSTEMD])
@@ -244,24 +244,24 @@ def test_worked_example(tmp_path: Path, driver: CgroupDriver) -> None:
     be = qos_dir(driver, K8sQoS.BESTEFFORT)
     assert plan.errors == []
     assert node.rel(plan) == [
-        (blkio.V1_COST_QOS, EXAMPLE_QOS),
-        (blkio.V1_COST_MODEL, EXAMPLE_MODEL),
+        (blkio_facts.V1_COST_QOS, EXAMPLE_QOS),
+        (blkio_facts.V1_COST_MODEL, EXAMPLE_MODEL),
         (f"{be}/{RIOPS}", f"{VDB} 1024"),
         (f"{be}/{RBPS}", f"{VDB} 1048576"),
         (f"{be}/{RBPS}", f"{VDA} 0"),  # the stale 253:0 line is cleared...
         (f"{be}/{WIOPS}", f"{VDB} 1024"),
         (f"{be}/{WBPS}", f"{VDB} 1048576"),
         (f"{be}/{WBPS}", f"{VDA} 0"),  # ...only where it exists (no "253:0 0" to the iops files)
-        (f"{be}/{blkio.V1_COST_WEIGHT}", f"{VDB} 40"),
+        (f"{be}/{blkio_facts.V1_COST_WEIGHT}", f"{VDB} 40"),
     ]
     assert all(w.compare == "line" for w in plan.writes)
-    assert {w.resource for w in plan.writes} == {*THROTTLE, blkio.V1_COST_WEIGHT, blkio.V1_COST_QOS,
-                                                  blkio.V1_COST_MODEL}  # the executor validates every value
+    assert {w.resource for w in plan.writes} == {*THROTTLE, blkio_facts.V1_COST_WEIGHT, blkio_facts.V1_COST_QOS,
+                                                  blkio_facts.V1_COST_MODEL}  # the executor validates every value
     apply(node, state)
     assert node.read(be, RIOPS) == f"{VDB} 1024\n"
     assert node.read(be, RBPS) == f"{VDB} 1048576\n"
-    assert node.read(be, blkio.V1_COST_WEIGHT) == f"{VDB} 40\n"
-    assert node.read("", blkio.V1_COST_QOS).startswith(f"{VDB} enable=1 ctrl=user rpct=90.00 rlat=1000 ")
+    assert node.read(be, blkio_facts.V1_COST_WEIGHT) == f"{VDB} 40\n"
+    assert node.read("", blkio_facts.V1_COST_QOS).startswith(f"{VDB} enable=1 ctrl=user rpct=90.00 rlat=1000 ")
     idle(node, state)
 
 
@@ -269,7 +269,7 @@ def test_stale_weight_is_reset_only_where_it_exists(tmp_path: Path) -> None:
     node = example_node(tmp_path)
     _example_tree(node, weight=f"{VDB} 100\n{VDA} 50\n")
     plan = node.plan(node.state(be=EXAMPLE_BE))
-    weights = [v for p, v in node.rel(plan) if p.endswith(blkio.V1_COST_WEIGHT)]
+    weights = [v for p, v in node.rel(plan) if p.endswith(blkio_facts.V1_COST_WEIGHT)]
     assert weights == [f"{VDB} 40", f"{VDA} 100"]
 
 
@@ -280,27 +280,27 @@ def test_disable_resets_everything_and_then_stays_quiet(tmp_path: Path) -> None:
     off = node.state()  # the default NodeSLO: blkioQOS disabled everywhere
     plan = node.plan(off)
     assert node.rel(plan) == [
-        (blkio.V1_COST_QOS, f"{VDB} enable=0"),  # cost.model is left alone
+        (blkio_facts.V1_COST_QOS, f"{VDB} enable=0"),  # cost.model is left alone
         *[(f"{node.be}/{f}", f"{VDB} 0") for f in THROTTLE],
-        (f"{node.be}/{blkio.V1_COST_WEIGHT}", f"{VDB} 100"),
+        (f"{node.be}/{blkio_facts.V1_COST_WEIGHT}", f"{VDB} 100"),
     ]
     apply(node, off)
     assert all(node.read(node.be, f) == "" for f in THROTTLE)
-    assert node.read(node.be, blkio.V1_COST_WEIGHT) == f"{VDB} 100\n"  # kept, as upstream: 100 is the default
-    assert " enable=0 " in node.read("", blkio.V1_COST_QOS)
+    assert node.read(node.be, blkio_facts.V1_COST_WEIGHT) == f"{VDB} 100\n"  # kept, as upstream: 100 is the default
+    assert " enable=0 " in node.read("", blkio_facts.V1_COST_QOS)
     idle(node, off)
 
 
 def test_root_keeps_other_disks_disabled_and_defaults(tmp_path: Path) -> None:
     node = example_node(tmp_path)
-    node.cgroup("", {blkio.V1_COST_QOS: f"{VDA} enable=0 ctrl=auto\n{VDB} enable=1 ctrl=auto\n",
-                     blkio.V1_COST_MODEL: ""})
+    node.cgroup("", {blkio_facts.V1_COST_QOS: f"{VDA} enable=0 ctrl=auto\n{VDB} enable=1 ctrl=auto\n",
+                     blkio_facts.V1_COST_MODEL: ""})
     root = {"enable": True, "blocks": [{"name": "/dev/vda1", "type": "device", "ioCfg": {}}]}
     plan = node.plan(node.state(root=root))
     assert node.rel(plan) == [
-        (blkio.V1_COST_QOS, f"{VDA} enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000"),  # defaults
-        (blkio.V1_COST_MODEL, f"{VDA} ctrl=auto"),
-        (blkio.V1_COST_QOS, f"{VDB} enable=0"),
+        (blkio_facts.V1_COST_QOS, f"{VDA} enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000"),  # defaults
+        (blkio_facts.V1_COST_MODEL, f"{VDA} ctrl=auto"),
+        (blkio_facts.V1_COST_QOS, f"{VDB} enable=0"),
     ]
 
 
@@ -316,8 +316,8 @@ def test_no_iocost_and_no_cgroup_means_no_writes(tmp_path: Path) -> None:
 
 def _v2_node(tmp: Path) -> Node:
     node = example_node(tmp, 2, CgroupDriver.SYSTEMD)
-    node.cgroup("", {blkio.V2_COST_QOS: "", blkio.V2_COST_MODEL: ""})
-    node.cgroup(node.be, {blkio.V2_MAX: "", blkio.V2_WEIGHT: "default 100\n"})
+    node.cgroup("", {blkio_facts.V2_COST_QOS: "", blkio_facts.V2_COST_MODEL: ""})
+    node.cgroup(node.be, {blkio_facts.V2_MAX: "", blkio_facts.V2_WEIGHT: "default 100\n"})
     return node
 
 
@@ -329,21 +329,21 @@ def test_v2_io_max_weight_and_cost(tmp_path: Path) -> None:
     state = node.state(be=be, root=root)
     plan = node.plan(state)
     assert node.rel(plan) == [
-        (blkio.V2_COST_QOS, f"{VDB} enable=1 ctrl=user rpct=95 rlat=500 wpct=95 wlat=3000"),
-        (blkio.V2_COST_MODEL, f"{VDB} ctrl=auto"),
+        (blkio_facts.V2_COST_QOS, f"{VDB} enable=1 ctrl=user rpct=95 rlat=500 wpct=95 wlat=3000"),
+        (blkio_facts.V2_COST_MODEL, f"{VDB} ctrl=auto"),
         (f"{node.be}/io.max", f"{VDB} rbps=1048576 wbps=max riops=max wiops=100"),
         (f"{node.be}/io.weight", f"{VDB} 40"),  # iocost is being enabled on vdb in the same pass
     ]
     assert all(w.resource is None for w in plan.writes)  # v2 files: values checked by the planner
     apply(node, state)
-    assert node.read("", blkio.V2_COST_QOS).startswith(f"{VDB} enable=1 ctrl=user rpct=95.00 rlat=500 ")
-    assert node.read("", blkio.V2_COST_MODEL).startswith(f"{VDB} ctrl=auto model=linear rbps=")
+    assert node.read("", blkio_facts.V2_COST_QOS).startswith(f"{VDB} enable=1 ctrl=user rpct=95.00 rlat=500 ")
+    assert node.read("", blkio_facts.V2_COST_MODEL).startswith(f"{VDB} ctrl=auto model=linear rbps=")
     idle(node, state)
 
     off = node.state()
     plan = node.plan(off)
     assert node.rel(plan) == [
-        (blkio.V2_COST_QOS, f"{VDB} enable=0"),
+        (blkio_facts.V2_COST_QOS, f"{VDB} enable=0"),
         (f"{node.be}/io.max", f"{VDB} rbps=max wbps=max riops=max wiops=max"),
         (f"{node.be}/io.weight", f"{VDB} default"),
     ]
@@ -366,24 +366,24 @@ def test_bfq_weight_where_there_is_no_iocost(tmp_path: Path) -> None:
     node = Node(tmp_path)
     node.disk("vda", VDA, scheduler="mq-deadline")
     node.disk("vdb", VDB, scheduler="bfq")
-    node.v1_class_files(node.be, **{blkio.V1_BFQ_WEIGHT: f"default 100\n{VDA} 300\n"})
+    node.v1_class_files(node.be, **{blkio_facts.V1_BFQ_WEIGHT: f"default 100\n{VDA} 300\n"})
     be = {"enable": True, "blocks": [
         {"name": "/dev/vdb", "type": "device", "ioCfg": {"ioWeightPercent": 40}},
         {"name": "/dev/vda", "type": "device", "ioCfg": {"ioWeightPercent": 10}},  # not bfq: no per-disk weight
     ]}
     state = node.state(be=be)
     plan = node.plan(state)
-    assert node.rel(plan) == [(f"{node.be}/{blkio.V1_BFQ_WEIGHT}", f"{VDB} 40"),
-                              (f"{node.be}/{blkio.V1_BFQ_WEIGHT}", f"{VDA} default")]
+    assert node.rel(plan) == [(f"{node.be}/{blkio_facts.V1_BFQ_WEIGHT}", f"{VDB} 40"),
+                              (f"{node.be}/{blkio_facts.V1_BFQ_WEIGHT}", f"{VDA} default")]
     apply(node, state)
-    assert node.read(node.be, blkio.V1_BFQ_WEIGHT) == f"default 100\n{VDB} 40\n"
+    assert node.read(node.be, blkio_facts.V1_BFQ_WEIGHT) == f"default 100\n{VDB} 40\n"
     idle(node, state)
 
 
 def test_v2_bfq_fallback(tmp_path: Path) -> None:
     node = Node(tmp_path, 2)
     node.disk("vdb", VDB, scheduler="bfq", parts={"vdb1": "253:17"})
-    node.cgroup(node.be, {blkio.V2_MAX: "", blkio.V2_BFQ_WEIGHT: "default 100\n"})
+    node.cgroup(node.be, {blkio_facts.V2_MAX: "", blkio_facts.V2_BFQ_WEIGHT: "default 100\n"})
     be = {"enable": True, "blocks": [{"name": "/dev/vdb1", "type": "device", "ioCfg": {"ioWeightPercent": 55}}]}
     assert node.rel(node.plan(node.state(be=be))) == [(f"{node.be}/io.bfq.weight", f"{VDB} 55")]
 
@@ -409,7 +409,7 @@ def test_pod_annotations(tmp_path: Path) -> None:
         node.v1_class_files(p.cgroup_dir, **stale)
     plan = node.plan(node.state())
     [err] = plan.errors
-    assert (err.kind, err.name, err.field, err.uid) == ("Pod", "default/bad", f"annotations[{blkio.ANNOTATION}]",
+    assert (err.kind, err.name, err.field, err.uid) == ("Pod", "default/bad", f"annotations[{blkio_facts.ANNOTATION}]",
                                                         pods["bad"].uid)
     assert err.message.startswith("invalid JSON")
     good, empty = pods["good"].cgroup_dir, pods["empty"].cgroup_dir
@@ -475,7 +475,7 @@ def test_bad_annotation_skips_only_that_pod(tmp_path: Path, blocks: Any, field: 
         node.v1_class_files(p.cgroup_dir, **{RIOPS: f"{VDA} 5\n"})
     plan = node.plan(node.state())
     [err] = plan.errors
-    assert err.field == f"annotations[{blkio.ANNOTATION}].{field}" and err.reason == "InvalidBlkioQOSAnnotation"
+    assert err.field == f"annotations[{blkio_facts.ANNOTATION}].{field}" and err.reason == "InvalidBlkioQOSAnnotation"
     assert message in err.message
     assert all(w.path.startswith(str(node.dir(good.cgroup_dir))) for w in plan.writes)  # no reset on the bad pod
     assert (f"{good.cgroup_dir}/{RIOPS}", f"{VDB} 1024") in node.rel(plan)
@@ -494,7 +494,7 @@ def test_pod_idempotent_through_the_executor(tmp_path: Path) -> None:
     node = example_node(tmp_path)
     pod = node.add_pod("p", json.dumps({"blocks": [{"name": "/dev/vda", "type": "device", "ioCfg": {
         "readIOPS": 10, "writeBPS": 20, "ioWeightPercent": 30}}]}))
-    node.v1_class_files(pod.cgroup_dir, **{blkio.V1_COST_WEIGHT: "", RIOPS: f"{VDB} 99\n"})
+    node.v1_class_files(pod.cgroup_dir, **{blkio_facts.V1_COST_WEIGHT: "", RIOPS: f"{VDB} 99\n"})
     state = node.state()
     executor = Executor(node.paths, 1, Health())
     written = apply(node, state, executor)
@@ -520,7 +520,7 @@ def test_bad_be_block_skips_only_the_be_level(tmp_path: Path) -> None:
         "NodeSLO", "resourceQOSStrategy.beClass.blkioQOS.blocks[1].name", "InvalidBlkioQOS")
     paths = {p for p, _ in node.rel(plan)}
     assert not any(p.startswith(f"{node.be}/blkio") for p in paths)  # no partial update, no resets
-    assert blkio.V1_COST_QOS in paths and f"{pod.cgroup_dir}/{RIOPS}" in paths
+    assert blkio_facts.V1_COST_QOS in paths and f"{pod.cgroup_dir}/{RIOPS}" in paths
 
 
 def test_user_model_needs_every_model_field(tmp_path: Path) -> None:
@@ -596,7 +596,8 @@ def test_facts_from_sysfs_and_mountinfo(tmp_path: Path) -> None:
     node = example_node(tmp_path)
     node.mount("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/with\\040space/mount", "253:17", "/dev/vdb1")
     facts = blkio.read_facts(node.state())
-    assert facts.devices["vdb1"] == blkio.BlockDevice("vdb1", "253:17", "part", parent="vdb", scheduler="mq-deadline")
+    assert facts.devices["vdb1"] == blkio_facts.BlockDevice("vdb1", "253:17", "part", parent="vdb",
+                                                            scheduler="mq-deadline")
     assert facts.devices["dm-0"].lvm and facts.devices["dm-0"].slaves == ("vdb",)
     assert facts.mounts["/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/with space/mount"] == ("253:17",
                                                                                                  "/dev/vdb1")
@@ -636,7 +637,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
     pod_rel = pod_dir(CgroupDriver.CGROUPFS, K8sQoS.BESTEFFORT, uid)
     (v1_blkio / "blkio" / pod_rel).mkdir(parents=True)
     raw = make_pod("real", uid, "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
-    raw["metadata"]["annotations"] = {blkio.ANNOTATION: json.dumps(  # type: ignore[index]
+    raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: json.dumps(  # type: ignore[index]
         {"blocks": [{"name": f"/dev/{disk}", "type": "device", "ioCfg": {"readIOPS": 300, "writeBPS": 2097152}}]})}
     pod = pod_meta(raw, CgroupDriver.CGROUPFS, Health())
     be = {"enable": True, "blocks": [{"name": f"/dev/{disk}", "type": "device", "ioCfg": {
@@ -644,7 +645,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
 
     def state(be_cfg: dict[str, Any], annotation: str | None = None) -> QoSState:
         if annotation is not None:
-            raw["metadata"]["annotations"] = {blkio.ANNOTATION: annotation}  # type: ignore[index]
+            raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: annotation}  # type: ignore[index]
         spec = merge_nodeslo_spec({"resourceQOSStrategy": {"beClass": {"blkioQOS": be_cfg}}})
         return QoSState(paths, 1, CgroupDriver.CGROUPFS, [pod], spec)
 
@@ -667,7 +668,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
     assert kernel(pod_rel, WBPS) == f"{number} 2097152\n"
     assert kernel(pod_rel, RBPS) == "" and kernel(pod_rel, WIOPS) == ""  # 0 = unlimited: never written
     if facts.devices[disk].scheduler == "bfq":
-        assert f"{number} 40" in kernel(be_rel, blkio.V1_BFQ_WEIGHT)
+        assert f"{number} 40" in kernel(be_rel, blkio_facts.V1_BFQ_WEIGHT)
 
     # the unchanged node: nothing planned, and a fresh executor (no cache) writes nothing
     again = blkio.plan(on, blkio.read_facts(on))
