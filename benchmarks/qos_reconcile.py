@@ -1,35 +1,94 @@
 """QoS reconcile cost with N pods × M containers as real cgroups (v1): first pass and steady state.
 
-Steady state must write nothing (every file already holds its value) and cost ≤ 20 ms per pass. NodeSLO enables
-CPU QoS for every class and the BE class resctrl/blkio blocks, so every feature plans for every pod.
+Steady state must write nothing (every file already holds its value) and cost ≤ 5 ms per pass. NodeSLO enables
+CPU QoS for every class and the BE class resctrl/blkio blocks, so every feature plans for every pod. Each steady pass
+gets a re-listed pod list (equal pods, new objects, as a kubelet relist gives), so detecting "nothing changed" is
+part of the figure. The floor, measured in the same run and interleaved with the passes, is a bare loop that does
+only the I/O a steady pass does (the files it opens and the dirs it lists, recorded with an audit hook): what the
+pass cannot avoid.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.collection import SUBSYSTEMS, bench_node, have_real_cgroups, print_table
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
+from koordlet.qos.manager import QoSManager
+from koordlet.qos.state import QoSState
+from koordlet.states.model import PodMeta
 
+TARGET_MS = 5.0
 NODESLO = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "bench"},
            "spec": {"resourceQOSStrategy": {
                "lsrClass": {"cpuQOS": {"enable": True}}, "lsClass": {"cpuQOS": {"enable": True}},
                "beClass": {"cpuQOS": {"enable": True}, "resctrlQOS": {"enable": True}}}}}
 
 
+class IoRecorder:
+    """Which files a pass opens and which dirs it lists (audit events `open`, `os.scandir`, `os.listdir`)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.opened: list[str] = []
+        self.listed: list[str] = []
+        sys.addaudithook(self._hook)  # cannot be removed; `on` gates it
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.on or not args or not isinstance(args[0], str):
+            return
+        if event == "open" and (len(args) < 2 or args[1] in (None, "r", "rb")):
+            self.opened.append(args[0])
+        elif event in ("os.scandir", "os.listdir"):
+            self.listed.append(args[0])
+
+
+def bare_io(opened: list[str], listed: list[str]) -> None:
+    for path in opened:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        os.read(fd, 65536)
+        os.close(fd)
+    for path in listed:
+        try:
+            with os.scandir(path) as it:
+                for _ in it:
+                    pass
+        except OSError:
+            continue
+
+
+def relisted(pods: list[PodMeta]) -> list[PodMeta]:
+    """The same pods as new objects, as a relist from kubelet (or a re-read pods dir) gives them."""
+    return [dataclasses.replace(p, raw=copy.deepcopy(p.raw)) for p in pods]
+
+
+def timed_pass(qos: QoSManager, state: QoSState) -> tuple[float, int]:
+    t = time.perf_counter()
+    results = qos.reconcile(state)
+    return (time.perf_counter() - t) * 1000, sum(r.result == "written" for r in results)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pods", type=int, default=250)
     ap.add_argument("--containers", type=int, default=3)
-    ap.add_argument("--passes", type=int, default=20)
+    ap.add_argument("--passes", type=int, default=50)
     args = ap.parse_args()
     if not have_real_cgroups():
         return 2
+    recorder = IoRecorder()
     with bench_node(args.pods, args.containers, be_every=2) as (paths, pods_dir, tmp):
         for qos_dir in ("besteffort", "burstable"):  # the QoS dirs the planners address
             for sub in SUBSYSTEMS:
@@ -39,22 +98,41 @@ def main() -> int:
         agent.sync_pods()
         agent.set_nodeslo(NODESLO)
         qos = agent.qos_manager()
-        t = time.perf_counter()
-        first = qos.reconcile(agent.qos_state())
-        first_ms = (time.perf_counter() - t) * 1000
-        steady, writes = [], 0
-        for _ in range(args.passes):
+        first_ms, first_written = timed_pass(qos, agent.qos_state())
+        first_writes = len(qos.plan(agent.qos_state()).writes)
+        timed_pass(qos, agent.qos_state())  # the first steady pass (files confirmed)
+
+        recorder.on = True
+        qos.reconcile(agent.qos_state())
+        recorder.on = False
+        opened, listed = list(recorder.opened), list(recorder.listed)
+
+        pods = agent.pods.pods
+        steady, floor, writes = [], [], 0
+        for _ in range(args.passes):  # interleaved, so machine noise hits both alike
+            state = QoSState(paths, agent.backend.version, agent.driver, relisted(pods), agent.nodeslo_spec,
+                             agent.host_apps, agent.nodeslo_present)
+            ms, written = timed_pass(qos, state)
+            steady.append(ms)
+            writes += written
             t = time.perf_counter()
-            results = qos.reconcile(agent.qos_state())
-            steady.append((time.perf_counter() - t) * 1000)
-            writes += sum(r.result == "written" for r in results)
-    p50 = statistics.median(steady)
+            bare_io(opened, listed)
+            floor.append((time.perf_counter() - t) * 1000)
+            time.sleep(0.01)
+        window = qos.steady.window
+    p50, floor50 = statistics.median(steady), statistics.median(floor)
     rows = [
         ("pods × containers", f"{args.pods} × {args.containers}", "", ""),
-        ("first pass: planned / written", f"{len(first)} / {sum(r.result == 'written' for r in first)}", "", ""),
+        ("first pass: writes planned / written", f"{first_writes} / {first_written}", "", ""),
         ("first pass (ms)", f"{first_ms:.1f}", "", ""),
-        ("steady pass p50 (ms)", f"{p50:.1f}", "≤ 20", "ok" if p50 <= 20 else "MISS"),
+        (f"steady pass p50 (ms), {args.passes} passes", f"{p50:.2f}", f"≤ {TARGET_MS:g}",
+         "ok" if p50 <= TARGET_MS else "MISS"),
+        ("steady pass p90 (ms)", f"{statistics.quantiles(steady, n=10)[-1]:.2f}", "", ""),
+        ("floor: bare I/O of a steady pass (ms)", f"{floor50:.2f}", "", ""),
+        ("steady pass: files opened / dirs listed", f"{len(opened)} / {len(listed)}", "", ""),
+        ("steady / floor", f"{p50 / floor50:.1f}" if floor50 else "-", "", ""),
         ("steady passes: files written", str(writes), "0", "ok" if writes == 0 else "MISS"),
+        ("facts re-read after (s, or on a change)", f"{window:g}", "", ""),
     ]
     print_table(rows, value_width=12)
     return 0

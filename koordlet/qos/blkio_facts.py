@@ -16,6 +16,7 @@ from koordlet.errors import HostReadError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import koord_qos_class
 
@@ -65,14 +66,19 @@ class BlkioFacts:
         return {d.number: d for d in self.devices.values()}
 
 
-def read_facts(state: QoSState, pv_names: Mapping[tuple[str, str], str] | None = None) -> BlkioFacts:
+def read_facts(state: QoSState, pv_names: Mapping[tuple[str, str], str] | None = None, *,
+               steady: SteadyFacts | None = None) -> BlkioFacts:
     """The block inventory from sysfs, the agent's mounts, and the current content of every target file.
 
     `pv_names` maps a pod's PVC to its PV (upstream asks the states informer); without it a `podvolume` block on a
-    PVC cannot be resolved, while CSI inline volumes need nothing."""
+    PVC cannot be resolved, while CSI inline volumes need nothing. With `steady`, the inventory, the mounts and
+    which cgroups are targets are kept until the pods or the NodeSLO change or the force-update window elapses (a
+    volume is mounted for a pod that changes meanwhile); the target files, whose content decides what is written,
+    are read every pass."""
     files: dict[str, str] = {}
     dirs: set[str] = set()
-    for target in _targets(state):
+    targets = steady.get("blkio/targets", lambda: _targets(state)) if steady is not None else _targets(state)
+    for target in targets:
         directory = cgroup_dir(state, target.rel)
         if not os.path.isdir(directory):
             continue
@@ -83,7 +89,12 @@ def read_facts(state: QoSState, pv_names: Mapping[tuple[str, str], str] | None =
                 files[path] = read_text(path)
             except HostReadError:
                 continue  # the kernel lacks this file (iocost, bfq) or the cgroup just went away
-    return BlkioFacts(_read_devices(state), _read_mounts(state), files, frozenset(dirs), dict(pv_names or {}))
+    if steady is not None:
+        devices = steady.get("blkio/devices", lambda: _read_devices(state))
+        mounts = steady.get("blkio/mounts", lambda: _read_mounts(state))
+    else:
+        devices, mounts = _read_devices(state), _read_mounts(state)
+    return BlkioFacts(devices, mounts, files, frozenset(dirs), dict(pv_names or {}))
 
 
 def _read(path: str) -> str | None:

@@ -24,7 +24,8 @@
 #   an in-place resize (a resize of an idled pod fails until it leaves idle); other agents writing pod-level shares
 #   (Koordinator's BatchResource hook) must skip idled pods. All idle pods of a dir share CPU equally (weight 3
 #   each). Writing cpu.idle=0 resets cpu.shares to 1024, so we then write back the value kubelet sets
-#   (ResourceConfigForPod), which is why the facts record which cgroups are idle now.
+#   (ResourceConfigForPod) — a write the executor makes only when the cpu.idle write before it changed the file, so
+#   the plan needs no fact about which cgroups are idle now and a steady pass reads no cpu.idle file.
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
@@ -87,7 +89,6 @@ class CPUQoSFacts:
     cpu_idle: bool  # cpu.idle at the kubepods root (mainline >= 5.15, or v2)
     dangling: Mapping[K8sQoS, tuple[str, ...]] = field(default_factory=dict)  # pod dirs on disk, not in the list
     children: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # pod dir -> its subdirs (bvt only)
-    idle: frozenset[str] = frozenset()  # QoS and pod dirs whose cpu.idle reads 1 now
 
     @property
     def group_identity(self) -> bool:
@@ -101,10 +102,14 @@ class CPUQoSFacts:
         return "cpu-idle" if self.cpu_idle else "none"
 
 
-def read_facts(state: QoSState) -> CPUQoSFacts:
-    """Probe the kernel (once per pass: a few stats and two sysctl reads) and list the pod dirs on disk.
+def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUQoSFacts:
+    """Probe the kernel (a few stats and two sysctl reads) and list the pod dirs on disk.
 
-    Raises HostReadError when a sysctl exists but cannot be read: upstream then does nothing (isSysctlEnabled)."""
+    Everything here changes only with the kernel's set-up or the pods, so with `steady` it is read once per pod or
+    NodeSLO change or force-update window (koordlet.qos.steady). Raises HostReadError when a sysctl exists but
+    cannot be read: upstream then does nothing (isSysctlEnabled)."""
+    if steady is not None:
+        return steady.get("cpuqos", lambda: read_facts(state))
     root = state.qos_dir(K8sQoS.GUARANTEED)
     bvt_file = os.path.exists(state.cgroup_file("cpu.bvt_warp_ns", root))
     cpu_idle = os.path.exists(state.cgroup_file("cpu.idle", root))
@@ -113,17 +118,10 @@ def read_facts(state: QoSState) -> CPUQoSFacts:
     known = {p.cgroup_dir for p in state.pods}
     dangling = {qos: tuple(d for d in _pod_dirs_on_disk(state, qos) if d not in known) for qos in _KUBE_QOS}
     facts = CPUQoSFacts(bvt_file, gi, cs, cpu_idle, dangling)
+    if facts.mechanism != "group-identity":
+        return facts
     pod_dirs = [*known, *(d for dirs in dangling.values() for d in dirs)]
-    children: dict[str, tuple[str, ...]] = {}
-    idle: set[str] = set()
-    if facts.mechanism == "group-identity":
-        children = {d: _subdirs(state, d) for d in pod_dirs}
-    if cpu_idle:
-        scan = [state.qos_dir(q) for q in _KUBE_QOS]
-        if facts.mechanism == "cpu-idle":
-            scan += pod_dirs
-        idle = {d for d in scan if _read_idle(state, d)}
-    return CPUQoSFacts(bvt_file, gi, cs, cpu_idle, dangling, children, frozenset(idle))
+    return CPUQoSFacts(bvt_file, gi, cs, cpu_idle, dangling, {d: _subdirs(state, d) for d in pod_dirs})
 
 
 def report_capabilities(health: Health, facts: CPUQoSFacts) -> None:
@@ -150,14 +148,6 @@ def _read_sysctl(path: str) -> int | None:
     if not re.fullmatch(r"-?[0-9]+", text):
         raise HostReadError(f"{path}: {text!r} is not an integer")
     return int(text)
-
-
-def _read_idle(state: QoSState, rel: str) -> bool:
-    try:
-        with open(state.cgroup_file("cpu.idle", rel), encoding="ascii", errors="replace") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False  # the cgroup left meanwhile
 
 
 def _cgroup_dir(state: QoSState, rel: str) -> str:
@@ -482,27 +472,26 @@ def _plan_pod_idle(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapp
         idle = 1 if value == -1 else 0
         if idle and not any(c.running for c in pod.containers):
             continue
-        _idle(state, facts, rel, idle, f"pod {pod.namespace}/{pod.name} bvt={value}", _kubelet_shares(pod), out)
+        _idle(state, rel, idle, f"pod {pod.namespace}/{pod.name} bvt={value}", _kubelet_shares(pod), out)
     for qos in _KUBE_QOS:
         dir_value = rule.kube_dir[qos]
         if dir_value is None or dir_value == -1:
             continue
         shares = CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None  # kubelet's value is known for BestEffort only
         for rel in facts.dangling.get(qos, ()):
-            if rel in facts.idle:
-                _idle(state, facts, rel, 0, f"dangling pod dir ({qos.value}) bvt={dir_value}", shares, out)
+            _idle(state, rel, 0, f"dangling pod dir ({qos.value}) bvt={dir_value}", shares, out)
 
 
-def _idle(state: QoSState, facts: CPUQoSFacts, rel: str, idle: int, reason: str, restore_shares: int | None,
-          out: Plan) -> None:
-    out.writes.append(Write(state.cgroup_file("cpu.idle", rel), str(idle), f"cpuqos: {reason} -> cpu.idle={idle}",
-                            resource="cpu.idle"))
-    if idle == 0 and rel in facts.idle and restore_shares is not None:
-        # Leaving idle resets the group's weight to 1024 (kernel sched_group_set_idle); put back kubelet's value.
+def _idle(state: QoSState, rel: str, idle: int, reason: str, restore_shares: int | None, out: Plan) -> None:
+    path = state.cgroup_file("cpu.idle", rel)
+    out.writes.append(Write(path, str(idle), f"cpuqos: {reason} -> cpu.idle={idle}", resource="cpu.idle"))
+    if idle == 0 and restore_shares is not None:
+        # Leaving idle resets the group's weight to 1024 (kernel sched_group_set_idle); put back kubelet's value,
+        # only when the cpu.idle write above changed the file (if_changed), i.e. the cgroup was idle.
         value = restore_shares if state.cgroup_version == 1 else shares_to_weight(restore_shares)
         out.writes.append(Write(state.cgroup_file("cpu.shares", rel), str(value),
                                 f"cpuqos: {reason} -> restore kubelet cpu.shares={restore_shares}",
-                                resource="cpu.shares"))
+                                resource="cpu.shares", if_changed=path))
 
 
 def _plan_core_sched(state: QoSState, facts: CPUQoSFacts, rule: Rule, out: Plan) -> None:
@@ -516,7 +505,7 @@ def _plan_core_sched(state: QoSState, facts: CPUQoSFacts, rule: Rule, out: Plan)
     for qos in _KUBE_QOS:
         value = rule.dir_idle[qos]
         if value is not None:
-            _idle(state, facts, state.qos_dir(qos), value, f"coreSched kube-QoS {qos.value}",
+            _idle(state, state.qos_dir(qos), value, f"coreSched kube-QoS {qos.value}",
                   CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None, out)
     if rule.core_sched_enable and facts.group_identity_sysctl is not None:
         # coresched initSystem: group identity off before core scheduling is used (spec §2.5)

@@ -54,7 +54,16 @@ class Executor:
 
     # -- public ----------------------------------------------------------------------------------------------
     def apply(self, plan: Plan) -> list[Result]:
-        results = [self._one(w) for w in plan.writes]
+        """Every write in order; a write with `if_changed` only when that earlier write changed its file."""
+        results = []
+        changed: set[str] = set()
+        for w in plan.writes:
+            if w.if_changed is not None and w.if_changed not in changed:
+                continue  # not part of this pass: the change it repairs did not happen
+            r = self._one(w)
+            if r.result in ("written", "planned"):
+                changed.add(w.path)
+            results.append(r)
         for r in results:
             self.health.resource_writes[(os.path.basename(r.write.path), r.result)] += 1
         self._audit([r for r in results if r.result in ("written", "planned", "invalid", "error")])
@@ -67,6 +76,11 @@ class Executor:
 
     # -- one write -------------------------------------------------------------------------------------------
     def _one(self, w: Write) -> Result:
+        now = self.clock()
+        cached = self._cache.get(w.path)
+        if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
+                and now - cached[1] < self.force_seconds:
+            return Result(w, "cached")  # this very value passed validation when it was cached
         problem = self._validate(w)
         if problem:
             self.health.skip("write", "invalid-value", w.path, f"{problem} ({w.reason})")
@@ -77,11 +91,6 @@ class Executor:
             return self._rmdir(w)
         if w.op == "mount":
             return self._mount(w)
-        now = self.clock()
-        cached = self._cache.get(w.path)
-        if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
-                and now - cached[1] < self.force_seconds:
-            return Result(w, "cached")
         if not os.path.isdir(os.path.dirname(w.path)):
             return Result(w, "vanished")  # the cgroup (pod) is gone: normal, nothing to say
         try:

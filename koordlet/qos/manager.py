@@ -19,6 +19,7 @@ from koordlet.health import Health
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +52,31 @@ class QoSManager:
         self.events = events
         self.health = health
         self._modules = {f.name: importlib.import_module(f.module) for f in features}
+        # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
+        self.steady = SteadyFacts(executor.force_seconds, executor.clock)
+        self._last: dict[str, tuple[int, Any, Plan]] = {}  # feature -> (steady generation, facts, its plan)
 
     def plan(self, state: QoSState) -> Plan:
-        """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once)."""
+        """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once).
+
+        Planners are pure functions of (state, facts), so while the steady facts are kept (same pods and NodeSLO,
+        window not elapsed) a feature whose freshly read facts equal the last pass's gets the last plan again."""
         total = Plan()
+        self.steady.begin(state)
         for f in self.features:
             module = self._modules[f.name]
             try:
-                facts = module.read_facts(state)
+                facts = module.read_facts(state, steady=self.steady)
                 report = getattr(module, "report_capabilities", None)
                 if report is not None:  # which kernel mechanism the feature uses: a metric, a log line once
                     report(self.health, facts)
-                total.extend(module.plan(state, facts, **f.options))
+                last = self._last.get(f.name)
+                if last is not None and last[0] == self.steady.generation and last[1] == facts:
+                    part = last[2]
+                else:
+                    part = module.plan(state, facts, **f.options)
+                    self._last[f.name] = (self.steady.generation, facts, part)
+                total.extend(part)
                 self.health.recovered("qos", "feature-failed", f.name)
             except Exception as e:  # one feature's bug must not stop the others
                 self.health.skip("qos", "feature-failed", f.name, f"{type(e).__name__}: {e}")

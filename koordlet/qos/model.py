@@ -28,6 +28,9 @@ class Write:
       filesystem type named by `value` (only `resctrl`) on `path` when nothing is mounted there.
     - `compare`: `exact` skips when the file already holds the value; `line` skips when any line of the file equals
       it (multi-device blkio files); `always` never skips (task moves).
+    - `if_changed`: the path of a write earlier in the same plan; this one is made only when that one changed its
+      file (or would, in a dry run): a repair of the kernel's side effect of that change (cpu.shares after cpu.idle
+      1 -> 0), which therefore needs no fact about the file's current content.
     """
 
     path: str
@@ -36,6 +39,7 @@ class Write:
     resource: str | None = None
     op: Op = "write"
     compare: Compare = "exact"
+    if_changed: str | None = None
 
 
 @dataclass

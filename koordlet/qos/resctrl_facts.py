@@ -15,6 +15,7 @@ from typing import Any
 from koordlet.errors import InvalidInput, KoordletError
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 
 # Upstream: pkg/koordlet/util/system/resctrl.go (detection, schemata parsing), pkg/koordlet/util/resctrl/resctrl.go
@@ -64,30 +65,21 @@ class ResctrlFacts:
     pod_tids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # pod uid → thread ids of its cgroups
 
 
-def read_facts(state: QoSState, *, now: float | None = None) -> ResctrlFacts:
-    """Read the facts; anything unreadable reads as absent (never raises)."""
-    now = time.time() if now is None else now
-    cpuinfo = _read(state.proc("cpuinfo"))
-    flags: set[str] = set()
-    vendor = ""
-    for line in cpuinfo.splitlines():
-        if "flags" in line:
-            flags.update(line.split(" "))  # upstream splits on single spaces; "flags\t\t:" is just another token
-        elif not vendor and line.startswith("vendor_id"):
-            vendor = line.partition(":")[2].strip()
-    supported = "cat_l3" in flags and "mba" in flags
+def read_facts(state: QoSState, *, now: float | None = None, steady: SteadyFacts | None = None) -> ResctrlFacts:
+    """Read the facts; anything unreadable reads as absent (never raises).
 
-    cbm_text = _read_or_none(state.resctrl("info", "L3", "cbm_mask"))
-    mounted = cbm_text is not None
-    try:
-        cbm = parse_cbm(cbm_text or "")
-    except InvalidInput:
-        cbm = 0
-    root = parse_schemata(_read(state.resctrl("schemata")))
-    closids = [_read_int(state.resctrl("info", "L3", "num_closids"))]
-    if root.mb:
-        closids.append(_read_int(state.resctrl("info", "MB", "num_closids")))
-    known = [n for n in closids if n is not None]
+    With `steady`, the CPU's flags and the mount's capabilities (info/, the root schemata's cache ids, mba_MBps) are
+    kept between passes: one stat per pass tells whether resctrl is (still, or newly, or re-)mounted, and a new mount
+    is read afresh. Groups, their schemata and tasks, and the pods' thread ids are read every pass."""
+    now = time.time() if now is None else now
+    supported, vendor = steady.get("resctrl/cpu", lambda: _read_cpu(state)) if steady else _read_cpu(state)
+    mount = _mount_id(state)
+    if mount is None:
+        mounted, info = False, _MountInfo()
+    elif steady is not None:
+        mounted, info = True, steady.get(f"resctrl/mount/{mount}", lambda: _read_mount(state))
+    else:
+        mounted, info = True, _read_mount(state)
 
     ctrl: list[str] = []
     groups: dict[str, GroupFacts] = {}
@@ -101,14 +93,65 @@ def read_facts(state: QoSState, *, now: float | None = None) -> ResctrlFacts:
                                           _ids(_read(state.resctrl(name, "tasks"))), _age(state.resctrl(name), now))
 
     return ResctrlFacts(
-        supported=supported, vendor=vendor, mounted=mounted, cbm_mask=cbm,
-        min_cbm_bits=max(1, _read_int(state.resctrl("info", "L3", "min_cbm_bits")) or 1),
+        supported=supported, vendor=vendor, mounted=mounted, cbm_mask=info.cbm_mask, min_cbm_bits=info.min_cbm_bits,
+        cache_ids=info.cache_ids, has_mb=info.has_mb, mba_mbps=info.mba_mbps, bandwidth_gran=info.bandwidth_gran,
+        min_bandwidth=info.min_bandwidth, num_closids=info.num_closids, ctrl_groups=tuple(sorted(ctrl)),
+        groups=groups,
+        pod_tids={p.uid: _pod_tids(state, p) for p in state.pods if _wants_tids(state, p)} if mounted else {},
+    )
+
+
+@dataclass(frozen=True)
+class _MountInfo:
+    """What a resctrl mount tells about the CPU and the mount options; fixed for the life of the mount."""
+
+    cbm_mask: int = 0
+    min_cbm_bits: int = 1
+    cache_ids: tuple[int, ...] = ()
+    has_mb: bool = False
+    mba_mbps: bool = False
+    bandwidth_gran: int | None = None
+    min_bandwidth: int | None = None
+    num_closids: int | None = None
+
+
+def _read_cpu(state: QoSState) -> tuple[bool, str]:
+    """(cat_l3 and mba in the CPU flags, vendor_id) from cpuinfo."""
+    flags: set[str] = set()
+    vendor = ""
+    for line in _read(state.proc("cpuinfo")).splitlines():
+        if "flags" in line:
+            flags.update(line.split(" "))  # upstream splits on single spaces; "flags\t\t:" is just another token
+        elif not vendor and line.startswith("vendor_id"):
+            vendor = line.partition(":")[2].strip()
+    return "cat_l3" in flags and "mba" in flags, vendor
+
+
+def _mount_id(state: QoSState) -> int | None:
+    """The device number of the resctrl filesystem holding info/L3/cbm_mask (a remount gets a new one); None when
+    resctrl is not mounted."""
+    try:
+        return os.stat(state.resctrl("info", "L3", "cbm_mask")).st_dev
+    except OSError:
+        return None
+
+
+def _read_mount(state: QoSState) -> _MountInfo:
+    try:
+        cbm = parse_cbm(_read(state.resctrl("info", "L3", "cbm_mask")))
+    except InvalidInput:
+        cbm = 0
+    root = parse_schemata(_read(state.resctrl("schemata")))
+    closids = [_read_int(state.resctrl("info", "L3", "num_closids"))]
+    if root.mb:
+        closids.append(_read_int(state.resctrl("info", "MB", "num_closids")))
+    known = [n for n in closids if n is not None]
+    return _MountInfo(
+        cbm_mask=cbm, min_cbm_bits=max(1, _read_int(state.resctrl("info", "L3", "min_cbm_bits")) or 1),
         cache_ids=tuple(sorted(root.l3)), has_mb=bool(root.mb), mba_mbps=_mounted_mbps(state),
         bandwidth_gran=_read_int(state.resctrl("info", "MB", "bandwidth_gran")),
         min_bandwidth=_read_int(state.resctrl("info", "MB", "min_bandwidth")),
-        num_closids=min(known) if known else None, ctrl_groups=tuple(sorted(ctrl)), groups=groups,
-        pod_tids={p.uid: _pod_tids(state, p) for p in state.pods if _wants_tids(state, p)} if mounted else {},
-    )
+        num_closids=min(known) if known else None)
 
 
 def _read_or_none(path: str) -> str | None:

@@ -151,3 +151,20 @@ def test_mount_is_limited_to_resctrl_and_skips_mounted(host: tuple[HostPaths, Pa
     real_proc = Executor(paths.with_overrides(proc_root="/proc/"), 1, Health(), dry_run=True)
     [r] = real_proc.apply(Plan([Write("/proc", "resctrl", "x", op="mount")]))
     assert r.result == "unchanged"  # something is mounted there already: never mount over it
+
+
+def test_if_changed_follows_the_write_it_repairs(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    paths, d = host
+    (d / "cpu.idle").write_text("1\n")
+    idle = Write(str(d / "cpu.idle"), "0", "cpuqos/pod", resource="cpu.idle")
+    shares = Write(str(d / "cpu.shares"), "2", "cpuqos/pod restore", resource="cpu.shares", if_changed=idle.path)
+    dry, _ = _ex(paths, tmp_path, dry_run=True)
+    assert [(r.write.path, r.result) for r in dry.apply(Plan([idle, shares]))] == [(idle.path, "planned"),
+                                                                                   (shares.path, "planned")]
+    ex, clock = _ex(paths, tmp_path)
+    assert [r.result for r in ex.apply(Plan([idle, shares]))] == ["written", "written"]
+    assert (d / "cpu.shares").read_text() == "2"
+    (d / "cpu.shares").write_text("1024\n")  # kubelet (or a resize) owns it while the pod is not idle
+    clock.now += 61
+    assert [r.result for r in ex.apply(Plan([idle, shares]))] == ["unchanged"]  # idle held: shares left alone
+    assert (d / "cpu.shares").read_text() == "1024\n"
