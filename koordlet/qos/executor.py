@@ -54,15 +54,26 @@ class Executor:
 
     # -- public ----------------------------------------------------------------------------------------------
     def apply(self, plan: Plan) -> list[Result]:
-        """Every write in order; a write with `if_changed` only when that earlier write changed its file."""
+        """Every write in order; a write with `if_changed` only when that earlier write changed its file.
+
+        A plan may create a directory (a resctrl group, a cgroup) and then write into it: the dry run cannot read
+        files that do not exist yet, so such writes are reported as planned — what applying the plan does, in order.
+        """
         results = []
         changed: set[str] = set()
+        made: set[str] = set()  # directories this dry run would create
         for w in plan.writes:
             if w.if_changed is not None and w.if_changed not in changed:
                 continue  # not part of this pass: the change it repairs did not happen
-            r = self._one(w)
+            if w.op in ("write", "tids") and made and os.path.dirname(os.path.normpath(w.path)) in made:
+                problem = self._validate(w)
+                r = self._invalid(w, problem) if problem else Result(w, "planned")
+            else:
+                r = self._one(w)
             if r.result in ("written", "planned"):
                 changed.add(w.path)
+                if w.op == "mkdir" and r.result == "planned":
+                    made.add(os.path.normpath(w.path))
             results.append(r)
         for r in results:
             self.health.resource_writes[(os.path.basename(r.write.path), r.result)] += 1
@@ -83,8 +94,7 @@ class Executor:
             return Result(w, "cached")  # this very value passed validation when it was cached
         problem = self._validate(w)
         if problem:
-            self.health.skip("write", "invalid-value", w.path, f"{problem} ({w.reason})")
-            return Result(w, "invalid", problem)
+            return self._invalid(w, problem)
         if w.op == "mkdir":
             return self._mkdir(w)
         if w.op == "rmdir":
@@ -141,6 +151,10 @@ class Executor:
             except InvalidInput as e:
                 return str(e)
         return None
+
+    def _invalid(self, w: Write, problem: str) -> Result:
+        self.health.skip("write", "invalid-value", w.path, f"{problem} ({w.reason})")
+        return Result(w, "invalid", problem)
 
     def _mkdir(self, w: Write) -> Result:
         if os.path.isdir(w.path):
