@@ -25,7 +25,7 @@ from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
 from koordlet.devices.report import changed, desired
-from koordlet.errors import InvalidInput, KoordletError
+from koordlet.errors import InvalidInput, KoordletError, PlanError
 from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
@@ -73,6 +73,7 @@ class Agent:
         self.pods = PodState(self.driver, self.health)
         self.nodeslo_spec: dict[str, Any] = merge_nodeslo_spec(None)
         self.nodeslo_present = False
+        self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
         self.host_apps: list[HostApp] = []
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"))
@@ -120,7 +121,8 @@ class Agent:
                 self.pods.set_driver(driver)
 
     def set_nodeslo(self, obj: JSON | None) -> bool:
-        """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays."""
+        """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays, and every
+        QoS pass (so `koordlet plan` too) reports why as errors, which become Events on the NodeSLO."""
         if obj is None:
             self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(None), False
         else:
@@ -128,8 +130,10 @@ class Agent:
             if problems:
                 name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
                 self.health.skip("nodeslo", "invalid", str(name), "; ".join(problems[:5]))
+                self._refuse_nodeslo(problems)
                 return False
             self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(obj.get("spec") or {}), True
+        self.nodeslo_refused = ()
         self.host_apps = host_apps(self.nodeslo_spec, self.driver)
         if self.on_change is not None:
             self.on_change()
@@ -142,8 +146,19 @@ class Agent:
             obj = load_nodeslo_file(self.config.nodeslo_file)
         except (InvalidInput, KoordletError, OSError) as e:
             self.health.skip("nodeslo", "unreadable", self.config.nodeslo_file, str(e))
+            self._refuse_nodeslo([f"{self.config.nodeslo_file}: {e}"])
             return False
         return self.set_nodeslo(obj)
+
+    def _refuse_nodeslo(self, problems: list[str], limit: int = 10) -> None:
+        """One error per problem ("<field>: <message>"), on the NodeSLO named after the node (upstream's naming)."""
+        errors = []
+        for problem in problems[:limit]:
+            where, _, message = problem.partition(": ")
+            errors.append(PlanError("NodeSLO", self.config.node_name, where,
+                                    f"{message or where}; the NodeSLO is refused as a whole, nothing from it is "
+                                    f"applied (the previous one, or the defaults, stay)", "InvalidNodeSLO"))
+        self.nodeslo_refused = tuple(errors)
 
     def set_nodemetric_spec(self, spec: JSON | None) -> None:
         self.nodemetric_spec = merge_spec(spec)
@@ -208,7 +223,7 @@ class Agent:
     # -- QoS ---------------------------------------------------------------------------------------------------
     def qos_state(self) -> QoSState:
         return QoSState(self.config.paths, self.backend.version, self.driver, self.pods.pods, self.nodeslo_spec,
-                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present)
+                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present, self.nodeslo_refused)
 
     def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""

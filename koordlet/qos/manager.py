@@ -61,7 +61,7 @@ class QoSManager:
 
         Planners are pure functions of (state, facts), so while the steady facts are kept (same pods and NodeSLO,
         window not elapsed) a feature whose freshly read facts equal the last pass's gets the last plan again."""
-        total = Plan()
+        total = Plan(errors=list(state.input_errors))
         self.steady.begin(state)
         for f in self.features:
             module = self._modules[f.name]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordlet.collectors.hostapps import HostApp
+from koordlet.errors import PlanError
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
@@ -25,6 +26,7 @@ class QoSState:
     nodeslo: dict[str, Any]  # merged spec (koordlet.states.nodeslo.merge_nodeslo_spec)
     host_apps: list[HostApp] = field(default_factory=list)
     nodeslo_present: bool = True
+    input_errors: tuple[PlanError, ...] = ()  # found before planning (a refused NodeSLO): in every plan's errors
 
     def strategy(self) -> dict[str, Any]:
         value = self.nodeslo.get("resourceQOSStrategy")

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import kmock
 
+from koordlet.agent import Agent
+from koordlet.config import Config
 from koordlet.errors import PlanError
 from koordlet.events import EventRecorder
 from koordlet.health import Health
+from koordlet.host.driver import CgroupDriver
 from koordlet.kubeapi import KubeClient, KubeConfig
+
+from simhost import SimHost
 
 ERR = PlanError("Pod", "team-a/web-0", "annotations[node.koordinator.sh/resctrl].llc.schemata.range",
                 "range [80, 20] is empty", "InvalidResctrlAnnotation", uid="u-1")
@@ -56,3 +63,24 @@ def test_node_scoped_errors_are_named_after_the_node() -> None:
     assert path == "/api/v1/namespaces/default/events"
     assert ev["involvedObject"]["name"] == "node-7"  # type: ignore[index]
     assert str(ev["metadata"]["name"]).startswith("node-7.")  # type: ignore[index]
+
+
+def test_a_refused_nodeslo_is_an_event_on_the_node_named_nodeslo_and_a_metric(tmp_path: Path) -> None:
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()
+    agent = Agent(Config(node_name="node-3", paths=host.paths, state_dir=str(tmp_path / "s")))
+    posted: list[dict[str, Any]] = []
+    manager = agent.qos_manager(post_event=lambda path, obj: posted.append(obj))
+    bad = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "node-3"},
+           "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True, "groupIdentity": 9}}}}}
+    assert not agent.set_nodeslo(bad)
+    manager.reconcile(agent.qos_state())
+    [event] = posted
+    assert event["involvedObject"]["kind"] == "NodeSLO" and event["involvedObject"]["name"] == "node-3"
+    assert event["reason"] == "InvalidNodeSLO"
+    assert event["message"].startswith("spec.resourceQOSStrategy.beClass.cpuQOS.groupIdentity: ")
+    assert agent.health.skipped[("nodeslo", "InvalidNodeSLO")] == 1
+    # a good NodeSLO replaces it: the error is gone from the next pass
+    bad["spec"]["resourceQOSStrategy"]["beClass"]["cpuQOS"]["groupIdentity"] = -1  # type: ignore[index]
+    assert agent.set_nodeslo(bad)
+    manager.reconcile(agent.qos_state())
+    assert len(posted) == 1 and agent.health.skipped[("nodeslo", "InvalidNodeSLO")] == 1

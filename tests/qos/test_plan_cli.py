@@ -161,3 +161,26 @@ def test_a_new_group_is_planned_and_configured_in_one_pass(tmp_path: Path, capsy
     assert (resctrl / "BE/schemata").read_text() == "    L3:0=f\n    MB:0=30\n"
     assert (resctrl / "BE/tasks").read_text() == "41\n42\n"
     assert _cli(capsys, "plan", *args, "-o", "json")["writes"] == []
+
+
+# ---- a refused NodeSLO explains itself -----------------------------------------------------------------------------
+
+
+def test_plan_explains_a_refused_nodeslo(tmp_path: Path) -> None:
+    _, args = _node(tmp_path)
+    slo = yaml.safe_load((tmp_path / "nodeslo.yaml").read_text())
+    slo["spec"]["resourceQOSStrategy"]["beClass"]["cpuQOS"]["groupIdentity"] = 7  # upstream allows -1..2
+    slo["spec"]["resourceQOSStrategy"]["lsClass"]["cpuQOS"]["enable"] = "yes"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(slo))
+    args[args.index("--nodeslo") + 1] = str(tmp_path / "bad.yaml")
+    plan = _run("plan", args, "-o", "json")
+    refused = [e for e in plan["errors"] if e["object"] == "NodeSLO/sim"]
+    assert {e["field"] for e in refused} == {"spec.resourceQOSStrategy.beClass.cpuQOS.groupIdentity",
+                                             "spec.resourceQOSStrategy.lsClass.cpuQOS.enable"}
+    assert all(e["reason"] == "InvalidNodeSLO" and "refused as a whole" in e["message"] for e in refused)
+    assert plan["writes"] == []  # nothing from it: no NodeSLO in effect, so no CPU QoS either
+
+    (tmp_path / "bad.yaml").write_text("spec: [unclosed\n")
+    unreadable = _run("plan", args, "-o", "json")
+    [err] = [e for e in unreadable["errors"] if e["object"] == "NodeSLO/sim"]
+    assert err["reason"] == "InvalidNodeSLO" and str(tmp_path / "bad.yaml") in err["field"]
