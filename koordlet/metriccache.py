@@ -96,12 +96,19 @@ def aggregate(timestamps: Iterable[int], values: Iterable[float]) -> Aggregate |
     )
 
 
-class _Series:
+class Series:
+    """One series' samples; a collector on the hot path may hold it between ticks (see MetricCache.series)."""
+
     __slots__ = ("ts", "values")
 
     def __init__(self) -> None:
         self.ts = array("q")
         self.values = array("d")
+
+    def add(self, ts_ms: int, value: float) -> None:
+        """Append without the out-of-order check: the caller guarantees `ts_ms` is not older than the last one."""
+        self.ts.append(ts_ms)
+        self.values.append(value)
 
 
 class MetricCache:
@@ -109,7 +116,8 @@ class MetricCache:
 
     def __init__(self, retention_seconds: Callable[[str], float]) -> None:
         self._retention = retention_seconds
-        self._series: dict[SeriesKey, _Series] = {}
+        self._series: dict[SeriesKey, Series] = {}
+        self.generation = 0  # bumped when gc drops series: Series handles held elsewhere are then stale
 
     @staticmethod
     def key(kind: str, **labels: str) -> SeriesKey:
@@ -118,10 +126,17 @@ class MetricCache:
             raise ValueError(f"{kind} takes labels {props}, got {sorted(labels)}")
         return (kind, *(labels[p] for p in props))
 
+    def series(self, key: SeriesKey) -> Series:
+        """The series of `key`, created empty if needed, to append to directly until `generation` changes."""
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = Series()
+        return series
+
     def append(self, key: SeriesKey, ts_ms: int, value: float) -> None:
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = _Series()
+            series = self._series[key] = Series()
         elif series.ts and ts_ms < series.ts[-1]:
             return  # out of order: dropped, as a TSDB outside its out-of-order window would
         series.ts.append(ts_ms)
@@ -159,6 +174,7 @@ class MetricCache:
             if cut >= len(series.ts):
                 del self._series[key]
                 dropped += 1
+                self.generation += 1
             elif cut:
                 del series.ts[:cut]
                 del series.values[:cut]

@@ -47,6 +47,10 @@ def test_parse_psi_with_and_without_full() -> None:
     b"total_unevictable 50\n",                                   # kernel order: one anchored split
     b"total_unevictable 50\ntotal_active_file 40\nx 1\ntotal_inactive_file 30\ntotal_active_anon 20\n"
     b"total_inactive_anon 10",                                   # shuffled, first line, no trailing newline
+    b"total_inactive_anon 10\ntotal_active_anon 20\ntotal_inactive_file 30\ntotal_active_file 40\n"
+    b"total_unevictable 50",                                     # the block at the head, no trailing newline
+    b"total_inactive_anon 10\ntotal_active_anon 20\ntotal_inactive_file 30\nnew_key 7\ntotal_active_file 40\n"
+    b"total_unevictable 50\n",                                   # a line in between: each key searched for
 ])
 def test_int_fields_adjacent_and_shuffled(data: bytes) -> None:
     from koordlet.host.files import IntFields
@@ -54,6 +58,14 @@ def test_int_fields_adjacent_and_shuffled(data: bytes) -> None:
     fields = IntFields(b"total_inactive_anon", b"total_active_anon", b"total_inactive_file", b"total_active_file",
                        b"total_unevictable")
     assert fields(data) == [10, 20, 30, 40, 50]
+
+
+def test_int_fields_do_not_match_inside_a_longer_key() -> None:
+    from koordlet.host.files import IntFields
+
+    v1 = b"inactive_anon 1\nactive_anon 2\ntotal_inactive_anon 10\ntotal_active_anon 20\n"
+    assert IntFields(b"inactive_anon", b"active_anon")(v1) == [1, 2]
+    assert IntFields(b"active_anon")(b"total_active_anon 20\nactive_anon 2\n") == [2]
 
 
 def test_int_fields_missing_and_garbage() -> None:

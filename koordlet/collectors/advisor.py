@@ -14,11 +14,18 @@ from koordlet.collectors.hostapps import HostApp, hostapp_targets
 from koordlet.collectors.node import NodeCollector, NodeUsage
 from koordlet.collectors.psi import PSICollector, PSIReading
 from koordlet.health import Health
-from koordlet.metriccache import MetricCache
+from koordlet.metriccache import MetricCache, Series
 from koordlet.states.model import PodMeta
 
 if TYPE_CHECKING:  # the NVML code is imported only where a GPU hook is wired
     from koordlet.devices.nvidia.usage import GpuUsageCollector
+
+
+# Series kinds and their one label per target scope (metriccache.KIND_PROPERTIES).
+_KIND_PREFIX = {"pod": "pod", "container": "container", "hostapp": "host_application"}
+_KIND_LABEL = {"pod": "pod_uid", "container": "container_id", "hostapp": "host_app_name"}
+# target, usage id, then the series of memory, memory with page cache, CPU and throttling (None: not kept)
+_TargetSeries = tuple[Target, tuple[str, str], Series, Series | None, Series, Series | None]
 
 
 @dataclass
@@ -47,12 +54,32 @@ class Advisor:
         self.gpu = gpu  # optional NVIDIA usage hook (upstream: the GPU device collector's Fill*Metric)
         self.latest = Latest()
         self._targets: tuple[list[PodMeta], list[HostApp], list[Target]] | None = None
+        self._series: tuple[list[Target], int, list[_TargetSeries]] | None = None
+        self._last_store_ms = 0
 
     def _targets_for(self, pods: list[PodMeta], apps: list[HostApp]) -> list[Target]:
         """Targets change only when the pod list or host apps are replaced; reuse them between ticks."""
         cached = self._targets
         if cached is None or cached[0] is not pods or cached[1] is not apps:
             cached = self._targets = (pods, apps, pod_targets(pods) + hostapp_targets(apps))
+        return cached[2]
+
+    def _series_for(self, targets: list[Target]) -> list[_TargetSeries]:
+        """Per target: its usage id and the series it feeds, held between ticks (no key building or lookups on
+        the hot path); rebuilt when the targets change or the cache's gc dropped series."""
+        cached = self._series
+        if cached is None or cached[0] is not targets or cached[1] != self.cache.generation:
+            series, key = self.cache.series, self.cache.key
+            rows: list[_TargetSeries] = []
+            for t in targets:
+                p = _KIND_PREFIX[t.scope]
+                label = {_KIND_LABEL[t.scope]: t.key}
+                with_cache = self.page_cache or t.scope == "hostapp"
+                rows.append((t, (t.scope, t.key), series(key(f"{p}_memory_usage", **label)),
+                             series(key(f"{p}_memory_usage_with_page_cache", **label)) if with_cache else None,
+                             series(key(f"{p}_cpu_usage", **label)),
+                             None if t.scope == "hostapp" else series(key(f"{p}_cpu_throttled", **label))))
+            cached = self._series = (targets, self.cache.generation, rows)
         return cached[2]
 
     def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int) -> None:
@@ -87,26 +114,26 @@ class Advisor:
             for numa, cores in node.numa_cpu_cores.items():
                 append(key("node_numa_cpu_usage", numa_node_id=str(numa)), now_ms, cores)
 
-        # Series keys built directly (kind, label value): every kind below has exactly one label.
-        prefix = {"pod": "pod", "container": "container", "hostapp": "host_application"}
         sums = {"pod": [0.0, 0], "hostapp": [0.0, 0]}
         cpu_complete = True  # False when a pod/app read this tick has no CPU rate yet (its first observation)
-        page_cache = self.page_cache
-        for t in targets:
-            u = usage.get((t.scope, t.key))
+        in_order = now_ms >= self._last_store_ms  # the wall clock stepped back: let the cache drop the samples
+        self._last_store_ms = max(now_ms, self._last_store_ms)
+        for t, id_, s_mem, s_cache, s_cpu, s_thr in self._series_for(targets):
+            u = usage.get(id_)
             if u is None:
                 continue
-            p = prefix[t.scope]
-            append((f"{p}_memory_usage", t.key), now_ms, u.memory)
-            if page_cache or t.scope == "hostapp":
-                append((f"{p}_memory_usage_with_page_cache", t.key), now_ms, u.memory_with_cache)
-            if u.cpu_cores is not None:
-                append((f"{p}_cpu_usage", t.key), now_ms, u.cpu_cores)
-            if u.throttled_ratio is not None and t.scope != "hostapp":
-                append((f"{p}_cpu_throttled", t.key), now_ms, u.throttled_ratio)
-            if t.scope in sums:
-                sums[t.scope][0] += u.cpu_cores or 0.0
-                sums[t.scope][1] += u.memory
+            if in_order:
+                s_mem.add(now_ms, u.memory)
+                if s_cache is not None:
+                    s_cache.add(now_ms, u.memory_with_cache)
+                if u.cpu_cores is not None:
+                    s_cpu.add(now_ms, u.cpu_cores)
+                if u.throttled_ratio is not None and s_thr is not None:
+                    s_thr.add(now_ms, u.throttled_ratio)
+            sums_of = sums.get(t.scope)
+            if sums_of is not None:
+                sums_of[0] += u.cpu_cores or 0.0
+                sums_of[1] += u.memory
                 cpu_complete = cpu_complete and u.cpu_cores is not None
 
         # System usage = node − Σ pods − Σ host apps, clamped at 0 (upstream collectors/sysresource).

@@ -7,7 +7,6 @@ Upstream: pkg/koordlet/util/system/cgroup_resource.go (v1 subsystem dirs, v2 fil
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -67,14 +66,11 @@ class CgroupBackend(Protocol):
 
 
 # memory.stat keys: usage = inactive_anon + active_anon + unevictable; with page cache + active/inactive file.
-# In the kernel's print order (mm/memcontrol.c): one anchored split reads all five.
+# In the kernel's print order (mm/memcontrol.c): one regex match reads all five.
 _MEM_KEYS = (b"inactive_anon", b"active_anon", b"inactive_file", b"active_file", b"unevictable")
 _V2_MEM = IntFields(*_MEM_KEYS)
 _V1_MEM = IntFields(*(b"total_" + k for k in _MEM_KEYS))
 _V1_THROTTLE = IntFields(b"nr_periods", b"nr_throttled")
-# v1 cpu.stat starts with these two lines on every kernel since 2.6.39: one match reads both (the generic
-# reader is the fallback for anything else).
-_V1_THROTTLE_HEAD = re.compile(rb"nr_periods (\d+)\nnr_throttled (\d+)\n").match
 _V2_CPU = IntFields(b"usage_usec", b"nr_periods", b"nr_throttled")
 
 
@@ -132,10 +128,7 @@ class CgroupV1:
         except ValueError as e:
             raise HostReadError(f"{usage_path}: not an integer") from e
         mem, mem_cache = _memory(read(mem_path), _V1_MEM, mem_path)
-        cpu_stat = read(cpu_stat_path)
-        if head := _V1_THROTTLE_HEAD(cpu_stat):
-            return CgroupStats(usage, mem, mem_cache, int(head[1]), int(head[2]))
-        periods, throttled = _V1_THROTTLE(cpu_stat)
+        periods, throttled = _V1_THROTTLE(read(cpu_stat_path))
         return CgroupStats(usage, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import resource
 from collections.abc import Iterable
 
@@ -184,31 +185,25 @@ class IntFields:
     """Values of `key value` lines for a few keys, without splitting every line: memory.stat has ~40 lines and
     we need five of them, every second, for every pod and container.
 
-    Give the keys in the order the kernel prints them: when they are adjacent (memory.stat's anon/file/unevictable
-    block, cpu.stat), one find plus one short split reads them all; otherwise each key is searched for.
+    Give the keys in the order the kernel prints them: when they are adjacent lines (memory.stat's
+    anon/file/unevictable block, v1 cpu.stat's first two lines), one regex match reads them all; otherwise each key
+    is searched for.
     """
 
-    __slots__ = ("_anchor", "_first", "_keys", "_needles")
+    __slots__ = ("_block", "_first", "_head", "_keys", "_needles")
 
     def __init__(self, *keys: bytes) -> None:
         self._keys = keys
         self._needles = tuple((b"\n" + k + b" ", len(k) + 2) for k in keys)
         self._first = tuple(k + b" " for k in keys)
-        self._anchor = self._needles[0][0]
+        body = rb"\n".join(re.escape(k) + rb" (\d+)" for k in keys) + rb"(?:\n|$)"
+        self._block = re.compile(rb"\n" + body).search  # the block after some other line
+        self._head = re.compile(body).match  # the block at the start of the file
 
     def __call__(self, data: bytes) -> list[int | None]:
-        n = len(self._keys)
-        i = data.find(self._anchor) + 1
-        if i == 0 and data.startswith(self._first[0]):
-            i = 0
-        elif i == 0:
-            return self._search(data)
-        tokens = data[i:].split(None, 2 * n)
-        if tokens[0:2 * n:2] == list(self._keys):
-            try:
-                return [int(v) for v in tokens[1:2 * n:2]]
-            except ValueError:
-                pass
+        m = self._block(data) or self._head(data)
+        if m is not None:
+            return [int(v) for v in m.groups()]
         return self._search(data)
 
     def _search(self, data: bytes) -> list[int | None]:
