@@ -239,6 +239,11 @@ class Agent:
             self._qos = manager
         return self._qos
 
+    def close(self) -> None:
+        """Release the descriptors the collectors keep between ticks."""
+        self.advisor.cgroups.close()
+        self.node.close()
+
     def write_state(self, obj: JSON) -> str:
         path = self.state_writer.write(NODEMETRIC_GROUP, "nodemetrics", obj)
         self.health.report_last_success = time.time()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -17,11 +18,20 @@ from collections.abc import Awaitable, Callable
 from koordlet.agent import Agent
 from koordlet.cluster import ClusterLink
 from koordlet.exporter import HttpServer
+from koordlet.host.files import descriptor_cap, raise_nofile_limit
 
 log = logging.getLogger(__name__)
 
 _NODESLO_FILE_POLL = 5.0
 _GC_INTERVAL = 60.0  # tighter than upstream's 300 s so memory stays near retention × series
+
+
+def settle_heap() -> None:
+    """Collect once, then move every surviving object out of the cyclic GC's sight (gc.freeze): pods and caches
+    live until the next pod change, and full collections walking them cost ~2.5 ms of each collection tick at
+    250 pods. Frozen objects are still freed by reference counting when they are dropped."""
+    gc.collect()
+    gc.freeze()
 
 
 class Daemon:
@@ -73,7 +83,7 @@ class Daemon:
     async def _run_once(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
         """One round of a loop: time it; on failure log once per kind of error (a loop failing every second
         must not flood the log), count it, and carry on; a success re-arms the log line."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             await fn()
             self.agent.health.loop_ok(name)
@@ -90,6 +100,7 @@ class Daemon:
                                       name, type(e).__name__, e):
                 log.debug("%s loop failure", name, exc_info=True)
         self.agent.metrics.loop_duration.labels(name).observe(time.perf_counter() - started)
+        self.agent.metrics.loop_cpu.labels(name).inc(time.thread_time() - cpu_started)
 
     async def _collect(self) -> None:
         self.agent.collect()
@@ -104,10 +115,13 @@ class Daemon:
         self.agent.refresh_node_info()
 
     async def _sync_pods(self) -> None:
+        before = self.agent.pods.pods
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.sync_pods, self.agent)
         else:
             await asyncio.to_thread(self.agent.sync_pods)
+        if self.agent.pods.pods is not before:
+            settle_heap()
 
     async def _nodeslo_file(self) -> None:
         path = self.agent.config.nodeslo_file
@@ -164,6 +178,9 @@ class Daemon:
     async def run(self) -> None:
         cfg = self.agent.config
         loop = asyncio.get_running_loop()
+        soft, _ = raise_nofile_limit()
+        log.debug("open-files limit %d; up to %d cgroup file descriptors kept between ticks", soft, descriptor_cap())
+        self.agent.advisor.cgroups.files.cap = descriptor_cap()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop_event.set)
@@ -210,4 +227,5 @@ class Daemon:
                 self.cluster.close()
             if self.agent.devices is not None:
                 self.agent.devices.close()
+            self.agent.close()
             self.http.stop()

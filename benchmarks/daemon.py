@@ -1,0 +1,160 @@
+"""The real `koordlet run` on N pods × M containers of real cgroups (v1), for a measured window.
+
+Prints the daemon's CPU as % of one core, its RSS, the per-loop CPU split (from its own
+`koordlet_agent_loop_cpu_seconds_total`), and beside the collection tick the floor measured in the same run: the
+CPU of one `pread` of every file the tick reads, through descriptors kept open, as the tick itself does. CPU time,
+not wall time, on both sides: a busy machine stretches wall time, not the work done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from benchmarks.collection import bench_node, have_real_cgroups, print_table
+from koordlet.collectors.cgroups import pod_targets
+from koordlet.health import Health
+from koordlet.host.cgroup import CgroupV1
+from koordlet.host.driver import CgroupDriver
+from koordlet.host.paths import HostPaths
+from koordlet.states.pods import PodsDirSource, PodState
+
+_LOOP_SERIES = re.compile(r'^koordlet_agent_loop_(duration_seconds_count|cpu_seconds_total)\{loop="([^"]+)"\} (\S+)$',
+                          re.M)
+CPU_TARGET, RATIO_TARGET, RSS_TARGET = 2.0, 1.5, 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _loops(port: int) -> dict[str, tuple[float, float]]:
+    """loop → (CPU seconds of the loop thread, runs) so far, from the daemon's own metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, list[float]] = {}
+    for kind, loop, value in _LOOP_SERIES.findall(text):
+        out.setdefault(loop, [0.0, 0.0])[0 if kind.startswith("cpu") else 1] = float(value)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"koordlet exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("koordlet not ready")
+
+
+def tick_files(paths: HostPaths, pods_dir: Path) -> list[str]:
+    """The files one collection tick reads: node counters plus each pod's and container's stat files."""
+    state = PodState(CgroupDriver.CGROUPFS, Health())
+    state.update(PodsDirSource(str(pods_dir), Health()).list_pods())
+    backend = CgroupV1(paths)
+    files = [paths.proc("stat"), paths.proc("meminfo")]
+    files += [p for t in pod_targets(state.pods) for p in backend.stat_paths(t.rel_dir)]
+    return files
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pods", type=int, default=250)
+    ap.add_argument("--containers", type=int, default=3)
+    ap.add_argument("--warmup", type=float, default=15.0, help="seconds before the window (first report included)")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds measured")
+    args = ap.parse_args()
+    if not have_real_cgroups():
+        return 2
+    with bench_node(args.pods, args.containers, be_every=5) as (paths, pods_dir, tmp):
+        return run(args, paths, pods_dir, tmp)
+
+
+def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path) -> int:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "koordlet", "run", "--host-root", "/", "--cgroup-root-dir", paths.cgroup_root,
+           "--pods-dir", str(pods_dir), "--state-dir", str(tmp / "state"), "--node-name", "bench",
+           "--addr", f"127.0.0.1:{port}"]
+    log = open(tmp / "koordlet.log", "wb")  # noqa: SIM115 - closed below, after the process
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    fds: list[int] = []
+    try:
+        _wait_ready(port, proc)
+        time.sleep(args.warmup)
+        files = tick_files(paths, pods_dir)
+        fds = [os.open(f, os.O_RDONLY | os.O_CLOEXEC) for f in files]
+        ps = psutil.Process(proc.pid)
+        loops0, cpu0, wall0 = _loops(port), ps.cpu_times(), time.monotonic()
+        floor, floor_n = 0.0, 0
+        next_at = wall0 + 0.5  # half a period away from the daemon's ticks
+        while time.monotonic() - wall0 < args.duration:
+            time.sleep(max(next_at - time.monotonic(), 0))
+            t = time.process_time()
+            for fd in fds:
+                os.pread(fd, 65536, 0)
+            floor += time.process_time() - t
+            floor_n += 1
+            next_at += 1.0
+        cpu1, wall1, loops1 = ps.cpu_times(), time.monotonic(), _loops(port)
+        rss = ps.memory_info().rss / (1 << 20)
+        open_fds = ps.num_fds()
+    finally:
+        for fd in fds:
+            os.close(fd)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    wall = wall1 - wall0
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    core_pct = 100 * cpu / wall
+    floor_ms = 1000 * floor / max(floor_n, 1)
+    rows = [
+        ("pods × containers", f"{args.pods} × {args.containers}", "", ""),
+        ("files read per collection tick", str(len(files)), "", ""),
+        ("daemon descriptors open", str(open_fds), "", ""),
+        (f"daemon CPU over {wall:.0f} s, % of one core", f"{core_pct:.2f}", f"≤ {CPU_TARGET:g}",
+         "ok" if core_pct <= CPU_TARGET else "MISS"),
+        ("daemon RSS (MiB)", f"{rss:.1f}", f"≤ {RSS_TARGET:g}", "ok" if rss <= RSS_TARGET else "MISS"),
+        ("floor: CPU of pread of the tick's files (ms)", f"{floor_ms:.2f}", "", ""),
+    ]
+    ratio = None
+    for loop in sorted(loops1):
+        secs = loops1[loop][0] - loops0.get(loop, (0.0, 0.0))[0]
+        runs = loops1[loop][1] - loops0.get(loop, (0.0, 0.0))[1]
+        if runs <= 0:
+            continue
+        per_run = 1000 * secs / runs
+        rows.append((f"loop {loop}: CPU ms per run × runs", f"{per_run:.2f} × {runs:.0f}", "", ""))
+        rows.append((f"loop {loop}: % of one core", f"{100 * secs / wall:.3f}", "", ""))
+        if loop == "collect":
+            ratio = per_run / floor_ms if floor_ms else float("inf")
+    if ratio is not None:
+        rows.append(("collection tick / pread floor", f"{ratio:.2f}", f"≤ {RATIO_TARGET:g}",
+                     "ok" if ratio <= RATIO_TARGET else "MISS"))
+    print_table(rows, value_width=16)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
