@@ -34,7 +34,6 @@ from koordlet.states.model import PodMeta
 # pkg/koordlet/util/resctrl/{resctrl.go,ctrl_mgr.go} and pkg/koordlet/runtimehooks/hooks/resctrl/* (pod groups),
 # apis/extension/resctrl.go (the annotation).
 
-GROUP_EXPIRATION_SECONDS = 10.0  # ctrl_mgr.go ExpirationTime: a young group is not removed (NRI may be ahead)
 INTEL = "GenuineIntel"
 AMD = "AuthenticAMD"
 HYGON = "HygonGenuine"
@@ -243,7 +242,7 @@ def decode_annotation(text: str) -> ResctrlConfig:
 
     try:
         doc = json.loads(text, object_pairs_hook=_Obj, parse_constant=_reject)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the interpreter's stack
         raise AnnotationError("", f"invalid JSON: {e}") from None
     if doc is None:
         return ResctrlConfig()
@@ -457,7 +456,7 @@ def _remove_stale(state: QoSState, facts: ResctrlFacts, keep: set[str], closids:
     for name, group in sorted(facts.groups.items()):
         if not name.startswith(POD_GROUP_PREFIX) or name in keep:
             continue
-        if group.age is not None and group.age < GROUP_EXPIRATION_SECONDS:
+        if group.young:
             continue
         out.writes.append(Write(state.resctrl(name), "", f"resctrl/pod-gone/{name[len(POD_GROUP_PREFIX):]}",
                                 op="rmdir"))

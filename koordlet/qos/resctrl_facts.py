@@ -24,6 +24,7 @@ from koordlet.states.model import PodMeta
 ANNOTATION = "node.koordinator.sh/resctrl"
 CLASS_GROUPS = ("LSR", "LS", "BE")  # the order upstream reconciles them in
 POD_GROUP_PREFIX = "koordlet-"  # upstream ClosdIdPrefix
+GROUP_EXPIRATION_SECONDS = 10.0  # ctrl_mgr.go ExpirationTime: a young group is not removed (NRI may be ahead)
 CBM_MAX_BITS = 32  # upstream parses cbm_mask with ParseUint(.., 16, 32)
 ACTIVE_PHASES = ("Pending", "Running")
 _NOT_GROUPS = ("info", "mon_groups", "mon_data")
@@ -39,7 +40,15 @@ class GroupFacts:
     name: str
     schemata: str  # raw file text, "" when unreadable
     tasks: frozenset[int]
-    age: float | None  # seconds since the directory's mtime; None when unknown (treated as old)
+    # seconds since the directory's mtime; None when unknown (treated as old). Not compared: facts that differ only
+    # in ages are the same facts (the manager then keeps its plan); `young` is what planning depends on.
+    age: float | None = field(default=None, compare=False)
+    young: bool = False  # age < GROUP_EXPIRATION_SECONDS: not removed yet (ctrl_mgr.go ExpirationTime)
+
+    @classmethod
+    def aged(cls, name: str, schemata: str, tasks: frozenset[int], age: float | None) -> GroupFacts:
+        """The group with `young` derived from its age."""
+        return cls(name, schemata, tasks, age, age is not None and age < GROUP_EXPIRATION_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,9 @@ def read_facts(state: QoSState, *, now: float | None = None, steady: SteadyFacts
                 continue
             ctrl.append(name)
             if name in CLASS_GROUPS or name.startswith(POD_GROUP_PREFIX):
-                groups[name] = GroupFacts(name, _read(state.resctrl(name, "schemata")),
-                                          _ids(_read(state.resctrl(name, "tasks"))), _age(state.resctrl(name), now))
+                tasks = _ids(_read(state.resctrl(name, "tasks")))
+                groups[name] = GroupFacts.aged(name, _read(state.resctrl(name, "schemata")), tasks,
+                                               _age(state.resctrl(name), now))
 
     return ResctrlFacts(
         supported=supported, vendor=vendor, mounted=mounted, cbm_mask=info.cbm_mask, min_cbm_bits=info.min_cbm_bits,

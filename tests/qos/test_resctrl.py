@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from koordlet.errors import InvalidInput
+from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.qos.executor import Executor, Result
+from koordlet.qos.manager import Feature, QoSManager
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl import (
     MBA_MAX_MBPS,
@@ -565,6 +567,22 @@ def test_terminated_or_unannotated_pod_loses_its_group(tree: Tree) -> None:
     p = tree.plan(_enabled(lsClass={}))
     # removed first, then the pod's threads go to its class group
     assert _writes(p) == [("rmdir", "koordlet-u1", ""), ("rmdir", "koordlet-u2", ""), ("tids", "LS/tasks", "7")]
+
+
+def test_a_kept_plan_still_removes_a_group_once_it_expires(tree: Tree) -> None:
+    """Steady passes reuse the plan while the facts are equal; ages are not compared, expiry is."""
+    for cls in ("LSR", "LS", "BE"):
+        tree.add_group(cls)
+    group = tree.add_group("koordlet-gone", age=5)  # its pod left; NRI may still be ahead: kept for now
+    health = Health()
+    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "n"})],
+                         tree.executor(dry_run=True), EventRecorder(health, "n"), health)
+    nodeslo = _enabled(lsClass={})
+    assert manager.plan(tree.state(nodeslo)) == Plan()
+    assert read_facts(tree.state(nodeslo)) == read_facts(tree.state(nodeslo), now=time.time() + 4)  # only ages
+    t = os.stat(group).st_mtime - 10
+    os.utime(group, (t, t))
+    assert _writes(manager.plan(tree.state(nodeslo))) == [("rmdir", "koordlet-gone", "")]
 
 
 def test_pod_level_off_uses_the_class_groups(tree: Tree) -> None:
