@@ -190,18 +190,20 @@ class IntFields:
     is searched for.
     """
 
-    __slots__ = ("_block", "_first", "_head", "_keys", "_needles")
+    __slots__ = ("_first", "_keys", "_needles", "block", "head")
 
     def __init__(self, *keys: bytes) -> None:
         self._keys = keys
         self._needles = tuple((b"\n" + k + b" ", len(k) + 2) for k in keys)
         self._first = tuple(k + b" " for k in keys)
         body = rb"\n".join(re.escape(k) + rb" (\d+)" for k in keys) + rb"(?:\n|$)"
-        self._block = re.compile(rb"\n" + body).search  # the block after some other line
-        self._head = re.compile(body).match  # the block at the start of the file
+        # The adjacent block's digits as match groups, for hot paths that convert them inline: after some other
+        # line (`block`, a search) or at the start of the file (`head`, a match).
+        self.block = re.compile(rb"\n" + body).search
+        self.head = re.compile(body).match
 
     def __call__(self, data: bytes) -> list[int | None]:
-        m = self._block(data) or self._head(data)
+        m = self.block(data) or self.head(data)
         if m is not None:
             return [int(v) for v in m.groups()]
         return self._search(data)
