@@ -60,12 +60,13 @@ class Health:
     def _skip_key(kind: str, reason: str, obj: str) -> str:
         return f"skip/{kind}/{reason}/{obj}"
 
-    def capability(self, name: str, supported: bool, detail: str = "") -> None:
-        """Record a kernel capability; a missing one is logged once, never per loop."""
+    def capability(self, name: str, supported: bool, detail: str = "", *, fallback: bool = False) -> None:
+        """Record a kernel capability; a missing one is logged once, never per loop: as a warning, or as an info
+        line when the agent has a fallback for it (mainline kernels lack Anolis' group identity and v1 PSI)."""
         self.capabilities[name] = supported
         if not supported:
-            self.once(f"cap/{name}", logging.WARNING, "kernel capability %s unavailable%s", name,
-                      f": {detail}" if detail else "")
+            level = logging.INFO if fallback else logging.WARNING
+            self.once(f"cap/{name}", level, "kernel capability %s unavailable%s", name, f": {detail}" if detail else "")
 
     def loop_ok(self, loop: str) -> None:
         self.loop_last_success[loop] = time.time()

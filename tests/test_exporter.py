@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ def test_batch_resources_and_host_apps(tmp_path: Path) -> None:
 
 
 def test_missing_psi_on_cgroup_v1_is_a_capability_series_not_a_log_flood(tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
     host = SimHost(tmp_path / "h", 1, CgroupDriver.SYSTEMD).setup()
     agent = _agent(tmp_path, host, [make_pod("a", UID, "Guaranteed")], gates="PSICollector=true")
     rel = host.pod_dir(K8sQoS.GUARANTEED, UID)
@@ -78,7 +80,8 @@ def test_missing_psi_on_cgroup_v1_is_a_capability_series_not_a_log_flood(tmp_pat
         agent.collect_psi()
     [cap] = _samples(agent)["koordlet_agent_kernel_capability"]
     assert cap.labels == {"capability": "psi-cgroup-v1"} and cap.value == 0
-    assert sum("psi-cgroup-v1" in r.getMessage() for r in caplog.records) == 1
+    [line] = [r for r in caplog.records if "psi-cgroup-v1" in r.getMessage()]
+    assert line.levelno == logging.INFO  # PSI idles on mainline v1 kernels: expected, not a warning
     assert "koordlet_pod_psi" not in _samples(agent)
 
 

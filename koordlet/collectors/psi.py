@@ -33,7 +33,7 @@ class PSICollector:
         self.supported = backend.psi_supported()
         health.capability(
             f"psi-cgroup-v{backend.version}", self.supported,
-            "no cgroup pressure files; PSI collection is idle",
+            "no cgroup pressure files; PSI collection is idle", fallback=True,
         )
 
     def collect(self, targets: list[Target]) -> dict[tuple[str, str], PSIReading]:

@@ -127,7 +127,8 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUQoSF
 def report_capabilities(health: Health, facts: CPUQoSFacts) -> None:
     """Expose the mechanism as `koordlet_agent_kernel_capability{capability=cpu-qos-*}` (a missing one logs once)."""
     health.capability(CAP_GROUP_IDENTITY, facts.group_identity,
-                      "no cpu.bvt_warp_ns at the kubepods root and no kernel.sched_group_identity_enabled")
+                      "no cpu.bvt_warp_ns at the kubepods root and no kernel.sched_group_identity_enabled",
+                      fallback=facts.cpu_idle)
     health.capability(CAP_CPU_IDLE, facts.cpu_idle, "no cpu.idle at the kubepods root")
     detail = {
         "group-identity": "group identity (cpu.bvt_warp_ns), as upstream",
@@ -299,7 +300,7 @@ def parse_cpuqos_annotation(text: str) -> CPUQoSAnnotation:
     try:
         doc = json.loads(text, object_pairs_hook=_Pairs, parse_float=Decimal,
                          parse_constant=_reject_constant)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the interpreter's stack
         raise ValueError("", f"invalid JSON: {e}") from None
     if doc is None:
         return CPUQoSAnnotation()  # Go: unmarshalling null into a struct is a no-op

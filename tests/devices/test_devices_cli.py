@@ -80,7 +80,16 @@ def test_gpu_less_machine_reports_an_empty_device_and_one_log_line(validate_crd:
     validate_crd("scheduling.koordinator.sh_devices.yaml", obj)
     gpus = [d for d in obj["spec"].get("devices", []) if d["type"] == "gpu"]
     assert gpus == []
-    assert len(out.stderr.strip().splitlines()) == 1 and "nvml-unavailable" in out.stderr
+    # No NVIDIA driver bound: nothing is wrong, one info line says why there are no GPUs.
+    assert len(out.stderr.strip().splitlines()) == 1 and "no NVIDIA driver on this host" in out.stderr
+    assert " W " not in out.stderr
+
+
+def test_a_bound_nvidia_driver_without_nvml_is_a_warning() -> None:
+    out = subprocess.run([*KOORDLET, "devices", "--host-root", str(NODES / "h800-nvlink"), "--node-name", "x"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)["spec"].get("devices", []) == []
+    assert " W " in out.stderr and "nvml-unavailable" in out.stderr
 
 
 def test_daemon_serves_and_writes_the_device(tmp_path: Path, validate_crd: Any) -> None:

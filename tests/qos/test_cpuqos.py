@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import copy
 import errno
 import os
@@ -498,6 +499,16 @@ def test_read_facts_sysctl_errors_and_capabilities(tmp_path: Path) -> None:
     health = Health()
     report_capabilities(health, f)
     assert health.capabilities == {cpuqos.CAP_GROUP_IDENTITY: True, cpuqos.CAP_CPU_IDLE: False}
+
+
+@pytest.mark.parametrize(("cpu_idle", "level"), [(True, logging.INFO), (False, logging.WARNING)])
+def test_missing_group_identity_is_a_warning_only_without_the_cpu_idle_fallback(
+        cpu_idle: bool, level: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    facts = cpuqos.CPUQoSFacts(False, None, None, cpu_idle)
+    report_capabilities(Health(), facts)
+    [line] = [r for r in caplog.records if cpuqos.CAP_GROUP_IDENTITY in r.getMessage()]
+    assert line.levelno == level
 
 
 def test_sysctl_values_are_checked() -> None:

@@ -8,6 +8,7 @@ label, and the NVLink partition table with its policy label (koordlet/devices/nv
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -66,6 +67,11 @@ def inventory(backend: NvmlBackend, paths: HostPaths, health: Health) -> list[Gp
         backend.init()
     except NvmlError as e:
         health.capabilities["nvml"] = False
+        if not os.path.isdir(paths.sys("bus", "pci", "drivers", DRIVER)):
+            # No NVIDIA driver bound on this host: nothing is skipped, there are simply no NVIDIA GPUs.
+            health.once("nvml-no-driver", logging.INFO, "no NVIDIA driver on this host (NVML: %s): no NVIDIA GPUs",
+                        e.name)
+            return None
         health.skip("gpu", "nvml-unavailable", backend.name, f"NVML init failed ({e.name}): {e}; no GPUs reported")
         return None
     health.capabilities["nvml"] = True
