@@ -31,7 +31,9 @@ test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
+	$(BIN)/python -m benchmarks.daemon
 	$(BIN)/python -m benchmarks.collection
+	$(BIN)/python -m benchmarks.scrape
 	$(BIN)/python -m benchmarks.qos_reconcile
 	$(BIN)/python -m benchmarks.qos_effect
 	$(BIN)/python -m benchmarks.scheduler

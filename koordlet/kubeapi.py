@@ -1,4 +1,4 @@
-"""A small synchronous Kubernetes API client on urllib3: `kubernetes.client` costs the agent ~40 MiB."""
+"""A small synchronous Kubernetes API client on urllib3: importing even `kubernetes.config` costs ~32 MiB RSS."""
 
 from __future__ import annotations
 
