@@ -149,7 +149,5 @@ def quiet_missing_cgroups(health: Health, pods: list[PodMeta], apps: list[HostAp
     """The example pods have no cgroups here by design: their per-pod "cgroup-unreadable" warnings are silenced
     (still counted in koordlet_agent_skipped_items_total); a pod added later warns as usual."""
     for t in pod_targets(pods) + hostapp_targets(apps):
-        # Marks the skip's log-once key as already logged (Health.skip formats it with _skip_key).
-        health.once(Health._skip_key(t.scope, "cgroup-unreadable", t.label), logging.DEBUG,
-                    "%s %s has no cgroup (example pod, cgroups not made)", t.scope, t.label)
+        health.expect(t.scope, "cgroup-unreadable", t.label, "example pod, cgroups not made")
 

@@ -52,6 +52,11 @@ class Health:
         self.once(self._skip_key(kind, reason, obj), logging.WARNING, "skipping %s %s (%s): %s", kind, obj, reason,
                   detail)
 
+    def expect(self, kind: str, reason: str, obj: str, why: str) -> None:
+        """A skip that is expected for this object (e.g. an example pod without cgroups): it is still counted,
+        but logged only at debug level, once, now."""
+        self.once(self._skip_key(kind, reason, obj), logging.DEBUG, "%s %s (%s) expected: %s", kind, obj, reason, why)
+
     def recovered(self, kind: str, reason: str, obj: str) -> None:
         """The item works again: a later failure of the same kind is logged again."""
         self.forget(self._skip_key(kind, reason, obj))
