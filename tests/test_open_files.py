@@ -131,3 +131,40 @@ def test_the_collector_keeps_descriptors_only_for_cgroups_it_still_reads(tmp_pat
         for d in ("a", "b"):
             for sub in ("cpu", "cpuacct", "memory"):
                 (root / sub / d).rmdir()
+
+
+@pytest.mark.realhost
+def test_the_collector_follows_a_cgroup_recreated_under_its_held_descriptors(tmp_path: Path) -> None:
+    from koordlet.collectors.cgroups import CgroupUsageCollector, Target
+    from koordlet.health import Health
+    from koordlet.host.cgroup import CgroupV1
+    from koordlet.host.paths import HostPaths
+
+    subs = ("cpu", "cpuacct", "memory")
+    with real_v1_root(tmp_path, subs) as (root, _):
+        for sub in subs:
+            (root / sub / "a").mkdir()
+        backend = CgroupV1(HostPaths.under("/").with_overrides(cgroup_root=str(root)))
+        files = OpenFiles(cap=100)
+        collector = CgroupUsageCollector(backend, Health(), files)
+        targets = [Target("pod", "a", "a", "ns/a")]
+        collector.collect(targets, 1)
+        collector.collect(targets, 2)  # the second tick reads through the held descriptors
+        generation = files.generation
+        (root / "memory" / "a" / "memory.limit_in_bytes").write_text(str(32 << 20))
+        for sub in subs:
+            (root / sub / "a").rmdir()
+        health = collector.health
+        assert collector.collect(targets, 3) == {}  # ENODEV on the held descriptors, and the path is gone
+        assert health.cgroup_read_errors["pod"] == 1
+        assert files.generation > generation and len(files) == 0
+        for sub in subs:
+            (root / sub / "a").mkdir()
+        usage = collector.collect(targets, 4)
+        assert set(usage) == {("pod", "a")} and len(files) == 3  # the new cgroup, through new descriptors
+        assert usage[("pod", "a")].memory == 0
+        collector.collect(targets, 5)
+        assert files.fallback_reads == 0
+        collector.close()
+        for sub in subs:
+            (root / sub / "a").rmdir()

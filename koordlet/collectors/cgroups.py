@@ -7,6 +7,7 @@ once per tick is what keeps the cost proportional to pods × containers.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,6 +19,7 @@ from koordlet.states.model import PodMeta
 
 # Previous counters are kept this many ticks after a cgroup was last read (upstream: TTL = 20 × interval).
 _PREV_TTL_TICKS = 20
+_CHUNK = 65536  # bytes asked of one pread
 
 
 class CgroupUsage(NamedTuple):
@@ -40,6 +42,17 @@ class Target:
     quiet: bool = False  # a pod not Running may have no cgroup: count the miss, do not warn
 
 
+class _Row:
+    """One target's read plan, held between ticks: the files, and their kept descriptors while valid."""
+
+    __slots__ = ("error", "fds", "generation", "id", "paths", "target")
+
+    def __init__(self, target: Target, paths: tuple[str, ...] = (), error: InvalidInput | None = None) -> None:
+        self.target, self.id, self.paths, self.error = target, (target.scope, target.key), paths, error
+        self.fds: tuple[int, ...] | None = None
+        self.generation = -1  # OpenFiles.generation the descriptors belong to
+
+
 class CgroupUsageCollector:
     """Turns cumulative cgroup counters into usage; remembers only the previous read of each target."""
 
@@ -49,45 +62,63 @@ class CgroupUsageCollector:
         self.files = OpenFiles() if files is None else files  # descriptors kept between ticks
         # (scope, key) → (monotonic ns, stats, tick) of the previous read: plain tuples, one per cgroup per tick.
         self._prev: dict[tuple[str, str], tuple[int, CgroupStats, int]] = {}
-        self._targets: list[Target] | None = None  # the list `_plan` was built for
-        self._plan: list[tuple[Target, tuple[str, str], tuple[str, ...] | InvalidInput]] = []
+        self._targets: list[Target] | None = None  # the list `_rows` was built for
+        self._rows: list[_Row] = []
         self._tick = 0
 
-    def _plan_for(self, targets: list[Target]) -> list[tuple[Target, tuple[str, str], tuple[str, ...] | InvalidInput]]:
+    def _plan_for(self, targets: list[Target]) -> list[_Row]:
         """Per target: its series id and the files to read (or why its dir is refused). Built when the target list
         is replaced (pods came or went), which also closes the descriptors of cgroups no longer read."""
         if targets is not self._targets:
-            plan: list[tuple[Target, tuple[str, str], tuple[str, ...] | InvalidInput]] = []
+            rows = []
             for t in targets:
                 try:
-                    plan.append((t, (t.scope, t.key), self.backend.stat_paths(t.rel_dir)))
+                    rows.append(_Row(t, self.backend.stat_paths(t.rel_dir)))
                 except InvalidInput as e:  # a dir that would leave the hierarchy: never read
-                    plan.append((t, (t.scope, t.key), e))
-            self._targets, self._plan = targets, plan
-            self.files.retain({f for _, _, fs in plan if isinstance(fs, tuple) for f in fs})
-        return self._plan
+                    rows.append(_Row(t, error=e))
+            self._targets, self._rows = targets, rows
+            self.files.retain({f for r in rows for f in r.paths})
+        return self._rows
 
     def collect(self, targets: list[Target], now_mono_ns: int) -> dict[tuple[str, str], CgroupUsage]:
         """Usage of every target readable now: CPU cores and throttled share from the change since its previous
-        read (None on the first), memory as read. The loop is the collection hot path: 1000 cgroups a second."""
+        read (None on the first), memory as read. The loop is the collection hot path: 1000 cgroups a second,
+        each read by pread on descriptors it holds (see OpenFiles)."""
         self._tick += 1
         tick = self._tick
         out: dict[tuple[str, str], CgroupUsage] = {}
-        stats_at, read = self.backend.stats_at, self.files.read
+        files, parse, read, pread = self.files, self.backend.parse_stats, self.files.read, os.pread
         prev_map = self._prev
         reads = 0
-        for t, id_, files in self._plan_for(targets):
-            if isinstance(files, InvalidInput):
-                self.health.skip(t.scope, "bad-cgroup-dir", t.label, str(files))
+        for row in self._plan_for(targets):
+            if row.error is not None:
+                self.health.skip(row.target.scope, "bad-cgroup-dir", row.target.label, str(row.error))
                 continue
             try:
-                stats = stats_at(files, read)
+                fds = row.fds if row.generation == files.generation else None
+                data: tuple[bytes, ...] | None = None
+                if fds is not None:
+                    # Each stat file is a few KiB, far below _CHUNK: one pread from offset 0 reads it whole.
+                    try:
+                        if len(fds) == 3:
+                            data = (pread(fds[0], _CHUNK, 0), pread(fds[1], _CHUNK, 0), pread(fds[2], _CHUNK, 0))
+                        else:
+                            data = tuple([pread(fd, _CHUNK, 0) for fd in fds])
+                    except OSError:  # a removed cgroup (ENODEV): `read` below closes and re-opens
+                        data = None
+                if data is None:
+                    data = tuple(map(read, row.paths))
+                    row.fds, row.generation = files.kept(row.paths), files.generation
+                stats = parse(data, row.paths)
             except HostReadError as e:
+                files.forget(row.paths)
+                t = row.target
                 self.health.cgroup_read_errors[t.scope] += 1
                 if not t.quiet:
                     self.health.skip(t.scope, "cgroup-unreadable", t.label, str(e))
                 continue
             reads += 1
+            id_ = row.id
             prev = prev_map.get(id_)
             prev_map[id_] = (now_mono_ns, stats, tick)
             cpu: float | None = None

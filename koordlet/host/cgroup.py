@@ -7,7 +7,7 @@ Upstream: pkg/koordlet/util/system/cgroup_resource.go (v1 subsystem dirs, v2 fil
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -52,6 +52,10 @@ class CgroupBackend(Protocol):
 
     def stats_at(self, stat_paths: tuple[str, ...], read: Reader = ...) -> CgroupStats:
         """`read` is read_bytes, or a kept-descriptor reader (OpenFiles.read) on the collection tick."""
+        ...
+
+    def parse_stats(self, contents: Sequence[bytes], stat_paths: tuple[str, ...]) -> CgroupStats:
+        """The stats from the contents of `stat_paths`, already read (the collection tick reads them itself)."""
         ...
 
     def stats(self, rel_dir: str) -> CgroupStats: ...
@@ -123,20 +127,21 @@ class CgroupV1:
         return self.stats_at(self.stat_paths(rel_dir))
 
     def stats_at(self, stat_paths: tuple[str, ...], read: Reader = read_bytes) -> CgroupStats:
-        usage_path, mem_path, cpu_stat_path = stat_paths
+        return self.parse_stats(tuple(map(read, stat_paths)), stat_paths)
+
+    def parse_stats(self, contents: Sequence[bytes], stat_paths: tuple[str, ...]) -> CgroupStats:
+        usage_data, mem_data, data = contents
         try:
-            usage = int(read(usage_path))
+            usage = int(usage_data)
         except ValueError as e:
-            raise HostReadError(f"{usage_path}: not an integer") from e
+            raise HostReadError(f"{stat_paths[0]}: not an integer") from e
         # The hot path of every collection tick (1000 cgroups at 250 pods): the kernel's own layout is matched
         # and converted inline; anything else goes through the general readers.
-        data = read(mem_path)
-        if m := _V1_MEM_BLOCK(data):
+        if m := _V1_MEM_BLOCK(mem_data):
             anon = int(m[1]) + int(m[2]) + int(m[5])
             mem, mem_cache = anon, anon + int(m[3]) + int(m[4])
         else:
-            mem, mem_cache = _memory(data, _V1_MEM, mem_path)
-        data = read(cpu_stat_path)
+            mem, mem_cache = _memory(mem_data, _V1_MEM, stat_paths[1])
         if m := _V1_THROTTLE_HEAD(data):
             return CgroupStats(usage, mem, mem_cache, int(m[1]), int(m[2]))
         periods, throttled = _V1_THROTTLE(data)
@@ -175,16 +180,18 @@ class CgroupV2:
         return self.stats_at(self.stat_paths(rel_dir))
 
     def stats_at(self, stat_paths: tuple[str, ...], read: Reader = read_bytes) -> CgroupStats:
-        cpu_path, mem_path = stat_paths
-        usage, periods, throttled = _V2_CPU(read(cpu_path))
+        return self.parse_stats(tuple(map(read, stat_paths)), stat_paths)
+
+    def parse_stats(self, contents: Sequence[bytes], stat_paths: tuple[str, ...]) -> CgroupStats:
+        cpu_data, data = contents
+        usage, periods, throttled = _V2_CPU(cpu_data)
         if usage is None:
-            raise HostReadError(f"{cpu_path}: no usage_usec")
-        data = read(mem_path)
+            raise HostReadError(f"{stat_paths[0]}: no usage_usec")
         if m := _V2_MEM_BLOCK(data):
             anon = int(m[1]) + int(m[2]) + int(m[5])
             mem, mem_cache = anon, anon + int(m[3]) + int(m[4])
         else:
-            mem, mem_cache = _memory(data, _V2_MEM, mem_path)
+            mem, mem_cache = _memory(data, _V2_MEM, stat_paths[1])
         return CgroupStats(usage * 1000, mem, mem_cache, periods or 0, throttled or 0)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:

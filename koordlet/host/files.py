@@ -13,7 +13,7 @@ from koordlet.errors import HostReadError
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 65536
+_CHUNK = 65536  # one pread reads a whole cgroup, /proc or sysfs stat file (memory.stat is ~1.5 KiB)
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _open, _read, _pread, _close = os.open, os.read, os.pread, os.close  # bound once: called ~3000 times a second
 # Descriptors the agent keeps for itself beyond the cache: sockets, NVML, the HTTP server, audit files.
@@ -50,14 +50,43 @@ class OpenFiles:
     path is read afresh. A regular file (a simulated node directory) would go on showing the content of a deleted
     or replaced file, so it is opened and closed per read. Past `cap` descriptors, files are opened and closed per
     read as well (counted in `fallback_reads`). Not thread-safe: one owner per instance.
+
+    A hot loop may hold the descriptors themselves (`kept`) and pread them directly; it must drop them when
+    `generation` changes (any descriptor was closed, so a held number may now name another file) and go through
+    `read` after a failed pread, which re-opens the path.
     """
 
-    __slots__ = ("_fds", "cap", "fallback_reads")
+    __slots__ = ("_fds", "cap", "fallback_reads", "generation")
 
     def __init__(self, cap: int | None = None) -> None:
         self._fds: dict[str, int] = {}
         self.cap = descriptor_cap() if cap is None else cap
         self.fallback_reads = 0
+        self.generation = 0
+
+    def kept(self, paths: tuple[str, ...]) -> tuple[int, ...] | None:
+        """Descriptors of all `paths`, each kept (opened now if needed), or None when any cannot be kept: a
+        regular file, the cap, or an open error (then `read` reports it)."""
+        out = []
+        for path in paths:
+            fd = self._fds.get(path)
+            if fd is None:
+                if len(self._fds) >= self.cap:
+                    return None
+                try:
+                    fd = _open(path, _FLAGS)
+                except OSError:
+                    return None
+                try:
+                    keep = is_pseudo_fs(os.fstat(fd).st_dev)
+                except OSError:
+                    keep = False
+                if not keep:
+                    _close(fd)
+                    return None
+                self._fds[path] = fd
+            out.append(fd)
+        return tuple(out)
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -98,6 +127,11 @@ class OpenFiles:
             self._drop(p)
         return len(gone)
 
+    def forget(self, paths: Iterable[str]) -> None:
+        """Close the descriptors of these files (a cgroup that failed to read: do not pin the removed one)."""
+        for p in paths:
+            self._drop(p)
+
     def close(self) -> None:
         for p in list(self._fds):
             self._drop(p)
@@ -105,6 +139,7 @@ class OpenFiles:
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
+            self.generation += 1
             try:
                 _close(fd)
             except OSError as e:  # EBADF would be our bug; anything else is harmless for a read-only fd
