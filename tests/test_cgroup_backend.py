@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from koordlet.errors import HostReadError
@@ -75,3 +77,42 @@ def test_int_fields_missing_and_garbage() -> None:
     assert fields(b"nr_periods 3\nthrottled_time 9\n") == [3, None]
     assert fields(b"nr_periods x\nnr_throttled 2\n") == [None, 2]
     assert fields(b"") == [None, None]
+
+
+_NUMA_STAT = (b"total=30 N0=30\nfile=10 N0=10\nanon=15 N0=15\nunevictable=5 N0=5\n"
+              b"hierarchical_total=300 N0=200 N1=100\nhierarchical_file=100 N0=60 N1=40\n"
+              b"hierarchical_anon=150 N0=100 N1=50\nhierarchical_unevictable=50 N0=40 N1=10\n")
+
+
+@pytest.mark.parametrize("data", [
+    _NUMA_STAT,
+    b"\n".join(reversed(_NUMA_STAT.split(b"\n"))),  # another order: each line looked up
+])
+def test_v1_memory_from_numa_stat_pages(data: bytes) -> None:
+    import os
+
+    from koordlet.host.cgroup import _numa_memory
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert _numa_memory(data, "x") == ((150 + 50) * page, (150 + 50 + 100) * page)
+
+
+def test_numa_stat_without_anon_is_unreadable() -> None:
+    from koordlet.host.cgroup import _numa_memory
+
+    with pytest.raises(HostReadError, match="hierarchical_anon"):
+        _numa_memory(b"total=1 N0=1\nhierarchical_file=4 N0=4\n", "memory.numa_stat")
+
+
+def test_v1_backend_reads_numa_stat_only_where_the_kernel_has_it(tmp_path: Path) -> None:
+    from koordlet.host.cgroup import CgroupV1
+    from koordlet.host.paths import HostPaths
+
+    paths = HostPaths.under(str(tmp_path))
+    (tmp_path / "sys/fs/cgroup/memory").mkdir(parents=True)
+    assert CgroupV1(paths).stat_paths("pod")[1].endswith("/memory/pod/memory.stat")
+    (tmp_path / "sys/fs/cgroup/memory/memory.numa_stat").write_bytes(_NUMA_STAT)
+    backend = CgroupV1(paths)
+    assert backend.stat_paths("pod")[1].endswith("/memory/pod/memory.numa_stat")
+    stats = backend.parse_stats((b"7\n", _NUMA_STAT, b"nr_periods 2\nnr_throttled 1\n"), backend.stat_paths("pod"))
+    assert (stats.cpu_usage_ns, stats.nr_periods, stats.nr_throttled) == (7, 2, 1)

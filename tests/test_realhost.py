@@ -22,6 +22,7 @@ import yaml
 
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
+from koordlet.host.cgroup import CgroupV1
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import parse_quantity
@@ -163,3 +164,34 @@ def test_psi_from_real_cgroup_v2(tmp_path: Path) -> None:
         for p in procs:
             _stop(p)
         rmtree_cgroup(base)
+
+
+def test_v1_memory_from_numa_stat_equals_memory_stat(v1_root: tuple[Path, str], tmp_path: Path) -> None:
+    """The agent reads memory.numa_stat where the kernel has it: the same counters as memory.stat, in pages."""
+    root, _ = v1_root
+    paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
+    numa, plain = CgroupV1(paths), CgroupV1(paths)
+    require(numa.numa_stat, "this kernel has no memory.numa_stat (CONFIG_NUMA off)")
+    plain.numa_stat, plain._memory_file = False, "memory.stat"  # upstream's file, for comparison
+    for sub in V1_SUBSYSTEMS:
+        (root / sub / "pod").mkdir()
+    cache_file = tmp_path / "cached"
+    # 48 MiB anon (the burner) plus page cache from writing a file inside the cgroup.
+    proc = subprocess.Popen(["/bin/sh", "-c", "; ".join(f"echo $$ > '{root / s / 'pod' / 'cgroup.procs'}'"
+                                                          for s in V1_SUBSYSTEMS)
+                             + f"; head -c 8388608 /dev/zero > '{cache_file}'; exec '{sys.executable}' -c '{BURN}'"])
+    try:
+        time.sleep(1.0)
+        numa.stats("pod")  # warm both paths, then compare reads taken back to back
+        for _ in range(5):
+            a, b = numa.stats("pod"), plain.stats("pod")
+            if a.memory_usage == b.memory_usage and a.memory_with_cache == b.memory_with_cache:
+                break
+            time.sleep(0.2)  # the burner allocated between the two reads: read again
+    finally:
+        _stop(proc)
+    assert numa.stat_paths("pod")[1].endswith("memory.numa_stat")
+    assert a.memory_usage >= 48 << 20 and a.memory_with_cache - a.memory_usage >= 4 << 20
+    assert (a.memory_usage, a.memory_with_cache) == (b.memory_usage, b.memory_with_cache)
+    for sub in V1_SUBSYSTEMS:
+        (root / sub / "pod").rmdir()

@@ -6,7 +6,9 @@ Upstream: pkg/koordlet/util/system/cgroup_resource.go (v1 subsystem dirs, v2 fil
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -88,6 +90,32 @@ def _memory(data: bytes, fields: IntFields, path: str) -> tuple[int, int]:
     return anon, anon + (af or 0) + (if_ or 0)
 
 
+# v1 memory.numa_stat, in pages: `hierarchical_file=<total> N0=..`, then `hierarchical_anon=`,
+# `hierarchical_unevictable=` (mm/memcontrol-v1.c memcg_numa_stat_show).
+_NUMA_BLOCK = re.compile(rb"\nhierarchical_file=(\d+)[^\n]*\nhierarchical_anon=(\d+)[^\n]*"
+                         rb"\nhierarchical_unevictable=(\d+)").search
+_NUMA_KEYS = {b"hierarchical_file": 0, b"hierarchical_anon": 1, b"hierarchical_unevictable": 2}
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _numa_memory(data: bytes, path: str) -> tuple[int, int]:
+    """(usage, usage with page cache) in bytes from v1 memory.numa_stat."""
+    if m := _NUMA_BLOCK(data):
+        file, anon, unevictable = int(m[1]), int(m[2]), int(m[3])
+    else:  # another line order: look each one up
+        found: list[int | None] = [None, None, None]
+        for line in data.split(b"\n"):
+            key, _, rest = line.partition(b"=")
+            if key in _NUMA_KEYS:
+                with contextlib.suppress(ValueError, IndexError):
+                    found[_NUMA_KEYS[key]] = int(rest.split(None, 1)[0])
+        if found[1] is None:
+            raise HostReadError(f"{path}: no hierarchical_anon line")
+        file, anon, unevictable = found[0] or 0, found[1], found[2] or 0
+    usage = (anon + unevictable) * _PAGE_SIZE
+    return usage, usage + file * _PAGE_SIZE
+
+
 def parse_psi(data: bytes, path: str) -> PSIStats:
     some: tuple[float, float, float] | None = None
     full: tuple[float, float, float] | None = None
@@ -110,18 +138,26 @@ def parse_psi(data: bytes, path: str) -> PSIStats:
 
 
 class CgroupV1:
-    """Legacy hierarchy: one mount per subsystem under the cgroup root (`cpu/`, `cpuacct/`, `memory/`)."""
+    """Legacy hierarchy: one mount per subsystem under the cgroup root (`cpu/`, `cpuacct/`, `memory/`).
+
+    **[decision]** Memory comes from `memory.numa_stat` where the kernel has it (CONFIG_NUMA, checked once at the
+    memory root), else from `memory.stat` as upstream. Its `hierarchical_anon/file/unevictable` lines are the same
+    hierarchical LRU counters as memory.stat's `total_{in,}active_anon/file` and `total_unevictable` (in pages),
+    and the kernel builds the file in about half the time: memory.stat is 2/3 of a collection tick's kernel work.
+    """
 
     version = 1
 
     def __init__(self, paths: HostPaths) -> None:
         self.paths = paths
+        self.numa_stat = resource_supported(1, paths, "memory.numa_stat")
+        self._memory_file = "memory.numa_stat" if self.numa_stat else "memory.stat"
 
     def _p(self, resource: str, rel_dir: str) -> str:
         return resource_path(1, self.paths, resource, rel_dir)
 
     def stat_paths(self, rel_dir: str) -> tuple[str, ...]:
-        return (self._p("cpuacct.usage", rel_dir), self._p("memory.stat", rel_dir), self._p("cpu.stat", rel_dir))
+        return (self._p("cpuacct.usage", rel_dir), self._p(self._memory_file, rel_dir), self._p("cpu.stat", rel_dir))
 
     def stats(self, rel_dir: str) -> CgroupStats:
         return self.stats_at(self.stat_paths(rel_dir))
@@ -137,7 +173,9 @@ class CgroupV1:
             raise HostReadError(f"{stat_paths[0]}: not an integer") from e
         # The hot path of every collection tick (1000 cgroups at 250 pods): the kernel's own layout is matched
         # and converted inline; anything else goes through the general readers.
-        if m := _V1_MEM_BLOCK(mem_data):
+        if self.numa_stat:
+            mem, mem_cache = _numa_memory(mem_data, stat_paths[1])
+        elif m := _V1_MEM_BLOCK(mem_data):
             anon = int(m[1]) + int(m[2]) + int(m[5])
             mem, mem_cache = anon, anon + int(m[3]) + int(m[4])
         else:
