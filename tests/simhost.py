@@ -161,3 +161,30 @@ def make_pod(name: str, uid: str, qos_class: str = "Burstable", containers: int 
         "spec": spec,
         "status": {"phase": phase, "qosClass": qos_class, "containerStatuses": statuses},
     }
+
+
+def cpu_qos_node(base: Path, pods: list[tuple[dict[str, object], K8sQoS]]) -> tuple[SimHost, list[str]]:
+    """A cgroup v1 node with cpu.idle (mainline CPU QoS), these pods' cgroups (with some usage) and manifests, and a
+    NodeSLO enabling CPU QoS for BE and LS: the CLI arguments that run `koordlet` against it."""
+    import yaml
+
+    host = SimHost(base / "host", 1, CgroupDriver.CGROUPFS).setup()
+    pods_dir = base / "pods"
+    pods_dir.mkdir()
+    for pod, qos in pods:
+        meta, status = pod["metadata"], pod["status"]
+        assert isinstance(meta, dict) and isinstance(status, dict)
+        rel = host.pod_dir(qos, meta["uid"])
+        host.write_cgroup(rel, SimCgroup(cpu_ns=10**9, anon=1 << 20))
+        for cs in status["containerStatuses"]:
+            host.write_cgroup(host.container_dir(rel, cs["containerID"]), SimCgroup(anon=1 << 19))
+        (host.cgroup_root() / "cpu" / rel / "cpu.idle").write_text("0\n")
+        (host.cgroup_root() / "cpu" / rel / "cpu.shares").write_text("2\n" if qos == K8sQoS.BESTEFFORT else "1024\n")
+        (pods_dir / f"{meta['name']}.yaml").write_text(yaml.safe_dump(pod))
+    (host.cgroup_root() / "cpu/kubepods/cpu.idle").write_text("0\n")
+    slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "sim"},
+           "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}},
+                                            "lsClass": {"cpuQOS": {"enable": True}}}}}
+    (base / "nodeslo.yaml").write_text(yaml.safe_dump(slo))
+    return host, ["--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo", str(base / "nodeslo.yaml"),
+                  "--node-name", "sim", "--state-dir", str(base / "state")]

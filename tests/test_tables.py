@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from koordlet.host.driver import CgroupDriver, K8sQoS
+from koordlet.host.driver import K8sQoS
 from koordlet.tables import NONE, device_table, nodemetric_table, plan_table, qos_table, render
 
-from simhost import SimCgroup, SimHost, make_pod
+from simhost import cpu_qos_node, make_pod
 
 KOORDLET = [sys.executable, "-m", "koordlet"]
 NODES = Path(__file__).resolve().parents[1] / "examples" / "nodes"
@@ -169,26 +168,10 @@ def test_devices_table_matches_json(node: str) -> None:
 
 
 def _sim_node(tmp_path: Path) -> list[str]:
-    host = SimHost(tmp_path / "host", 1, CgroupDriver.CGROUPFS).setup()
-    pods_dir = tmp_path / "pods"
-    pods_dir.mkdir()
     be = make_pod("batch", UID_A, "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
     ls = make_pod("web", UID_B, "Burstable", labels={"koordinator.sh/qosClass": "LS"})
     ls["metadata"]["annotations"] = {"koordinator.sh/cpuQOS": "{not json"}  # type: ignore[index]
-    for pod, qos in ((be, K8sQoS.BESTEFFORT), (ls, K8sQoS.BURSTABLE)):
-        rel = host.pod_dir(qos, pod["metadata"]["uid"])  # type: ignore[index]
-        host.write_cgroup(rel, SimCgroup(cpu_ns=10**9, anon=1 << 20))
-        for cs in pod["status"]["containerStatuses"]:  # type: ignore[index]
-            host.write_cgroup(host.container_dir(rel, cs["containerID"]), SimCgroup(anon=1 << 19))
-        (host.cgroup_root() / "cpu" / rel / "cpu.idle").write_text("0\n")
-        (pods_dir / f"{pod['metadata']['name']}.yaml").write_text(yaml.safe_dump(pod))  # type: ignore[index]
-    (host.cgroup_root() / "cpu/kubepods/cpu.idle").write_text("0\n")
-    slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "sim"},
-           "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}},
-                                            "lsClass": {"cpuQOS": {"enable": True}}}}}
-    (tmp_path / "nodeslo.yaml").write_text(yaml.safe_dump(slo))
-    return ["--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo", str(tmp_path / "nodeslo.yaml"),
-            "--node-name", "sim", "--state-dir", str(tmp_path / "state")]
+    return cpu_qos_node(tmp_path, [(be, K8sQoS.BESTEFFORT), (ls, K8sQoS.BURSTABLE)])[1]
 
 
 def test_plan_table_matches_json(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from koordlet import cli
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.qos import executor
 
-from simhost import SimCgroup, SimHost, make_pod
+from simhost import SimCgroup, SimHost, cpu_qos_node, make_pod
 
 KOORDLET = [sys.executable, "-m", "koordlet"]
 BE_UID = "eeeeeeee-0000-4000-8000-000000000005"
@@ -25,27 +25,11 @@ BAD_UID = "abababab-0000-4000-8000-000000000007"
 
 
 def _node(tmp_path: Path) -> tuple[SimHost, list[str]]:
-    host = SimHost(tmp_path / "host", 1, CgroupDriver.CGROUPFS).setup()
-    pods_dir = tmp_path / "pods"
-    pods_dir.mkdir()
     be = make_pod("batch", BE_UID, "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
     ls = make_pod("web", LS_UID, "Burstable", labels={"koordinator.sh/qosClass": "LS"})
     bad = make_pod("odd", BAD_UID, "Burstable", labels={"koordinator.sh/qosClass": "LS"})
     bad["metadata"]["annotations"] = {"koordinator.sh/cpuQOS": "{not json"}  # type: ignore[index]
-    for pod, qos in ((be, K8sQoS.BESTEFFORT), (ls, K8sQoS.BURSTABLE), (bad, K8sQoS.BURSTABLE)):
-        rel = host.pod_dir(qos, pod["metadata"]["uid"])  # type: ignore[index]
-        host.write_cgroup(rel, SimCgroup())
-        (host.cgroup_root() / "cpu" / rel / "cpu.idle").write_text("0\n")
-        (host.cgroup_root() / "cpu" / rel / "cpu.shares").write_text("2\n" if qos == K8sQoS.BESTEFFORT else "1024\n")
-        (pods_dir / f"{pod['metadata']['name']}.yaml").write_text(yaml.safe_dump(pod))  # type: ignore[index]
-    (host.cgroup_root() / "cpu/kubepods/cpu.idle").write_text("0\n")
-    slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "sim"},
-           "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}},
-                                            "lsClass": {"cpuQOS": {"enable": True}}}}}
-    (tmp_path / "nodeslo.yaml").write_text(yaml.safe_dump(slo))
-    args = ["--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo", str(tmp_path / "nodeslo.yaml"),
-            "--node-name", "sim", "--state-dir", str(tmp_path / "state")]
-    return host, args
+    return cpu_qos_node(tmp_path, [(be, K8sQoS.BESTEFFORT), (ls, K8sQoS.BURSTABLE), (bad, K8sQoS.BURSTABLE)])
 
 
 def _run(cmd: str, args: list[str], *extra: str) -> dict[str, Any]:
