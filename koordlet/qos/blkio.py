@@ -160,7 +160,7 @@ def _decode_annotation(value: Any) -> list[_Block]:
         return []
     try:
         doc = json.loads(value)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the interpreter's stack
         raise _Bad("", f"invalid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise _Bad("", "must be a JSON object")
