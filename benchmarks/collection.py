@@ -1,7 +1,8 @@
 """Collection cost with N pods × M containers as real cgroups (v1) on this machine, at a 1 s interval.
 
-Prints: agent CPU per cycle, % of one core over the run, RSS at the end, and the same-run ratio of the
-agent's collection cost to a bare loop that only opens and reads the same files.
+In-process, the agent's collection alone: agent CPU per cycle, % of one core over the run, RSS at the end, and
+the same-run ratio of the agent's collection cost to the floor, a bare loop that only preads the same files through
+descriptors kept open (what the tick itself does). `benchmarks.daemon` measures the whole `koordlet run`.
 """
 
 from __future__ import annotations
@@ -90,11 +91,9 @@ def print_table(rows: list[tuple[str, str, str, str]], value_width: int = 14) ->
         print(f"{r[0]:<{w}}  {r[1]:>{value_width}}  {r[2]:>7}  {r[3]}")
 
 
-def bare_cycle(paths: list[str]) -> None:
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        os.read(fd, 65536)
-        os.close(fd)
+def bare_cycle(fds: list[int]) -> None:
+    for fd in fds:
+        os.pread(fd, 65536, 0)
 
 
 def main() -> int:
@@ -116,17 +115,22 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path)
     files = ["/proc/stat", "/proc/meminfo"] + [
         p for t in pod_targets(agent.pods.pods) for p in agent.backend.stat_paths(t.rel_dir)]
     agent.collect()
+    gc.collect()
+    gc.freeze()  # as the daemon does once pods and series are built
+    fds = [os.open(f, os.O_RDONLY | os.O_CLOEXEC) for f in files]
 
     # Same-run ratio: interleave bare and agent cycles so machine noise hits both alike.
     bare = agent_cost = 0.0
     for _ in range(args.cycles):
         t = time.process_time()
-        bare_cycle(files)
+        bare_cycle(fds)
         bare += time.process_time() - t
         t = time.process_time()
         agent.collect()
         agent_cost += time.process_time() - t
     ratio = agent_cost / bare if bare else float("inf")
+    for fd in fds:
+        os.close(fd)
 
     # Steady state at a 1 s interval: CPU share and RSS at the end (GC and NodeMetric builds included).
     proc = psutil.Process()
@@ -151,9 +155,9 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path)
         ("pods × containers", f"{args.pods} × {args.containers}", "", ""),
         ("files read per cycle", str(len(files)), "", ""),
         ("agent CPU per cycle (ms)", f"{1000 * cpu / max(cycles, 1):.1f}", "", ""),
-        ("agent CPU, % of one core", f"{100 * cpu / wall:.2f}", "≤ 5", "ok" if 100 * cpu / wall <= 5 else "MISS"),
+        ("agent CPU, % of one core", f"{100 * cpu / wall:.2f}", "≤ 2", "ok" if 100 * cpu / wall <= 2 else "MISS"),
         (f"RSS after {wall:.0f} s (MiB)", f"{rss:.1f}", "≤ 120", "ok" if rss <= 120 else "MISS"),
-        ("collection / bare-read ratio", f"{ratio:.2f}", "≤ 1.5", "ok" if ratio <= 1.5 else "MISS"),
+        ("collection / pread floor", f"{ratio:.2f}", "≤ 1.5", "ok" if ratio <= 1.5 else "MISS"),
         ("metric-cache series / samples", f"{agent.cache.series_count()} / {agent.cache.sample_count()}", "", ""),
     ]
     print_table(rows)
