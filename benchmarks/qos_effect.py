@@ -1,12 +1,17 @@
 """CPU QoS effect on real cgroups (v1): LS burst latency next to CPU-saturating BE pods, agent QoS off and on."""
 
-# An LS pod's container runs a process doing a fixed amount of work (~1.3 ms unloaded) every 10 ms and records each
-# burst's wall time; BE pods run busy processes (4 by default). The BE pod is either a sibling of the LS pod in
-# kubepods/burstable (cpu.shares 2048) or in kubepods/besteffort (shares 2, as kubelet sets). "QoS on" is the
-# planner + executor of koordlet.qos.cpuqos with every class's CPU QoS enabled; "off" is the same with it disabled,
-# which also exercises the way back (cpu.idle=0 and kubelet's cpu.shares restored). Scenarios run in interleaved
-# rounds so that drift of the machine hits them alike. Everything lives under a unique parent in the real cpu
-# hierarchy and is removed at the end, on Ctrl-C and on SIGTERM; every child also stops by itself.
+# An LS pod's container runs a process doing a fixed amount of work (~1.3 ms unloaded, calibrated once) every 10 ms
+# and records each burst's wall time; BE pods run busy processes (4 by default). The BE pod is a sibling of the LS
+# pod in kubepods/burstable (cpu.shares 2048), or with --across in kubepods/besteffort (shares 2, as kubelet sets).
+# "QoS on" is the planner + executor of koordlet.qos.cpuqos with every class's CPU QoS enabled; "off" is the same
+# with it disabled, which also exercises the way back (cpu.idle=0 and kubelet's cpu.shares restored).
+#
+# Reproducibility: the modes run interleaved, unloaded first in every repetition (the order of off/on alternates
+# between repetitions), so drift of the machine hits them alike; each mode's p99 is divided by the unloaded p99 of
+# its own repetition, and the report gives min/median/max of that ratio over the repetitions. The run FAILs (exit 1)
+# unless QoS on beats QoS off in every repetition (paired) and the medians differ by more than the spread.
+# Everything lives under a unique parent in the real cpu hierarchy and is removed at the end, on Ctrl-C and on
+# SIGTERM; every child also stops by itself.
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,8 +93,10 @@ class Scenario:
 
 @dataclass
 class Samples:
-    bursts: list[float] = field(default_factory=list)
-    be_cores: list[float] = field(default_factory=list)
+    """One mode's measurements, one entry per repetition."""
+
+    bursts: list[list[float]] = field(default_factory=list)  # burst wall times (ms)
+    be_cores: list[float] = field(default_factory=list)  # CPU the BE workers got (cores)
 
 
 def _pod(name: str, k8s_qos: str, label: str, cpu: str | None) -> dict[str, Any]:
@@ -189,6 +197,7 @@ class Bench:
         return iters
 
     def run(self, scenario: Scenario, iters: int, seconds: float, into: Samples) -> None:
+        """One repetition of one mode: its bursts become one more entry of `into`."""
         be: list[subprocess.Popen[bytes]] = []
         try:
             if scenario.be_pod is not None:
@@ -197,7 +206,7 @@ class Bench:
                 time.sleep(0.3)  # let the BE load settle
             start = [psutil.Process(p.pid).cpu_times() for p in be]
             wall = time.monotonic()
-            into.bursts.extend(self.ls_run(iters, seconds))
+            into.bursts.append(self.ls_run(iters, seconds))
             if be:
                 used = sum(t.user + t.system for t in (psutil.Process(p.pid).cpu_times() for p in be))
                 used -= sum(t.user + t.system for t in start)
@@ -236,13 +245,18 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per scenario (default 20: ~2 min)")
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds the seconds are split into")
+    ap.add_argument("--seconds", type=float, default=6.0,
+                    help="measured seconds per mode and repetition (default 6: ~100 s in all)")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved repetitions of every mode (at least 3)")
+    ap.add_argument("--across", action="store_true",
+                    help="also measure a BE pod in kubepods/besteffort (kubelet's shares=2 already protect LS there)")
     ap.add_argument("--burst-ms", type=float, default=1.3, help="LS burst length on the unloaded machine")
     ap.add_argument("--period-ms", type=float, default=10.0, help="LS burst period")
     ap.add_argument("--be-workers", type=int, default=4, help="CPU-saturating BE processes")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args()
+    if args.repeats < 3:
+        ap.error("--repeats must be at least 3: the spread needs repetitions")
     if os.geteuid() != 0 or not (V1_CPU / "cgroup.procs").exists() or (V1_CPU / "cgroup.controllers").exists():
         print("benchmark needs root and the cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu", file=sys.stderr)
         return 2
@@ -266,23 +280,23 @@ def main() -> int:
 
 
 def measure(bench: Bench) -> tuple[dict[str, Samples], int]:
-    scenarios = [
-        Scenario("unloaded", None, False),
-        Scenario("siblings in burstable", bench.be_sibling, False),
-        Scenario("siblings in burstable", bench.be_sibling, True),
-        Scenario("burstable vs besteffort", bench.be_across, False),
-        Scenario("burstable vs besteffort", bench.be_across, True),
-    ]
+    """Calibrate once, then every repetition: unloaded, then BE with QoS off and on (alternating which goes first)."""
+    pairs = [("siblings in burstable", bench.be_sibling)]
+    if bench.args.across:
+        pairs.append(("burstable vs besteffort", bench.be_across))
+    unloaded = Scenario("unloaded", None, False)
+    samples = {_key(unloaded): Samples()}
+    samples.update({_key(Scenario(n, p, q)): Samples() for n, p in pairs for q in (False, True)})
     bench.set_qos(False)
     iters = bench.calibrate()
-    samples = {_key(s): Samples() for s in scenarios}
-    chunk = bench.args.seconds / max(1, bench.args.rounds)
-    for _ in range(max(1, bench.args.rounds)):
-        for s in scenarios:
+    for rep in range(bench.args.repeats):
+        order = [unloaded] + [Scenario(n, p, q) for n, p in pairs
+                              for q in ((False, True) if rep % 2 == 0 else (True, False))]
+        for s in order:
             bench.set_qos(s.qos)
             if s.qos and s.be_pod is not None and bench.mechanism == "cpu-idle":
                 assert bench.idle_of(s.be_pod) == "1", "the planner did not idle the BE pod"
-            bench.run(s, iters, chunk, samples[_key(s)])
+            bench.run(s, iters, bench.args.seconds, samples[_key(s)])
     bench.set_qos(False)
     return samples, iters
 
@@ -291,30 +305,62 @@ def _key(s: Scenario) -> str:
     return f"{s.name}|{'on' if s.qos else 'off'}" if s.be_pod is not None else s.name
 
 
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    return ordered[0], statistics.median(ordered), ordered[-1]
+
+
 def report(bench: Bench, samples: dict[str, Samples], iters: int, args: argparse.Namespace) -> int:
-    base = samples["unloaded"].bursts
-    base_p50, base_p99 = _percentile(base, 0.5), _percentile(base, 0.99)
-    print(f"CPU QoS mechanism: {bench.mechanism}; {os.cpu_count()} CPUs; LS burst {args.burst_ms} ms ({iters} loop "
-          f"steps, calibrated unloaded) every {args.period_ms} ms; {args.be_workers} BE workers; {args.seconds:g} s "
-          f"per scenario in {args.rounds} interleaved rounds")
-    head = ("scenario", "QoS", "bursts", "p50 ms", "p99 ms", "p50/unl.", "p99/unl.", "BE cores")
-    print(f"{head[0]:<24} {head[1]:>4} {head[2]:>7} {head[3]:>7} {head[4]:>7} {head[5]:>9} {head[6]:>9} {head[7]:>9}")
+    """Per mode: p99 of each repetition over that repetition's unloaded p99, as min/median/max; the verdict."""
+    base = [_percentile(b, 0.99) for b in samples["unloaded"].bursts]
+    load = os.getloadavg()[0]
+    print(f"CPU QoS mechanism: {bench.mechanism}; {os.cpu_count()} CPUs (load average {load:.2f} at the end); LS burst "
+          f"{args.burst_ms} ms ({iters} loop steps, calibrated once, unloaded) every {args.period_ms} ms; "
+          f"{args.be_workers} BE workers; {args.repeats} interleaved repetitions of {args.seconds:g} s per mode")
+    head = ("mode", "QoS", "bursts", "p50 ms", "p99 ms", "p99/unloaded min", "median", "max", "BE cores")
+    print(f"{head[0]:<24} {head[1]:>4} {head[2]:>7} {head[3]:>7} {head[4]:>7} {head[5]:>17} {head[6]:>7} {head[7]:>7} "
+          f"{head[8]:>9}")
     out: dict[str, Any] = {}
     for key, s in samples.items():
         name, _, qos = key.partition("|")
-        p50, p99 = _percentile(s.bursts, 0.5), _percentile(s.bursts, 0.99)
-        cores = f"{sum(s.be_cores) / len(s.be_cores):.2f}" if s.be_cores else "-"
-        print(f"{name:<24} {qos or '-':>4} {len(s.bursts):>7} {p50:>7.2f} {p99:>7.2f} {p50 / base_p50:>8.2f}x "
-              f"{p99 / base_p99:>8.2f}x {cores:>9}")
-        out[key] = {"bursts": len(s.bursts), "p50_ms": p50, "p99_ms": p99, "p99_ratio": p99 / base_p99}
-    goal = [(k, v["p99_ratio"]) for k, v in out.items() if k.endswith("|on")]
-    met = all(r <= 1.2 for _, r in goal)
-    print("goal (QoS on: LS p99 within 1.2x of unloaded): " + ", ".join(f"{k.split('|')[0]} {r:.2f}x"
-                                                                          for k, r in goal)
-          + (" -> met" if met else " -> MISSED"))
+        every = [v for b in s.bursts for v in b]
+        ratios = [_percentile(b, 0.99) / u for b, u in zip(s.bursts, base, strict=True)]
+        lo, mid, hi = _spread(ratios)
+        cores = f"{statistics.fmean(s.be_cores):.2f}" if s.be_cores else "-"
+        print(f"{name:<24} {qos or '-':>4} {len(every):>7} {_percentile(every, 0.5):>7.2f} "
+              f"{statistics.median(_percentile(b, 0.99) for b in s.bursts):>7.2f} {lo:>16.2f}x {mid:>6.2f}x "
+              f"{hi:>6.2f}x {cores:>9}")
+        out[key] = {"bursts": len(every), "p99_ms": [_percentile(b, 0.99) for b in s.bursts], "p99_ratio": ratios}
+    lo, mid, hi = _spread(base)
+    print(f"unloaded p99 over the repetitions: {lo:.2f} / {mid:.2f} / {hi:.2f} ms (min/median/max): the machine's own "
+          f"noise{' -- high: other work is running, read the ratios with care' if hi > 1.5 * lo else ''}")
+    failed = False
+    for key in [k for k in out if k.endswith("|on")]:
+        name = key.partition("|")[0]
+        on, off = out[key]["p99_ratio"], out[f"{name}|off"]["p99_ratio"]
+        # Better beyond the spread: in every repetition QoS on beats QoS off measured next to it (paired, so the
+        # machine's drift cancels), and the medians differ by more than either mode's half-range (max-min)/2.
+        wins = sum(a < b for a, b in zip(on, off, strict=True))
+        margin = statistics.median(off) - statistics.median(on)
+        spread = max(max(on) - min(on), max(off) - min(off)) / 2
+        better = wins == len(on) and margin > spread
+        if better:
+            verdict = "PASS: better with QoS"
+        elif name == "burstable vs besteffort":
+            verdict = "no difference expected (kubelet's besteffort shares=2 already protect LS)"
+        else:
+            verdict = "FAIL: QoS on is not better than off beyond the spread"
+            failed = True
+        overlap = " (the ranges overlap: noisy)" if max(on) >= min(off) else ""
+        print(f"{name}: LS p99/unloaded without QoS {min(off):.2f}-{max(off):.2f}x, "
+              f"with QoS {min(on):.2f}-{max(on):.2f}x{overlap}")
+        print(f"{name}: QoS on better in {wins}/{len(on)} repetitions, medians {margin:.2f}x apart vs spread "
+              f"{spread:.2f}x -> {verdict}")
+        print(f"{name}: goal (median with QoS <= 1.2x unloaded): "
+              f"{'met' if statistics.median(on) <= 1.2 else 'MISSED'} ({statistics.median(on):.2f}x)")
     if args.json:
-        print(json.dumps({"mechanism": bench.mechanism, "results": out}, indent=1))
-    return 0
+        print(json.dumps({"mechanism": bench.mechanism, "unloaded_p99_ms": base, "results": out}, indent=1))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
