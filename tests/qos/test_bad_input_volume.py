@@ -838,7 +838,7 @@ EXERCISED = ("cpu.bvt_warp_ns", "cpu.idle", "cpu.shares", "cpu.weight", "sched_c
 def test_fuzzed_runs_left_every_host_file_as_built(hosts: Hosts, tmp_path: Path) -> None:
     """Rebuilt from scratch, each host matches the one the properties ran on: no example wrote or created a file.
     And when the properties ran (the whole module), they reached every kind of write and error (not only errors)."""
-    if SEEN:
+    if SEEN and scaled(1000) == 1000:  # a scaled-down run may miss a rare kind
         assert not [k for k in EXERCISED if not SEEN[k]], sorted(SEEN.items())
     for host in hosts:
         fresh = Host(tmp_path / host.root.name, host.version, host.driver, host.cpu, host.vendor, host.mbps,
