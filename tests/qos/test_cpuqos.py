@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import copy
 import errno
+import logging
 import os
 import uuid
 from collections.abc import Iterator
