@@ -13,7 +13,8 @@
 #   an LS pod's 1.3 ms bursts next to 4 busy threads of a sibling pod (cpu.shares 2048) had a p99 of 2.8-6.2 ms
 #   without QoS, 1.36-1.39 ms with cpu.idle=1 on the BE pod, 1.5-2.9 ms with the BE threads SCHED_IDLE (a group
 #   whose tasks are all SCHED_IDLE is not an idle entity, so it still competes by weight one level up), 1.5 ms
-#   unloaded. benchmarks/qos_effect.py repeats the comparison (p99 2.0-2.2x unloaded without, 0.9-1.0x with).
+#   unloaded. benchmarks/qos_effect.py repeats the comparison, 5 interleaved repetitions a mode (medians over three
+#   runs: p99 2.2-2.7x unloaded without, 0.86-1.27x with; figures and spread in docs/decisions.md).
 # - Never on the kube-QoS dirs: on an idle cgroup the kernel rejects every cpu.shares / cpu.weight write (EINVAL),
 #   and kubelet writes the QoS dirs' shares at start-up and every minute, so kubelet would fail to start
 #   (koordinator-sh/koordinator#2732). Across burstable/besteffort the besteffort dir's cpu.shares=2 already keeps

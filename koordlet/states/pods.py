@@ -143,12 +143,18 @@ class PodState:
             return False
         self._raw = raw_pods
         metas: list[PodMeta] = []
+        seen: set[str] = set()
         for pod in raw_pods:
             try:
-                metas.append(pod_meta(pod, self.driver, self.health))
+                meta = pod_meta(pod, self.driver, self.health)
             except (InvalidInput, ValueError, TypeError) as e:
-                ident = _ident(pod)
-                self.health.skip("pod", "malformed", ident, str(e))
+                self.health.skip("pod", "malformed", _ident(pod), str(e))
+                continue
+            if meta.uid in seen:  # two manifests with one UID (standalone): the first one counts
+                self.health.skip("pod", "duplicate-uid", f"{meta.namespace}/{meta.name}", f"uid {meta.uid} is taken")
+                continue
+            seen.add(meta.uid)
+            metas.append(meta)
         self.synced = True
         if _same(metas, self.pods):  # e.g. kubelet answered with equal pods: the old list (and its caches) stays
             return False

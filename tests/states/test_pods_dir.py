@@ -103,3 +103,12 @@ def test_a_new_cgroup_driver_rebuilds_the_pod_dirs() -> None:
     assert state.update(raw)  # same list object, but every dir moves
     assert state.pods[0].cgroup_dir != before
     assert "kubepods.slice" in state.pods[0].cgroup_dir
+
+
+def test_a_second_pod_with_a_taken_uid_is_skipped() -> None:
+    """Every per-pod cache (cgroup dirs, resctrl groups, series) is keyed by UID: one UID, one pod."""
+    health = Health()
+    state = PodState(CgroupDriver.CGROUPFS, health)
+    state.update([make_pod("a", UID_A), make_pod("copy-of-a", UID_A), make_pod("b", UID_B)])
+    assert [p.name for p in state.pods] == ["a", "b"]
+    assert health.skipped[("pod", "duplicate-uid")] == 1
