@@ -84,11 +84,19 @@ class QoSManager:
 
     def reconcile(self, state: QoSState, report: Callable[[Plan], None] | None = None) -> list[Result]:
         plan = self.plan(state)
+        results = self.executor.apply(plan)
+        if any(r.write.op == "mount" and r.result == "written" for r in results):
+            # A filesystem this pass mounted (resctrl) shows what the planners need (masks, CLOSIDs) only now: plan
+            # again at once, so one pass configures the groups fully. (A dry run cannot mount: it shows the mount.)
+            self.steady.drop()
+            again = self.plan(state)
+            results += self.executor.apply(again)
+            plan = Plan(plan.writes + again.writes, again.errors)
         for err in plan.errors:
             self.events.report(err)
         if report is not None:
             report(plan)
-        return self.executor.apply(plan)
+        return results
 
 
 def plan_json(results: list[Result], plan: Plan, executor: Executor) -> dict[str, Any]:

@@ -699,3 +699,45 @@ def test_every_planned_value_passes_the_executors_validation(tmp_path: Path) -> 
             ids = [int(x) for x in w.value.split()]
             assert ids == sorted(set(ids)) and all(i > 0 for i in ids)
     assert json.dumps([w.path for w in p.writes])  # plain strings
+
+
+class _KernelPlayingExecutor(Executor):
+    """The real executor, with the kernel's part played on the simulated tree where plain files cannot: mounting
+    resctrl shows its info/ and root files, a new group comes with default schemata and an empty tasks file."""
+
+    def __init__(self, tree: Tree, hidden: Path) -> None:
+        super().__init__(tree.paths, tree.cgroup_version, Health())
+        self.tree, self.hidden = tree, hidden
+
+    def _mount(self, w: Write) -> Result:
+        self.tree.resctrl.rmdir()
+        self.hidden.rename(self.tree.resctrl)
+        (self.tree.root / "proc/mounts").write_text("resctrl /sys/fs/resctrl resctrl rw,relatime 0 0\n")
+        return Result(w, "written")
+
+    def _mkdir(self, w: Write) -> Result:
+        r = super()._mkdir(w)
+        if r.result == "written":
+            Path(w.path, "schemata").write_text(self.tree.default_schemata())
+            Path(w.path, "tasks").write_text("")
+        return r
+
+
+def test_one_pass_that_mounts_resctrl_also_configures_the_groups(tmp_path: Path) -> None:
+    tree = Tree(tmp_path).build()
+    tree.add_pod("u1", koord="BE", qos="BestEffort", tids={"c1": (7,)})
+    hidden = tmp_path / "resctrl-when-mounted"
+    tree.resctrl.rename(hidden)  # not mounted yet: an empty mount point, no resctrl line in /proc/mounts
+    tree.resctrl.mkdir()
+    (tmp_path / "proc/mounts").write_text("sysfs /sys sysfs rw 0 0\n")
+    health = Health()
+    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": False, "node_name": "n"})],
+                         _KernelPlayingExecutor(tree, hidden), EventRecorder(health, "n"), health)
+    results = manager.reconcile(tree.state(_enabled(beClass={"catRangeEndPercent": 30})))
+    done = [(r.write.op, r.write.path.split("/resctrl/")[-1]) for r in results if r.result == "written"]
+    assert done[0] == ("mount", str(tree.resctrl))
+    assert ("mkdir", "BE") in done and ("tids", "BE/tasks") in done
+    assert done.index(("mkdir", "BE")) < done.index(("tids", "BE/tasks"))
+    assert (tree.resctrl / "BE/tasks").read_text().split() == ["7"]
+    schemata = [r.write.value for r in results if r.write.path.endswith("/BE/schemata") and r.result == "written"]
+    assert "L3:0=f;1=f;\n" in schemata  # 30 % of 11 ways rounds up to 4, from way 0
