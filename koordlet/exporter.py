@@ -27,6 +27,7 @@ from koordlet.collectors.psi import PSIReading
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.quantity import parse_quantity
+from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +263,8 @@ def _resource_values(resources: dict[str, str]) -> Iterator[tuple[str, str, floa
 class _ExternalCollector(Collector):
     def __init__(self, m: AgentMetrics) -> None:
         self.m = m
+        # (pod list, its parsed batch/mid requests and limits): the list object changes only when a pod does
+        self._resources: tuple[list[PodMeta], list[tuple[bool, list[str], float]]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         node, latest = self.m.node_name, self.m.latest
@@ -281,14 +284,25 @@ class _ExternalCollector(Collector):
                                 "the container requests of resources updated by koordinator", labels=labels)
         lim = GaugeMetricFamily("koordlet_container_resource_limits",
                                 "the container limits of resources updated by koordinator", labels=labels)
-        for pod in latest.pods:
+        cached = self._resources
+        if cached is None or cached[0] is not latest.pods:
+            cached = self._resources = (latest.pods, self._parse_resources(latest.pods))
+        for is_limit, values, v in cached[1]:
+            (lim if is_limit else req).add_metric(values, v)
+        yield req
+        yield lim
+
+    def _parse_resources(self, pods: list[PodMeta]) -> list[tuple[bool, list[str], float]]:
+        """(is a limit, label values, value) of every container's batch/mid request and limit."""
+        rows: list[tuple[bool, list[str], float]] = []
+        for pod in pods:
             ids = {c.name: c.container_id for c in pod.containers}
             for c in (pod.raw.get("spec") or {}).get("containers") or []:
                 if not isinstance(c, dict):
                     continue
                 res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
                 assert isinstance(res, dict)
-                for fam, section in ((req, "requests"), (lim, "limits")):
+                for section in ("requests", "limits"):
                     values = res.get(section) if isinstance(res.get(section), dict) else {}
                     assert isinstance(values, dict)
                     for name, unit in _BATCH_MID:
@@ -301,10 +315,10 @@ class _ExternalCollector(Collector):
                         # [quirk] upstream records batch/mid cpu *limits* with unit "byte"; we keep it so
                         # dashboards built on upstream series match (states_pods.go recordContainerResourceMetrics).
                         u = "byte" if section == "limits" and name.endswith("cpu") else unit
-                        fam.add_metric([self.m.node_name, name, u, pod.uid, pod.name, pod.namespace,
-                                        ids.get(str(c.get("name")), ""), str(c.get("name"))], v)
-        yield req
-        yield lim
+                        rows.append((section == "limits", [self.m.node_name, name, u, pod.uid, pod.name,
+                                                           pod.namespace, ids.get(str(c.get("name")), ""),
+                                                           str(c.get("name"))], v))
+        return rows
 
     def _usage(self, latest: Latest) -> Iterator[Metric]:
         """Per-pod and per-container usage of the last collection tick (upstream has no such series; names and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,17 @@ def test_batch_resources_and_host_apps(tmp_path: Path) -> None:
     assert "koordlet_container_resource_requests" in _samples(agent, "external")
     assert "koordlet_container_resource_requests" not in _samples(agent, "internal")
     assert _samples(agent, "internal")["process_resident_memory_bytes"][0].value > 0
+
+    # Parsed once per pod list: a changed manifest is a new list, and the next scrape shows the new value.
+    pod["spec"]["containers"][0]["resources"]["requests"]["kubernetes.io/batch-cpu"] = "3500"  # type: ignore[index]
+    manifest = tmp_path / "pods" / "spark.yaml"
+    manifest.write_text(yaml.safe_dump(pod))
+    st = manifest.stat()
+    os.utime(manifest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    agent.sync_pods()
+    agent.collect(now=1e9 + 2, mono_ns=2 * SEC)
+    req = {x.labels["resource"]: x.value for x in _samples(agent)["koordlet_container_resource_requests"]}
+    assert req["kubernetes.io/batch-cpu"] == 3500.0
 
 
 def test_missing_psi_on_cgroup_v1_is_a_capability_series_not_a_log_flood(tmp_path: Path, caplog: Any) -> None:
