@@ -7,6 +7,7 @@ once per tick is what keeps the cost proportional to pods × containers.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -29,6 +30,9 @@ class CgroupUsage(NamedTuple):
     memory: int
     memory_with_cache: int
     throttled_ratio: float | None
+
+
+_usage = functools.partial(tuple.__new__, CgroupUsage)  # as CgroupUsage(...), without its __new__'s overhead
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +134,7 @@ class CgroupUsageCollector:
                     cpu = delta_cpu / (now_mono_ns - prev[0])
                 periods = stats.nr_periods - before.nr_periods
                 throttled = (stats.nr_throttled - before.nr_throttled) / periods if periods > 0 else 0.0
-            out[id_] = CgroupUsage(cpu, stats.memory_usage, stats.memory_with_cache, throttled)
+            out[id_] = _usage((cpu, stats[1], stats[2], throttled))
         self.health.cgroup_reads += reads
         if tick % _PREV_TTL_TICKS == 0:
             horizon = tick - _PREV_TTL_TICKS
