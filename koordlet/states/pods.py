@@ -74,7 +74,8 @@ class PodsDirSource:
 
     def list_pods(self) -> list[JSON]:
         try:
-            names = sorted(n for n in os.listdir(self.directory) if n.endswith((".yaml", ".yml", ".json")))
+            names = sorted(n for n in os.listdir(self.directory)
+                           if n.endswith((".yaml", ".yml", ".json")) and not n.startswith("."))  # dot-files: temps
         except OSError as e:
             raise KoordletError(f"pods dir {self.directory} is not readable: {e.strerror}") from e
         files: dict[str, tuple[tuple[int, int, int], list[JSON]]] = {}

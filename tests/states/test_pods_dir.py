@@ -69,6 +69,12 @@ def test_a_broken_manifest_is_skipped_and_recovers(tmp_path: Path) -> None:
     assert [p["metadata"]["name"] for p in source.list_pods()] == ["a", "b"]
 
 
+def test_dot_files_are_editor_temps_not_pods(tmp_path: Path) -> None:
+    _write(tmp_path / "a.yaml", make_pod("a", UID_A))
+    _write(tmp_path / ".a.yaml", make_pod("a-draft", UID_B))
+    assert [p["metadata"]["name"] for p in PodsDirSource(str(tmp_path), Health()).list_pods()] == ["a"]
+
+
 def test_a_missing_dir_is_a_source_failure(tmp_path: Path) -> None:
     with pytest.raises(KoordletError, match="not readable"):
         PodsDirSource(str(tmp_path / "absent"), Health()).list_pods()
