@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from koordlet.errors import InvalidInput
@@ -48,6 +49,24 @@ def parse_go_interval(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class NriConfig:
+    """The NRI runtime-hook flags (pkg/koordlet/runtimehooks/config.go), plus our gpu_env_uuid extension."""
+
+    enabled: bool = True  # --enable-nri-runtime-hook
+    socket_path: str = "nri/nri.sock"  # always under the var-run root, as upstream (filepath.Join)
+    plugin_name: str = "koordlet_nri"
+    plugin_index: str = "00"
+    connect_timeout: float = 6.0
+    backoff_duration: float = 1.0
+    backoff_factor: float = 2.0
+    backoff_cap: float = 30.0  # upstream's is effectively unbounded; see koordlet/nri/connection.py
+    gpu_env_uuid: bool = False  # ours: NVIDIA_VISIBLE_DEVICES by UUID when the allocation carries UUIDs
+
+    def socket(self, paths: HostPaths) -> str:
+        return os.path.join(paths.var_run_root, self.socket_path.lstrip("/"))
+
+
+@dataclass(frozen=True)
 class Config:
     node_name: str
     paths: HostPaths
@@ -77,6 +96,7 @@ class Config:
     nvml_snapshot: str | None = None
     gpu_partition_policy: str = "Prefer"
     gpu_health_recovery_seconds: float = 300.0
+    nri: NriConfig = field(default_factory=NriConfig)
     # standalone
     pods_dir: str | None = None
     nodeslo_file: str | None = None
