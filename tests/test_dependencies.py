@@ -11,7 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # distribution name → the module the code imports
 MODULE = {"nvidia-ml-py": "pynvml", "pyroute2": "pyroute2", "urllib3": "urllib3",
-          "prometheus-client": "prometheus_client", "PyYAML": "yaml", "numpy": "numpy"}
+          "prometheus-client": "prometheus_client", "PyYAML": "yaml", "numpy": "numpy",
+          "protobuf": "google.protobuf"}
 
 
 def _runtime_dependencies() -> list[str]:
