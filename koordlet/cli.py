@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from koordlet import __version__, tables
-from koordlet.config import Config, parse_feature_gates, parse_go_interval
+from koordlet.config import Config, NriConfig, parse_feature_gates, parse_go_interval
 from koordlet.errors import InvalidInput
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 
@@ -84,6 +84,19 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="node.koordinator.sh/gpu-partition-policy for NVLink partitions found through NVML")
     p.add_argument("--gpu-health-recovery-seconds", default=300.0, type=float,
                    help="a GPU marked unhealthy by an XID is healthy again after this long without one")
+    # NRI runtime hooks (pkg/koordlet/runtimehooks/config.go); --runtime-hooks-gpu-env-uuid is ours
+    p.add_argument("--enable-nri-runtime-hook", default=True, type=_bool, nargs="?", const=True)
+    p.add_argument("--runtime-hooks-nri-socket-path", default="nri/nri.sock",
+                   help="NRI socket, under --var-run-root-dir (default nri/nri.sock)")
+    p.add_argument("--runtime-hooks-nri-plugin-name", default="koordlet_nri")
+    p.add_argument("--runtime-hooks-nri-plugin-index", default="00")
+    p.add_argument("--runtime-hooks-nri-connect-timeout", default="6s", type=parse_go_interval)
+    p.add_argument("--runtime-hooks-nri-backoff-duration", default="1s", type=parse_go_interval)
+    p.add_argument("--runtime-hooks-nri-backoff-factor", default=2.0, type=float)
+    p.add_argument("--runtime-hooks-nri-backoff-cap", default="30s", type=parse_go_interval)
+    p.add_argument("--runtime-hooks-gpu-env-uuid", default=False, type=_bool, nargs="?", const=True,
+                   help="NVIDIA_VISIBLE_DEVICES by GPU UUID when the allocation carries UUIDs (ours; see "
+                        "docs/runtime-hooks.md)")
     p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
 
 
@@ -165,6 +178,12 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
         gpu_health_recovery_seconds=ns.gpu_health_recovery_seconds,
         reconcile_interval_seconds=ns.reconcile_interval_seconds,
         resource_force_update_seconds=ns.resource_force_update_seconds,
+        nri=NriConfig(enabled=ns.enable_nri_runtime_hook, socket_path=ns.runtime_hooks_nri_socket_path,
+                      plugin_name=ns.runtime_hooks_nri_plugin_name, plugin_index=ns.runtime_hooks_nri_plugin_index,
+                      connect_timeout=ns.runtime_hooks_nri_connect_timeout,
+                      backoff_duration=ns.runtime_hooks_nri_backoff_duration,
+                      backoff_factor=ns.runtime_hooks_nri_backoff_factor,
+                      backoff_cap=ns.runtime_hooks_nri_backoff_cap, gpu_env_uuid=ns.runtime_hooks_gpu_env_uuid),
     )
 
 

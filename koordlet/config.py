@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from koordlet.errors import InvalidInput
@@ -48,6 +49,19 @@ def parse_go_interval(text: str) -> float:
         return godur.parse(text)
 
 
+# containerd/nri pkg/api/plugin.go CheckPluginIndex / CheckPluginName: the runtime refuses anything else.
+_NRI_INDEX = re.compile(r"[0-9]{2}")
+_NRI_NAME = re.compile(r"[A-Za-z0-9\-_.+]+")
+
+
+def check_nri_identity(name: str, index: str) -> None:
+    """Raise InvalidInput (naming the flag) for a plugin name or index the runtime would refuse at registration."""
+    if not _NRI_INDEX.fullmatch(index):
+        raise InvalidInput(f"--runtime-hooks-nri-plugin-index {index!r}: must be exactly two digits, e.g. 00")
+    if not _NRI_NAME.fullmatch(name):
+        raise InvalidInput(f"--runtime-hooks-nri-plugin-name {name!r}: only letters, digits and -_.+ allowed")
+
+
 @dataclass(frozen=True)
 class NriConfig:
     """The NRI runtime-hook flags (pkg/koordlet/runtimehooks/config.go), plus our gpu_env_uuid extension."""
@@ -61,6 +75,9 @@ class NriConfig:
     backoff_factor: float = 2.0
     backoff_cap: float = 30.0  # upstream's is effectively unbounded; see koordlet/nri/connection.py
     gpu_env_uuid: bool = False  # ours: NVIDIA_VISIBLE_DEVICES by UUID when the allocation carries UUIDs
+
+    def __post_init__(self) -> None:
+        check_nri_identity(self.plugin_name, self.plugin_index)
 
     def socket(self, paths: HostPaths) -> str:
         return os.path.join(paths.var_run_root, self.socket_path.lstrip("/"))
