@@ -20,6 +20,7 @@ DS_DEFAULTS = {
     "var_run_root": "/host-var-run/",
     "var_lib_kubelet": "/var/lib/kubelet/",
     "run_root": "/host-run/",
+    "dev_root": "/dev/",  # the DaemonSet mounts the host's /dev at /dev, as upstream's does
 }
 # env agent_mode=hostMode: the agent runs directly on the host.
 HOST_MODE_DEFAULTS = {
@@ -30,12 +31,14 @@ HOST_MODE_DEFAULTS = {
     "var_run_root": "/var/run/",
     "var_lib_kubelet": "/var/lib/kubelet/",
     "run_root": "/run/",
+    "dev_root": "/dev/",
 }
-# The upstream flag that sets each root (cmd/koordlet flags, pkg/koordlet/util/system/config.go).
+# The upstream flag that sets each root (cmd/koordlet flags, pkg/koordlet/util/system/config.go); `--dev-root-dir`
+# is ours: upstream reads device nodes at a fixed /dev (runtime hooks: RDMA uverbs, and our Ascend/Cambricon nodes).
 ROOT_FLAGS = {
     "cgroup_root": "--cgroup-root-dir", "sys_root": "--sys-root-dir", "sys_fs_root": "--sys-fs-root-dir",
     "proc_root": "--proc-root-dir", "var_run_root": "--var-run-root-dir",
-    "var_lib_kubelet": "--var-lib-kubelet-dir", "run_root": "--run-root-dir",
+    "var_lib_kubelet": "--var-lib-kubelet-dir", "run_root": "--run-root-dir", "dev_root": "--dev-root-dir",
 }
 
 
@@ -54,6 +57,7 @@ class HostPaths:
     var_run_root: str
     var_lib_kubelet: str
     run_root: str
+    dev_root: str = "/dev/"  # host device nodes (st_rdev of /dev/infiniband/uverbsN, /dev/davinciN, ...)
 
     @classmethod
     def defaults(cls, env: dict[str, str] | None = None) -> HostPaths:
@@ -98,6 +102,9 @@ class HostPaths:
 
     def kubelet(self, *parts: str) -> str:
         return os.path.join(self.var_lib_kubelet, *parts)
+
+    def dev(self, *parts: str) -> str:
+        return os.path.join(self.dev_root, *parts)
 
 
 def resolve_roots(explicit: Mapping[str, str | None], *, host_root: str | None = None,
