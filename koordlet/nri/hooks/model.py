@@ -47,6 +47,8 @@ class DeviceNode:
     major: int
     minor: int
     file_mode: int | None = 0o666
+    uid: int | None = None  # owner inside the container; None leaves it to the runtime (root)
+    gid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,40 @@ class Adjustment:
         return bool(self.env or self.mounts or self.devices or self.rdt_class is not None)
 
 
+@dataclass(frozen=True)
+class HostDir:
+    """A host directory the caller must (re)create before the container starts: a side effect no hook performs.
+
+    `path` is the host's own path, the one a mount's `source` names (the DaemonSet mounts it at the same path).
+    With `recreate`, whatever is there is removed first; then the directory is created with its parents and
+    chmod'ed to `mode` (umask does not apply). Used for HAMi-core's per-container vGPU monitor directory, which
+    lies outside the executor's roots."""
+
+    path: str
+    mode: int = 0o777
+    recreate: bool = True
+    reason: str = ""
+
+
+# Which cached node facts a hook found missing (NodeFactsReader.refresh takes them).
+FACT_DEV = "dev"  # device nodes under the dev root
+FACT_PCI = "pci"  # PCI address -> uverbs node
+FACT_RESCTRL = "resctrl"  # the resctrl mount and its groups
+
+
 @dataclass
 class HookResult:
     """A hook stage's outcome: the adjustment, host writes for the one writer (pod cgroup files, resctrl group),
-    and what was skipped because of bad input (each becomes a log line and an Event naming the pod and field)."""
+    and what was skipped because of bad input (each becomes a log line and an Event naming the pod and field).
+
+    - `stale_facts`: kinds of cached facts (FACT_*) a hook looked for and did not find, e.g. the uverbs node of a
+      VF created after the facts were read. Non-empty: refresh those facts once and run the stage again.
+    - `host_dirs`: directories the caller creates on the host before answering the runtime (see HostDir).
+    - `timings`: (hook name, succeeded, seconds) per hook that ran, in order."""
 
     adjustment: Adjustment = field(default_factory=Adjustment)
     plan: Plan = field(default_factory=Plan)
     failures: list[PlanError] = field(default_factory=list)
+    stale_facts: frozenset[str] = frozenset()
+    host_dirs: list[HostDir] = field(default_factory=list)
+    timings: list[tuple[str, bool, float]] = field(default_factory=list)
