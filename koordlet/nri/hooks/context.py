@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,11 +33,11 @@ class HookInputError(InvalidInput):
 
 class FactMissing(HookInputError):
     """A node fact the hook needs is not in the cached facts (e.g. the uverbs node of a VF created since they were
-    read). `kind` (a FACT_* of koordlet.nri.hooks.model) tells the caller what to read again before a retry."""
+    read). `kinds` (FACT_* of koordlet.nri.hooks.model) tell the caller what to read again before a retry."""
 
-    def __init__(self, kind: str, field: str, message: str) -> None:
+    def __init__(self, kinds: str | Collection[str], field: str, message: str) -> None:
         super().__init__(field, message)
-        self.kind = kind
+        self.kinds = frozenset({kinds} if isinstance(kinds, str) else kinds)
 
 
 def annotation_field(key: str, path: str = "") -> str:

@@ -55,7 +55,8 @@ def inject(call: HookCall) -> HookResult:
         uverbs = call.facts.uverbs.get(bdf)
         if uverbs is None:
             sysfs = os.path.join(call.facts.paths.sys_root, "bus/pci/devices", bdf, "infiniband_verbs")
-            raise FactMissing(FACT_PCI, call.allocation_field(fld), f"no uverbs device under {sysfs}")
+            # a function that appeared since (a VF) brings a new device node too: both are read again
+            raise FactMissing({FACT_PCI, FACT_DEV}, call.allocation_field(fld), f"no uverbs device under {sysfs}")
         devices.append(_node(call, f"{IB_DEV_DIR}/{uverbs}", call.allocation_field(fld)))
     unique = list({d.path: d for d in devices}.values())
     return HookResult(adjustment=Adjustment(devices=unique))

@@ -134,7 +134,7 @@ def run_stage(stage: str, call: HookCall) -> HookResult:
         try:
             part = hook.run(call)
         except FactMissing as e:
-            out.stale_facts |= {e.kind}
+            out.stale_facts |= e.kinds
             _fail(out, call, hook.name, e.field, e.message)
         except HookInputError as e:
             _fail(out, call, hook.name, e.field, e.message)
