@@ -169,7 +169,8 @@ class NodeFactsReader:
             else:
                 self._resctrl, self._groups = self._read_resctrl()
         if kinds is None:
-            self._gi_driver = None
+            driver = self._driver()
+            self._gi, self._gi_driver = self._read_group_identity(driver), driver
         self._cached = None
 
     def observe(self, results: Iterable[_ExecResult]) -> None:
