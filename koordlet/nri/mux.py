@@ -92,7 +92,8 @@ class Mux:
         await writer.drain()
 
     async def run(self) -> None:
-        """Read frames until the trunk ends, appending each payload to its channel; then EOF on every channel."""
+        """Read frames until the trunk ends, appending each payload to its channel; then close the trunk, EOF on
+        every channel."""
         reader, channels = self._reader, self._channels
         try:
             while True:
@@ -110,7 +111,7 @@ class Mux:
         except (ConnectionError, OSError) as e:
             log.debug("NRI mux: trunk read failed: %s", e)
         finally:
-            self._end()
+            self.close()
 
     def close(self) -> None:
         """Close the trunk; `run` then returns and every channel reads EOF."""
