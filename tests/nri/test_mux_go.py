@@ -222,6 +222,7 @@ async def test_frames_for_other_conn_ids_are_ignored_by_go(gopeer_bin: Path, tmp
 
 async def test_runtime_restart_ends_the_mux_and_a_new_session_works(gopeer_bin: Path, tmp_path: Path) -> None:
     sock = tmp_path / "nri.sock"
+    sock.write_bytes(b"stale")  # a leftover file: the runtime removes it before listening
     async with runtime(gopeer_bin, sock) as peer:
         async with plugin_side(sock) as side:
             await peer.event("connected")
