@@ -14,11 +14,15 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from koordlet.agent import Agent
 from koordlet.cluster import ClusterLink
 from koordlet.exporter import HttpServer
 from koordlet.host.files import descriptor_cap, raise_nofile_limit
+
+if TYPE_CHECKING:
+    from koordlet.nri.connection import NriConnection
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class Daemon:
         self.http: HttpServer | None = None
         self._nodeslo_mtime: float | None = None
         self._failing: dict[str, str] = {}  # loop → log-once key of its current failure
+        self.nri: NriConnection | None = None
         self._settle = True  # settle_heap after the next collection (start-up, then after each pod change)
 
     # -- probes --------------------------------------------------------------------------------------------
@@ -210,6 +215,11 @@ class Daemon:
             tasks.append(self._every("devices", cfg.node_topology_sync_interval, self._devices))
         if self.cluster is not None:
             self.agent.qos_manager(post_event=self.cluster.client.post)
+        if cfg.nri.enabled:
+            from koordlet.nri.wiring import nri_connection
+
+            self.nri = nri_connection(self.agent, self.cluster.client.post if self.cluster is not None else None)
+            tasks.append(self.nri.run(self.stop_event))
         qos_kick = asyncio.Event()
 
         def changed() -> None:  # called from the pod-sync thread or the loop

@@ -1,0 +1,253 @@
+"""The NRI Plugin service: runtime calls in, adjustments out, and the pods and containers the runtime told us about.
+
+Every call is answered from memory (the hooks' node facts are kept between calls) and never with an error status
+for a hook problem: the runtime fails the user's container on any non-fatal error a plugin returns
+(containerd/nri pkg/adaptation/plugin.go), so a hook failure means "no adjustment from that hook", a log line and
+an Event, never an RPC error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from google.protobuf.message import DecodeError, Message
+
+from koordlet.nri import convert
+from koordlet.nri.hooks.model import ContainerInfo, HookResult, PodInfo
+from koordlet.nri.metrics import NriMetrics
+from koordlet.nri.ttrpc import INVALID_ARGUMENT, TtrpcError
+from koordlet.pb import nri_pb2 as api
+
+log = logging.getLogger(__name__)
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+
+# Event enum (containerd/nri pkg/api/api.proto) and the subscription mask bit of each: 1 << (event - 1).
+EVENTS = {
+    "RunPodSandbox": 1, "StopPodSandbox": 2, "RemovePodSandbox": 3, "CreateContainer": 4,
+    "PostCreateContainer": 5, "StartContainer": 6, "PostStartContainer": 7, "UpdateContainer": 8,
+    "PostUpdateContainer": 9, "StopContainer": 10, "RemoveContainer": 11,
+}
+# Upstream koordlet subscribes to these four (mask 0x8D, runtimehooks/nri/server.go). We add RemoveContainer so a
+# removed container leaves our memory; every bit stays below 0x800, which runtimes vendoring NRI <= 0.9 accept.
+SUBSCRIBED = ("RunPodSandbox", "RemovePodSandbox", "CreateContainer", "UpdateContainer", "RemoveContainer")
+
+
+def event_mask(names: tuple[str, ...] | list[str]) -> int:
+    mask = 0
+    for name in names:
+        mask |= 1 << (EVENTS[name] - 1)
+    return mask
+
+
+class HookRunner(Protocol):
+    """Runs the enabled hooks of a stage and carries out their host writes; never raises for bad input."""
+
+    def run_pod_sandbox(self, pod: PodInfo) -> HookResult: ...
+    def create_container(self, pod: PodInfo, container: ContainerInfo) -> HookResult: ...
+    def update_container(self, pod: PodInfo, container: ContainerInfo) -> HookResult: ...
+    def remove_pod_sandbox(self, pod: PodInfo) -> HookResult: ...
+
+
+@dataclass
+class RuntimeView:
+    """Pods and containers as the runtime reported them (Synchronize, then events): no kubelet needed."""
+
+    pods: dict[str, PodInfo] = field(default_factory=dict)  # sandbox id → pod
+    containers: dict[str, ContainerInfo] = field(default_factory=dict)  # container id → container
+
+    def forget_pod(self, sandbox_id: str) -> None:
+        self.pods.pop(sandbox_id, None)
+        for cid in [c.container_id for c in self.containers.values() if c.sandbox_id == sandbox_id]:
+            del self.containers[cid]
+
+
+@dataclass
+class RuntimeInfo:
+    """What Configure told us about the runtime on the current connection."""
+
+    name: str = ""
+    version: str = ""
+    nri_version: str = ""
+    request_timeout: float = 2.0  # seconds; NRI's DefaultPluginRequestTimeout
+    registration_timeout: float = 5.0
+
+
+Handler = Callable[[bytes, float | None], Awaitable[bytes]]
+Reply = tuple[Message, bool]  # the reply, and whether a hook failed (for the calls metric; already reported)
+
+
+class NriPlugin:
+    """The handlers of service `nri.pkg.api.v1alpha1.Plugin`, for a TtrpcServer:
+
+        plugin = NriPlugin(runner, metrics)
+        server = TtrpcServer({PLUGIN_SERVICE: plugin.methods()})
+    """
+
+    def __init__(self, runner: HookRunner, metrics: NriMetrics, *, events: tuple[str, ...] = SUBSCRIBED) -> None:
+        self.runner = runner
+        self.metrics = metrics
+        self.mask = event_mask(events)
+        self.view = RuntimeView()
+        self.runtime = RuntimeInfo()
+        self._sync_pods: list[api.PodSandbox] = []
+        self._sync_containers: list[api.Container] = []
+        self.synchronized = False  # the current connection's Synchronize finished
+
+    def methods(self) -> Mapping[str, Handler]:
+        calls: list[tuple[str, type[Message], Callable[[Message], Reply]]] = [
+            ("Configure", api.ConfigureRequest, self.configure),  # type: ignore[list-item]
+            ("Synchronize", api.SynchronizeRequest, self.synchronize),  # type: ignore[list-item]
+            ("Shutdown", api.Empty, self.shutdown),  # type: ignore[list-item]
+            ("CreateContainer", api.CreateContainerRequest, self.create_container),  # type: ignore[list-item]
+            ("UpdateContainer", api.UpdateContainerRequest, self.update_container),  # type: ignore[list-item]
+            ("StopContainer", api.StopContainerRequest, self.stop_container),  # type: ignore[list-item]
+            ("StateChange", api.StateChangeEvent, self.state_change),  # type: ignore[list-item]
+            ("UpdatePodSandbox", api.UpdatePodSandboxRequest, self.update_pod_sandbox),  # type: ignore[list-item]
+            # NRI >= 0.12 calls these first and falls back to StateChange on UNIMPLEMENTED.
+            ("RunPodSandbox", api.RunPodSandboxRequest, self.run_pod_sandbox),  # type: ignore[list-item]
+            ("RemovePodSandbox", api.RemovePodSandboxRequest, self.remove_pod_sandbox),  # type: ignore[list-item]
+            ("RemoveContainer", api.RemoveContainerRequest, self.remove_container),  # type: ignore[list-item]
+        ]
+        return {name: self._handler(name, cls, fn) for name, cls, fn in calls}
+
+    def _handler(self, method: str, request_type: type[Message], fn: Callable[[Message], Reply]) -> Handler:
+        async def handle(payload: bytes, deadline: float | None) -> bytes:
+            started = time.perf_counter()
+            request = request_type()
+            try:
+                request.ParseFromString(payload)
+            except DecodeError as e:  # a protocol error: the runtime drops the plugin, not the container
+                self.metrics.call(method, "error", time.perf_counter() - started)
+                raise TtrpcError(INVALID_ARGUMENT, f"cannot decode {request_type.__name__}: {e}") from e
+            try:
+                reply, hook_failed = fn(request)
+                outcome = "hook_failed" if hook_failed else "ok"
+            except Exception:  # our bug: answer as if no hook applied, so the container is still created
+                log.exception("NRI %s failed; answering with no adjustment", method)
+                reply, outcome = _empty_reply(method), "error"
+            self.metrics.call(method, outcome, time.perf_counter() - started)
+            return reply.SerializeToString()
+
+        return handle
+
+    # -- session -------------------------------------------------------------------------------------------
+    def connection_started(self) -> None:
+        """A new connection: the runtime will Synchronize everything again."""
+        self.synchronized = False
+        self._sync_pods, self._sync_containers = [], []
+
+    def configure(self, req: api.ConfigureRequest) -> Reply:
+        self.runtime = RuntimeInfo(
+            name=req.runtime_name, version=req.runtime_version, nri_version=req.NRI_version,
+            request_timeout=(req.request_timeout or 2000) / 1000, registration_timeout=(req.registration_timeout or
+                                                                                         5000) / 1000)
+        log.info("NRI configured by %s %s (request timeout %.1fs); subscribing to 0x%x", req.runtime_name or "?",
+                 req.runtime_version or "?", self.runtime.request_timeout, self.mask)
+        return _outcome(api.ConfigureResponse(events=self.mask))
+
+    def synchronize(self, req: api.SynchronizeRequest) -> Reply:
+        """Existing pods and containers, possibly in parts (`more`); like upstream we answer with no updates: the
+        reconcilers own containers that already run."""
+        self._sync_pods.extend(req.pods)
+        self._sync_containers.extend(req.containers)
+        if req.more:
+            return _outcome(api.SynchronizeResponse(more=True))
+        view = RuntimeView()
+        for pod in self._sync_pods:
+            view.pods[pod.id] = convert.pod_info(pod)
+        for c in self._sync_containers:
+            view.containers[c.id] = convert.container_info(c)
+        self.view = view
+        self._sync_pods, self._sync_containers = [], []
+        self.synchronized = True
+        log.info("NRI synchronized: %d pods, %d containers", len(view.pods), len(view.containers))
+        return _outcome(api.SynchronizeResponse())
+
+    def shutdown(self, req: api.Empty) -> Reply:
+        log.info("NRI runtime asked the plugin to shut down; will reconnect when it comes back")
+        return _outcome(api.Empty())
+
+    # -- pods ----------------------------------------------------------------------------------------------
+    def _pod_started(self, pod_msg: api.PodSandbox) -> HookResult:
+        pod = convert.pod_info(pod_msg)
+        self.view.pods[pod.sandbox_id] = pod
+        return self.runner.run_pod_sandbox(pod)
+
+    def _pod_removed(self, pod_msg: api.PodSandbox) -> HookResult:
+        pod = self.view.pods.get(pod_msg.id) or convert.pod_info(pod_msg)
+        self.view.forget_pod(pod.sandbox_id)
+        return self.runner.remove_pod_sandbox(pod)
+
+    def run_pod_sandbox(self, req: api.RunPodSandboxRequest) -> Reply:
+        return _outcome(api.RunPodSandboxResponse(), self._pod_started(req.pod))
+
+    def remove_pod_sandbox(self, req: api.RemovePodSandboxRequest) -> Reply:
+        return _outcome(api.RemovePodSandboxResponse(), self._pod_removed(req.pod))
+
+    def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> Reply:
+        self.view.pods[req.pod.id] = convert.pod_info(req.pod)
+        return _outcome(api.UpdatePodSandboxResponse())
+
+    def state_change(self, req: api.StateChangeEvent) -> Reply:
+        """NRI <= 0.11 delivers pod and post-container events only here."""
+        reply = api.Empty()
+        if req.event == EVENTS["RunPodSandbox"]:
+            return _outcome(reply, self._pod_started(req.pod))
+        if req.event == EVENTS["RemovePodSandbox"]:
+            return _outcome(reply, self._pod_removed(req.pod))
+        if req.event in (EVENTS["StopContainer"], EVENTS["RemoveContainer"]):
+            self.view.containers.pop(req.container.id, None)
+        elif req.event == EVENTS["StopPodSandbox"]:
+            pass  # the sandbox is gone only at RemovePodSandbox
+        return _outcome(reply)
+
+    # -- containers ----------------------------------------------------------------------------------------
+    def _pod_of(self, pod_msg: api.PodSandbox) -> PodInfo:
+        """The request's pod (always present on container events); remembered if Synchronize missed it."""
+        pod = convert.pod_info(pod_msg)
+        self.view.pods[pod.sandbox_id] = pod
+        return pod
+
+    def create_container(self, req: api.CreateContainerRequest) -> Reply:
+        pod, container = self._pod_of(req.pod), convert.container_info(req.container)
+        self.view.containers[container.container_id] = container
+        result = self.runner.create_container(pod, container)
+        reply = api.CreateContainerResponse()
+        if result.adjustment:
+            reply.adjust.CopyFrom(convert.container_adjustment(result.adjustment))
+        return _outcome(reply, result)
+
+    def update_container(self, req: api.UpdateContainerRequest) -> Reply:
+        pod, container = self._pod_of(req.pod), convert.container_info(req.container)
+        self.view.containers[container.container_id] = container
+        result = self.runner.update_container(pod, container)
+        reply = api.UpdateContainerResponse(update=convert.container_updates(container.container_id,
+                                                                             result.adjustment))
+        return _outcome(reply, result)
+
+    def stop_container(self, req: api.StopContainerRequest) -> Reply:
+        self.view.containers.pop(req.container.id, None)
+        return _outcome(api.StopContainerResponse())
+
+    def remove_container(self, req: api.RemoveContainerRequest) -> Reply:
+        self.view.containers.pop(req.container.id, None)
+        return _outcome(api.RemoveContainerResponse())
+
+
+def _outcome(reply: Message, result: HookResult | None = None) -> Reply:
+    return reply, bool(result is not None and result.failures)
+
+
+def _empty_reply(method: str) -> Message:
+    cls: type[Message] = {"Configure": api.ConfigureResponse, "Synchronize": api.SynchronizeResponse,
+           "CreateContainer": api.CreateContainerResponse, "UpdateContainer": api.UpdateContainerResponse,
+           "StopContainer": api.StopContainerResponse, "UpdatePodSandbox": api.UpdatePodSandboxResponse,
+           "RunPodSandbox": api.RunPodSandboxResponse, "RemovePodSandbox": api.RemovePodSandboxResponse,
+           "RemoveContainer": api.RemoveContainerResponse}.get(method, api.Empty)
+    return cls()

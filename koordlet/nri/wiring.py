@@ -1,0 +1,28 @@
+"""Builds the NRI plugin from the agent: its executor and Event recorder, node facts, options and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from koordlet.agent import Agent
+from koordlet.nri.connection import Backoff, NriConnection
+from koordlet.nri.hooks.facts import NodeFactsReader
+from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.metrics import NriMetrics
+from koordlet.nri.plugin import NriPlugin
+from koordlet.nri.runner import StageRunner
+
+
+def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
+    """The plugin and its connection; writes go through the QoS manager's executor (the agent's one writer)."""
+    cfg = agent.config
+    qos = agent.qos_manager(post_event=post_event)
+    metrics = NriMetrics(cfg.node_name, agent.metrics.internal)
+    facts = NodeFactsReader(cfg.paths, agent.backend.version, lambda: agent.driver,
+                            lambda: agent.nodeslo_spec if agent.nodeslo_present else None, agent.health)
+    options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid)
+    runner = StageRunner(facts, options, qos.executor, qos.events, metrics)
+    nri = cfg.nri
+    return NriConnection(nri.socket(cfg.paths), NriPlugin(runner, metrics), metrics, name=nri.plugin_name,
+                         index=nri.plugin_index, connect_timeout=nri.connect_timeout,
+                         backoff=Backoff(nri.backoff_duration, nri.backoff_factor, 0.1, nri.backoff_cap))
