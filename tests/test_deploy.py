@@ -27,6 +27,10 @@ def test_manifest_args_are_accepted_by_the_cli() -> None:
     assert cfg.paths.cgroup_root == "/host-cgroup/" and cfg.paths.sys_root == "/host-sys/"
     assert cfg.gate("PSICollector") and cfg.listen == ("0.0.0.0", 9316)
     assert not cfg.standalone
+    # the NRI plugin dials the runtime's socket through the host /var/run mount; device nodes come from the
+    # privileged container's /dev, which is the host's
+    assert cfg.nri.enabled and cfg.nri.socket(cfg.paths) == "/host-var-run/nri/nri.sock"
+    assert cfg.paths.dev_root.rstrip("/") == "/dev"
 
 
 def test_manifest_mounts_cover_every_host_root() -> None:
