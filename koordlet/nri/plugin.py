@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import yaml
 from google.protobuf.message import DecodeError, Message
 
 from koordlet.nri import convert
@@ -38,10 +39,34 @@ EVENTS = {
 SUBSCRIBED = ("RunPodSandbox", "RemovePodSandbox", "CreateContainer", "UpdateContainer", "RemoveContainer")
 
 
+_POD_EVENTS = ("RunPodSandbox", "StopPodSandbox", "RemovePodSandbox")
+_ALL_EVENTS = 0x7FF  # every event up to RemoveContainer: valid for runtimes with NRI <= 0.9 and newer alike
+
+
 def event_mask(names: tuple[str, ...] | list[str]) -> int:
     mask = 0
     for name in names:
         mask |= 1 << (EVENTS[name] - 1)
+    return mask
+
+
+def parse_event_names(names: list[str]) -> int:
+    """The mask for event names as NRI's ParseEventMask reads them (containerd/nri pkg/api/event.go): case-
+    insensitive, comma-separated, plus `all`, `pod`/`podsandbox` and `container`; ValueError names a bad one."""
+    by_lower = {n.lower(): n for n in EVENTS}
+    mask = 0
+    for item in names:
+        for name in filter(None, (p.strip() for p in str(item).lower().split(","))):
+            if name == "all":
+                mask |= _ALL_EVENTS
+            elif name in ("pod", "podsandbox"):
+                mask |= event_mask(list(_POD_EVENTS))
+            elif name == "container":
+                mask |= event_mask([n for n in EVENTS if n not in _POD_EVENTS])
+            elif name in by_lower:
+                mask |= event_mask([by_lower[name]])
+            else:
+                raise ValueError(f"unknown event {name!r}")
     return mask
 
 
@@ -147,9 +172,27 @@ class NriPlugin:
             name=req.runtime_name, version=req.runtime_version, nri_version=req.NRI_version,
             request_timeout=(req.request_timeout or 2000) / 1000, registration_timeout=(req.registration_timeout or
                                                                                          5000) / 1000)
+        mask = self.mask
+        if req.config:
+            mask = self._configured_mask(req.config)
         log.info("NRI configured by %s %s (request timeout %.1fs); subscribing to 0x%x", req.runtime_name or "?",
-                 req.runtime_version or "?", self.runtime.request_timeout, self.mask)
-        return _outcome(api.ConfigureResponse(events=self.mask))
+                 req.runtime_version or "?", self.runtime.request_timeout, mask)
+        return _outcome(api.ConfigureResponse(events=mask))
+
+    def _configured_mask(self, text: str) -> int:
+        """Plugin config from the runtime (`events: [...]` replaces our subscription, as upstream). Upstream fails
+        Configure on a bad config, which unregisters every hook; we keep our own subscription and say why."""
+        try:
+            doc = yaml.safe_load(text)
+            events = doc.get("events") if isinstance(doc, dict) else None
+            if events is None:
+                return self.mask
+            if not isinstance(events, list):
+                raise ValueError("events must be a list")
+            return parse_event_names(events)
+        except (yaml.YAMLError, ValueError) as e:
+            log.error("NRI plugin config from the runtime ignored (%s); subscribing to koordlet's events", e)
+            return self.mask
 
     def synchronize(self, req: api.SynchronizeRequest) -> Reply:
         """Existing pods and containers, possibly in parts (`more`); like upstream we answer with no updates: the

@@ -235,3 +235,20 @@ async def test_runtime_restart_and_a_runtime_absent_at_start(gopeer_bin: Path, t
         # The runtime went away for good (socket removed): the agent keeps running and retrying.
         await asyncio.sleep(0.3)
         assert not agent.conn.connected and agent.sample("koordlet_nri_connected") == 0
+
+
+@pytest.mark.parametrize(("config", "mask"), [
+    ("events: [RunPodSandbox, createcontainer]", 0x9),
+    ("events: ['pod,container']", 0x7FF),
+    ("events: [all]", 0x7FF),
+    ("events: [NoSuchEvent]", 0x48D),  # refused: koordlet's own subscription, and a log line
+    ("{{ not yaml", 0x48D),
+    ("someOtherKey: 1", 0x48D),
+])
+async def test_plugin_config_from_the_runtime_replaces_the_events(gopeer_bin: Path, tmp_path: Path,
+                                                                  socket_path: Path, config: str, mask: int) -> None:
+    agent = build_agent(HostPaths.under(str(tmp_path / "node")), socket_path)
+    async with GoPeer.start(gopeer_bin, "runtime", "-socket", str(socket_path)) as peer, running(agent):
+        await registered(peer)
+        reply = await call(peer, "Configure", api.ConfigureRequest(config=config), api.ConfigureResponse)
+        assert reply.events == mask
