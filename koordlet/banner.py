@@ -49,6 +49,7 @@ def banner(agent: Agent, seen: Seen) -> list[str]:
         lines.append("  devices     off (--feature-gates Accelerators=true,RDMADevices=true)")
     else:
         lines.append(f"  devices     {seen.devices if seen.devices is not None else '?'} found")
+    lines.append(_nri_line(agent))
     lines.append(f"  metrics     {url}/metrics")
     nm = api_path(NODEMETRIC_API_VERSION, "nodemetrics", node)
     if cfg.standalone:
@@ -62,3 +63,12 @@ def banner(agent: Agent, seen: Seen) -> list[str]:
         if agent.devices is not None:
             lines.append(f"  Device      kubectl get device {node} -o yaml")
     return lines
+
+
+def _nri_line(agent: Agent) -> str:
+    nri = agent.config.nri
+    if not nri.enabled:
+        return "  NRI         off (--enable-nri-runtime-hook=false)"
+    hooks = [g for g in ("GPUEnvInject", "RDMADeviceInject", "GroupIdentity", "Resctrl") if agent.config.gate(g)]
+    return (f"  NRI         plugin {nri.plugin_index}-{nri.plugin_name} on {nri.socket(agent.config.paths)} "
+            f"(hooks: {', '.join(hooks) or 'none gated on'}; koordlet_nri_connected in /metrics)")

@@ -22,7 +22,7 @@ import yaml
 from koordlet import examplepods
 from koordlet.agent import Agent
 from koordlet.banner import Seen, banner, base_url
-from koordlet.config import Config, parse_feature_gates
+from koordlet.config import Config, NriConfig, parse_feature_gates
 from koordlet.examplepods import unavailable_reason
 from koordlet.health import Health
 from koordlet.host.cgtree import V1_SUBSYSTEMS, CgroupTree
@@ -169,11 +169,15 @@ def test_banner_names_what_was_found_and_the_urls(tmp_path: Path) -> None:
     assert "pods        2 (example cgroups, a sleeping process each: batch/spark-executor-1, default/web-0)" in text
     assert "devices     3 found" in text
     assert "metrics     http://localhost:9400/metrics" in text
+    assert f"NRI         plugin 00-koordlet_nri on {host.root}/var/run/nri/nri.sock (hooks: GroupIdentity;" in text
     assert "http://localhost:9400/apis/slo.koordinator.sh/v1alpha1/nodemetrics/n1" in text
     assert "http://localhost:9400/apis/scheduling.koordinator.sh/v1alpha1/devices/n1" in text
     off = Agent(Config(node_name="n1", paths=host.paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "s")))
     off_text = "\n".join(banner(off, Seen(devices=None, cgroup_pods=None)))
     assert "devices     off" in off_text and "/devices/n1" not in off_text
+    no_nri = Agent(Config(node_name="n1", paths=host.paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "s"),
+                          nri=NriConfig(enabled=False)))
+    assert "  NRI         off (--enable-nri-runtime-hook=false)" in banner(no_nri, Seen(None, None))
 
 
 def test_base_url() -> None:
