@@ -14,10 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import numpy as np
+
 from koordlet.errors import HostReadError
 from koordlet.host.files import IntFields, read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path, resource_supported
+from koordlet.host.statcolumns import Int64s, Layout, StatColumns, parse_columns
 
 
 class CgroupStats(NamedTuple):
@@ -63,6 +66,11 @@ class CgroupBackend(Protocol):
 
     def parse_stats(self, contents: Sequence[bytes], stat_paths: tuple[str, ...]) -> CgroupStats:
         """The stats from the contents of `stat_paths`, already read (the collection tick reads them itself)."""
+        ...
+
+    def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
+        """parse_stats of many cgroups at once, a column per counter: `files[j][i]` is the content of
+        `stat_paths[i][j]`. Same values as parse_stats, row by row; a row it refuses is in `failed`."""
         ...
 
     def stats(self, rel_dir: str) -> CgroupStats: ...
@@ -119,6 +127,30 @@ def _numa_memory(data: bytes, path: str) -> tuple[int, int]:
         file, anon, unevictable = found[0] or 0, found[1], found[2] or 0
     usage = (anon + unevictable) * _PAGE_SIZE
     return usage, usage + file * _PAGE_SIZE
+
+
+# The kernel layouts parse_stats converts inline, for a whole tick at once (statcolumns.parse_columns).
+_I64_MAX = int(np.iinfo(np.int64).max)
+_V1_USAGE_COLUMN = Layout.of(re.compile(rb"(\d+)\n?").fullmatch, _I64_MAX - 1, plain=True)
+_V1_NUMA_COLUMNS = Layout.of(_NUMA_BLOCK, _I64_MAX // (3 * _PAGE_SIZE))
+_V1_MEM_COLUMNS = Layout.of(_V1_MEM_BLOCK, _I64_MAX // 5)
+_V1_THROTTLE_COLUMNS = Layout.of(_V1_THROTTLE_HEAD, _I64_MAX - 1)
+_V2_CPU_COLUMNS = Layout.of(re.compile(rb"usage_usec (\d+)\n(?:[^\n]*\n)*?nr_periods (\d+)\nnr_throttled (\d+)"
+                                       rb"(?:\n|$)").match, _I64_MAX // 1000)
+_V2_MEM_COLUMNS = Layout.of(_V2_MEM_BLOCK, _I64_MAX // 5)
+
+
+def _v1_counters(usage: Int64s, memory: Int64s, throttle: Int64s) -> tuple[Int64s, ...]:
+    if memory.shape[1] == 3:  # memory.numa_stat, in pages: file, anon, unevictable
+        mem = (memory[:, 1] + memory[:, 2]) * _PAGE_SIZE
+        return usage[:, 0], mem, mem + memory[:, 0] * _PAGE_SIZE, throttle[:, 0], throttle[:, 1]
+    anon = memory[:, 0] + memory[:, 1] + memory[:, 4]  # memory.stat: inactive/active anon, file, unevictable
+    return usage[:, 0], anon, anon + memory[:, 2] + memory[:, 3], throttle[:, 0], throttle[:, 1]
+
+
+def _v2_counters(cpu: Int64s, memory: Int64s) -> tuple[Int64s, ...]:
+    anon = memory[:, 0] + memory[:, 1] + memory[:, 4]
+    return cpu[:, 0] * 1000, anon, anon + memory[:, 2] + memory[:, 3], cpu[:, 1], cpu[:, 2]
 
 
 def parse_psi(data: bytes, path: str) -> PSIStats:
@@ -190,6 +222,11 @@ class CgroupV1:
         periods, throttled = _V1_THROTTLE(data)
         return _stats((usage, mem, mem_cache, periods or 0, throttled or 0))
 
+    def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
+        memory = _V1_NUMA_COLUMNS if self.numa_stat else _V1_MEM_COLUMNS
+        return parse_columns(files, stat_paths, (_V1_USAGE_COLUMN, memory, _V1_THROTTLE_COLUMNS), _v1_counters,
+                             self.parse_stats)
+
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         # Upstream reads v1 pressure files from the cpuacct dir (Anolis-style cgroup v1 PSI).
         path = self._p(PSI_FILES[resource], rel_dir)
@@ -236,6 +273,9 @@ class CgroupV2:
         else:
             mem, mem_cache = _memory(data, _V2_MEM, stat_paths[1])
         return _stats((usage * 1000, mem, mem_cache, periods or 0, throttled or 0))
+
+    def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
+        return parse_columns(files, stat_paths, (_V2_CPU_COLUMNS, _V2_MEM_COLUMNS), _v2_counters, self.parse_stats)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         path = self._p(PSI_FILES[resource], rel_dir)
