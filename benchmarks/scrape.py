@@ -25,6 +25,7 @@ from koordlet.states.model import ContainerMeta, PodMeta
 
 def fill(latest: Latest, n_pods: int, n_ctrs: int) -> None:
     pods = []
+    usage: dict[tuple[str, str], CgroupUsage] = {}
     for i in range(n_pods):
         uid = str(uuid.uuid4())
         ctrs = tuple(ContainerMeta(f"c{c}", f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}", None, True)
@@ -33,10 +34,10 @@ def fill(latest: Latest, n_pods: int, n_ctrs: int) -> None:
                                for c in ctrs]}
         pods.append(PodMeta(uid, "bench", f"bench-{i}", "Burstable", "BE", "koord-batch", "Running", "", ctrs,
                             {"spec": spec}))
-        latest.usage[("pod", uid)] = CgroupUsage(0.25 * n_ctrs, 300 << 20, 400 << 20, 0.1)
+        usage[("pod", uid)] = CgroupUsage(0.25 * n_ctrs, 300 << 20, 400 << 20, 0.1)
         for c in ctrs:
-            latest.usage[("container", c.container_id)] = CgroupUsage(0.25, 100 << 20, 130 << 20, 0.1)
-    latest.pods = pods
+            usage[("container", c.container_id)] = CgroupUsage(0.25, 100 << 20, 130 << 20, 0.1)
+    latest.pods, latest.usage = pods, usage
 
 
 def per_scrape_ms(render: Callable[[], bytes], seconds: float) -> tuple[float, int]:

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from koordlet.collectors.advisor import Latest
-from koordlet.collectors.cgroups import CgroupUsage
 from koordlet.collectors.psi import PSIReading
+from koordlet.collectors.usage import CgroupUsage
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.quantity import parse_quantity

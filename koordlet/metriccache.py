@@ -1,8 +1,9 @@
 """Bounded in-memory time series with upstream's aggregations (avg, p50..p99, last, count) for NodeMetric.
 
 Replaces upstream's embedded Prometheus TSDB (pkg/koordlet/metriccache): series are two flat arrays
-(timestamps in ms, values) per (kind, label values), trimmed to a per-kind retention, so memory is bounded by
-live series × retention / interval no matter how long the agent runs or how many pods come and go.
+(timestamps in ms, values) per (kind, label values), or, for the series a collection tick writes together, columns
+of one frame (metricframe); trimmed to a per-kind retention, so memory is bounded by live series × retention /
+interval no matter how long the agent runs or how many pods come and go.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from koordlet.metricframe import Floats, Frame, Int64s
+from koordlet.metricframe import SeriesKey as SeriesKey  # re-exported: the key type every caller uses
 
 # Sample kinds and their label (property) names, upstream pkg/koordlet/metriccache/metric_resources.go.
 KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -45,8 +51,6 @@ KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
     "pod_psi": ("pod_uid", "psi_resource", "psi_precision", "psi_degree"),
     "container_psi": ("pod_uid", "container_id", "psi_resource", "psi_precision", "psi_degree"),
 }
-
-SeriesKey = tuple[str, ...]  # (kind, *label values in KIND_PROPERTIES order)
 
 AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")
 _PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
@@ -97,7 +101,7 @@ def aggregate(timestamps: Iterable[int], values: Iterable[float]) -> Aggregate |
 
 
 class Series:
-    """One series' samples; a collector on the hot path may hold it between ticks (see MetricCache.series)."""
+    """One series' samples, appended one at a time (MetricCache.append)."""
 
     __slots__ = ("ts", "values")
 
@@ -105,10 +109,25 @@ class Series:
         self.ts = array("q")
         self.values = array("d")
 
-    def add(self, ts_ms: int, value: float) -> None:
-        """Append without the out-of-order check: the caller guarantees `ts_ms` is not older than the last one."""
-        self.ts.append(ts_ms)
-        self.values.append(value)
+
+class ColumnWriter:
+    """Appends the values of fixed series at one instant in one call (see MetricCache.columns)."""
+
+    __slots__ = ("_columns", "_frame")
+
+    def __init__(self, frame: Frame, keys: Sequence[SeriesKey]) -> None:
+        self._frame, self._columns = frame, frame.columns(keys)
+
+    def add(self, ts_ms: int, values: Floats) -> None:
+        """`values[i]` is the sample of the i-th key, NaN for none; dropped whole if older than the last add."""
+        self._frame.add(ts_ms, self._columns, values)
+
+
+def _arrays(ts: Int64s, values: Floats) -> tuple[array[int], array[float]]:
+    out_ts, out_values = array("q"), array("d")
+    out_ts.frombytes(ts.astype(np.int64).tobytes())
+    out_values.frombytes(values.astype(np.float64).tobytes())
+    return out_ts, out_values
 
 
 class MetricCache:
@@ -117,7 +136,9 @@ class MetricCache:
     def __init__(self, retention_seconds: Callable[[str], float]) -> None:
         self._retention = retention_seconds
         self._series: dict[SeriesKey, Series] = {}
-        self.generation = 0  # bumped when gc drops series: Series handles held elsewhere are then stale
+        self._frame = Frame()
+        self._written: frozenset[SeriesKey] = frozenset()  # the keys of the newest ColumnWriter: kept by gc
+        self.generation = 0  # bumped when gc drops columns: ColumnWriters made before are then stale
 
     @staticmethod
     def key(kind: str, **labels: str) -> SeriesKey:
@@ -126,12 +147,11 @@ class MetricCache:
             raise ValueError(f"{kind} takes labels {props}, got {sorted(labels)}")
         return (kind, *(labels[p] for p in props))
 
-    def series(self, key: SeriesKey) -> Series:
-        """The series of `key`, created empty if needed, to append to directly until `generation` changes."""
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = Series()
-        return series
+    def columns(self, keys: Sequence[SeriesKey]) -> ColumnWriter:
+        """A writer of these series' samples a whole instant at a time (a collection tick's per-target series),
+        valid until `generation` changes. The series stay, empty or not, while they are the newest writer's."""
+        self._written = frozenset(keys)
+        return ColumnWriter(self._frame, keys)
 
     def append(self, key: SeriesKey, ts_ms: int, value: float) -> None:
         series = self._series.get(key)
@@ -144,11 +164,20 @@ class MetricCache:
 
     def window(self, key: SeriesKey, start_ms: int, end_ms: int) -> tuple[array[int], array[float]]:
         series = self._series.get(key)
+        written = self._frame.window(key, start_ms, end_ms)
         if series is None:
-            return array("q"), array("d")
+            if written is None:
+                return array("q"), array("d")
+            return _arrays(*written)
         lo = bisect_left(series.ts, start_ms)
         hi = bisect_right(series.ts, end_ms)
-        return series.ts[lo:hi], series.values[lo:hi]
+        if written is None:
+            return series.ts[lo:hi], series.values[lo:hi]
+        # appended and written as a column too: both, in time order
+        f_ts, f_values = written
+        ts = np.concatenate((np.asarray(series.ts[lo:hi], dtype=np.int64), f_ts))
+        order = np.argsort(ts, kind="stable")
+        return _arrays(ts[order], np.concatenate((np.asarray(series.values[lo:hi]), f_values))[order])
 
     def aggregate(self, key: SeriesKey, start_ms: int, end_ms: int) -> Aggregate | None:
         ts, vals = self.window(key, start_ms, end_ms)
@@ -156,9 +185,11 @@ class MetricCache:
 
     def last(self, key: SeriesKey) -> tuple[int, float] | None:
         series = self._series.get(key)
-        if series is None or not series.ts:
-            return None
-        return series.ts[-1], series.values[-1]
+        appended = (series.ts[-1], series.values[-1]) if series is not None and series.ts else None
+        written = self._frame.last(key)
+        if appended is None or written is None:
+            return appended or written
+        return written if written[0] > appended[0] else appended
 
     def gc(self, now_ms: int) -> int:
         """Trim samples older than each kind's retention; drop empty series. Returns series dropped."""
@@ -174,18 +205,20 @@ class MetricCache:
             if cut >= len(series.ts):
                 del self._series[key]
                 dropped += 1
-                self.generation += 1
             elif cut:
                 del series.ts[:cut]
                 del series.values[:cut]
-        return dropped
+        in_frame = self._frame.gc(lambda kind: now_ms - int(self._retention(kind) * 1000), self._written)
+        if in_frame:
+            self.generation += 1
+        return dropped + in_frame
 
     def keys(self, kind: str) -> list[SeriesKey]:
         """Keys of the live series of one kind (e.g. every GPU that has a `node_gpu_memory_total` series)."""
-        return [k for k in self._series if k[0] == kind]
+        return [k for k in dict.fromkeys([*self._series, *self._frame.series()]) if k[0] == kind]
 
     def series_count(self) -> int:
-        return len(self._series)
+        return len(self._series.keys() | set(self._frame.series()))
 
     def sample_count(self) -> int:
-        return sum(len(s.ts) for s in self._series.values())
+        return sum(len(s.ts) for s in self._series.values()) + self._frame.sample_count()

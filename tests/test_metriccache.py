@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from koordlet.metriccache import MetricCache, aggregate, percentile_index
@@ -64,3 +65,81 @@ def test_memory_is_bounded_as_pods_come_and_go() -> None:
     # live: pods of the last 5 minutes (+ the one being gc'd) and one node series of ≤ 1800 samples
     assert cache.series_count() <= 50 * 6 + 1
     assert cache.sample_count() <= 50 * 6 * 60 + 1801
+
+
+def _keys(n: int) -> list[tuple[str, ...]]:
+    return [MetricCache.key("pod_cpu_usage" if i % 2 else "container_memory_usage",
+                            **({"pod_uid": f"p{i}"} if i % 2 else {"container_id": f"c{i}"})) for i in range(n)]
+
+
+def _retention(kind: str) -> float:
+    return 7 if kind.startswith("pod") else 12  # two kinds kept for different times in one frame
+
+
+@settings(max_examples=200, deadline=None)
+@given(ticks=st.lists(st.tuples(st.integers(0, 3000), st.lists(st.one_of(st.none(), st.floats(0, 1e9)),
+                                                                min_size=6, max_size=6), st.booleans()),
+                      max_size=60),
+       window=st.tuples(st.integers(0, 90_000), st.integers(0, 90_000)))
+def test_columns_hold_what_appends_would(ticks: list[tuple[int, list[float | None], bool]],
+                                         window: tuple[int, int]) -> None:
+    """A tick written as one row of columns reads back as the same samples appended one by one would."""
+    columns, appended = MetricCache(_retention), MetricCache(_retention)
+    keys = _keys(6)
+    writer = columns.columns(keys)
+    now = 0
+    for step, values, gc in ticks:
+        now += step
+        writer.add(now, np.array([np.nan if v is None else v for v in values]))
+        for key, v in zip(keys, values, strict=True):
+            if v is not None:
+                appended.append(key, now, v)
+        if gc:
+            columns.gc(now)
+            appended.gc(now)
+            if columns.generation != 0:
+                writer = columns.columns(keys)
+    start, end = sorted(window)
+    for key in keys:
+        assert columns.window(key, start, end) == appended.window(key, start, end)
+        assert columns.aggregate(key, 0, now) == appended.aggregate(key, 0, now)
+        assert columns.last(key) == appended.last(key)
+    assert columns.sample_count() == appended.sample_count()
+    assert set(columns.keys("pod_cpu_usage")) == set(keys[1::2])
+
+
+def test_columns_drop_a_tick_older_than_the_last_and_keep_their_series_while_written() -> None:
+    cache = MetricCache(lambda kind: 10)
+    keys = _keys(2)
+    writer = cache.columns(keys)
+    writer.add(5000, np.array([1.0, np.nan]))
+    writer.add(4000, np.array([2.0, 2.0]))  # older than the newest row: dropped whole
+    assert list(cache.window(keys[0], 0, 10_000)[1]) == [1.0] and cache.last(keys[1]) is None
+    assert cache.series_count() == 2  # the second series has no sample yet, but its writer is live
+    cache.gc(100_000)
+    assert cache.series_count() == 2 and cache.sample_count() == 0 and cache.generation == 0
+    cache.columns(keys[:1])  # a new writer without the second series: gc may now drop it
+    assert cache.gc(100_000) == 1 and cache.series_count() == 1 and cache.generation == 1
+
+
+def test_a_series_both_appended_and_written_reads_in_time_order() -> None:
+    cache = MetricCache(lambda kind: 100)
+    key = _keys(1)[0]
+    cache.append(key, 1000, 1.0)
+    cache.columns([key]).add(2000, np.array([2.0]))
+    cache.append(key, 3000, 3.0)
+    ts, values = cache.window(key, 0, 5000)
+    assert list(ts) == [1000, 2000, 3000] and list(values) == [1.0, 2.0, 3.0]
+    assert cache.last(key) == (3000, 3.0) and cache.series_count() == 1 and cache.sample_count() == 3
+
+
+def test_frame_buffers_settle_under_churn() -> None:
+    """A day of ticks with a gc a minute: the rows kept stay near retention / interval, the buffers near 1.5×."""
+    cache = MetricCache(lambda kind: 360)
+    writer = cache.columns(_keys(4))
+    for t in range(86_400):
+        writer.add(t * 1000, np.ones(4))
+        if t % 60 == 0:
+            cache.gc(t * 1000)
+    live, held = cache._frame.rows()
+    assert live <= 361 + 60 and held <= 1.5 * (361 + 60) + 1

@@ -168,3 +168,41 @@ def test_the_collector_follows_a_cgroup_recreated_under_its_held_descriptors(tmp
         collector.close()
         for sub in subs:
             (root / sub / "a").rmdir()
+
+
+@pytest.mark.realhost
+def test_the_one_map_read_and_the_row_by_row_read_give_each_cgroup_its_own_stats(tmp_path: Path) -> None:
+    """Cgroups held open are read by one map of pread, the others row by row, in one tick: each target still gets
+    its own cgroup's values (those backend.stats reads), and a missing or refused one is counted, not read."""
+    from koordlet.collectors.cgroups import CgroupUsageCollector, Target
+    from koordlet.health import Health
+    from koordlet.host.cgroup import CgroupV1
+    from koordlet.host.paths import HostPaths
+
+    subs = ("cpu", "cpuacct", "memory")
+    with real_v1_root(tmp_path, subs) as (root, _):
+        for d in ("a", "b", "c"):
+            for sub in subs:
+                (root / sub / d).mkdir()
+        (root / "memory" / "b" / "memory.limit_in_bytes").write_text(str(64 << 20))
+        backend = CgroupV1(HostPaths.under("/").with_overrides(cgroup_root=str(root)))
+        health = Health()
+        collector = CgroupUsageCollector(backend, health, OpenFiles(cap=100))
+        targets = [Target("pod", "a", "a", "ns/a"), Target("pod", "gone", "gone", "ns/gone", quiet=True),
+                   Target("container", "b", "b", "ns/a/b"), Target("hostapp", "x", "../../x", "x"),
+                   Target("container", "c", "c", "ns/a/c")]
+        for tick in range(1, 4):
+            usage = collector.collect(targets, tick * 1_000_000_000)
+            assert set(usage) == {("pod", "a"), ("container", "b"), ("container", "c")}
+            for t in (targets[0], targets[2], targets[4]):
+                s = backend.stats(t.rel_dir)
+                u = usage[(t.scope, t.key)]
+                assert (u.memory, u.memory_with_cache) == (s.memory_usage, s.memory_with_cache)
+                assert (u.cpu_cores is None) == (tick == 1) and (u.throttled_ratio is None) == (tick == 1)
+        assert len(collector.files) == 9 and collector.files.fallback_reads == 0
+        assert health.cgroup_read_errors["pod"] == 3 and health.cgroup_reads == 9
+        assert health.skipped[("hostapp", "bad-cgroup-dir")] == 3
+        collector.close()
+        for d in ("a", "b", "c"):
+            for sub in subs:
+                (root / sub / d).rmdir()

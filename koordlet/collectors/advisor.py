@@ -6,15 +6,22 @@ SystemResource collectors share one state; here they share one function call).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import reduce
+from operator import add
+from typing import TYPE_CHECKING, NamedTuple
 
-from koordlet.collectors.cgroups import CgroupUsage, CgroupUsageCollector, Target, pod_targets
+import numpy as np
+import numpy.typing as npt
+
+from koordlet.collectors.cgroups import CgroupUsageCollector, Target, pod_targets
 from koordlet.collectors.hostapps import HostApp, hostapp_targets
 from koordlet.collectors.node import NodeCollector, NodeUsage
 from koordlet.collectors.psi import PSICollector, PSIReading
+from koordlet.collectors.usage import CgroupUsage, TickUsage, UsageId
 from koordlet.health import Health
-from koordlet.metriccache import MetricCache, Series
+from koordlet.metriccache import ColumnWriter, MetricCache, SeriesKey
 from koordlet.states.model import PodMeta
 
 if TYPE_CHECKING:  # the NVML code is imported only where a GPU hook is wired
@@ -24,8 +31,21 @@ if TYPE_CHECKING:  # the NVML code is imported only where a GPU hook is wired
 # Series kinds and their one label per target scope (metriccache.KIND_PROPERTIES).
 _KIND_PREFIX = {"pod": "pod", "container": "container", "hostapp": "host_application"}
 _KIND_LABEL = {"pod": "pod_uid", "container": "container_id", "hostapp": "host_app_name"}
-# target, usage id, then the series of memory, memory with page cache, CPU and throttling (None: not kept)
-_TargetSeries = tuple[Target, tuple[str, str], Series, Series | None, Series, Series | None]
+Rows = npt.NDArray[np.intp]
+
+
+class _Columns(NamedTuple):
+    """Where one target list's usage goes, held between ticks: the writer of its series (memory of every target,
+    memory with page cache of `cache_rows`, CPU of every target, throttling of `throttle_rows`), and the rows
+    of pods and of host applications, summed for system usage."""
+
+    targets: list[Target]
+    generation: int
+    writer: ColumnWriter
+    cache_rows: Rows
+    throttle_rows: Rows
+    pod_rows: Rows
+    app_rows: Rows
 
 
 @dataclass
@@ -35,7 +55,7 @@ class Latest:
     node: NodeUsage | None = None
     system_cpu: float | None = None
     system_memory: int | None = None
-    usage: dict[tuple[str, str], CgroupUsage] = field(default_factory=dict)
+    usage: Mapping[UsageId, CgroupUsage] = field(default_factory=dict)
     psi: dict[tuple[str, str], PSIReading] = field(default_factory=dict)
     pods: list[PodMeta] = field(default_factory=list)
     host_apps: list[HostApp] = field(default_factory=list)
@@ -54,7 +74,7 @@ class Advisor:
         self.gpu = gpu  # optional NVIDIA usage hook (upstream: the GPU device collector's Fill*Metric)
         self.latest = Latest()
         self._targets: tuple[list[PodMeta], list[HostApp], list[Target]] | None = None
-        self._series: tuple[list[Target], int, list[_TargetSeries]] | None = None
+        self._columns: _Columns | None = None
         self._last_store_ms = 0
 
     def _targets_for(self, pods: list[PodMeta], apps: list[HostApp]) -> list[Target]:
@@ -64,23 +84,24 @@ class Advisor:
             cached = self._targets = (pods, apps, pod_targets(pods) + hostapp_targets(apps))
         return cached[2]
 
-    def _series_for(self, targets: list[Target]) -> list[_TargetSeries]:
-        """Per target: its usage id and the series it feeds, held between ticks (no key building or lookups on
-        the hot path); rebuilt when the targets change or the cache's gc dropped series."""
-        cached = self._series
-        if cached is None or cached[0] is not targets or cached[1] != self.cache.generation:
-            series, key = self.cache.series, self.cache.key
-            rows: list[_TargetSeries] = []
-            for t in targets:
-                p = _KIND_PREFIX[t.scope]
-                label = {_KIND_LABEL[t.scope]: t.key}
-                with_cache = self.page_cache or t.scope == "hostapp"
-                rows.append((t, (t.scope, t.key), series(key(f"{p}_memory_usage", **label)),
-                             series(key(f"{p}_memory_usage_with_page_cache", **label)) if with_cache else None,
-                             series(key(f"{p}_cpu_usage", **label)),
-                             None if t.scope == "hostapp" else series(key(f"{p}_cpu_throttled", **label))))
-            cached = self._series = (targets, self.cache.generation, rows)
-        return cached[2]
+    def _columns_for(self, targets: list[Target]) -> _Columns:
+        """The series of each target and its rows, held between ticks (no key building or lookups on the hot
+        path); rebuilt when the targets change or the cache's gc dropped series."""
+        cached = self._columns
+        if cached is None or cached.targets is not targets or cached.generation != self.cache.generation:
+            key = self.cache.key
+            names = [(_KIND_PREFIX[t.scope], {_KIND_LABEL[t.scope]: t.key}) for t in targets]
+            cache_rows = [i for i, t in enumerate(targets) if self.page_cache or t.scope == "hostapp"]
+            throttle_rows = [i for i, t in enumerate(targets) if t.scope != "hostapp"]
+            keys: list[SeriesKey] = [key(f"{p}_memory_usage", **label) for p, label in names]
+            keys += [key(f"{names[i][0]}_memory_usage_with_page_cache", **names[i][1]) for i in cache_rows]
+            keys += [key(f"{p}_cpu_usage", **label) for p, label in names]
+            keys += [key(f"{names[i][0]}_cpu_throttled", **names[i][1]) for i in throttle_rows]
+            cached = self._columns = _Columns(
+                targets, self.cache.generation, self.cache.columns(keys), _rows(cache_rows), _rows(throttle_rows),
+                _rows([i for i, t in enumerate(targets) if t.scope == "pod"]),
+                _rows([i for i, t in enumerate(targets) if t.scope == "hostapp"]))
+        return cached
 
     def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int) -> None:
         node = self.node.collect(now_mono_ns / 1e9)
@@ -103,8 +124,7 @@ class Advisor:
         self.latest.psi = self.psi.collect(pod_targets(pods))
         self.latest.pods = pods
 
-    def _store(self, node: NodeUsage, targets: list[Target], usage: dict[tuple[str, str], CgroupUsage],
-               now_ms: int) -> None:
+    def _store(self, node: NodeUsage, targets: list[Target], usage: TickUsage, now_ms: int) -> None:
         append, key = self.cache.append, self.cache.key
         append(key("node_memory_usage"), now_ms, node.memory_bytes)
         for numa, mem in node.numa_memory_bytes.items():
@@ -114,39 +134,40 @@ class Advisor:
             for numa, cores in node.numa_cpu_cores.items():
                 append(key("node_numa_cpu_usage", numa_node_id=str(numa)), now_ms, cores)
 
-        sums = {"pod": [0.0, 0], "hostapp": [0.0, 0]}
-        cpu_complete = True  # False when a pod/app read this tick has no CPU rate yet (its first observation)
-        in_order = now_ms >= self._last_store_ms  # the wall clock stepped back: let the cache drop the samples
+        columns = self._columns_for(targets)
+        if now_ms >= self._last_store_ms:  # else the wall clock stepped back: the cache would drop the samples
+            read = usage.read
+            values = (np.where(read, usage.memory, np.nan), np.where(read, usage.memory_with_cache, np.nan)[
+                columns.cache_rows], usage.cpu, usage.throttled[columns.throttle_rows])
+            columns.writer.add(now_ms, np.concatenate(values))
         self._last_store_ms = max(now_ms, self._last_store_ms)
-        for t, id_, s_mem, s_cache, s_cpu, s_thr in self._series_for(targets):
-            u = usage.get(id_)
-            if u is None:
-                continue
-            if in_order:
-                s_mem.add(now_ms, u.memory)
-                if s_cache is not None:
-                    s_cache.add(now_ms, u.memory_with_cache)
-                if u.cpu_cores is not None:
-                    s_cpu.add(now_ms, u.cpu_cores)
-                if u.throttled_ratio is not None and s_thr is not None:
-                    s_thr.add(now_ms, u.throttled_ratio)
-            sums_of = sums.get(t.scope)
-            if sums_of is not None:
-                sums_of[0] += u.cpu_cores or 0.0
-                sums_of[1] += u.memory
-                cpu_complete = cpu_complete and u.cpu_cores is not None
+        pods_cpu, pods_memory, pods_complete = _sums(usage, columns.pod_rows)
+        apps_cpu, apps_memory, apps_complete = _sums(usage, columns.app_rows)
 
         # System usage = node − Σ pods − Σ host apps, clamped at 0 (upstream collectors/sysresource).
-        sys_memory = max(node.memory_bytes - int(sums["pod"][1]) - int(sums["hostapp"][1]), 0)
+        sys_memory = max(node.memory_bytes - pods_memory - apps_memory, 0)
         append(key("sys_memory_usage"), now_ms, sys_memory)
         self.latest.system_memory = sys_memory
         # Upstream skips system usage while an input is stale; a pod seen for the first time has no CPU rate
         # yet, and counting it as 0 would charge its usage to the system for one tick.
-        if node.cpu_cores is not None and cpu_complete:
-            sys_cpu = max(node.cpu_cores - sums["pod"][0] - sums["hostapp"][0], 0.0)
+        if node.cpu_cores is not None and pods_complete and apps_complete:
+            sys_cpu = max(node.cpu_cores - pods_cpu - apps_cpu, 0.0)
             append(key("sys_cpu_usage"), now_ms, sys_cpu)
             self.latest.system_cpu = sys_cpu
             numa_total = sum(node.numa_cpu_cores.values())
             for numa, cores in node.numa_cpu_cores.items():
                 share = cores / numa_total if numa_total > 0 else 0.0
                 append(key("sys_numa_cpu_usage", numa_node_id=str(numa)), now_ms, sys_cpu * share)
+
+
+def _rows(rows: list[int]) -> Rows:
+    return np.array(rows, dtype=np.intp)
+
+
+def _sums(usage: TickUsage, rows: Rows) -> tuple[float, int, bool]:
+    """CPU cores and memory summed over the rows read, and whether each of them has a CPU rate. CPU is added in
+    row order one at a time, not pairwise as numpy sums: the same float as a loop over the targets."""
+    read = usage.read[rows]
+    cpu = usage.cpu[rows][read]
+    rated = cpu == cpu  # not NaN
+    return reduce(add, cpu[rated].tolist(), 0.0), sum(usage.memory[rows][read].tolist()), bool(rated.all())

@@ -7,32 +7,23 @@ once per tick is what keeps the cost proportional to pods × containers.
 
 from __future__ import annotations
 
-import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from itertools import repeat
 
+import numpy as np
+
+from koordlet.collectors.rates import PREV_TTL_TICKS, Rates
+from koordlet.collectors.usage import CgroupUsage as CgroupUsage  # re-exported: what the mapping holds
+from koordlet.collectors.usage import TickUsage, UsageId
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
-from koordlet.host.cgroup import CgroupBackend, CgroupStats
+from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.files import OpenFiles
 from koordlet.states.model import PodMeta
 
-# Previous counters are kept this many ticks after a cgroup was last read (upstream: TTL = 20 × interval).
-_PREV_TTL_TICKS = 20
-_CHUNK = 65536  # bytes asked of one pread
-
-
-class CgroupUsage(NamedTuple):
-    """Usage of one cgroup at one tick (a tuple: built per cgroup per tick)."""
-
-    cpu_cores: float | None  # None until two observations exist
-    memory: int
-    memory_with_cache: int
-    throttled_ratio: float | None
-
-
-_usage = functools.partial(tuple.__new__, CgroupUsage)  # as CgroupUsage(...), without its __new__'s overhead
+_CHUNK = 65536  # bytes asked of one pread: each stat file is a few KiB, so one pread from offset 0 reads it whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,102 +38,161 @@ class Target:
 
 
 class _Row:
-    """One target's read plan, held between ticks: the files, and their kept descriptors while valid."""
+    """One target's files, and their kept descriptors while valid."""
 
-    __slots__ = ("error", "fds", "generation", "id", "paths", "target")
+    __slots__ = ("error", "fds", "generation", "paths", "target")
 
     def __init__(self, target: Target, paths: tuple[str, ...] = (), error: InvalidInput | None = None) -> None:
-        self.target, self.id, self.paths, self.error = target, (target.scope, target.key), paths, error
+        self.target, self.paths, self.error = target, paths, error
         self.fds: tuple[int, ...] | None = None
         self.generation = -1  # OpenFiles.generation the descriptors belong to
 
 
+class _Plan:
+    """The read plan of one target list, held between ticks: its rows, and the rows whose descriptors are all kept
+    (`fast`), read by one `map` of pread over `fast_fds` while OpenFiles.generation is `fast_generation`."""
+
+    __slots__ = ("fast", "fast_fds", "fast_generation", "index", "paths", "rows", "slow", "targets", "width")
+
+    def __init__(self, targets: list[Target], rows: list[_Row], width: int) -> None:
+        self.targets, self.rows, self.width = targets, rows, width
+        self.paths = [r.paths for r in rows]
+        self.index: dict[UsageId, int] = {(r.target.scope, r.target.key): i for i, r in enumerate(rows)}
+        self.fast: list[int] = []
+        self.fast_fds: list[int] = []
+        self.slow = list(range(len(rows)))
+        self.fast_generation = -1
+
+    def split(self, generation: int) -> None:
+        """Rows with descriptors of this generation go to the one-map read; the others are read row by row."""
+        self.fast = [i for i, r in enumerate(self.rows) if r.fds is not None and r.generation == generation]
+        self.fast_fds = [fd for i in self.fast for fd in self.rows[i].fds or ()]
+        fast = set(self.fast)
+        self.slow = [i for i in range(len(self.rows)) if i not in fast]
+        self.fast_generation = generation
+
+
 class CgroupUsageCollector:
-    """Turns cumulative cgroup counters into usage; remembers only the previous read of each target."""
+    """Turns cumulative cgroup counters into usage, a column per value across all targets (usage.TickUsage);
+    remembers only the previous read of each target."""
 
     def __init__(self, backend: CgroupBackend, health: Health, files: OpenFiles | None = None) -> None:
         self.backend = backend
         self.health = health
         self.files = OpenFiles() if files is None else files  # descriptors kept between ticks
-        # (scope, key) → (monotonic ns, stats, tick) of the previous read: plain tuples, one per cgroup per tick.
-        self._prev: dict[tuple[str, str], tuple[int, CgroupStats, int]] = {}
-        self._targets: list[Target] | None = None  # the list `_rows` was built for
-        self._rows: list[_Row] = []
+        self._plan: _Plan | None = None
+        self._rates = Rates()
         self._tick = 0
 
-    def _plan_for(self, targets: list[Target]) -> list[_Row]:
-        """Per target: its series id and the files to read (or why its dir is refused). Built when the target list
-        is replaced (pods came or went), which also closes the descriptors of cgroups no longer read."""
-        if targets is not self._targets:
+    def _plan_for(self, targets: list[Target]) -> _Plan:
+        """Built when the target list is replaced (pods came or went), which also closes the descriptors of
+        cgroups no longer read; a dir that would leave the hierarchy is never read."""
+        plan = self._plan
+        if plan is None or plan.targets is not targets:
             rows = []
             for t in targets:
                 try:
                     rows.append(_Row(t, self.backend.stat_paths(t.rel_dir)))
-                except InvalidInput as e:  # a dir that would leave the hierarchy: never read
+                except InvalidInput as e:
                     rows.append(_Row(t, error=e))
-            self._targets, self._rows = targets, rows
+            plan = self._plan = _Plan(targets, rows, len(self.backend.stat_paths("")))
+            self._rates.retarget([(t.scope, t.key) for t in targets])
             self.files.retain({f for r in rows for f in r.paths})
-        return self._rows
+        return plan
 
-    def collect(self, targets: list[Target], now_mono_ns: int) -> dict[tuple[str, str], CgroupUsage]:
+    def collect(self, targets: list[Target], now_mono_ns: int) -> TickUsage:
         """Usage of every target readable now: CPU cores and throttled share from the change since its previous
-        read (None on the first), memory as read. The loop is the collection hot path: 1000 cgroups a second,
-        each read by pread on descriptors it holds (see OpenFiles)."""
+        read (none on the first), memory as read. The collection hot path: 1000 cgroups a second, read by pread
+        on descriptors kept open (see OpenFiles), parsed and turned into rates a column at a time."""
         self._tick += 1
         tick = self._tick
-        out: dict[tuple[str, str], CgroupUsage] = {}
-        files, parse, read, pread = self.files, self.backend.parse_stats, self.files.read, os.pread
-        prev_map = self._prev
-        reads = 0
-        for row in self._plan_for(targets):
+        plan = self._plan_for(targets)
+        got, contents = self._read(plan)
+        stats = self.backend.parse_columns(contents, list(map(plan.paths.__getitem__, got)))
+        read = np.array(got, dtype=np.intp)
+        cpu_ns, memory, memory_cache = stats.cpu_usage_ns, stats.memory_usage, stats.memory_with_cache
+        periods, throttled = stats.nr_periods, stats.nr_throttled
+        if stats.failed:
+            for pos, e in stats.failed.items():
+                self._unreadable(plan.rows[got[pos]], e)
+            ok = np.ones(len(got), dtype=bool)
+            ok[list(stats.failed)] = False
+            read, cpu_ns, memory, memory_cache = read[ok], cpu_ns[ok], memory[ok], memory_cache[ok]
+            periods, throttled = periods[ok], throttled[ok]
+        if plan.fast_generation != self.files.generation:
+            plan.split(self.files.generation)
+        self.health.cgroup_reads += len(read)
+        cpu_read, share_read = self._rates.update(read, now_mono_ns, tick, cpu_ns, periods, throttled)
+        if tick % PREV_TTL_TICKS == 0:
+            self._rates.expire(tick)
+
+        n = len(plan.rows)
+        was_read = np.zeros(n, dtype=bool)
+        was_read[read] = True
+        cpu, share = np.full(n, np.nan), np.full(n, np.nan)
+        cpu[read], share[read] = cpu_read, share_read
+        mem, mem_cache = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        mem[read], mem_cache[read] = memory, memory_cache
+        return TickUsage(plan.index, was_read, cpu, mem, mem_cache, share)
+
+    def _read(self, plan: _Plan) -> tuple[list[int], list[list[bytes]]]:
+        """The rows read and their files' contents, file by file: contents[j][k] is file j of row got[k]."""
+        files, width = self.files, plan.width
+        got: list[int] = []
+        contents: list[list[bytes]] = [[] for _ in range(width)]
+        slow: Sequence[int] = range(len(plan.rows))
+        if plan.fast_generation == files.generation:
+            fds = plan.fast_fds
+            try:
+                data = list(map(os.pread, fds, repeat(_CHUNK, len(fds)), repeat(0, len(fds))))
+            except OSError:  # a removed cgroup (ENODEV): this tick reads row by row, which re-opens or reports
+                pass
+            else:
+                got = plan.fast.copy()
+                contents = [data[j::width] for j in range(width)]
+                slow = plan.slow
+        if self._read_rows(plan, slow, got, contents):
+            plan.fast_generation = -1  # a row now holds descriptors: split again
+        return got, contents
+
+    def _read_rows(self, plan: _Plan, indices: Sequence[int], got: list[int],
+                   contents: list[list[bytes]]) -> bool:
+        """Read rows one by one (through their descriptors, else by path); whether one now holds descriptors."""
+        files, read, pread = self.files, self.files.read, os.pread
+        gained = False
+        for i in indices:
+            row = plan.rows[i]
             if row.error is not None:
                 self.health.skip(row.target.scope, "bad-cgroup-dir", row.target.label, str(row.error))
                 continue
             try:
-                fds = row.fds if row.generation == files.generation else None
-                data: tuple[bytes, ...] | None = None
-                if fds is not None:
-                    # Each stat file is a few KiB, far below _CHUNK: one pread from offset 0 reads it whole.
+                data = None
+                if row.fds is not None and row.generation == files.generation:
                     try:
-                        if len(fds) == 3:
-                            data = (pread(fds[0], _CHUNK, 0), pread(fds[1], _CHUNK, 0), pread(fds[2], _CHUNK, 0))
-                        else:
-                            data = tuple([pread(fd, _CHUNK, 0) for fd in fds])
+                        data = [pread(fd, _CHUNK, 0) for fd in row.fds]
                     except OSError:  # a removed cgroup (ENODEV): `read` below closes and re-opens
                         data = None
                 if data is None:
-                    data = tuple(map(read, row.paths))
+                    data = list(map(read, row.paths))
                     row.fds, row.generation = files.kept(row.paths), files.generation
-                stats = parse(data, row.paths)
+                    gained = gained or row.fds is not None
             except HostReadError as e:
-                files.forget(row.paths)
-                t = row.target
-                self.health.cgroup_read_errors[t.scope] += 1
-                if not t.quiet:
-                    self.health.skip(t.scope, "cgroup-unreadable", t.label, str(e))
+                self._unreadable(row, e)
                 continue
-            reads += 1
-            id_ = row.id
-            prev = prev_map.get(id_)
-            prev_map[id_] = (now_mono_ns, stats, tick)
-            cpu: float | None = None
-            throttled: float | None = None
-            if prev is not None and now_mono_ns > prev[0]:
-                before = prev[1]
-                delta_cpu = stats.cpu_usage_ns - before.cpu_usage_ns
-                if delta_cpu >= 0:  # a negative delta means the cgroup was recreated: wait for the next tick
-                    cpu = delta_cpu / (now_mono_ns - prev[0])
-                periods = stats.nr_periods - before.nr_periods
-                throttled = (stats.nr_throttled - before.nr_throttled) / periods if periods > 0 else 0.0
-            out[id_] = _usage((cpu, stats[1], stats[2], throttled))
-        self.health.cgroup_reads += reads
-        if tick % _PREV_TTL_TICKS == 0:
-            horizon = tick - _PREV_TTL_TICKS
-            self._prev = {k: v for k, v in prev_map.items() if v[2] > horizon}
-        return out
+            got.append(i)
+            for part, d in zip(contents, data, strict=True):
+                part.append(d)
+        return gained
+
+    def _unreadable(self, row: _Row, e: HostReadError) -> None:
+        self.files.forget(row.paths)
+        t = row.target
+        self.health.cgroup_read_errors[t.scope] += 1
+        if not t.quiet:
+            self.health.skip(t.scope, "cgroup-unreadable", t.label, str(e))
 
     def remembered(self) -> int:
-        return len(self._prev)
+        return self._rates.remembered()
 
     def close(self) -> None:
         self.files.close()
