@@ -13,6 +13,7 @@ would dereference a `null` allocation and crash the hook, this decoder reports t
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,7 +73,14 @@ class AllocationError(InvalidInput):
 def pod_allocations(annotations: Mapping[str, str]) -> Allocations | None:
     """The pod's allocations, None when it has no such annotation; AllocationError when it is malformed."""
     text = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
-    return None if text is None else decode_allocations(text)
+    return None if text is None else _decoded(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _decoded(text: str) -> Allocations:
+    """Each hook of a stage reads the allocation, and every container of a pod carries the same text: decode it
+    once (the records are frozen, so sharing them is safe; a malformed text raises each time, nothing is kept)."""
+    return decode_allocations(text)
 
 
 class _Pairs(list[tuple[str, Any]]):
