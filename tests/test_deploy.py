@@ -37,7 +37,8 @@ def test_manifest_mounts_cover_every_host_root() -> None:
     spec = _daemonset()["spec"]["template"]["spec"]
     [ctr] = spec["containers"]
     mounts = {m["mountPath"].rstrip("/") for m in ctr["volumeMounts"]}
-    assert {"/host-cgroup", "/host-sys", "/host-sys-fs", "/host-var-run", "/host-run", "/var/lib/kubelet"} <= mounts
+    assert {"/host-cgroup", "/host-sys", "/host-sys-fs", "/host-var-run", "/host-run", "/var/lib/kubelet", "/dev",
+            "/usr/local/vgpu/containers"} <= mounts
     assert spec["hostPID"] is True  # /proc/ is read as the host's
     env = {e["name"]: e for e in ctr["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
