@@ -97,6 +97,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-hooks-gpu-env-uuid", default=False, type=_bool, nargs="?", const=True,
                    help="NVIDIA_VISIBLE_DEVICES by GPU UUID when the allocation carries UUIDs (ours; see "
                         "docs/runtime-hooks.md)")
+    p.add_argument("--runtime-hooks-xpu-device-inject", default=False, type=_bool, nargs="?", const=True,
+                   help="Ascend/Cambricon device nodes and visible-devices env for allocated cards (ours; upstream "
+                        "leaves them to the vendors' device plugins; see docs/runtime-hooks.md)")
     p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
 
 
@@ -183,7 +186,8 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
                       connect_timeout=ns.runtime_hooks_nri_connect_timeout,
                       backoff_duration=ns.runtime_hooks_nri_backoff_duration,
                       backoff_factor=ns.runtime_hooks_nri_backoff_factor,
-                      backoff_cap=ns.runtime_hooks_nri_backoff_cap, gpu_env_uuid=ns.runtime_hooks_gpu_env_uuid),
+                      backoff_cap=ns.runtime_hooks_nri_backoff_cap, gpu_env_uuid=ns.runtime_hooks_gpu_env_uuid,
+                      xpu_device_inject=ns.runtime_hooks_xpu_device_inject),
     )
 
 

@@ -75,6 +75,7 @@ class NriConfig:
     backoff_factor: float = 2.0
     backoff_cap: float = 30.0  # upstream's is effectively unbounded; see koordlet/nri/connection.py
     gpu_env_uuid: bool = False  # ours: NVIDIA_VISIBLE_DEVICES by UUID when the allocation carries UUIDs
+    xpu_device_inject: bool = False  # ours: Ascend/Cambricon device nodes and visible-devices env
 
     def __post_init__(self) -> None:
         check_nri_identity(self.plugin_name, self.plugin_index)

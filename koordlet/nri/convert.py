@@ -35,6 +35,10 @@ def container_adjustment(adj: Adjustment) -> api.ContainerAdjustment:
         dev = out.linux.devices.add(path=d.path, type=d.type, major=d.major, minor=d.minor)
         if d.file_mode is not None:
             dev.file_mode.value = d.file_mode
+        if d.uid is not None:
+            dev.uid.value = d.uid
+        if d.gid is not None:
+            dev.gid.value = d.gid
     if adj.rdt_class is not None:
         out.linux.resources.rdt_class.value = adj.rdt_class
     return out

@@ -20,7 +20,8 @@ def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
     metrics = NriMetrics(cfg.node_name, agent.metrics.internal)
     facts = NodeFactsReader(cfg.paths, agent.backend.version, lambda: agent.driver,
                             lambda: agent.nodeslo_spec if agent.nodeslo_present else None, agent.health)
-    options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid)
+    options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid,
+                          xpu_device_inject=cfg.nri.xpu_device_inject)
     runner = StageRunner(facts, options, qos.executor, qos.events, metrics)
     nri = cfg.nri
     return NriConnection(nri.socket(cfg.paths), NriPlugin(runner, metrics), metrics, name=nri.plugin_name,
