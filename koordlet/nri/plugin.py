@@ -20,7 +20,6 @@ from google.protobuf.message import DecodeError, Message
 from koordlet.nri import convert
 from koordlet.nri.hooks.model import ContainerInfo, HookResult, PodInfo
 from koordlet.nri.metrics import NriMetrics
-from koordlet.nri.ttrpc import INVALID_ARGUMENT, TtrpcError
 from koordlet.pb import nri_pb2 as api
 
 log = logging.getLogger(__name__)
@@ -123,6 +122,7 @@ class NriPlugin:
         self._sync_pods: list[api.PodSandbox] = []
         self._sync_containers: list[api.Container] = []
         self.synchronized = False  # the current connection's Synchronize finished
+        self._slow_said: set[str] = set()
 
     def methods(self) -> Mapping[str, Handler]:
         calls: list[tuple[str, type[Message], Callable[[Message], Reply]]] = [
@@ -147,16 +147,21 @@ class NriPlugin:
             request = request_type()
             try:
                 request.ParseFromString(payload)
-            except DecodeError as e:  # a protocol error: the runtime drops the plugin, not the container
-                self.metrics.call(method, "error", time.perf_counter() - started)
-                raise TtrpcError(INVALID_ARGUMENT, f"cannot decode {request_type.__name__}: {e}") from e
-            try:
                 reply, hook_failed = fn(request)
                 outcome = "hook_failed" if hook_failed else "ok"
+            except DecodeError as e:  # an error status would fail the user's container: answer empty instead
+                log.error("NRI %s: cannot decode %s (%s); answering with no adjustment", method,
+                          request_type.__name__, e)
+                reply, outcome = _empty_reply(method), "error"
             except Exception:  # our bug: answer as if no hook applied, so the container is still created
                 log.exception("NRI %s failed; answering with no adjustment", method)
                 reply, outcome = _empty_reply(method), "error"
-            self.metrics.call(method, outcome, time.perf_counter() - started)
+            took = time.perf_counter() - started
+            self.metrics.call(method, outcome, took)
+            if took > self.runtime.request_timeout / 2 and method not in self._slow_said:
+                self._slow_said.add(method)  # once per method: the histogram has the rest
+                log.warning("NRI %s took %.0f ms of the runtime's %.1f s budget; past it the runtime drops koordlet",
+                            method, took * 1000, self.runtime.request_timeout)
             return reply.SerializeToString()
 
         return handle

@@ -49,21 +49,22 @@ class Agent:
     health: Health
     registry: CollectorRegistry
     stop: asyncio.Event
+    posted: list[tuple[str, dict[str, Any]]]  # Events as they would be POSTed to the API server
 
     def sample(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
 
 
 def build_agent(paths: HostPaths, socket: Path, gates: dict[str, bool] | None = None) -> Agent:
-    health, registry = Health(), CollectorRegistry()
+    health, registry, posted = Health(), CollectorRegistry(), []
     metrics = NriMetrics("node-1", registry)
     executor = Executor(paths, 1, health)
     facts = NodeFactsReader(paths, 1, CgroupDriver.CGROUPFS, lambda: None, health)
     runner = StageRunner(facts, stages.HookOptions(gates=dict(GATES if gates is None else gates)), executor,
-                         EventRecorder(health, "node-1"), metrics)
+                         EventRecorder(health, "node-1", lambda path, obj: posted.append((path, obj))), metrics)
     plugin = NriPlugin(runner, metrics)
     conn = NriConnection(str(socket), plugin, metrics, backoff=Backoff(0.05, 2.0, 0.1, 0.2), connect_timeout=2.0)
-    return Agent(conn, plugin, health, registry, asyncio.Event())
+    return Agent(conn, plugin, health, registry, asyncio.Event(), posted)
 
 
 @contextlib.asynccontextmanager
@@ -175,10 +176,20 @@ async def test_a_whole_session(gopeer_bin: Path, tmp_path: Path, socket_path: Pa
         assert reply == api.CreateContainerResponse()
         assert any("team-a/broken" in r.getMessage() and ANNOTATION_DEVICE_ALLOCATED in r.getMessage()
                    for r in caplog.records)
+        [(path, event)] = agent.posted
+        assert path == "/api/v1/namespaces/team-a/events"
+        assert (event["involvedObject"]["name"], event["involvedObject"]["uid"], event["reason"]) == (
+            "broken", "4" + UID[1:], "RuntimeHookFailed")
+        assert event["message"].startswith(f"annotations[{ANNOTATION_DEVICE_ALLOCATED}]")
         assert agent.sample("koordlet_nri_calls_total", method="CreateContainer", outcome="hook_failed") == 1
         assert agent.sample("koordlet_nri_calls_total", method="CreateContainer", outcome="ok") == 4
         assert agent.sample("koordlet_runtime_hook_invoked_duration_milliseconds_count", node="node-1",
                             hook="gpu env inject", stage="PreCreateContainer", status="failed") == 1
+
+        # Bytes that do not decode: still no error status (that would fail the container), an empty answer.
+        reply = await peer.command(call="CreateContainer", payload=b"\x0a\xff", timeout_ms=2000)
+        assert (reply["code"], reply["payload"]) == (0, b"")
+        assert agent.sample("koordlet_nri_calls_total", method="CreateContainer", outcome="error") == 1
 
         # Pod lifecycle through StateChange (NRI <= 0.11) and the dedicated RPCs (>= 0.12) alike.
         await call(peer, "StateChange", api.StateChangeEvent(event=api.REMOVE_POD_SANDBOX, pod=pods[0]), api.Empty)
