@@ -14,8 +14,8 @@ from pathlib import Path
 from test_hooks_devices import ascend_node
 
 from koordlet.host.driver import CgroupDriver
-from koordlet.nri.hooks.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.pb import nri_pb2 as api
+from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 from simhost import SimHost

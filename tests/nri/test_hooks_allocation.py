@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from koordlet.nri.hooks.allocation import (
+from koordlet.states.allocation import (
     ANNOTATION_DEVICE_ALLOCATED,
     AllocationError,
     DeviceAllocation,

@@ -19,7 +19,6 @@ from test_hooks_allocation import fixture_annotation
 
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks import stages
-from koordlet.nri.hooks.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.nri.hooks.facts import NodeFacts, NodeFactsReader
 from koordlet.nri.hooks.model import (
     FACT_DEV,
@@ -33,6 +32,7 @@ from koordlet.nri.hooks.model import (
     PodInfo,
 )
 from koordlet.nri.hooks.stages import HookOptions
+from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from conftest import require
 from simpci import add_rdma_nic, add_vfs

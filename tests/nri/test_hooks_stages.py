@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks import stages
-from koordlet.nri.hooks.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.nri.hooks.context import HookCall
 from koordlet.nri.hooks.facts import GroupIdentityFacts, NodeFacts
 from koordlet.nri.hooks.model import Adjustment, ContainerInfo, DeviceNode, HookResult, PodInfo
 from koordlet.nri.hooks.stages import STAGES, Hook, HookOptions
 from koordlet.qos.resctrl_facts import ResctrlFacts
+from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.states.nodeslo import merge_nodeslo_spec
 
 UID = "0f6bb8d1-5d2c-4f6e-8a3a-1b2c3d4e5f60"

@@ -25,7 +25,6 @@ from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.nri.connection import Backoff, NriConnection
 from koordlet.nri.hooks import stages
-from koordlet.nri.hooks.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.nri.hooks.facts import NodeFactsReader
 from koordlet.nri.metrics import NriMetrics
 from koordlet.nri.plugin import SUBSCRIBED, NriPlugin, event_mask
@@ -33,6 +32,7 @@ from koordlet.nri.runner import StageRunner
 from koordlet.nri.ttrpc import UNIMPLEMENTED
 from koordlet.pb import nri_pb2 as api
 from koordlet.qos.executor import Executor
+from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from koordlet.errors import InvalidInput
-from koordlet.nri.hooks.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationError, Allocations, pod_allocations
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
+from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationError, Allocations, pod_allocations
 
 if TYPE_CHECKING:
     from koordlet.nri.hooks.facts import NodeFacts

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import os
 
-from koordlet.nri.hooks.allocation import (
+from koordlet.nri.hooks.context import SAFE_NAME, HookCall, HookInputError
+from koordlet.nri.hooks.model import Adjustment, HookResult, HostDir, Mount
+from koordlet.states.allocation import (
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY,
     RESOURCE_GPU_MEMORY_RATIO,
     TYPE_GPU,
 )
-from koordlet.nri.hooks.context import SAFE_NAME, HookCall, HookInputError
-from koordlet.nri.hooks.model import Adjustment, HookResult, HostDir, Mount
 
 HOOK_NAME = "gpu env inject"
 GATE = "GPUEnvInject"

@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import re
 
-from koordlet.nri.hooks.allocation import TYPE_RDMA
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.model import FACT_DEV, FACT_PCI, Adjustment, DeviceNode, HookResult
+from koordlet.states.allocation import TYPE_RDMA
 
 HOOK_NAME = "rdma device inject"
 GATE = "RDMADeviceInject"

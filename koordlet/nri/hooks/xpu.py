@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from koordlet.nri.hooks.allocation import (
+from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
+from koordlet.nri.hooks.model import FACT_DEV, Adjustment, DeviceNode, HookResult
+from koordlet.states.allocation import (
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY_RATIO,
     TYPE_GPU,
     DeviceAllocation,
 )
-from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
-from koordlet.nri.hooks.model import FACT_DEV, Adjustment, DeviceNode, HookResult
 
 HOOK_NAME = "xpu device inject"
 VENDOR_HUAWEI = "huawei"  # node.koordinator.sh/gpu-vendor values (koordlet.devices.vendors)
