@@ -2,8 +2,8 @@
 
 Upstream: apis/extension/device_share.go (DeviceAllocations, GetDeviceAllocations), apis/scheduling/v1alpha1
 (DeviceType). The scheduler side keeps its own reader (scheduler/deviceshare/state.py); the agent does not import
-the scheduler, so the format is restated here, with errors that name the offending field. Read by the runtime hooks (koordlet/nri/hooks) and the PodResources
-proxy (koordlet/podresources), neither of which imports the other.
+the scheduler, so the format is restated here, with errors that name the offending field. Read by the runtime hooks
+(koordlet/nri/hooks) and the PodResources proxy (koordlet/podresources), neither of which imports the other.
 
 Decoding follows Go's encoding/json into those types: the map's device-type keys and a `resources` map's names are
 case-sensitive; struct field names (`minor`, `resources`, `id`, `extension`, `vfs`, `busID`,
