@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from test_hooks_allocation import fixture_annotation
 from test_hooks_devices import rdma_node
+from test_hooks_qos import build_resctrl
 
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -33,6 +34,7 @@ from koordlet.nri.ttrpc import UNIMPLEMENTED
 from koordlet.pb import nri_pb2 as api
 from koordlet.qos.executor import Executor
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
+from koordlet.states.nodeslo import merge_nodeslo_spec
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 
@@ -55,11 +57,12 @@ class Agent:
         return self.registry.get_sample_value(name, labels) or 0.0
 
 
-def build_agent(paths: HostPaths, socket: Path, gates: dict[str, bool] | None = None) -> Agent:
+def build_agent(paths: HostPaths, socket: Path, gates: dict[str, bool] | None = None,
+                nodeslo: dict[str, Any] | None = None) -> Agent:
     health, registry, posted = Health(), CollectorRegistry(), []
     metrics = NriMetrics("node-1", registry)
     executor = Executor(paths, 1, health)
-    facts = NodeFactsReader(paths, 1, CgroupDriver.CGROUPFS, lambda: None, health)
+    facts = NodeFactsReader(paths, 1, CgroupDriver.CGROUPFS, lambda: nodeslo, health)
     runner = StageRunner(facts, stages.HookOptions(gates=dict(GATES if gates is None else gates)), executor,
                          EventRecorder(health, "node-1", lambda path, obj: posted.append((path, obj))), metrics)
     plugin = NriPlugin(runner, metrics)
@@ -263,3 +266,36 @@ async def test_plugin_config_from_the_runtime_replaces_the_events(gopeer_bin: Pa
         await registered(peer)
         reply = await call(peer, "Configure", api.ConfigureRequest(config=config), api.ConfigureResponse)
         assert reply.events == mask
+
+
+async def test_pod_level_qos_through_the_wire(gopeer_bin: Path, tmp_path: Path, socket_path: Path) -> None:
+    """RunPodSandbox creates the pod's resctrl group and writes its bvt through the executor, before any container;
+    CreateContainer then names the group as the RDT class; RemovePodSandbox removes it."""
+    root = tmp_path / "node"
+    paths = build_resctrl(root)
+    cpu = root / "sys/fs/cgroup/cpu"
+    (cpu / "kubepods").mkdir(parents=True)
+    (cpu / "kubepods/cpu.bvt_warp_ns").write_text("0\n")
+    pod_cg = cpu / f"kubepods/besteffort/pod{UID}"
+    pod_cg.mkdir(parents=True)
+    (pod_cg / "cpu.bvt_warp_ns").write_text("0\n")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/sched_group_identity_enabled").write_text("1\n")
+    slo = merge_nodeslo_spec({"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}}}})
+    agent = build_agent(paths, socket_path, {"Resctrl": True, "GroupIdentity": True}, nodeslo=slo)
+    pod = pod_msg(labels={"koordinator.sh/qosClass": "BE"},
+                  annotations={"node.koordinator.sh/resctrl": '{"llc":{"schemata":{"range":[20,80]}}}'})
+    pod.linux.cgroup_parent = f"/kubepods/besteffort/pod{UID}"
+    group = root / f"sys/fs/resctrl/koordlet-{UID}"
+    async with GoPeer.start(gopeer_bin, "runtime", "-socket", str(socket_path)) as peer, running(agent):
+        await registered(peer)
+        await configure(peer)
+        await call(peer, "StateChange", api.StateChangeEvent(event=api.RUN_POD_SANDBOX, pod=pod), api.Empty)
+        assert group.is_dir()  # a plain dir here: no kernel makes its schemata file, so that write is skipped
+        assert (pod_cg / "cpu.bvt_warp_ns").read_text() == "-1"
+        reply = await call(peer, "CreateContainer", create_request(pod), api.CreateContainerResponse)
+        expect = api.ContainerAdjustment()
+        expect.linux.resources.rdt_class.value = f"koordlet-{UID}"
+        assert reply.adjust == expect
+        await call(peer, "RemovePodSandbox", api.RemovePodSandboxRequest(pod=pod), api.RemovePodSandboxResponse)
+        assert not group.exists()
