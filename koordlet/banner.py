@@ -50,6 +50,10 @@ def banner(agent: Agent, seen: Seen) -> list[str]:
     else:
         lines.append(f"  devices     {seen.devices if seen.devices is not None else '?'} found")
     lines.append(_nri_line(agent))
+    if cfg.gate("PodResourcesProxy"):
+        pr = cfg.pod_resources_proxy
+        lines.append(f"  PodResources proxy on {pr.socket(cfg.paths, cfg.host_root)} in front of "
+                     f"{pr.kubelet_socket(cfg.paths)} (koordlet_pod_resources_proxy_* in /metrics)")
     lines.append(f"  metrics     {url}/metrics")
     nm = api_path(NODEMETRIC_API_VERSION, "nodemetrics", node)
     if cfg.standalone:

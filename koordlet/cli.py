@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from koordlet import __version__, tables
-from koordlet.config import Config, NriConfig, parse_feature_gates, parse_go_interval
+from koordlet.config import Config, NriConfig, PodResourcesProxyConfig, parse_feature_gates, parse_go_interval
 from koordlet.errors import InvalidInput
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 
@@ -100,6 +100,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-hooks-xpu-device-inject", default=False, type=_bool, nargs="?", const=True,
                    help="Ascend/Cambricon device nodes and visible-devices env for allocated cards (ours; upstream "
                         "leaves them to the vendors' device plugins; see docs/runtime-hooks.md)")
+    # PodResources proxy (gate PodResourcesProxy): upstream's path flag, then ours (docs/podresources.md)
+    p.add_argument("--pod-resources-proxy-path", default=None,
+                   help="directory of the proxy's kubelet.sock (default: <var-run-root-dir>/koordlet/pod-resources, "
+                        "upstream's /var/run/koordlet/pod-resources)")
+    p.add_argument("--pod-resources-proxy-qps", default=100.0, type=float,
+                   help="requests a second the proxy accepts, kubelet's own limit (<= 0: no limit; ours)")
+    p.add_argument("--pod-resources-proxy-burst", default=10, type=int, help="burst of that limit (ours)")
+    p.add_argument("--pod-resources-proxy-max-age", default="100ms", type=parse_go_interval,
+                   help="how long one kubelet List answer serves later requests (0: ask kubelet each time; ours)")
+    p.add_argument("--pod-resources-proxy-kubelet-timeout", default="5s", type=parse_go_interval,
+                   help="a kubelet call slower than this is answered UNAVAILABLE (ours)")
     p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
 
 
@@ -188,6 +199,9 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
                       backoff_factor=ns.runtime_hooks_nri_backoff_factor,
                       backoff_cap=ns.runtime_hooks_nri_backoff_cap, gpu_env_uuid=ns.runtime_hooks_gpu_env_uuid,
                       xpu_device_inject=ns.runtime_hooks_xpu_device_inject),
+        pod_resources_proxy=PodResourcesProxyConfig(
+            path=ns.pod_resources_proxy_path, qps=ns.pod_resources_proxy_qps, burst=ns.pod_resources_proxy_burst,
+            max_age=ns.pod_resources_proxy_max_age, kubelet_timeout=ns.pod_resources_proxy_kubelet_timeout),
     )
 
 

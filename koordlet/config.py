@@ -85,6 +85,40 @@ class NriConfig:
 
 
 @dataclass(frozen=True)
+class PodResourcesProxyConfig:
+    """The PodResources proxy (gate PodResourcesProxy): upstream's --pod-resources-proxy-path
+    (pkg/koordlet/util/system/config.go) plus our limits, see docs/podresources.md."""
+
+    path: str | None = None  # --pod-resources-proxy-path; None: <var-run-root>/koordlet/pod-resources
+    qps: float = 100.0  # ours: the limiter on the proxy's callers, kubelet's own (<= 0: none)
+    burst: int = 10
+    max_age: float = 0.1  # ours: how long one kubelet List answer serves later requests (0: never reused)
+    kubelet_timeout: float = 5.0  # ours: a kubelet call slower than this is answered UNAVAILABLE
+
+    def __post_init__(self) -> None:
+        if self.burst < 1:
+            raise InvalidInput(f"--pod-resources-proxy-burst {self.burst}: must be at least 1")
+        if self.max_age < 0 or self.kubelet_timeout <= 0:
+            raise InvalidInput("--pod-resources-proxy-max-age must be >= 0 and --pod-resources-proxy-kubelet-timeout "
+                               "> 0")
+
+    def socket(self, paths: HostPaths, host_root: str | None = None) -> str:
+        """`<dir>/kubelet.sock`: the default dir under the var-run root; a flag's dir under --host-root if given."""
+        if self.path is None:
+            directory = paths.var_run("koordlet", "pod-resources")
+        elif host_root:
+            directory = os.path.join(host_root, self.path.lstrip("/"))
+        else:
+            directory = self.path
+        return os.path.join(directory, "kubelet.sock")
+
+    @staticmethod
+    def kubelet_socket(paths: HostPaths) -> str:
+        """kubelet's PodResources socket (upstream hard-codes /var/lib/kubelet; here under --var-lib-kubelet-dir)."""
+        return paths.kubelet("pod-resources", "kubelet.sock")
+
+
+@dataclass(frozen=True)
 class Config:
     node_name: str
     paths: HostPaths
@@ -115,6 +149,7 @@ class Config:
     gpu_partition_policy: str = "Prefer"
     gpu_health_recovery_seconds: float = 300.0
     nri: NriConfig = field(default_factory=NriConfig)
+    pod_resources_proxy: PodResourcesProxyConfig = field(default_factory=PodResourcesProxyConfig)
     # standalone
     pods_dir: str | None = None
     nodeslo_file: str | None = None

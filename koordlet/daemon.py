@@ -23,6 +23,7 @@ from koordlet.host.files import descriptor_cap, raise_nofile_limit
 
 if TYPE_CHECKING:
     from koordlet.nri.connection import NriConnection
+    from koordlet.podresources.server import ProxyServer
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class Daemon:
         self._nodeslo_mtime: float | None = None
         self._failing: dict[str, str] = {}  # loop → log-once key of its current failure
         self.nri: NriConnection | None = None
+        self.podresources: ProxyServer | None = None
+        self._pods_kick = asyncio.Event()
+        self._pods_waiting: list[asyncio.Future[None]] = []  # sync_pods_now callers, for the next round to start
         self._settle = True  # settle_heap after the next collection (start-up, then after each pod change)
 
     # -- probes --------------------------------------------------------------------------------------------
@@ -125,12 +129,26 @@ class Daemon:
 
     async def _sync_pods(self) -> None:
         before = self.agent.pods.pods
-        if self.cluster is not None:
-            await asyncio.to_thread(self.cluster.sync_pods, self.agent)
-        else:
-            await asyncio.to_thread(self.agent.sync_pods)
+        waiting, self._pods_waiting = self._pods_waiting, []
+        try:
+            if self.cluster is not None:
+                await asyncio.to_thread(self.cluster.sync_pods, self.agent)
+            else:
+                await asyncio.to_thread(self.agent.sync_pods)
+        finally:
+            for f in waiting:
+                if not f.done():
+                    f.set_result(None)
         if self.agent.pods.pods is not before:
             self._settle = True
+
+    async def sync_pods_now(self) -> None:
+        """One pod sync that starts after this call (the pods loop runs early): the PodResources proxy asks for it
+        when kubelet names a pod admitted since the last sync."""
+        done = asyncio.get_running_loop().create_future()
+        self._pods_waiting.append(done)
+        self._pods_kick.set()
+        await done
 
     async def _nodeslo_file(self) -> None:
         path = self.agent.config.nodeslo_file
@@ -200,7 +218,7 @@ class Daemon:
                  "standalone" if self.cluster is None else "cluster")
 
         tasks = [
-            self._every("pods", cfg.kubelet_sync_interval, self._sync_pods),
+            self._every("pods", cfg.kubelet_sync_interval, self._sync_pods, kick=self._pods_kick),
             self._every("collect", cfg.collect_res_used_interval, self._collect, first_delay=0.05),
             self._every("gc", _GC_INTERVAL, self._gc, first_delay=_GC_INTERVAL),
             self._every("nodeinfo", cfg.collect_node_cpu_info_interval, self._node_info,
@@ -220,6 +238,12 @@ class Daemon:
 
             self.nri = nri_connection(self.agent, self.cluster.client.post if self.cluster is not None else None)
             tasks.append(self.nri.run(self.stop_event))
+        if cfg.gate("PodResourcesProxy"):
+            from koordlet.podresources.wiring import pod_resources_proxy
+
+            self.podresources = pod_resources_proxy(self.agent, self.cluster.client.post if self.cluster else None,
+                                                    self.sync_pods_now)
+            tasks.append(self.podresources.run(self.stop_event))
         qos_kick = asyncio.Event()
 
         def changed() -> None:  # called from the pod-sync thread or the loop
