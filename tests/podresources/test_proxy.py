@@ -305,3 +305,14 @@ async def test_max_age_zero_asks_kubelet_for_every_request(root: str) -> None:
         for _ in range(3):
             await list_once(h.socket)
         assert h.kubelet.count("/v1.PodResourcesLister/List") == 3
+
+
+async def test_a_slow_kubelet_is_answered_unavailable(root: str) -> None:
+    async with proxy(root, [pod("a")], timeout=0.2) as h:
+        h.kubelet.delay = 1.0
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await list_once(h.socket)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert err.value.details() == f"kubelet PodResources socket {h.kubelet.socket_path} did not answer within 0.2s"
+        h.kubelet.delay = 0
+        assert [e.name for e in (await list_once(h.socket)).pod_resources] == ["a"]
