@@ -50,6 +50,7 @@ bench: $(STAMP) $(PB)
 	-$(BIN)/python -m benchmarks.scheduler
 	-$(BIN)/python -m benchmarks.nri_wire
 	-$(BIN)/python -m benchmarks.nri
+	-$(BIN)/python -m benchmarks.podresources
 
 clean:
 	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache koordlet/pb/*_pb2.py koordlet/pb/*_pb2.pyi
