@@ -60,7 +60,7 @@ class Harness:
 @asynccontextmanager
 async def proxy(root: str, manifests: list[dict[str, Any]], response: v1.ListPodResourcesResponse | None = None, *,
                 kubelet_up: bool = True, known: bool = True, max_age: float = 0.1, qps: float = 0.0,
-                burst: int = 10, timeout: float = 2.0) -> AsyncIterator[Harness]:
+                burst: int = 10, timeout: float = 2.0, check_every: float = 5.0) -> AsyncIterator[Harness]:
     """The proxy on <root>/proxy/kubelet.sock before a fake kubelet on <root>/kubelet.sock listing `response`
     (default: one entry per manifest). `known=False`: the agent has not synced the pods yet."""
     if response is None:
@@ -78,7 +78,7 @@ async def proxy(root: str, manifests: list[dict[str, Any]], response: v1.ListPod
                          report=lambda ps: h.problems.extend(ps), refresh_pods=lambda: h.refresh())
     h = Harness(root, kubelet, server, registry, list(manifests), metas(manifests) if known else [])
     stop = asyncio.Event()
-    task = asyncio.ensure_future(server.run(stop))
+    task = asyncio.ensure_future(server.run(stop, check_every=check_every))
     try:
         for _ in range(500):
             if server.socket_present:

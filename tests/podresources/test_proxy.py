@@ -316,3 +316,33 @@ async def test_a_slow_kubelet_is_answered_unavailable(root: str) -> None:
         assert err.value.details() == f"kubelet PodResources socket {h.kubelet.socket_path} did not answer within 0.2s"
         h.kubelet.delay = 0
         assert [e.name for e in (await list_once(h.socket)).pod_resources] == ["a"]
+
+
+async def test_a_socket_removed_under_the_proxy_is_bound_again(root: str) -> None:
+    async with proxy(root, [pod("a")], check_every=0.05) as h:
+        os.unlink(h.socket)
+        for _ in range(200):
+            if h.server.socket_present:
+                break
+            await asyncio.sleep(0.02)
+        assert [e.name for e in (await _eventually_listed(h.socket)).pod_resources] == ["a"]
+
+
+def test_what_the_socket_path_may_not_be(root: str) -> None:
+    with pytest.raises(listen.SocketUnusable, match="more than a Unix socket allows"):
+        listen.prepare("/tmp/" + "d" * 100 + "/kubelet.sock")
+    not_a_socket = os.path.join(root, "pr", "kubelet.sock")
+    os.makedirs(os.path.dirname(not_a_socket))
+    with open(not_a_socket, "w") as f:
+        f.write("keep me")
+    with pytest.raises(listen.SocketUnusable, match="exists and is not a socket"):
+        listen.prepare(not_a_socket)
+    with open(not_a_socket) as f:
+        assert f.read() == "keep me"
+    shared = os.path.join(root, "shared")
+    os.makedirs(shared)
+    os.chmod(shared, 0o755)
+    with open(os.path.join(shared, "other"), "w"):
+        pass
+    listen.prepare(os.path.join(shared, "kubelet.sock"))
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755  # holds other files: left as it is
