@@ -37,6 +37,7 @@ from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
 from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
 from koordlet.reporters.statedir import StateDirWriter
+from koordlet.schedlat.collector import SchedLatency
 from koordlet.states.model import JSON, PodSource
 from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodsDirSource, PodState
@@ -87,6 +88,11 @@ class Agent:
         self._device_obj: JSON | None = None
         self._qos: QoSManager | None = None
         self.on_change: Callable[[], None] | None = None  # pods or NodeSLO changed (may be called from a thread)
+        # Loaded by the first collection tick, off the caller's thread (bcc compiles for a few tenths of a second).
+        self.schedlat: SchedLatency | None = None
+        if config.gate("CPUSchedLatency"):
+            self.schedlat = SchedLatency(paths, self.backend.version, self.health)
+        self.metrics.schedlat = self.schedlat
 
     def _retention(self, kind: str) -> float:
         if kind.startswith(("node_", "sys_")):
@@ -169,6 +175,8 @@ class Agent:
         now = time.time() if now is None else now
         mono_ns = time.monotonic_ns() if mono_ns is None else mono_ns
         self.advisor.collect_usage(self.pods.pods, self.host_apps, int(now * 1000), mono_ns)
+        if self.schedlat is not None:
+            self.schedlat.collect(self.pods.pods, int(now * 1000), self.cache)
         self.collected_once = True
 
     def collect_psi(self) -> None:
@@ -243,6 +251,8 @@ class Agent:
         """Release the descriptors the collectors keep between ticks."""
         self.advisor.cgroups.close()
         self.node.close()
+        if self.schedlat is not None:
+            self.schedlat.close()
 
     def write_state(self, obj: JSON) -> str:
         path = self.state_writer.write(NODEMETRIC_GROUP, "nodemetrics", obj)

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -27,6 +27,8 @@ from koordlet.collectors.usage import CgroupUsage
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.quantity import parse_quantity
+from koordlet.schedlat.collector import SchedLatency
+from koordlet.schedlat.hist import cumulative_buckets
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ _BATCH_MID = (
     ("kubernetes.io/batch-cpu", "integer"), ("kubernetes.io/batch-memory", "byte"),
     ("kubernetes.io/mid-cpu", "integer"), ("kubernetes.io/mid-memory", "byte"),
 )
+# Histogram buckets at 2, 8, 32 ... µs up to 2.1 s: every other log2 slot of the kernel's histogram (hist.py).
+_SCHEDLAT_BOUNDS = tuple(range(1, 22, 2))
 _PSI_PRECISIONS = ("avg10", "avg60", "avg300")  # upstream metrics/psi.go Precision10/60/300
 _POD_LABELS = ["node", "pod_uid", "pod_name", "pod_namespace"]  # upstream's PodPSI order
 _CONTAINER_LABELS = ["node", "container_id", "container_name", "pod_uid", "pod_name", "pod_namespace"]
@@ -61,6 +65,7 @@ class AgentMetrics:
     served: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_allocatable: dict[str, float] = field(default_factory=dict)
     nodemetric_prom: bool = False
+    schedlat: SchedLatency | None = None  # gate CPUSchedLatency
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
 
@@ -188,6 +193,22 @@ class _InternalCollector(Collector):
         if m.nodemetric_prom and m.last_nodemetric is not None:
             yield from _nodemetric_families(node, m.last_nodemetric.get("status", {}))
         yield from self._health()
+        yield from self._bpf_programs()
+
+    def _bpf_programs(self) -> Iterator[Metric]:
+        """The agent's own eBPF cost (fdinfo run_time_ns/run_cnt while the agent holds bpf stats on)."""
+        stats = self.m.schedlat.program_stats() if self.m.schedlat is not None else {}
+        if not stats:
+            return
+        t = CounterMetricFamily("koordlet_agent_bpf_program_run_seconds", "kernel time spent in the agent's eBPF "
+                                "programs", labels=["program"])
+        n = CounterMetricFamily("koordlet_agent_bpf_program_runs", "runs of the agent's eBPF programs",
+                                labels=["program"])
+        for name, (ns, runs) in sorted(stats.items()):
+            t.add_metric([name], ns / 1e9)
+            n.add_metric([name], runs)
+        yield t
+        yield n
 
     def _host_apps(self, latest: Latest) -> Iterator[Metric]:
         g = GaugeMetricFamily("koordlet_host_application_resource_usage", "resource usage of host application",
@@ -276,6 +297,26 @@ class _ExternalCollector(Collector):
         yield from self._requests_limits(latest)
         yield from self._usage(latest)
         yield from self._psi(latest)
+        yield from self._schedlat()
+
+    def _schedlat(self) -> Iterator[Metric]:
+        """Ours (gate CPUSchedLatency): each pod's run-queue waits since the agent first saw it; buckets only with
+        eBPF (schedstat knows sum and count alone)."""
+        if self.m.schedlat is None:
+            return
+        h = HistogramMetricFamily("koordlet_pod_cpu_schedule_latency_seconds", "Run-queue wait of the pod's tasks "
+                                  "(runnable to running)", labels=["node", "pod_namespace", "pod_name", "pod_uid",
+                                                                   "qos", "source"])
+        for row in self.m.schedlat.latest:
+            pod, total = row.pod, row.total
+            buckets: list[tuple[str, float]] = []
+            if total.hist is not None:
+                buckets = [(floatToGoString(le), float(n))  # type: ignore[no-untyped-call]
+                           for le, n in cumulative_buckets(total.hist, _SCHEDLAT_BOUNDS)]
+            buckets.append(("+Inf", float(total.count)))
+            h.add_metric([self.m.node_name, pod.namespace, pod.name, pod.uid, pod.koord_qos or pod.k8s_qos,
+                          row.source], buckets, total.sum_ns / 1e9)
+        yield h
 
     def _requests_limits(self, latest: Latest) -> Iterator[Metric]:
         labels = ["node", "resource", "unit", "pod_uid", "pod_name", "pod_namespace", "container_id",

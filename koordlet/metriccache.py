@@ -50,6 +50,10 @@ KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
     "host_application_memory_usage_with_page_cache": ("host_app_name",),
     "pod_psi": ("pod_uid", "psi_resource", "psi_precision", "psi_degree"),
     "container_psi": ("pod_uid", "container_id", "psi_resource", "psi_precision", "psi_degree"),
+    # ours (gate CPUSchedLatency, koordlet/schedlat): per collection tick, run-queue wait seconds, waits, tick p99
+    "pod_cpu_schedule_latency_sum": ("pod_uid",),
+    "pod_cpu_schedule_latency_count": ("pod_uid",),
+    "pod_cpu_schedule_latency_p99": ("pod_uid",),
 }
 
 AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")

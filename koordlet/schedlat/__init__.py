@@ -1,0 +1,1 @@
+"""Per-pod CPU run-queue wait (scheduling latency): an eBPF program via bcc, or per-task schedstat as fallback."""

@@ -1,0 +1,184 @@
+"""Gate CPUSchedLatency: one backend chosen once at start (bcc compiled in a thread, else schedstat), read on the
+collection tick into per-pod running totals, per-tick series in the metric cache, and the exporter's histogram."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from koordlet.health import Health
+from koordlet.host.paths import HostPaths
+from koordlet.metriccache import MetricCache
+from koordlet.schedlat.hist import Totals, quantile
+from koordlet.states.model import PodMeta
+
+log = logging.getLogger(__name__)
+
+CAPABILITY = "cpu-schedule-latency-ebpf"
+KIND_SUM, KIND_COUNT, KIND_P99 = ("pod_cpu_schedule_latency_sum", "pod_cpu_schedule_latency_count",
+                                  "pod_cpu_schedule_latency_p99")
+
+
+class Backend(Protocol):
+    source: str
+
+    def read(self, pods: list[PodMeta]) -> dict[str, Totals]:
+        """Per pod uid: its waits since the backend first saw it (monotonic)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodLatency:
+    pod: PodMeta
+    source: str
+    total: Totals  # since first seen: the Prometheus histogram
+    tick: Totals  # since the previous tick
+
+
+def _default_backends(paths: HostPaths, version: int, use_bcc: bool) -> Backend:
+    from koordlet.schedlat.schedstat import SchedstatBackend
+
+    if use_bcc:
+        from koordlet.schedlat.ebpf import EbpfBackend
+
+        return EbpfBackend(paths, version)
+    return SchedstatBackend(paths, version)
+
+
+class SchedLatency:
+    """`start` loads the backend off the caller's thread; until it is ready a tick reads nothing. A failed bcc load
+    is said once (log, Health capability, `koordlet_agent_kernel_capability`) and schedstat is used for good."""
+
+    def __init__(self, paths: HostPaths, cgroup_version: int, health: Health, *, use_bcc: bool | None = None,
+                 make: Callable[[HostPaths, int, bool], Backend] = _default_backends) -> None:
+        self.paths = paths
+        self.version = cgroup_version
+        self.health = health
+        # The program sees this kernel's tasks: it can only be matched to pods through this kernel's /proc (a
+        # simulated node's proc root gets schedstat, read from its files).
+        self.use_bcc = _is_this_kernel(paths.proc_root) if use_bcc is None else use_bcc
+        self._make = make
+        self.backend: Backend | None = None
+        self.reason = ""  # why bcc is not used, once known
+        self.latest: list[PodLatency] = []
+        self._before: dict[str, Totals] = {}
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._closed = False
+
+    @property
+    def source(self) -> str | None:
+        return None if self.backend is None else self.backend.source
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._load, name="schedlat-load", daemon=True)
+            self._thread.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self.start()
+        return self._ready.wait(timeout)
+
+    def _load(self) -> None:
+        t0 = time.monotonic()
+        backend: Backend | None = None
+        if self.use_bcc:
+            try:
+                backend = self._make(self.paths, self.version, True)
+            except Exception as e:  # BccUnavailable, or anything else bcc raised: never take the agent down
+                self.reason = str(e)
+            self.health.capability(CAPABILITY, backend is not None,
+                                   f"{self.reason}; run-queue wait falls back to per-task schedstat (mean only)",
+                                   fallback=True)
+        else:
+            self.reason = "bcc not used"
+        if backend is None:
+            try:
+                backend = self._make(self.paths, self.version, False)
+            except Exception as e:
+                self.health.once("schedlat/none", logging.WARNING, "no run-queue wait source: %s", e)
+        if backend is not None:
+            log.info("per-pod run-queue wait from %s (ready in %.1f s)", backend.source, time.monotonic() - t0)
+        if self._closed and backend is not None:
+            backend.close()
+            backend = None
+        if backend is not None:
+            weakref.finalize(self, backend.close)  # an agent dropped without close() detaches its program too
+        self.backend = backend
+        self._ready.set()
+
+    def collect(self, pods: list[PodMeta], ts_ms: int, cache: MetricCache | None = None) -> None:
+        backend = self.backend
+        if backend is None:
+            self.start()
+            return
+        try:
+            totals = backend.read(pods)
+        except Exception as e:  # a map or file read failing must not stop the collection tick
+            self.health.skip("schedlat", "read-failed", backend.source, f"{type(e).__name__}: {e}")
+            return
+        self.health.recovered("schedlat", "read-failed", backend.source)
+        latest = []
+        for pod in pods:
+            total = totals.get(pod.uid)
+            if total is None:
+                continue
+            tick = total.minus(self._before.get(pod.uid))
+            latest.append(PodLatency(pod, backend.source, total, tick))
+            if cache is not None:
+                cache.append(cache.key(KIND_SUM, pod_uid=pod.uid), ts_ms, tick.sum_ns / 1e9)
+                cache.append(cache.key(KIND_COUNT, pod_uid=pod.uid), ts_ms, float(tick.count))
+                if tick.hist is not None and tick.count:
+                    p99 = quantile(tick.hist, 0.99)
+                    if p99 is not None:
+                        cache.append(cache.key(KIND_P99, pod_uid=pod.uid), ts_ms, p99)
+        self._before = totals
+        self.latest = latest
+
+    def program_stats(self) -> dict[str, tuple[int, int]]:
+        stats = getattr(self.backend, "program_stats", None)
+        return stats() if stats is not None else {}
+
+    def close(self) -> None:
+        self._closed = True
+        backend, self.backend = self.backend, None
+        if backend is not None:
+            backend.close()
+
+
+def _is_this_kernel(proc_root: str) -> bool:
+    try:
+        return os.path.samefile(proc_root, "/proc")
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """A pod's run-queue waits over a window from the metric cache (QoS logic): p99 is the highest tick p99
+    (an upper bound of the window's p99; None under schedstat)."""
+
+    count: int
+    sum_seconds: float
+    p99_seconds: float | None
+
+    @property
+    def mean_seconds(self) -> float | None:
+        return self.sum_seconds / self.count if self.count else None
+
+
+def recent(cache: MetricCache, pod_uid: str, start_ms: int, end_ms: int) -> Recent | None:
+    _, counts = cache.window(cache.key(KIND_COUNT, pod_uid=pod_uid), start_ms, end_ms)
+    if not counts:
+        return None
+    _, sums = cache.window(cache.key(KIND_SUM, pod_uid=pod_uid), start_ms, end_ms)
+    _, p99s = cache.window(cache.key(KIND_P99, pod_uid=pod_uid), start_ms, end_ms)
+    return Recent(int(sum(counts)), float(sum(sums)), max(p99s) if p99s else None)
