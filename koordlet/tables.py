@@ -137,3 +137,15 @@ def _errors(obj: Mapping[str, Any]) -> str:
         return ""
     return render(("object", "field", "reason", "message"),
                   [(e.get("object"), e.get("field"), e.get("reason"), e.get("message")) for e in errors])
+
+
+def _ms(seconds: Any) -> str | None:
+    return None if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def schedlat_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """`koordlet sched-latency -o table`: one line per pod, waits in milliseconds (p50/p99 only with eBPF)."""
+    return render(["namespace", "name", "qos", "source", "waits", "sum(ms)", "mean(ms)", "p50(ms)", "p99(ms)"],
+                  ([r["namespace"], r["name"], r["qosClass"], r["source"], r["count"], _ms(r["sumSeconds"]),
+                    _ms(r["sumSeconds"] / r["count"]) if r["count"] else None, _ms(r["p50Seconds"]),
+                    _ms(r["p99Seconds"])] for r in rows))
