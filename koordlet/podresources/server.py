@@ -98,8 +98,12 @@ class ProxyServer:
             server.add_insecure_port(f"unix:{self.socket_path}")
         except RuntimeError as e:
             raise listen.SocketUnusable(f"cannot listen on {self.socket_path}: {e}") from None
-        self._ident = listen.bound(self.socket_path)  # before start(): nobody connects to it with wider rights
-        await server.start()
+        try:
+            self._ident = listen.bound(self.socket_path)  # before start(): nobody connects to it with wider rights
+            await server.start()
+        except BaseException:
+            await server.stop(0)
+            raise
         self._server = server
         self.metrics.serving.set(1)
         log.info("PodResources proxy serving on %s in front of %s", self.socket_path, self.kubelet.socket_path)
@@ -115,7 +119,8 @@ class ProxyServer:
                     try:
                         await self.start()
                         attempt, problem = 0, ""
-                    except (listen.SocketUnusable, OSError) as e:
+                    except Exception as e:  # SocketUnusable, OSError, or anything gRPC raises at start
+                        await self.stop(grace=0)
                         if str(e) != problem:
                             log.error("PodResources proxy not serving: %s; retrying (up to every %.0fs)", e,
                                       retry_cap)
