@@ -57,7 +57,7 @@ class EbpfBackend:
         self.paths = paths
         self.version = cgroup_version
         try:
-            self.bpf = bcc.BPF(text=TEXT)
+            self.bpf = bcc.BPF(text=TEXT.encode())
         except Exception as e:  # compile error (headers), permission (EPERM), attach failure (no tracefs)
             raise BccUnavailable(f"the scheduler program did not load: {type(e).__name__}: {e}") from e
         self._stats_fd = _enable_bpf_stats()
