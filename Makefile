@@ -83,6 +83,7 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.scheduler
 	-$(BIN)/python -m benchmarks.nri_wire
 	-$(BIN)/python -m benchmarks.nri
+	-$(BIN)/python -m benchmarks.schedlat
 	-$(BIN)/python -m benchmarks.podresources
 
 clean:
