@@ -8,9 +8,9 @@ STAMP := $(VENV)/.installed
 # golang-go + the ttrpc sources: the Go NRI/ttrpc peer the wire tests (tests/nri/) build offline in GOPATH mode.
 APT_PACKAGES := python3-venv python3-dev util-linux procps openssl iproute2 golang-go golang-github-containerd-ttrpc-dev
 # bcc for the per-pod run-queue wait program (koordlet/schedlat), its runqlat for the comparison test and benchmark,
-# and the kernel headers it compiles against (see ebpf-setup).
+# the kernel headers it compiles against (see ebpf-setup), and bpftool, the peer of our BTF reader's test.
 ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-APT_PACKAGES += python3-bpfcc bpfcc-tools linux-headers-$(ARCH)
+APT_PACKAGES += python3-bpfcc bpfcc-tools linux-headers-$(ARCH) bpftool
 # koordlet/pb/<name>_pb2.py(i) are generated from proto/<name>.proto and not kept in git.
 PROTOS := $(wildcard proto/*.proto)
 PB := $(patsubst proto/%.proto,koordlet/pb/%_pb2.py,$(PROTOS))
@@ -35,8 +35,9 @@ koordlet/pb/%_pb2.py koordlet/pb/%_pb2.pyi: proto/%.proto $(STAMP)
 # there is no BPF, the agent falls back to schedstat and the eBPF tests skip (they fail under CI=true).
 # - Kernel headers: bcc compiles against /lib/modules/$(uname -r)/build. This machine runs a newer kernel than any
 #   Debian headers package, so the newest installed linux-headers-<version>-$(ARCH) is linked as `build` and its
-#   -common half as `source` (Debian splits them; clang needs both). Our program reads tracepoint arguments only,
-#   whose layout bcc takes from tracefs, never a kernel struct, so older headers compile it correctly. A `build`
+#   -common half as `source` (Debian splits them; clang needs both). Our program reads tracepoint arguments (layout
+#   from tracefs) and task_struct fields at offsets from the running kernel's BTF, never a struct layout from the
+#   headers, so older headers compile it correctly. A `build`
 #   that exists (the kernel's own headers) is left alone; a dangling one is relinked.
 # - tracefs and debugfs are mounted when absent: attaching a tracepoint program needs them.
 # - The venv sees Debian's `bcc` package and nothing else from the system: a symlink to

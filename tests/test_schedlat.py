@@ -17,7 +17,7 @@ from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 from koordlet.metriccache import MetricCache
 from koordlet.schedlat.attribution import PodIndex, cgroup_path
-from koordlet.schedlat.collector import CAPABILITY, SchedLatency, recent
+from koordlet.schedlat.collector import CAPABILITY, RAW_CAPABILITY, SchedLatency, recent
 from koordlet.schedlat.hist import SLOTS, Totals, cumulative_buckets, quantile
 from koordlet.schedlat.schedstat import SchedstatBackend
 from koordlet.states.model import PodMeta
@@ -124,6 +124,25 @@ def test_bcc_failure_is_said_once_and_schedstat_serves_for_good(tmp_path: Path,
     assert calls == [True, False] and sl.source == "schedstat"
     assert health.capabilities[CAPABILITY] is False
     assert sum("no kernel headers" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("attach", ["raw_tracepoint", "tracepoint"])
+def test_which_tracepoints_the_program_runs_on_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                            attach: str) -> None:
+    backend = _Fixed()
+    backend.attach = attach  # type: ignore[attr-defined]
+    backend.attach_reason = "no usable BTF (nope)"  # type: ignore[attr-defined]
+    health = Health()
+    sl = SchedLatency(HostPaths.under(str(tmp_path)), 1, health, use_bcc=True, make=lambda *_: backend)
+    with caplog.at_level(logging.INFO, logger="koordlet"):
+        assert sl.wait_ready(10)
+        for _ in range(3):
+            sl.collect([], 0)
+    assert health.capabilities[CAPABILITY] is True
+    assert health.capabilities[RAW_CAPABILITY] is (attach == "raw_tracepoint")
+    said = [r.getMessage() for r in caplog.records]
+    assert sum(f"from ebpf on {attach.replace('_', ' ')}s" in m for m in said) == 1
+    assert sum("no usable BTF" in m for m in said) == (attach == "tracepoint")
 
 
 def test_forced_fallback_when_bcc_cannot_be_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,8 @@ from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
-from koordlet.schedlat.collector import SchedLatency
+from koordlet.schedlat.btf import VMLINUX
+from koordlet.schedlat.collector import RAW_CAPABILITY, Backend, SchedLatency
 from koordlet.schedlat.ebpf import HOST_SLOT, EbpfBackend
 from koordlet.schedlat.hist import Totals
 from koordlet.schedlat.schedstat import parse_schedstat
@@ -138,6 +139,9 @@ def test_busy_pod_waits_idle_pod_does_not_and_exited_tasks_are_reclaimed(node: N
     assert idle.sum_ns < busy.sum_ns / 20, (idle, busy)
     backend = agent.schedlat.backend
     assert isinstance(backend, EbpfBackend)
+    if os.path.exists(VMLINUX):  # the kernel's BTF gives task_struct's layout: raw tracepoints, said as such
+        assert backend.attach == "raw_tracepoint", backend.attach_reason
+        assert agent.health.capabilities[RAW_CAPABILITY] is True
     slot = backend._slot_of[node.uids["busy"]]
     placed = {k.value: v.value for k, v in backend._tid_slot.items()}
     # the busy threads ran, so they are placed (the main thread only sleeps in join)
@@ -155,10 +159,17 @@ def test_busy_pod_waits_idle_pod_does_not_and_exited_tasks_are_reclaimed(node: N
     agent.close()
 
 
-def test_mean_wait_agrees_with_the_kernels_schedstat_and_orders_pods_as_the_fallback(node: Node) -> None:
-    ebpf = SchedLatency(node.paths(), 1, _health(), use_bcc=True)
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-tracepoints", "classic-tracepoints"])
+def test_mean_wait_agrees_with_the_kernels_schedstat_and_orders_pods_as_the_fallback(node: Node, raw: bool) -> None:
+    def make(paths: HostPaths, version: int, use_bcc: bool) -> Backend:
+        assert use_bcc
+        return EbpfBackend(paths, version, raw=raw)
+
+    ebpf = SchedLatency(node.paths(), 1, _health(), use_bcc=True, make=make)
     fallback = SchedLatency(node.paths(), 1, _health(), use_bcc=False)
     assert ebpf.wait_ready(60) and ebpf.source == "ebpf", ebpf.reason
+    assert isinstance(ebpf.backend, EbpfBackend)
+    assert ebpf.backend.attach == ("raw_tracepoint" if raw and os.path.exists(VMLINUX) else "tracepoint")
     assert fallback.wait_ready(10) and fallback.source == "schedstat"
     agent = node.agent()
     pods = agent.pods.pods

@@ -21,6 +21,8 @@ from koordlet.states.model import PodMeta
 log = logging.getLogger(__name__)
 
 CAPABILITY = "cpu-schedule-latency-ebpf"
+# The eBPF program on raw tracepoints (task_struct offsets from the kernel's BTF), else on classic ones.
+RAW_CAPABILITY = "cpu-schedule-latency-raw-tracepoint"
 KIND_SUM, KIND_COUNT, KIND_P99 = ("pod_cpu_schedule_latency_sum", "pod_cpu_schedule_latency_count",
                                   "pod_cpu_schedule_latency_p99")
 
@@ -105,8 +107,15 @@ class SchedLatency:
                 backend = self._make(self.paths, self.version, False)
             except Exception as e:
                 self.health.once("schedlat/none", logging.WARNING, "no run-queue wait source: %s", e)
+        attach = getattr(backend, "attach", None)
+        if attach is not None:
+            self.health.capability(RAW_CAPABILITY, attach == "raw_tracepoint",
+                                   f"{getattr(backend, 'attach_reason', '')}; the program runs on classic tracepoints",
+                                   fallback=True)
         if backend is not None:
-            log.info("per-pod run-queue wait from %s (ready in %.1f s)", backend.source, time.monotonic() - t0)
+            how = "" if attach is None else f" on {attach.replace('_', ' ')}s"
+            log.info("per-pod run-queue wait from %s%s (ready in %.1f s)", backend.source, how,
+                     time.monotonic() - t0)
         if self._closed and backend is not None:
             backend.close()
             backend = None

@@ -1,4 +1,5 @@
-"""The bcc backend: compiles and attaches program.TEXT once, then reads per-pod totals from its maps each tick."""
+"""The bcc backend: compiles and attaches the program once (raw tracepoints where BTF allows), then reads
+per-pod totals from its maps each tick."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import numpy as np
 
 from koordlet.host.paths import HostPaths
 from koordlet.schedlat.attribution import PodIndex, cgroup_path, looks_like_pod
+from koordlet.schedlat.btf import INT, PTR, VMLINUX, Btf, BtfError
 from koordlet.schedlat.hist import SLOTS, Totals
-from koordlet.schedlat.program import MAX_SLOTS, SLOT_STATS_WORDS, TEXT
+from koordlet.schedlat.program import MAX_SLOTS, SLOT_STATS_WORDS, text
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
@@ -49,17 +51,63 @@ def _enable_bpf_stats() -> int | None:
     return fd if fd >= 0 else None
 
 
+def raw_layout(path: str = VMLINUX) -> list[str]:
+    """-D flags for the raw tracepoint program from the running kernel's BTF: `task_struct.pid`'s offset, and
+    whether sched_switch hands over prev_state (5.18+) or `task_struct.__state`'s offset to read it from."""
+    btf = Btf.load(path)
+    pid_off, pid_size = btf.member("task_struct", "pid")
+    if pid_size != 4:
+        raise BtfError(f"task_struct.pid is {pid_size} bytes")
+    for event in ("sched_wakeup", "sched_wakeup_new", "sched_process_exit"):
+        params = btf.tracepoint_params(event)  # sched_process_exit has a second one (group_dead) on 6.18
+        if not params or params[0][1] is None or params[0][1].kind != PTR:
+            raise BtfError(f"{event} does not take a task pointer first")
+    params = btf.tracepoint_params("sched_switch")
+    kinds = [None if t is None else t.kind for _, t in params]
+    flags = [f"-DTASK_PID_OFF={pid_off}"]
+    if kinds == [INT, PTR, PTR, INT]:
+        flags.append("-DSWITCH_STATE_ARG")
+    elif kinds == [INT, PTR, PTR]:
+        state_off, state_size = btf.member("task_struct", "__state")
+        if state_size != 4:
+            raise BtfError(f"task_struct.__state is {state_size} bytes")
+        flags.append(f"-DTASK_STATE_OFF={state_off}")
+    else:
+        raise BtfError(f"sched_switch has an unknown prototype ({len(params)} arguments)")
+    return flags
+
+
 class EbpfBackend:
+    """`attach` says which program runs: "raw_tracepoint" (task_struct offsets from BTF) or "tracepoint" (the
+    classic one, when BTF or the struct is missing or the raw program does not load; `attach_reason` says why)."""
+
     source = "ebpf"
 
-    def __init__(self, paths: HostPaths, cgroup_version: int) -> None:
+    def __init__(self, paths: HostPaths, cgroup_version: int, *, raw: bool = True) -> None:
         bcc = import_bcc()
         self.paths = paths
         self.version = cgroup_version
-        try:
-            self.bpf = bcc.BPF(text=TEXT.encode())
-        except Exception as e:  # compile error (headers), permission (EPERM), attach failure (no tracefs)
-            raise BccUnavailable(f"the scheduler program did not load: {type(e).__name__}: {e}") from e
+        self.attach = "tracepoint"
+        self.attach_reason = "raw tracepoints not asked for"
+        self.bpf: Any = None
+        self.layout: list[str] = []
+        if raw:
+            try:
+                self.layout = raw_layout()
+                self.bpf = bcc.BPF(text=text(True).encode(), cflags=self.layout)
+                self.attach = "raw_tracepoint"
+                self.attach_reason = " ".join(f.removeprefix("-D") for f in self.layout) + " from BTF"
+            except BtfError as e:
+                self.attach_reason = f"no usable BTF ({e})"
+            except Exception as e:  # the raw program did not compile or attach: the classic one may
+                self.attach_reason = f"the raw tracepoint program did not load ({type(e).__name__}: {e})"
+        if self.bpf is None:
+            try:
+                self.bpf = bcc.BPF(text=text(False).encode())
+            except Exception as e:  # compile error (headers), permission (EPERM), attach failure (no tracefs)
+                raise BccUnavailable(f"the scheduler program did not load: {type(e).__name__}: {e}") from e
+        log.info("run-queue wait program on %s (%s)", "raw tracepoints" if self.attach == "raw_tracepoint"
+                 else "classic tracepoints", self.attach_reason)
         self._stats_fd = _enable_bpf_stats()
         self._tid_slot = self.bpf[b"tid_slot"]
         self._unknown = self.bpf[b"unknown"]
@@ -97,7 +145,8 @@ class EbpfBackend:
                 continue
             if "run_time_ns" in info:
                 key = name.decode() if isinstance(name, bytes) else str(name)
-                out[key.removeprefix("tracepoint__")] = (int(info["run_time_ns"]), int(info["run_cnt"]))
+                # tracepoint__sched__sched_switch or raw_tracepoint__sched_switch: the event's name
+                out[key.rpartition("__")[2]] = (int(info["run_time_ns"]), int(info["run_cnt"]))
         return out
 
     # -- the tick ------------------------------------------------------------------------------------------
