@@ -1,8 +1,11 @@
 """eBPF run-queue wait (koordlet/schedlat): what the program costs the node and what a tick costs the agent.
 
 1. Context-switch-heavy load: a fixed count of pipe ping-pong round trips between two threads (two switches each),
-   with nothing attached, with our program, and with bcc's runqlat attached, interleaved over repetitions in one
-   run; median round trips/s and the slowdown against nothing attached. Targets: ≤ 5 % and no worse than runqlat.
+   with nothing attached, with our program as the agent loads it (raw tracepoints where BTF allows), with its
+   classic tracepoint fallback, and with bcc's runqlat attached, interleaved over repetitions in one run; median
+   round trips/s and the slowdown against nothing attached. Targets: ≤ 5 % and no worse than runqlat. Twice: both
+   threads pinned to one CPU (pure switch cost, the figure to judge by), then placed by the scheduler (bimodal
+   here: ~20k round trips/s across CPUs, where idle exits and IPIs dominate, ~170k on one CPU).
 2. Collection tick at 250 pods × 3 containers as real v1 cgroups, one sleeping thread in each pod: CPU per tick of
    SchedLatency.collect with the eBPF backend and with the schedstat fallback, beside the agent's own usage tick
    over the same cgroups (its floor here: the tick it rides on).
@@ -29,19 +32,27 @@ from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.ebpf import BccUnavailable, EbpfBackend
 
 ROUND_TRIPS = 20000
+PINNED_ROUND_TRIPS = 60000  # ~7x faster on one CPU
 REPS = 5
 RUNQLAT = "/usr/sbin/runqlat-bpfcc"
 
 
-def ping_pong(n: int) -> float:
-    """Round trips per second between two threads over two pipes."""
+def ping_pong(n: int, cpu: int | None = None) -> float:
+    """Round trips per second between two threads over two pipes; both pinned to `cpu` if given (every round trip
+    is then two wakeups and two context switches on that CPU, with no idle exit or IPI: the program's cost is
+    what is left, rather than where the scheduler happened to place the threads)."""
     a_r, a_w = os.pipe()
     b_r, b_w = os.pipe()
+    before = os.sched_getaffinity(0)
 
     def echo() -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         for _ in range(n):
             os.write(b_w, os.read(a_r, 1))
 
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # this thread; the echo thread pins itself
     t = threading.Thread(target=echo)
     t.start()
     t0 = time.perf_counter()
@@ -50,26 +61,35 @@ def ping_pong(n: int) -> float:
         os.read(b_r, 1)
     elapsed = time.perf_counter() - t0
     t.join()
+    os.sched_setaffinity(0, before)
     for fd in (a_r, a_w, b_r, b_w):
         os.close(fd)
     return n / elapsed
 
 
-def overhead() -> list[tuple[str, str, str, str]]:
-    runs: dict[str, list[float]] = {"nothing": [], "ours": [], "runqlat": []}
-    ping_pong(ROUND_TRIPS // 4)  # warm-up
+def overhead(cpu: int | None) -> list[tuple[str, str, str, str]]:
+    runs: dict[str, list[float]] = {"nothing": [], "ours": [], "classic": [], "runqlat": []}
+    n = ROUND_TRIPS if cpu is None else PINNED_ROUND_TRIPS
+    ping_pong(n // 4, cpu)  # warm-up
+    attach = ""
     for _ in range(REPS):
-        runs["nothing"].append(ping_pong(ROUND_TRIPS))
-        ours = EbpfBackend(HostPaths.under("/"), 1)
+        runs["nothing"].append(ping_pong(n, cpu))
+        ours = EbpfBackend(HostPaths.under("/"), 1)  # as the agent loads it: raw tracepoints where BTF allows
         try:
-            runs["ours"].append(ping_pong(ROUND_TRIPS))
+            attach = ours.attach
+            runs["ours"].append(ping_pong(n, cpu))
             runs_per_prog = ours.program_stats()
         finally:
             ours.close()
+        classic = EbpfBackend(HostPaths.under("/"), 1, raw=False)  # the classic tracepoint program (fallback)
+        try:
+            runs["classic"].append(ping_pong(n, cpu))
+        finally:
+            classic.close()
         peer = subprocess.Popen([RUNQLAT, "60", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             _wait_for_runqlat(peer)
-            runs["runqlat"].append(ping_pong(ROUND_TRIPS))
+            runs["runqlat"].append(ping_pong(n, cpu))
         finally:
             peer.terminate()
             peer.wait(timeout=30)
@@ -77,13 +97,17 @@ def overhead() -> list[tuple[str, str, str, str]]:
     spread = {k: f"{min(v) / 1e3:.1f}-{max(v) / 1e3:.1f}k" for k, v in runs.items()}
     slow_ours = 1 - med["ours"] / med["nothing"]
     slow_peer = 1 - med["runqlat"] / med["nothing"]
+    slow_classic = 1 - med["classic"] / med["nothing"]
     switch_ns = [ns / max(n, 1) for name, (ns, n) in runs_per_prog.items() if "sched_switch" in name]
     return [
         ("round trips/s, nothing attached (median, min-max)", f"{med['nothing'] / 1e3:.1f}k ({spread['nothing']})",
          "", ""),
-        ("round trips/s, our program", f"{med['ours'] / 1e3:.1f}k ({spread['ours']})", "", ""),
+        (f"round trips/s, our program ({attach})", f"{med['ours'] / 1e3:.1f}k ({spread['ours']})", "", ""),
+        ("round trips/s, our classic tracepoint fallback", f"{med['classic'] / 1e3:.1f}k ({spread['classic']})", "",
+         ""),
         ("round trips/s, runqlat", f"{med['runqlat'] / 1e3:.1f}k ({spread['runqlat']})", "", ""),
         ("slowdown, our program", f"{slow_ours * 100:.1f} %", "<= 5 %", "PASS" if slow_ours <= 0.05 else "FAIL"),
+        ("slowdown, our classic tracepoint fallback", f"{slow_classic * 100:.1f} %", "", ""),
         ("slowdown, runqlat", f"{slow_peer * 100:.1f} %", "", ""),
         ("ours vs runqlat (slowdown difference)", f"{(slow_ours - slow_peer) * 100:+.1f} pt", "<= +1 pt",
          "PASS" if slow_ours <= slow_peer + 0.01 else "FAIL"),
@@ -165,14 +189,18 @@ def main() -> int:
     if shutil.which(RUNQLAT) is None:
         print(f"{RUNQLAT} missing (bpfcc-tools)", file=sys.stderr)
         return 1
-    try:
-        rows = overhead()
-    except BccUnavailable as e:
-        print(f"bcc unavailable: {e}", file=sys.stderr)
-        return 1
-    print(f"pipe ping-pong, {ROUND_TRIPS} round trips x {REPS} interleaved repetitions, {os.cpu_count()} CPUs")
-    print_table(rows, 26)
-    print()
+    for cpu in (0, None):
+        try:
+            rows = overhead(cpu)
+        except BccUnavailable as e:
+            print(f"bcc unavailable: {e}", file=sys.stderr)
+            return 1
+        where = ("both threads on CPU 0" if cpu is not None
+                 else f"threads placed by the scheduler on {os.cpu_count()} CPUs")
+        print(f"pipe ping-pong, {PINNED_ROUND_TRIPS if cpu is not None else ROUND_TRIPS} round trips x {REPS} "
+              f"interleaved repetitions, {where}")
+        print_table(rows, 26)
+        print()
     print_table(tick_cost(), 8)
     return 0
 
