@@ -82,7 +82,7 @@ class Node:
 
     def agent(self) -> Agent:
         cfg = Config(node_name="real-node", paths=self.paths(), pods_dir=str(self.pods_dir),
-                     state_dir=str(self.tmp_path / "state"), feature_gates=parse_feature_gates(""))
+                     state_dir=str(self.tmp_path / "state"), feature_gates=parse_feature_gates("CPUSchedLatency=true"))
         agent = Agent(cfg)
         assert agent.sync_pods()
         return agent
