@@ -6,9 +6,9 @@ node, hook, stage, status; buckets 0.01 ms × 4^k, eight of them); the `koordlet
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from koordlet.promchildren import LabelledChildren
 
 _HOOK_BUCKETS = tuple(0.01 * 4**k for k in range(8))
 _CALL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.0)
@@ -32,15 +32,7 @@ class NriMetrics:
                                  "time duration of invocations of runtime hook plugins",
                                  ["node", "hook", "stage", "status"], buckets=_HOOK_BUCKETS, registry=registry)
 
-        # labelled children kept: `labels()` costs more than the observation on the NRI hot path
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self._child = LabelledChildren()
 
     def call(self, method: str, outcome: str, seconds: float) -> None:
         self._child(self.calls, method, outcome).inc()

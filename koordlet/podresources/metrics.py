@@ -5,9 +5,9 @@ Upstream koordlet exports nothing for its proxy; these `koordlet_pod_resources_p
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from koordlet.promchildren import LabelledChildren
 
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.0, 10.0)
 
@@ -31,14 +31,7 @@ class ProxyMetrics:
                                   "List requests by how kubelet's answer was had: hit (a recent answer reused), "
                                   "coalesced (shared a call already under way), miss (a call of its own).",
                                   ["result"], registry=registry)
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self._child = LabelledChildren()
 
     def request(self, method: str, code: str, seconds: float) -> None:
         self._child(self.requests, method, code).inc()
