@@ -76,6 +76,7 @@ class Agent:
         self.nodeslo_present = False
         self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
         self.host_apps: list[HostApp] = []
+        self.node_obj: JSON | None = None  # the Node object (cluster mode); QoS budgets read its allocatable
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"))
         self.builder = NodeMetricBuilder(self.cache)
@@ -231,7 +232,8 @@ class Agent:
     # -- QoS ---------------------------------------------------------------------------------------------------
     def qos_state(self) -> QoSState:
         return QoSState(self.config.paths, self.backend.version, self.driver, self.pods.pods, self.nodeslo_spec,
-                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present, self.nodeslo_refused)
+                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present, self.nodeslo_refused,
+                        cache=self.cache, node=self.node_obj)
 
     def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""

@@ -100,6 +100,7 @@ class ClusterLink:
             return
         old = self.node
         self.node = node
+        agent.node_obj = node
         if old is not None and _address_changed(old, node):
             self.kubelet = None
         alloc = (node.get("status") or {}).get("allocatable") or {}

@@ -11,6 +11,7 @@ from koordlet.errors import PlanError
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
+from koordlet.metriccache import MetricCache
 from koordlet.states.model import PodMeta
 
 # NodeSLO resourceQOSStrategy key per koordinator QoS class (spec §7.1).
@@ -27,6 +28,10 @@ class QoSState:
     host_apps: list[HostApp] = field(default_factory=list)
     nodeslo_present: bool = True
     input_errors: tuple[PlanError, ...] = ()  # found before planning (a refused NodeSLO): in every plan's errors
+    # Usage-driven features (BE suppress, CPU burst) read the collection tick's latest values here, each pass: they
+    # are never kept as steady facts. None when nothing collects (tests of rules that need no usage).
+    cache: MetricCache | None = field(default=None, compare=False)
+    node: dict[str, Any] | None = field(default=None, compare=False)  # the Node object, when the API serves one
 
     def strategy(self) -> dict[str, Any]:
         value = self.nodeslo.get("resourceQOSStrategy")
