@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import statistics
@@ -37,10 +38,13 @@ REPS = 5
 RUNQLAT = "/usr/sbin/runqlat-bpfcc"
 
 
-def ping_pong(n: int, cpu: int | None = None) -> float:
+def ping_pong(n: int, cpu: int | None = None, settle: Callable[[], object] | None = None) -> float:
     """Round trips per second between two threads over two pipes; both pinned to `cpu` if given (every round trip
     is then two wakeups and two context switches on that CPU, with no idle exit or IPI: the program's cost is
-    what is left, rather than where the scheduler happened to place the threads)."""
+    what is left, rather than where the scheduler happened to place the threads). `settle` runs after a warm-up of
+    the same two threads, before the timed part: our backend's read, which places the threads as the agent's
+    collection tick does within a second (before that their waits take the slower path of unplaced tasks)."""
+    warm = n // 10 if settle is not None else 0
     a_r, a_w = os.pipe()
     b_r, b_w = os.pipe()
     before = os.sched_getaffinity(0)
@@ -48,13 +52,18 @@ def ping_pong(n: int, cpu: int | None = None) -> float:
     def echo() -> None:
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
-        for _ in range(n):
+        for _ in range(warm + n):
             os.write(b_w, os.read(a_r, 1))
 
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})  # this thread; the echo thread pins itself
     t = threading.Thread(target=echo)
     t.start()
+    for _ in range(warm):
+        os.write(a_w, b"x")
+        os.read(b_r, 1)
+    if settle is not None:
+        settle()
     t0 = time.perf_counter()
     for _ in range(n):
         os.write(a_w, b"x")
@@ -77,13 +86,13 @@ def overhead(cpu: int | None) -> list[tuple[str, str, str, str]]:
         ours = EbpfBackend(HostPaths.under("/"), 1)  # as the agent loads it: raw tracepoints where BTF allows
         try:
             attach = ours.attach
-            runs["ours"].append(ping_pong(n, cpu))
+            runs["ours"].append(ping_pong(n, cpu, settle=functools.partial(ours.read, [])))
             runs_per_prog = ours.program_stats()
         finally:
             ours.close()
         classic = EbpfBackend(HostPaths.under("/"), 1, raw=False)  # the classic tracepoint program (fallback)
         try:
-            runs["classic"].append(ping_pong(n, cpu))
+            runs["classic"].append(ping_pong(n, cpu, settle=functools.partial(classic.read, [])))
         finally:
             classic.close()
         peer = subprocess.Popen([RUNQLAT, "60", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

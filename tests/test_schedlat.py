@@ -4,7 +4,7 @@ collector's one-time backend choice, and the exporter's histogram."""
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 from koordlet.metriccache import MetricCache
 from koordlet.schedlat.attribution import PodIndex, cgroup_path
-from koordlet.schedlat.collector import CAPABILITY, RAW_CAPABILITY, SchedLatency, recent
+from koordlet.schedlat.collector import CAPABILITY, RAW_CAPABILITY, SCHEDSTAT_EVERY_SECONDS, SchedLatency, recent
 from koordlet.schedlat.hist import SLOTS, Totals, cumulative_buckets, quantile
 from koordlet.schedlat.schedstat import SchedstatBackend
 from koordlet.states.model import PodMeta
@@ -146,7 +146,11 @@ def test_which_tracepoints_the_program_runs_on_is_said_once(tmp_path: Path, capl
 
 
 def test_forced_fallback_when_bcc_cannot_be_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "bcc", None)  # `import bcc` raises ImportError
+    # The program is loaded by a child interpreter: a `bcc` first on its path that refuses to import blocks it there.
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "bcc.py").write_text("raise ImportError('blocked by the test')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     paths = _fake_host(tmp_path, {"kubepods/poda": {10: (1000, 10)}})
     health = Health()
     sl = SchedLatency(paths, 1, health, use_bcc=True)
@@ -155,9 +159,16 @@ def test_forced_fallback_when_bcc_cannot_be_imported(tmp_path: Path, monkeypatch
     p = pod("a", "kubepods/poda")
     sl.collect([p], 1000)
     _fake_host(tmp_path, {"kubepods/poda": {10: (5000, 12)}})
-    sl.collect([p], 2000)
+    sl.collect([p], 2000)  # the fallback opens a file per thread: not every tick
+    [row] = sl.latest
+    assert row.tick == Totals(0, 0)
+    sl.collect([p], 1000 + int(SCHEDSTAT_EVERY_SECONDS * 1000))
     [row] = sl.latest
     assert (row.source, row.tick) == ("schedstat", Totals(2, 4000))
+    _fake_host(tmp_path, {"kubepods/poda": {10: (6000, 13)}})
+    sl.collect([p], 1000 + int(SCHEDSTAT_EVERY_SECONDS * 1000) + 1, force=True)  # `koordlet sched-latency`
+    [row] = sl.latest
+    assert row.tick == Totals(1, 1000)
 
 
 def test_ticks_go_to_the_metric_cache_and_the_exporter(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from koordlet.schedlat import btf as B
 from koordlet.schedlat.btf import Btf, BtfError
-from koordlet.schedlat.ebpf import raw_layout
+from koordlet.schedlat.loader import raw_layout
 
 from conftest import require
 
@@ -63,7 +63,7 @@ class Blob:
         return hdr + self.types + self.strings
 
 
-def _kernel_like(with_state_arg: bool = True) -> Blob:
+def _kernel_like(with_state_arg: bool = True, adjacent: bool = True) -> Blob:
     b = Blob()
     uint = b.int_("unsigned int", 4)
     pid_t = b.add(B.TYPEDEF, "pid_t", b.int_("int", 4))
@@ -75,13 +75,18 @@ def _kernel_like(with_state_arg: bool = True) -> Blob:
     b.add(B.FLOAT, "double", 8)
     state = b.struct_(B.UNION, "", 4, [("__state", uint, 0), ("other", uint, 0)])
     flags = b.struct_(B.STRUCT, "", 4, [("a", uint, (1 << 24) | 0), ("b", uint, (3 << 24) | 1)], kind_flag=True)
-    b.struct_(B.STRUCT, "task_struct", 64, [("thread", uint, 0), ("", state, 64), ("", flags, 96),
-                                           ("pid", pid_t, 256), ("tgid", pid_t, 288)])
+    ulong, ull = b.int_("long unsigned int", 8), b.int_("long long unsigned int", 8)
+    info = b.struct_(B.STRUCT, "sched_info", 32, [("pcount", ulong, 0), ("run_delay", ull, 64 if adjacent else 128),
+                                                  ("max_run_delay", ull, 128 if adjacent else 64)])
+    b.struct_(B.STRUCT, "task_struct", 128, [("thread", uint, 0), ("", state, 64), ("", flags, 96),
+                                            ("pid", pid_t, 256), ("tgid", pid_t, 288), ("sched_info", info, 512)])
     task = b.add(B.PTR, "", b.n)
     boolean = b.int_("_Bool", 1)
     b.tracepoint("sched_wakeup", [("p", task)])
     b.tracepoint("sched_wakeup_new", [("p", task)])
     b.tracepoint("sched_process_exit", [("p", task), ("group_dead", boolean)])
+    cgrp = b.add(B.PTR, "", uint)  # the pointee's type does not matter: the program only passes the task on
+    b.tracepoint("cgroup_attach_task", [("dst_cgrp", cgrp), ("path", cgrp), ("task", task), ("threadgroup", boolean)])
     switch = [("preempt", boolean), ("prev", task), ("next", task)]
     b.tracepoint("sched_switch", switch + ([("prev_state", uint)] if with_state_arg else []))
     b.add(B.VAR, "v", uint, tail=struct.pack("<I", 1))
@@ -105,9 +110,9 @@ def test_a_hand_built_blob_members_anonymous_unions_and_prototypes(tmp_path: Pat
                                                           (B.INT, "unsigned int")]
     path = tmp_path / "vmlinux"
     path.write_bytes(_kernel_like().bytes())
-    assert raw_layout(str(path)) == ["-DTASK_PID_OFF=32", "-DSWITCH_STATE_ARG"]
-    path.write_bytes(_kernel_like(with_state_arg=False).bytes())  # before 5.18: prev->__state is read instead
-    assert raw_layout(str(path)) == ["-DTASK_PID_OFF=32", "-DTASK_STATE_OFF=8"]
+    assert raw_layout(str(path)) == ["-DSI_PCOUNT_OFF=64", "-DSI_DELAY_OFF=72", "-DSI_ADJACENT"]
+    path.write_bytes(_kernel_like(with_state_arg=False, adjacent=False).bytes())  # two reads, any prototype era
+    assert raw_layout(str(path)) == ["-DSI_PCOUNT_OFF=64", "-DSI_DELAY_OFF=80"]
 
 
 def test_what_is_not_btf_or_lacks_the_struct_is_an_error(tmp_path: Path) -> None:
@@ -134,7 +139,8 @@ def test_the_running_kernels_btf_agrees_with_bpftool() -> None:
     resolved = btf.resolve(task.members[[m.name for m in task.members].index("pid")].type_id)
     assert resolved is not None and resolved.kind == B.INT and resolved.int_bits == 32
     flags = raw_layout()
-    assert flags[0] == f"-DTASK_PID_OFF={pid[0]}"
+    info = btf.member("task_struct", "sched_info")[0]
+    assert flags[0] == f"-DSI_PCOUNT_OFF={info + btf.member('sched_info', 'pcount')[0]}"
     bpftool = shutil.which("bpftool")
     if bpftool is None:
         return  # the invariants above are what can be checked
@@ -151,4 +157,9 @@ def test_the_running_kernels_btf_agrees_with_bpftool() -> None:
         ("(anon)" if not x.name else x.name, x.type_id, x.bit_offset, x.bitfield_size) for x in task.members]
     proto = re.search(r"^\[\d+\] TYPEDEF 'btf_trace_sched_switch' type_id=(\d+)$", out, re.M)
     assert proto is not None and btf.types[int(proto[1])] is not None
-    assert ("-DSWITCH_STATE_ARG" in flags) == (len(btf.tracepoint_params("sched_switch")) == 4)
+    si = re.search(r"^\[\d+\] STRUCT 'sched_info' size=\d+ vlen=\d+\n((?:\s+'.*\n)+)", out, re.M)
+    assert si is not None
+    offsets = dict(re.findall(r"'(\w+)' type_id=\d+ bits_offset=(\d+)", si[1]))
+    assert flags == [f"-DSI_PCOUNT_OFF={info + int(offsets['pcount']) // 8}",
+                     f"-DSI_DELAY_OFF={info + int(offsets['run_delay']) // 8}",
+                     *(["-DSI_ADJACENT"] if int(offsets["run_delay"]) == int(offsets["pcount"]) + 64 else [])]

@@ -14,8 +14,8 @@ from typing import Protocol
 
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.metriccache import MetricCache
-from koordlet.schedlat.hist import Totals, quantile
+from koordlet.metriccache import MetricCache, SeriesKey
+from koordlet.schedlat.hist import SLOTS, Totals, quantile
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 CAPABILITY = "cpu-schedule-latency-ebpf"
 # The eBPF program on raw tracepoints (task_struct offsets from the kernel's BTF), else on classic ones.
 RAW_CAPABILITY = "cpu-schedule-latency-raw-tracepoint"
+# The fallback opens a file per thread: read every this many seconds rather than every tick (the waits in between
+# are not lost, they arrive with the next read), so a node without bcc pays ~1/10 of its cost (docs/decisions.md).
+SCHEDSTAT_EVERY_SECONDS = 10.0
 KIND_SUM, KIND_COUNT, KIND_P99 = ("pod_cpu_schedule_latency_sum", "pod_cpu_schedule_latency_count",
                                   "pod_cpu_schedule_latency_p99")
 
@@ -72,6 +75,9 @@ class SchedLatency:
         self.reason = ""  # why bcc is not used, once known
         self.latest: list[PodLatency] = []
         self._before: dict[str, Totals] = {}
+        self._read_ms: int | None = None
+        self._keys_cache: MetricCache | None = None
+        self._keys: dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]] = {}  # pod uid -> its series in the cache
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._closed = False
@@ -124,11 +130,17 @@ class SchedLatency:
         self.backend = backend
         self._ready.set()
 
-    def collect(self, pods: list[PodMeta], ts_ms: int, cache: MetricCache | None = None) -> None:
+    def collect(self, pods: list[PodMeta], ts_ms: int, cache: MetricCache | None = None, *,
+                force: bool = False) -> None:
+        """Read the backend (the schedstat fallback at most every SCHEDSTAT_EVERY_SECONDS unless forced)."""
         backend = self.backend
         if backend is None:
             self.start()
             return
+        if (backend.source == "schedstat" and not force and self._read_ms is not None
+                and ts_ms - self._read_ms < SCHEDSTAT_EVERY_SECONDS * 1000):
+            return
+        self._read_ms = ts_ms
         try:
             totals = backend.read(pods)
         except Exception as e:  # a map or file read failing must not stop the collection tick
@@ -136,21 +148,39 @@ class SchedLatency:
             return
         self.health.recovered("schedlat", "read-failed", backend.source)
         latest = []
+        before_all = self._before
+        keys = self._keys_for(cache) if cache is not None else {}
         for pod in pods:
-            total = totals.get(pod.uid)
+            uid = pod.uid
+            total = totals.get(uid)
             if total is None:
                 continue
-            tick = total.minus(self._before.get(pod.uid))
+            before = before_all.get(uid)
+            # most pods did not wait since the last tick: an equal total needs no subtraction
+            tick = _nothing(total) if before is not None and total == before else total.minus(before)
             latest.append(PodLatency(pod, backend.source, total, tick))
             if cache is not None:
-                cache.append(cache.key(KIND_SUM, pod_uid=pod.uid), ts_ms, tick.sum_ns / 1e9)
-                cache.append(cache.key(KIND_COUNT, pod_uid=pod.uid), ts_ms, float(tick.count))
+                k = keys.get(uid)
+                if k is None:
+                    k = keys[uid] = (cache.key(KIND_SUM, pod_uid=uid), cache.key(KIND_COUNT, pod_uid=uid),
+                                     cache.key(KIND_P99, pod_uid=uid))
+                cache.append(k[0], ts_ms, tick.sum_ns / 1e9)
+                cache.append(k[1], ts_ms, float(tick.count))
                 if tick.hist is not None and tick.count:
                     p99 = quantile(tick.hist, 0.99)
                     if p99 is not None:
-                        cache.append(cache.key(KIND_P99, pod_uid=pod.uid), ts_ms, p99)
+                        cache.append(k[2], ts_ms, p99)
+        if cache is not None and len(keys) > 2 * len(pods):  # pods come and go: forget the gone ones' keys
+            live = {p.uid for p in pods}
+            for uid in [u for u in keys if u not in live]:
+                del keys[uid]
         self._before = totals
         self.latest = latest
+
+    def _keys_for(self, cache: MetricCache) -> dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]]:
+        if self._keys_cache is not cache:
+            self._keys_cache, self._keys = cache, {}
+        return self._keys
 
     def program_stats(self) -> dict[str, tuple[int, int]]:
         stats = getattr(self.backend, "program_stats", None)
@@ -161,6 +191,15 @@ class SchedLatency:
         backend, self.backend = self.backend, None
         if backend is not None:
             backend.close()
+
+
+_ZERO_HIST = (0,) * SLOTS
+_NO_WAITS = Totals(0, 0, _ZERO_HIST)
+_NO_WAITS_MEAN_ONLY = Totals(0, 0)
+
+
+def _nothing(total: Totals) -> Totals:
+    return _NO_WAITS_MEAN_ONLY if total.hist is None else _NO_WAITS
 
 
 def _is_this_kernel(proc_root: str) -> bool:

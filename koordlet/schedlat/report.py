@@ -25,7 +25,7 @@ def pod_row(row: PodLatency) -> dict[str, Any]:
 def sample(schedlat: SchedLatency, pods: list[Any], window: float) -> list[dict[str, Any]]:
     """Waits that ended between two reads `window` seconds apart (the first read is the baseline)."""
     schedlat.wait_ready(LOAD_TIMEOUT)
-    schedlat.collect(pods, int(time.time() * 1000))
+    schedlat.collect(pods, int(time.time() * 1000), force=True)
     time.sleep(max(window, 0.0))
-    schedlat.collect(pods, int(time.time() * 1000))
+    schedlat.collect(pods, int(time.time() * 1000), force=True)
     return [pod_row(r) for r in schedlat.latest]
