@@ -32,6 +32,7 @@ from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
@@ -93,6 +94,7 @@ class Agent:
         self.numa_memory = read_numa_memory(paths)
         self.kubelet_config: JSON | None = None  # kubelet's /configz (cluster mode); else its config file is read
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
+        self.cpuset_rule: CPUSetRule | None = None  # the NRT's share pools, for the CPUSetAllocator runtime hook
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"))
         self.builder = NodeMetricBuilder(self.cache)
@@ -280,8 +282,13 @@ class Agent:
         return facts
 
     def nrt_status(self) -> nrt.TopologyStatus:
-        """What this node's NodeResourceTopology says now; InvalidInput when sysfs is inconsistent."""
-        return nrt.topology_status(self.node_cpu_facts(), self.cpu_basic, self.numa_memory, self.node_obj,
+        """What this node's NodeResourceTopology says now (computed even with the report off: the runtime hook's
+        cpuset rule follows it, as upstream's follows the local NRT); InvalidInput when sysfs is inconsistent."""
+        facts = self.node_cpu_facts()
+        rule = CPUSetRule.from_facts(facts)
+        if rule != self.cpuset_rule:
+            self.cpuset_rule = rule
+        return nrt.topology_status(facts, self.cpu_basic, self.numa_memory, self.node_obj,
                                    hugepage_report=self.config.gate("HugePageReport"))
 
     def write_nrt(self, status: nrt.TopologyStatus) -> bool:
