@@ -150,14 +150,20 @@ def _read(state: QoSState, steady: SteadyFacts, annotations: Mapping[str, Any]) 
         if config is None:
             config = steady.get("cpuset/kubelet-config", lambda: read_kubelet_config_file(state.paths))
         kubelet = cpu_manager(config, topo)
-        entries = steady.get("cpuset/cpu-manager-state", lambda: read_cpu_manager_state(state.paths)) \
-            if kubelet.static else None
     except InvalidInput as e:
         errors.append(PlanError("Node", _node_name(state.node), "kubelet CPU manager", str(e), "InvalidKubeletConfig"))
         return CPUSetFacts(CPUSetRule(), {}, tuple(errors))
+    entries = None
+    if kubelet.static:
+        try:
+            entries = steady.get("cpuset/cpu-manager-state", lambda: read_cpu_manager_state(state.paths))
+        except InvalidInput as e:  # as the NRT: kubelet's pods unknown, the rest of the rule stands
+            errors.append(PlanError("Node", _node_name(state.node), "cpu_manager_state", str(e),
+                                    "InvalidKubeletConfig"))
     facts = node_cpu_facts(topo, state.pods, annotations, kubelet, entries, _node_name(state.node))
     sandboxes = steady.get("cpuset/sandboxes", lambda: _sandboxes(state))
-    return CPUSetFacts(CPUSetRule.from_facts(facts), sandboxes, (*errors, *facts.errors))
+    node_errors = tuple(e for e in facts.errors if e.kind != "Pod")  # a pod's own bad annotation: plan reports it
+    return CPUSetFacts(CPUSetRule.from_facts(facts), sandboxes, (*errors, *node_errors))
 
 
 def _sandboxes(state: QoSState) -> dict[str, str]:
