@@ -2,7 +2,8 @@
 
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
-NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off).
+NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
+share pools, on), `BlkIOReconcile` (off).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def enabled_features(config: Config) -> list[Feature]:
         out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
                            {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
                             "node_name": config.node_name}))
+    if config.gate("CPUSetAllocator"):
+        out.append(Feature("cpuset", "koordlet.qos.cpuset",
+                           {"disable_unset_cpu_quota": config.disable_unset_cpu_quota,
+                            "be_cpu_manager": config.gate("BECPUManager")}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
     return out
