@@ -19,7 +19,7 @@ FEATURE_GATES: dict[str, bool] = {
     "CPICollector": False, "Libpfm4": False, "PSICollector": False, "BlkIOReconcile": False,
     "ColdPageCollector": False, "HugePageReport": False, "HamiCoreVGPUMonitor": False,
     "NodeMetricPromMetrics": False,
-    "CPUSchedLatency": True,  # ours (koordlet/schedlat): bcc compiles in a child, never in the agent (docs/decisions.md)
+    "CPUSchedLatency": True,  # ours (koordlet/schedlat); bcc compiles in a child process
     "GroupIdentity": True, "CPUSetAllocator": True, "BatchResource": True, "GPUEnvInject": False,
     "RDMADeviceInject": False, "CPUNormalization": False, "CoreSched": False, "TerwayQoS": False,
     "TCNetworkQoS": False, "Resctrl": False, "OOMScoreAdj": False,
