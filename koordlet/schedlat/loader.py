@@ -75,6 +75,8 @@ def load(raw: bool = True, *, timeout: float = _TIMEOUT) -> Loaded:
         for fd in fds:
             os.close(fd)
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        if proc.returncode == -9 and not why:  # LLVM needs ~110 MiB for about a second: the usual killer
+            why = "(SIGKILL: out of memory? the compile needs ~110 MiB beside the agent)"
         raise BccUnavailable(f"the program loader exited {proc.returncode} {why}".strip()
                              + (f": {' | '.join(tail)}" if tail else ""))
     head: dict[str, Any] = json.loads(msg)
