@@ -142,11 +142,14 @@ def test_change_detection_is_json_semantic_and_keeps_foreign_data() -> None:
     other["zones"][0]["resources"].append({"name": "example.com/fpga", "capacity": "1", "allocatable": "1",
                                            "available": "1"})
     assert nrt.changed(other, st) == ""
-    # a foreign zone is dropped (upstream TrimDifferentZone), foreign resources and metadata kept
+    # a foreign zone is kept and no reason to write (unlike upstream's TrimDifferentZone); a zone of ours for a
+    # NUMA node that is gone is dropped; foreign resources and metadata kept
     other["zones"].append({"name": "socket-0", "type": "Socket"})
+    assert nrt.changed(other, st) == ""
+    other["zones"].append({"name": "node-7", "type": "Node"})
     assert nrt.changed(other, st) == "Zones changed, item: zones number"
     merged = nrt.updated(other, st)
-    assert [z["name"] for z in merged["zones"]] == ["node-0", "node-1"]
+    assert [z["name"] for z in merged["zones"]] == ["node-0", "node-1", "socket-0"]
     assert "example.com/fpga" in [r["name"] for r in merged["zones"][0]["resources"]]
     assert merged["metadata"]["annotations"]["team.example.com/x"] == "1"
     assert merged["metadata"]["labels"]["team.example.com/y"] == "2"

@@ -5,8 +5,10 @@ applyNUMAReservationToZoneResources, nodeTopologyStatus.isChanged/updateNRT, new
 (MergeZoneList, TrimDifferentZone, IsZoneListResourceEqual). Spec: agent-states-metrics-devices.md §2.6.
 
 Decisions (docs/decisions.md, "NodeResourceTopology"):
-- Zones: as upstream, our zones replace the managed resources of zones of the same name, other resources of those
-  zones are kept, and zones under other names are dropped (TrimDifferentZone). Upstream's merge also rewrites
+- Zones: as upstream, our zones replace the managed resources of zones of the same name and other resources of those
+  zones are kept. Unlike upstream (TrimDifferentZone), zones another writer named otherwise (not `node-<i>`) are
+  kept and never a reason to write (issue #12); a `node-<i>` zone of a NUMA node that is gone is dropped, as
+  upstream. Upstream's merge also rewrites
   every resource's capacity and available to its allocatable; we keep the computed capacity (it differs only with
   NUMA reservation) and a foreign resource's three values as they were.
 - A malformed Node annotation (reservation, system QoS) counts as absent and is reported, where upstream skips the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -182,10 +185,20 @@ def updated(existing: Mapping[str, Any], status: TopologyStatus) -> dict[str, An
     return obj
 
 
+_OUR_ZONE = re.compile(r"node-[0-9]+")
+
+
+def ours(zone: Any) -> bool:
+    """A zone this agent writes (`node-<i>`), as opposed to another writer's."""
+    return isinstance(zone, dict) and isinstance(zone.get("name"), str) and bool(_OUR_ZONE.fullmatch(zone["name"]))
+
+
 def merge_zones(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Zones named as ours: our resources replace theirs, other resources stay; zones of other names go."""
+    """Zones named as ours: our resources replace theirs, other resources stay; our names of NUMA nodes that are
+    gone go; zones other writers named otherwise stay as they are."""
     old_by_name = {z.get("name"): z for z in old if isinstance(z, dict)}
-    out = []
+    out = [copy.deepcopy(dict(z)) for z in old if isinstance(z, dict) and isinstance(z.get("name"), str)
+           and not ours(z)]
     for zone in new:
         merged = {r["name"]: r for r in zone["resources"]}
         for r in (old_by_name.get(zone["name"]) or {}).get("resources") or []:
@@ -212,7 +225,7 @@ def changed(old: Mapping[str, Any] | None, status: TopologyStatus) -> str:
     for key in MANAGED_LABELS:
         if labels.get(key, "") != status.labels.get(key, ""):
             return f"labels changed, key {key}"
-    zones = old.get("zones") or []
+    zones = [z for z in old.get("zones") or [] if ours(z)]  # another writer's zones are no reason to write
     if len(zones) != len(status.zones):
         return "Zones changed, item: zones number"
     for i, (a, b) in enumerate(zip(zones, status.zones, strict=True)):
