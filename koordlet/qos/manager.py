@@ -2,7 +2,8 @@
 
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
-NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off).
+NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch
+resources, on).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from koordlet.config import Config
@@ -29,6 +30,10 @@ class Feature:
     name: str
     module: str  # koordlet.qos.<module> exposing read_facts(state) and plan(state, facts, **options)
     options: dict[str, Any]
+    # A feature that remembers between passes (CPU burst's token buckets) exposes new_memory(**memory); the manager
+    # keeps one such object per feature and hands it to read_facts(state, steady=..., memory=...), which turns it
+    # into plain facts, so plan stays a pure function of (state, facts).
+    memory: dict[str, Any] = field(default_factory=dict)
 
 
 def enabled_features(config: Config) -> list[Feature]:
@@ -39,9 +44,12 @@ def enabled_features(config: Config) -> list[Feature]:
     if config.gate("GroupIdentity") or config.gate("CoreSched"):
         out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
                            {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
-                            "node_name": config.node_name}))
+                            "node_name": config.node_name, "batch_resource": config.gate("BatchResource")}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
+    if config.gate("BatchResource"):  # after cpuqos: the same pass's cpu.idle decisions (koordlet/qos/batchresource.py)
+        out.append(Feature("batchresource", "koordlet.qos.batchresource",
+                           {"group_identity": config.gate("GroupIdentity"), "node_name": config.node_name}))
     return out
 
 
@@ -52,6 +60,8 @@ class QoSManager:
         self.events = events
         self.health = health
         self._modules = {f.name: importlib.import_module(f.module) for f in features}
+        self._memory = {f.name: self._modules[f.name].new_memory(**f.memory) for f in features
+                        if hasattr(self._modules[f.name], "new_memory")}
         # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
         self.steady = SteadyFacts(executor.force_seconds, executor.clock)
         self._last: dict[str, tuple[int, Any, Plan]] = {}  # feature -> (steady generation, facts, its plan)
@@ -66,7 +76,8 @@ class QoSManager:
         for f in self.features:
             module = self._modules[f.name]
             try:
-                facts = module.read_facts(state, steady=self.steady)
+                memory = {"memory": self._memory[f.name]} if f.name in self._memory else {}
+                facts = module.read_facts(state, steady=self.steady, **memory)
                 report = getattr(module, "report_capabilities", None)
                 if report is not None:  # which kernel mechanism the feature uses: a metric, a log line once
                     report(self.health, facts)
