@@ -3,7 +3,7 @@
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
 NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch
-resources, on).
+resources, on), `CPUBurst` (cfs burst and the cfs-quota burst, on).
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def enabled_features(config: Config) -> list[Feature]:
     if config.gate("BatchResource"):  # after cpuqos: the same pass's cpu.idle decisions (koordlet/qos/batchresource.py)
         out.append(Feature("batchresource", "koordlet.qos.batchresource",
                            {"group_identity": config.gate("GroupIdentity"), "node_name": config.node_name}))
+    if config.gate("CPUBurst"):
+        out.append(Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": config.node_name},
+                           memory={"collect_interval": config.collect_res_used_interval,
+                                   "reconcile_interval": config.reconcile_interval_seconds}))
     return out
 
 

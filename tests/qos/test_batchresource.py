@@ -315,9 +315,9 @@ def written(results: list[Any]) -> list[tuple[str, str]]:
 
 def test_features_registered_under_their_gates() -> None:
     names = [f.name for f in enabled_features(Config("n", HostPaths.under("/")))]
-    assert names.index("cpuqos") < names.index("batchresource")
-    off = Config("n", HostPaths.under("/"), feature_gates={"BatchResource": False})
-    assert "batchresource" not in [f.name for f in enabled_features(off)]
+    assert names.index("cpuqos") < names.index("batchresource") and "cpuburst" in names
+    off = Config("n", HostPaths.under("/"), feature_gates={"BatchResource": False, "CPUBurst": False})
+    assert {"batchresource", "cpuburst"}.isdisjoint(f.name for f in enabled_features(off))
 
 
 def test_idled_pod_keeps_its_shares_and_two_passes_settle(tmp_path: Path) -> None:
