@@ -385,6 +385,18 @@ def weight_to_shares(weight: int) -> int:
     return CPU_SHARES_MIN - (-(weight - 1) * span // (CPU_WEIGHT_MAX - 1))
 
 
+def v1_memory_unlimited(text: str) -> bool:
+    """Whether a v1 memory.limit_in_bytes content means unlimited: a -1 written there reads back as the page counter's
+    maximum in bytes (9223372036854771712 with 4 KiB pages), never as -1."""
+    text = text.strip()
+    if text == "-1":
+        return True
+    if not (text.isascii() and text.isdigit()):
+        return False
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(text) >= (INT64_MAX // page) * page
+
+
 def cpu_max(quota_us: int, period_us: int) -> str:
     """The cpu.max line for a v1 quota and period; quota -1 (unlimited) becomes "max"."""
     if not CFS_PERIOD_MIN_US <= period_us <= CFS_PERIOD_MAX_US:

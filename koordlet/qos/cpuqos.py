@@ -23,10 +23,12 @@
 #   every write to the pod's cpu.shares fails with EINVAL; container cgroups below stay writable. kubelet writes a
 #   pod's cpu.shares when it creates the pod cgroup (we idle a pod only once a container runs, so after that) and on
 #   an in-place resize (a resize of an idled pod fails until it leaves idle); other agents writing pod-level shares
-#   (Koordinator's BatchResource hook) must skip idled pods. All idle pods of a dir share CPU equally (weight 3
-#   each). Writing cpu.idle=0 resets cpu.shares to 1024, so we then write back the value kubelet sets
-#   (ResourceConfigForPod) — a write the executor makes only when the cpu.idle write before it changed the file, so
-#   the plan needs no fact about which cgroups are idle now and a steady pass reads no cpu.idle file.
+#   (Koordinator's BatchResource hook) must skip idled pods (ours does: koordlet/qos/batchresource.py asks
+#   `idled_pods`). All idle pods of a dir share CPU equally (weight 3 each). Writing cpu.idle=0 resets cpu.shares
+#   to 1024, so we then write back the value kubelet sets (ResourceConfigForPod; with gate BatchResource, a BE
+#   pod's batch shares, so the two features agree in the same pass) — a write the executor makes only when the
+#   cpu.idle write before it changed the file, so the plan needs no fact about which cgroups are idle now and a
+#   steady pass reads no cpu.idle file.
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanErro
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight
+from koordlet.qos.batchspec import batch_pod_shares
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
@@ -370,9 +373,10 @@ def _kube_qos(pod: PodMeta) -> K8sQoS:
 
 
 def plan(state: QoSState, facts: CPUQoSFacts, *, group_identity: bool = True, core_sched: bool = False,
-         node_name: str = "") -> Plan:
+         node_name: str = "", batch_resource: bool = False) -> Plan:
     """The writes for one pass. `group_identity` / `core_sched` are upstream's feature gates GroupIdentity (on by
-    default) and CoreSched (alpha, off); nothing is written before a NodeSLO was received (the rule is nil)."""
+    default) and CoreSched (alpha, off); nothing is written before a NodeSLO was received (the rule is nil).
+    `batch_resource` is gate BatchResource: a BE pod leaving idle gets its batch cpu.shares back."""
     out = Plan()
     if not state.nodeslo_present:
         return out
@@ -383,7 +387,7 @@ def plan(state: QoSState, facts: CPUQoSFacts, *, group_identity: bool = True, co
         if facts.mechanism == "group-identity":
             _plan_bvt(state, facts, rule, values, node_name, out)
         else:
-            _plan_pod_idle(state, facts, rule, values, out)
+            _plan_pod_idle(state, facts, rule, values, out, batch_resource)
     if core_sched and facts.cpu_idle:
         _plan_core_sched(state, facts, rule, out)
     return out
@@ -461,7 +465,7 @@ def _host_app_dir(app: HostApp, node_name: str, out: Plan) -> str | None:
 
 
 def _plan_pod_idle(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapping[str, tuple[PodMeta, int]],
-                   out: Plan) -> None:
+                   out: Plan, batch_resource: bool = False) -> None:
     """No group identity: cpu.idle=1 on the pod cgroups whose bvt is -1, 0 on the others (see the module notes).
 
     Only pod cgroups: a kube-QoS dir would break kubelet's cpu.shares writes, a container cgroup only competes with
@@ -469,12 +473,16 @@ def _plan_pod_idle(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapp
     A pod is idled only once one of its containers runs: kubelet creates the pod cgroup and then writes its
     cpu.shares, and an idle flag in between would fail that write. For the same reason a dangling pod dir (not in
     the pod list, so maybe being created) is never idled, only taken out of idle when its QoS dir's value is not -1.
+    With `batch_resource` (gate BatchResource), a BE pod leaving idle gets back its batch cpu.shares, not kubelet's,
+    so both features agree on the value in the very pass (koordlet/qos/batchresource.py).
     """
     for rel, (pod, value) in values.items():
         idle = 1 if value == -1 else 0
-        if idle and not any(c.running for c in pod.containers):
+        if idle and not _idles(pod, value):
             continue
-        _idle(state, rel, idle, f"pod {pod.namespace}/{pod.name} bvt={value}", _kubelet_shares(pod), out)
+        restore = batch_pod_shares(pod) if batch_resource else None
+        _idle(state, rel, idle, f"pod {pod.namespace}/{pod.name} bvt={value}",
+              restore if restore is not None else _kubelet_shares(pod), out)
     for qos in _KUBE_QOS:
         dir_value = rule.kube_dir[qos]
         if dir_value is None or dir_value == -1:
@@ -482,6 +490,22 @@ def _plan_pod_idle(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapp
         shares = CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None  # kubelet's value is known for BestEffort only
         for rel in facts.dangling.get(qos, ()):
             _idle(state, rel, 0, f"dangling pod dir ({qos.value}) bvt={dir_value}", shares, out)
+
+
+def _idles(pod: PodMeta, value: int) -> bool:
+    """Whether the cpu-idle mechanism sets cpu.idle=1 on this pod (its bvt is -1 and a container runs)."""
+    return value == -1 and any(c.running for c in pod.containers)
+
+
+def idled_pods(state: QoSState, mechanism: Mechanism, *, group_identity: bool = True,
+               node_name: str = "") -> frozenset[str]:
+    """The pod cgroup dirs `plan` sets cpu.idle=1 on in this pass, by the same rule (`mechanism` is
+    CPUQoSFacts.mechanism). An idle cgroup refuses cpu.shares / cpu.weight writes, so features writing pod-level
+    shares (BatchResource) skip these."""
+    if not state.nodeslo_present or not group_identity or mechanism != "cpu-idle":
+        return frozenset()
+    values = _pod_values(bvt_rule(state.nodeslo, node_name), state.pods, Plan())
+    return frozenset(rel for rel, (pod, value) in values.items() if _idles(pod, value))
 
 
 def _idle(state: QoSState, rel: str, idle: int, reason: str, restore_shares: int | None, out: Plan) -> None:
@@ -521,6 +545,16 @@ def kubelet_pod_cpu_shares(pod: PodMeta) -> int:
     """The cpu.shares kubelet gives a pod cgroup: 2 for BestEffort, else its CPU requests in shares (min 2)."""
     if pod.k8s_qos == K8sQoS.BESTEFFORT.value:
         return CPU_SHARES_MIN
+    milli = pod_cpu_request_milli(pod)
+    if milli == 0:
+        return CPU_SHARES_MIN
+    return max(CPU_SHARES_MIN, min(CPU_SHARES_MAX, milli * 1024 // 1000))
+
+
+def pod_cpu_request_milli(pod: PodMeta) -> int:
+    """k8s.io/component-helpers resource.PodRequests for CPU, in milli-cores: pod-level resources when they name
+    CPU, else the containers' (see _containers_request_milli), plus the overhead. Raises InvalidInput for a
+    malformed quantity."""
     spec = _obj(pod.raw.get("spec"))
     pod_level = spec.get("resources")
     if isinstance(pod_level, dict) and ("cpu" in _obj(pod_level.get("requests")) or
@@ -528,10 +562,7 @@ def kubelet_pod_cpu_shares(pod: PodMeta) -> int:
         milli = _cpu_request_milli(pod_level)
     else:
         milli = _containers_request_milli(spec)
-    milli += _milli(_obj(spec.get("overhead")).get("cpu"))
-    if milli == 0:
-        return CPU_SHARES_MIN
-    return max(CPU_SHARES_MIN, min(CPU_SHARES_MAX, milli * 1024 // 1000))
+    return milli + _milli(_obj(spec.get("overhead")).get("cpu"))
 
 
 def _kubelet_shares(pod: PodMeta) -> int | None:

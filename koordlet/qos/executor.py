@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.host.resources import RESOURCES
+from koordlet.host.resources import RESOURCES, v1_memory_unlimited
 from koordlet.qos.model import Plan, Write
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Executor:
             return Result(w, "unsupported", "file does not exist")
         except OSError as e:
             return self._failed(w, e)
-        if w.op == "write" and _holds(current, w):
+        if w.op == "write" and _holds(current, w, self.version):
             self._cache[w.path] = (w.value, now)
             return Result(w, "unchanged")
         if self.dry_run:
@@ -223,9 +223,11 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _holds(current: str, w: Write) -> bool:
+def _holds(current: str, w: Write, version: int) -> bool:
     if w.compare == "always":
         return False
+    if version == 1 and w.resource == "memory.limit_in_bytes" and w.value.strip() == "-1":
+        return v1_memory_unlimited(current)  # -1 never reads back as -1
     if w.compare == "line":
         return any(line.strip() == w.value.strip() for line in current.splitlines())
     return current.strip() == w.value.strip()

@@ -3,7 +3,8 @@
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
 NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
-share pools, on), `BlkIOReconcile` (off).
+share pools, on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch resources, on), `CPUBurst`
+(cfs burst and the cfs-quota burst, on).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from koordlet.config import Config
@@ -30,6 +31,10 @@ class Feature:
     name: str
     module: str  # koordlet.qos.<module> exposing read_facts(state) and plan(state, facts, **options)
     options: dict[str, Any]
+    # A feature that remembers between passes (CPU burst's token buckets) exposes new_memory(**memory); the manager
+    # keeps one such object per feature and hands it to read_facts(state, steady=..., memory=...), which turns it
+    # into plain facts, so plan stays a pure function of (state, facts).
+    memory: dict[str, Any] = field(default_factory=dict)
 
 
 def enabled_features(config: Config) -> list[Feature]:
@@ -40,13 +45,20 @@ def enabled_features(config: Config) -> list[Feature]:
     if config.gate("GroupIdentity") or config.gate("CoreSched"):
         out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
                            {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
-                            "node_name": config.node_name}))
+                            "node_name": config.node_name, "batch_resource": config.gate("BatchResource")}))
     if config.gate("CPUSetAllocator"):
         out.append(Feature("cpuset", "koordlet.qos.cpuset",
                            {"disable_unset_cpu_quota": config.disable_unset_cpu_quota,
                             "be_cpu_manager": config.gate("BECPUManager")}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
+    if config.gate("BatchResource"):  # after cpuqos: the same pass's cpu.idle decisions (koordlet/qos/batchresource.py)
+        out.append(Feature("batchresource", "koordlet.qos.batchresource",
+                           {"group_identity": config.gate("GroupIdentity"), "node_name": config.node_name}))
+    if config.gate("CPUBurst"):
+        out.append(Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": config.node_name},
+                           memory={"collect_interval": config.collect_res_used_interval,
+                                   "reconcile_interval": config.reconcile_interval_seconds}))
     return out
 
 
@@ -57,6 +69,8 @@ class QoSManager:
         self.events = events
         self.health = health
         self._modules = {f.name: importlib.import_module(f.module) for f in features}
+        self._memory = {f.name: self._modules[f.name].new_memory(**f.memory) for f in features
+                        if hasattr(self._modules[f.name], "new_memory")}
         # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
         self.steady = SteadyFacts(executor.force_seconds, executor.clock)
         self._last: dict[str, tuple[int, Any, Plan]] = {}  # feature -> (steady generation, facts, its plan)
@@ -71,7 +85,8 @@ class QoSManager:
         for f in self.features:
             module = self._modules[f.name]
             try:
-                facts = module.read_facts(state, steady=self.steady)
+                memory = {"memory": self._memory[f.name]} if f.name in self._memory else {}
+                facts = module.read_facts(state, steady=self.steady, **memory)
                 report = getattr(module, "report_capabilities", None)
                 if report is not None:  # which kernel mechanism the feature uses: a metric, a log line once
                     report(self.health, facts)

@@ -1,0 +1,180 @@
+"""BatchResource: BE pods' and containers' cpu.shares, CFS quota and memory limit from their batch resources."""
+
+# Upstream: pkg/koordlet/runtimehooks/hooks/batchresource/{batch_resource.go,rule.go} (the pod and container
+# reconcilers for BE pods and the two rules), spec qos-and-runtime-hooks.md §5.4. Values: koordlet/qos/batchspec.py.
+#
+# - Pods: labelled `koordinator.sh/qosClass: BE` only; containers from the pod status (ids known), no sandbox
+#   (upstream: "TODO set for sandbox container"). Nothing for a pod that declares no batch resource.
+# - CFS quota: -1 at both levels while NodeSLO `resourceUsedThresholdWithBE` has `enable: true` and
+#   `cpuSuppressPolicy: cfsQuota` (the besteffort dir's quota then limits BE, and v1 wants a parent's quota >= each
+#   child's). Otherwise divided by the Node's `node.koordinator.sh/cpu-normalization-ratio` when > 1: upstream's
+#   BatchResource reads that annotation whether or not gate CPUNormalization is on, and so do we (only in cluster
+#   mode, where there is a Node object). A malformed ratio is an Event and no scaling (upstream keeps the last good
+#   ratio; a pure planner has none).
+# - cpu.idle (koordlet/qos/cpuqos.py): a pod that CPU QoS idles in this pass refuses cpu.shares writes (EINVAL), so
+#   its pod-level shares are not planned (`cpuqos.idled_pods`, the same rule, so the features never disagree);
+#   its containers' shares, its quota and memory limit are. When such a pod leaves idle, cpuqos restores its batch
+#   shares itself (kernel reset to 1024), so this plan's write of the same value finds the file done.
+# - cgroup v2: cpu.weight from the shares (kubelet's mapping), `cpu.max` as "<quota|max> 100000" (upstream's quota
+#   assumes the 100 ms base period, so the period is written with it and the line reads back as written),
+#   `memory.max` "max" for unlimited.
+# - cgroup v1 quota order: the kernel refuses a child quota above its parent's, and a parent quota below a child's.
+#   Growing works pod first, shrinking containers first; without reading the files the plan writes the pod's quota,
+#   the containers', then the pod's again: when shrinking the first pod write fails (one logged EINVAL) and the second
+#   succeeds in the same pass; otherwise the second is a cache hit (upstream: LeveledUpdateBatch's merge pass).
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.errors import HostReadError, PlanError
+from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, shares_to_weight
+from koordlet.qos import cpuqos
+from koordlet.qos.batchspec import (
+    UNLIMITED,
+    BatchSpecError,
+    ContainerBatch,
+    PodBatch,
+    container_memory_limit,
+    container_quota,
+    container_shares,
+    is_batch_pod,
+    pod_batch,
+    pod_memory_limit,
+    pod_quota,
+    pod_shares,
+    scale_quota,
+)
+from koordlet.qos.model import Plan, Write
+from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
+from koordlet.states.model import PodMeta
+
+ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
+CPU_SUPPRESS_CFS_QUOTA = "cfsQuota"
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
+_TERMINATED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    cpu_idle: bool  # CPU QoS uses cpu.idle (no group identity): pods it idles keep their pod-level shares
+    ratio: float | None  # the Node's CPU normalization ratio; None: no Node, no annotation
+    ratio_error: str | None = None  # the annotation is present but not a positive number
+
+
+def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> BatchFacts:
+    """CPU QoS's mechanism (kept with the steady facts, shared with cpuqos) and the Node's ratio (every pass: the
+    Node is not part of what keeps steady facts)."""
+    try:
+        cpu_idle = cpuqos.read_facts(state, steady=steady).mechanism == "cpu-idle"
+    except HostReadError:
+        # cpuqos cannot tell either and plans nothing; pods it idled before may still be idle, and a shares write
+        # to an idle cgroup fails, while a skipped one leaves kubelet's value: assume cpu.idle.
+        cpu_idle = True
+    ratio, error = normalization_ratio(state.node)
+    return BatchFacts(cpu_idle, ratio, error)
+
+
+def normalization_ratio(node: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """apis/extension GetCPUNormalizationRatio: the annotation as a float; absent is None; unparsable or <= 0 is an
+    error."""
+    if node is None:
+        return None, None
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO) if isinstance(annotations, dict) else None
+    if text is None:
+        return None, None
+    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
+        return None, f"{text!r} is not a number"
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        return None, f"illegal cpu normalization ratio: {text}"
+    return value, None
+
+
+def cfs_quota_enabled(nodeslo: dict[str, Any]) -> bool:
+    """rule.go parseRuleForNodeSLO: off while BE CPU suppress is enabled with the cfsQuota policy (merged spec: the
+    policy defaults to cpuset, enable to false)."""
+    threshold = nodeslo.get("resourceUsedThresholdWithBE")
+    if not isinstance(threshold, dict):
+        return True
+    return not (threshold.get("enable") is True and threshold.get("cpuSuppressPolicy") == CPU_SUPPRESS_CFS_QUOTA)
+
+
+def plan(state: QoSState, facts: BatchFacts, *, group_identity: bool = True, node_name: str = "") -> Plan:
+    """The writes for one pass. `group_identity` is gate GroupIdentity (whether CPU QoS runs and may idle pods)."""
+    out = Plan()
+    if facts.ratio_error is not None:
+        name = str(((state.node or {}).get("metadata") or {}).get("name") or node_name or "node")
+        out.errors.append(PlanError("Node", name, f"annotations[{ANNOTATION_CPU_NORMALIZATION_RATIO}]",
+                                    facts.ratio_error))
+    idled = cpuqos.idled_pods(state, "cpu-idle" if facts.cpu_idle else "none", group_identity=group_identity,
+                              node_name=node_name)
+    cfs = cfs_quota_enabled(state.nodeslo)
+    for pod in state.pods:
+        if not is_batch_pod(pod) or pod.phase in _TERMINATED:
+            continue
+        try:
+            batch = pod_batch(pod)
+        except BatchSpecError as e:
+            out.errors.append(PlanError("Pod", f"{pod.namespace}/{pod.name}", e.field, e.message, uid=pod.uid))
+            continue
+        if batch is None:
+            continue
+        if batch.annotation_error is not None:
+            bad = batch.annotation_error
+            out.errors.append(PlanError("Pod", f"{pod.namespace}/{pod.name}", bad.field, bad.message, uid=pod.uid))
+        _plan_pod(state, pod, batch, cfs, facts.ratio, pod.cgroup_dir in idled, out)
+    return out
+
+
+def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: float | None, idled: bool,
+              out: Plan) -> None:
+    who = f"batchresource: pod {pod.namespace}/{pod.name}"
+    rel = pod.cgroup_dir
+    if not idled:
+        out.writes.append(_shares(state, rel, pod_shares(batch), who))
+    quota = scale_quota(pod_quota(batch), ratio) if cfs else UNLIMITED
+    pod_quota_write = _quota(state, rel, quota, who if cfs else f"{who} (cfsQuota suppress policy)")
+    out.writes.append(pod_quota_write)
+    out.writes.append(_memory(state, rel, pod_memory_limit(batch), who))
+    containers = 0
+    for c in pod.containers:
+        spec = batch.container(c.name)
+        if spec is None or c.cgroup_dir is None:
+            continue
+        containers += 1
+        _plan_container(state, c.cgroup_dir, spec, cfs, ratio, f"{who} container {c.name}", out)
+    if state.cgroup_version == 1 and quota != UNLIMITED and containers:
+        out.writes.append(pod_quota_write)  # see the module notes: v1 quota order without reading the files
+
+
+def _plan_container(state: QoSState, rel: str, spec: ContainerBatch, cfs: bool, ratio: float | None, who: str,
+                    out: Plan) -> None:
+    out.writes.append(_shares(state, rel, container_shares(spec), who))
+    quota = scale_quota(container_quota(spec), ratio) if cfs else UNLIMITED
+    out.writes.append(_quota(state, rel, quota, who))
+    out.writes.append(_memory(state, rel, container_memory_limit(spec), who))
+
+
+def _shares(state: QoSState, rel: str, shares: int, who: str) -> Write:
+    value = shares if state.cgroup_version == 1 else shares_to_weight(shares)
+    return Write(state.cgroup_file("cpu.shares", rel), str(value), f"{who} cpu.shares={shares}",
+                 resource="cpu.shares")
+
+
+def _quota(state: QoSState, rel: str, quota: int, who: str) -> Write:
+    value = str(quota) if state.cgroup_version == 1 else cpu_max(quota, CFS_BASE_PERIOD_US)
+    return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, f"{who} cfs_quota={quota}",
+                 resource="cpu.cfs_quota_us")
+
+
+def _memory(state: QoSState, rel: str, limit: int, who: str) -> Write:
+    value = "max" if state.cgroup_version == 2 and limit == UNLIMITED else str(limit)
+    return Write(state.cgroup_file("memory.limit_in_bytes", rel), value, f"{who} memory limit={limit}",
+                 resource="memory.limit_in_bytes")
+

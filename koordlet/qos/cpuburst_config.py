@@ -1,0 +1,197 @@
+"""CPU burst configuration: NodeSLO `cpuBurstStrategy`, the pod's `koordinator.sh/cpuBurst` override, eligibility."""
+
+# Upstream: pkg/koordlet/qosmanager/plugins/cpuburst/cpu_burst.go (genPodBurstConfig, calcStaticCPUBurstVal, the
+# policy helpers), apis/slo/v1alpha1/{nodeslo_types.go,pod.go} (CPUBurstConfig, GetPodCPUBurstConfig),
+# pkg/util/pod_qos_utils.go IsPodCPUBurstable, pkg/util/pod.go IsPodInactive, pkg/koordlet/util/container.go
+# GetContainerBaseCFSQuota. Defaults: pkg/util/sloconfig DefaultCPUBurstStrategy (koordlet/states/nodeslo.py).
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+from koordlet.errors import InvalidInput, PlanError
+from koordlet.host.resources import CFS_BASE_PERIOD_US
+from koordlet.qos.batchspec import milli_cpu_to_quota
+from koordlet.quantity import parse_quantity
+from koordlet.states.model import PodMeta
+from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
+
+ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
+POLICY_NONE = "none"
+POLICY_CPU_BURST_ONLY = "cpuBurstOnly"
+POLICY_CFS_QUOTA_BURST_ONLY = "cfsQuotaBurstOnly"
+POLICY_AUTO = "auto"
+_INT64 = (-(2**63), 2**63 - 1)
+_RANGES = {  # the NodeSLO CRD's bounds for the same fields (apis/slo/v1alpha1/nodeslo_types.go)
+    "cpu_burst_percent": (0, 10000), "cfs_quota_burst_percent": (0, _INT64[1]),
+    "cfs_quota_burst_period_seconds": (-1, _INT64[1]),
+}
+_FIELDS = {  # Go matches JSON keys to struct fields case-insensitively
+    "policy": "policy", "cpuburstpercent": "cpu_burst_percent", "cfsquotaburstpercent": "cfs_quota_burst_percent",
+    "cfsquotaburstperiodseconds": "cfs_quota_burst_period_seconds",
+}
+
+
+@dataclass(frozen=True)
+class BurstConfig:
+    """slov1alpha1.CPUBurstConfig; the defaults are upstream's (DefaultCPUBurstConfig)."""
+
+    policy: str = POLICY_NONE
+    cpu_burst_percent: int = 1000
+    cfs_quota_burst_percent: int = 300
+    cfs_quota_burst_period_seconds: int = -1
+
+    @property
+    def cpu_burst(self) -> bool:
+        """cpuBurstEnabled: the static cfs_burst_us."""
+        return self.policy in (POLICY_CPU_BURST_ONLY, POLICY_AUTO)
+
+    @property
+    def cfs_quota_burst(self) -> bool:
+        """cfsQuotaBurstEnabled: the scaled cfs quota."""
+        return self.policy in (POLICY_CFS_QUOTA_BURST_ONLY, POLICY_AUTO)
+
+
+@dataclass(frozen=True)
+class NodeBurstStrategy:
+    config: BurstConfig
+    share_pool_threshold_percent: int = 50
+
+
+def node_strategy(nodeslo: Mapping[str, Any]) -> NodeBurstStrategy:
+    """The merged NodeSLO's cpuBurstStrategy (merge_nodeslo_spec already put upstream's defaults under it)."""
+    raw = nodeslo.get("cpuBurstStrategy")
+    raw = raw if isinstance(raw, dict) else {}
+    base = BurstConfig()
+    cfg = BurstConfig(
+        policy=raw["policy"] if isinstance(raw.get("policy"), str) and raw["policy"] else base.policy,
+        cpu_burst_percent=_int_or(raw.get("cpuBurstPercent"), base.cpu_burst_percent),
+        cfs_quota_burst_percent=_int_or(raw.get("cfsQuotaBurstPercent"), base.cfs_quota_burst_percent),
+        cfs_quota_burst_period_seconds=_int_or(raw.get("cfsQuotaBurstPeriodSeconds"),
+                                               base.cfs_quota_burst_period_seconds),
+    )
+    return NodeBurstStrategy(cfg, _int_or(raw.get("sharePoolThresholdPercent"), 50))
+
+
+def pod_config(pod: PodMeta, node: BurstConfig) -> tuple[BurstConfig, PlanError | None]:
+    """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
+    node's config is used, as upstream does."""
+    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_BURST)
+    if text is None:
+        return node, None
+    try:
+        if not isinstance(text, str):
+            raise ValueError("expected a string")
+        return _merge(node, text), None
+    except ValueError as e:
+        return node, PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_CPU_BURST}]",
+                               str(e), uid=pod.uid)
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its (key, value) pairs in document order."""
+
+
+def _merge(node: BurstConfig, text: str) -> BurstConfig:
+    """json.Unmarshal into CPUBurstConfig, then the set fields over a copy of the node's (a null or "" policy, like
+    an absent field, keeps the node's: upstream marshals the pod config with omitempty first)."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_Pairs, parse_float=Decimal, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"invalid JSON: {e}") from None
+    if doc is None:
+        return node
+    if not isinstance(doc, _Pairs):
+        raise ValueError("expected a JSON object")
+    changes: dict[str, Any] = {}
+    for key, value in doc:
+        name = _FIELDS.get(key.lower())
+        if name is None:
+            continue  # unknown fields are ignored
+        if value is None or (name == "policy" and value == ""):  # the last duplicate key wins, also unsetting
+            changes.pop(name, None)
+            continue
+        if name == "policy":
+            if not isinstance(value, str):
+                raise ValueError(f"policy: expected a string, got {value!r}")
+            changes[name] = value
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+            raise ValueError(f"{key}: expected a 64-bit integer, got {value!r}")
+        low, high = _RANGES[name]
+        if not low <= value <= high:
+            # [quirk] upstream takes any integer here and writes what follows (a negative burst, which the kernel
+            # refuses); we hold the annotation to the NodeSLO field's bounds and fall back to the node's config.
+            raise ValueError(f"{key}: {value} is not in [{low}, {high}]")
+        changes[name] = value
+    return replace(node, **changes)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# ---- which pods and containers ---------------------------------------------------------------------------------
+
+
+def burstable(pod: PodMeta) -> bool:
+    """IsPodCPUBurstable (not LSR, LSE or BE by the raw label) and not IsPodInactive (phase Pending or Running)."""
+    return koord_qos_class(pod.raw) not in (QOS_LSR, QOS_LSE, QOS_BE) and pod.phase in ("Pending", "Running")
+
+
+def container_specs(pod: PodMeta) -> dict[str, Mapping[str, Any]]:
+    """The pod spec's containers by name (the status entries are matched to these)."""
+    containers = _obj(pod.raw.get("spec")).get("containers")
+    out: dict[str, Mapping[str, Any]] = {}
+    for c in containers if isinstance(containers, list) else []:
+        if isinstance(c, dict):
+            out[str(c.get("name", ""))] = c
+    return out
+
+
+def cpu_limit_milli(container: Mapping[str, Any]) -> int:
+    """GetContainerMilliCPULimit: the CPU limit in milli-cores (rounded up); -1 without one or when unreadable."""
+    value = _obj(_obj(container.get("resources")).get("limits")).get("cpu")
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        return -1
+    try:
+        return math.ceil(parse_quantity(value) * 1000)
+    except InvalidInput:
+        return -1
+
+
+def base_quota(container: Mapping[str, Any]) -> int:
+    """GetContainerBaseCFSQuota: the limit as a quota per 100 ms period (-1 without a limit)."""
+    return milli_cpu_to_quota(cpu_limit_milli(container))
+
+
+def ceiling_quota(base: int, cfg: BurstConfig) -> int:
+    """The largest scaled quota: base × cfsQuotaBurstPercent / 100 when the percent is > 100, else the base."""
+    if cfg.cfs_quota_burst_percent > 100:
+        return int(float(base) * float(cfg.cfs_quota_burst_percent) / 100)
+    return base
+
+
+def static_burst_us(container: Mapping[str, Any], cfg: BurstConfig) -> int:
+    """calcStaticCPUBurstVal: limit cores × cpuBurstPercent / 100 × 100000 µs; 0 when the policy has no static
+    burst or the container has no limit (upstream's value; the plan caps it, see koordlet/qos/cpuburst.py)."""
+    if not cfg.cpu_burst:
+        return 0
+    milli = cpu_limit_milli(container)
+    if milli <= 0:
+        return 0
+    cores = (float(milli) / 1000) * (float(cfg.cpu_burst_percent) / 100)
+    return int(cores * float(CFS_BASE_PERIOD_US))
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _obj(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
