@@ -35,7 +35,7 @@ from koordlet.qos.cpuburst_config import (
 from koordlet.qos.cpuqos import pod_cpu_request_milli
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import parse_cpuset
+from koordlet.states.cpupools import CPUSetError, parse_cpuset
 from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,7 @@ def _online_cpus(state: QoSState) -> int | None:
     try:
         with open(state.paths.sys("devices", "system", "cpu", "online"), encoding="ascii") as f:
             return len(parse_cpuset(f.read())) or None
-    except (OSError, ValueError):
+    except (OSError, ValueError, CPUSetError):
         return None
 
 
