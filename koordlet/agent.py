@@ -32,6 +32,7 @@ from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
@@ -77,8 +78,9 @@ class Agent:
         self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
         self.host_apps: list[HostApp] = []
         self.node_obj: JSON | None = None  # the Node object (cluster mode); QoS budgets read its allocatable
+        self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
-                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"))
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress)
         self.builder = NodeMetricBuilder(self.cache)
         self.state_writer = StateDirWriter(config.state_dir)
         self.pod_source: PodSource | None = PodsDirSource(config.pods_dir, self.health) if config.pods_dir else None
@@ -242,7 +244,7 @@ class Agent:
                                 audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
                                                                              "qos.jsonl"),
                                 force_seconds=self.config.resource_force_update_seconds)
-            manager = QoSManager(enabled_features(self.config), executor,
+            manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
                                  EventRecorder(self.health, self.config.node_name, post_event), self.health)
             if dry_run:
                 return manager

@@ -2,7 +2,8 @@
 
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
-NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off).
+NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off), `BECPUSuppress` (BE CPU suppress, on; acts
+when NodeSLO `resourceUsedThresholdWithBE.enable`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
+from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
@@ -31,7 +33,9 @@ class Feature:
     options: dict[str, Any]
 
 
-def enabled_features(config: Config) -> list[Feature]:
+def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> list[Feature]:
+    """The features the gates enable; `suppress` receives BE CPU suppress's numbers for the exporter (None: a dry
+    run, whose numbers must not replace the daemon's)."""
     out = []
     if config.gate("RdtResctrl") or config.gate("Resctrl"):
         out.append(Feature("resctrl", "koordlet.qos.resctrl",
@@ -42,6 +46,10 @@ def enabled_features(config: Config) -> list[Feature]:
                             "node_name": config.node_name}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
+    if config.gate("BECPUSuppress"):
+        out.append(Feature("cpusuppress", "koordlet.qos.cpusuppress",
+                           {"be_cpu_manager": config.gate("BECPUManager"), "node_name": config.node_name,
+                            "collect_interval": config.collect_res_used_interval, "status": suppress}))
     return out
 
 

@@ -1,0 +1,362 @@
+"""BE CPU suppress: as LS usage rises, shrink what BE pods may use (besteffort cpuset or quota) to the budget left."""
+
+# Upstream: pkg/koordlet/qosmanager/plugins/cpusuppress/cpu_suppress.go (budget, both policies, recovery),
+# qosmanager/helpers/calculator.go (CalculateFilterPodsUsed, NonBEPodFilter, NonBEHostAppFilter,
+# GetNodeResourceReserved), pkg/util/node.go (kubelet and annotation reservations), apis/extension/
+# node_reservation.go, pkg/koordlet/metrics/cpu_suppress.go (koordlet_be_suppress_*). Spec §2.7.
+#
+# Budget (calculateBESuppressCPU), in milli-CPUs:
+#   capacity × cpuSuppressThresholdPercent / 100 − non-BE pod usage − non-BE host-app usage
+#   − max(node usage − all pod usage − all host-app usage (≥ 0), reserved)
+# raised to capacity × cpuSuppressMinPercent / 100 when that is set. Usage is the metric cache's newest collection
+# tick (upstream: the "last" aggregate over two collect intervals; a sample older than that is not counted).
+#
+# Capacity and reserved. With a Node object (cluster mode) as upstream: capacity = status.capacity.cpu; reserved =
+# max(capacity − allocatable (kubelet's system/kube reserved), the `node.koordinator.sh/reservation` annotation's
+# resources.cpu or its reservedCPUs count). Standalone there is no Node: capacity = the host's online CPUs, reserved
+# = 0 (the system usage measured still comes off the budget). Upstream does nothing without a Node.
+#
+# [quirk] recovery. Upstream writes the besteffort quota -1 once per process and policy switch (a status map), and
+# rewrites the BE cpusets every pass. A planner has no such memory: we plan the recovery values every pass while
+# they apply and let the executor skip the write when the file holds them (no read while its cache is fresh), so a
+# steady pass writes nothing. The difference: a quota someone else sets on the besteffort dir while suppress is off
+# (or under the cpuset policy) is put back to -1 by us, where upstream would leave it after its first pass.
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.collectors.node import parse_cpulist
+from koordlet.errors import HostReadError, InvalidInput, PlanError
+from koordlet.host.driver import K8sQoS
+from koordlet.host.resources import cpu_max, parse_cpu_max
+from koordlet.metriccache import MetricCache
+from koordlet.qos.model import Plan, Write
+from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
+from koordlet.quantity import parse_quantity
+from koordlet.states.model import PodMeta
+from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, koord_qos_class
+
+POLICY_CPUSET = "cpuset"
+POLICY_CFS_QUOTA = "cfsQuota"
+ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
+BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
+BE_MIN_CPUSET_CPUS = 2  # beMinCPUSetCores
+BE_MIN_QUOTA_US = 2000  # beMinQuota
+BE_MAX_INCREASE_RATIO = 0.1  # beMaxIncreaseCPUPercent: growth per pass, of capacity (quota) or of CPUs (cpuset)
+UNSET_QUOTA = -1
+
+
+# ---- what the exporter shows ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SuppressStatus:
+    """The last pass's numbers behind `koordlet_be_suppress_*` (upstream's gauges keep their last value likewise).
+
+    The planner stays pure with respect to files; it records here what it decided, the exporter reads it."""
+
+    cores: dict[str, float] = field(default_factory=dict)  # policy -> BE CPU allowed, cores (type label)
+    ls_used: float | None = None  # non-BE pods' usage the budget subtracted, cores
+    be_used: float | None = None  # besteffort pods' and BE host apps' usage, cores
+
+
+# ---- facts ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The newest collection tick: node cores at `ts_ms`, and (ts_ms, cores) of each pod and host app with a value."""
+
+    ts_ms: int
+    node: float
+    pods: Mapping[str, tuple[int, float]]  # pod uid ->
+    apps: Mapping[str, tuple[int, float]]  # host application name ->
+
+
+@dataclass(frozen=True)
+class SuppressFacts:
+    host_cpus: int | None  # online CPUs: the capacity when there is no Node object
+    quota_file: bool = True  # the besteffort dir has a cfs quota file (no kubepods tree: nothing to recover)
+    usage: Usage | None = None  # None: suppress is off, or nothing collected yet
+    quota: int | None = None  # besteffort cfs quota now (us, -1 unlimited); None: not read or unreadable
+    period: int | None = None  # besteffort cfs period now (us)
+
+
+def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> SuppressFacts:
+    """The online CPU count (kept with the steady facts) and, while suppress acts, the newest usage and the
+    besteffort quota (every pass: they change without the pods or the NodeSLO changing)."""
+    host_cpus, quota_file = steady.get("cpusuppress", lambda: _host(state)) if steady else _host(state)
+    cfg = _config(state.nodeslo)
+    if not state.nodeslo_present or cfg.get("enable") is not True:
+        return SuppressFacts(host_cpus, quota_file)
+    usage = _usage(state) if state.cache is not None else None
+    quota = period = None
+    if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
+        quota, period = _read_quota(state)
+    return SuppressFacts(host_cpus, quota_file, usage, quota, period)
+
+
+def _host(state: QoSState) -> tuple[int | None, bool]:
+    quota_file = os.path.exists(state.cgroup_file("cpu.cfs_quota_us", state.qos_dir(K8sQoS.BESTEFFORT)))
+    return _online_cpus(state), quota_file
+
+
+def _online_cpus(state: QoSState) -> int | None:
+    try:
+        with open(state.paths.sys("devices", "system", "cpu", "online"), encoding="ascii") as f:
+            return len(parse_cpulist(f.read())) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _usage(state: QoSState) -> Usage | None:
+    cache = state.cache
+    assert cache is not None
+    node = cache.last(MetricCache.key("node_cpu_usage"))
+    if node is None:
+        return None
+    pods = {}
+    for pod in state.pods:
+        sample = cache.last(MetricCache.key("pod_cpu_usage", pod_uid=pod.uid))
+        if sample is not None:
+            pods[pod.uid] = sample
+    apps = {}
+    for app in state.host_apps:
+        sample = cache.last(MetricCache.key("host_application_cpu_usage", host_app_name=app.name))
+        if sample is not None:
+            apps[app.name] = sample
+    return Usage(node[0], node[1], pods, apps)
+
+
+def _read_quota(state: QoSState) -> tuple[int | None, int | None]:
+    rel = state.qos_dir(K8sQoS.BESTEFFORT)
+    try:
+        if state.cgroup_version == 2:
+            with open(state.cgroup_file("cpu.cfs_quota_us", rel), encoding="ascii") as f:
+                return parse_cpu_max(f.read())
+        with open(state.cgroup_file("cpu.cfs_quota_us", rel), encoding="ascii") as f:
+            quota = int(f.read().strip())
+        with open(state.cgroup_file("cpu.cfs_period_us", rel), encoding="ascii") as f:
+            return quota, int(f.read().strip())
+    except (OSError, ValueError, HostReadError):
+        return None, None  # no besteffort dir (no kubelet yet): nothing to suppress
+
+
+# ---- the budget -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    milli: int  # what BE may use, after the min percent
+    capacity_milli: int
+    ls_pods: float  # cores of non-BE pods
+    ls_apps: float  # cores of non-BE host applications
+    system: float  # max(node - pods - apps, reserved), cores
+    be_used: float  # cores of the besteffort pods and BE host apps under besteffort
+
+    @property
+    def capacity_cores(self) -> int:
+        """Capacity.Cpu().Value(): whole cores, rounded up (the quota step limits use it)."""
+        return -(-self.capacity_milli // 1000)
+
+
+def non_be_pod(pod: PodMeta) -> bool:
+    """helpers.NonBEPodFilter: neither labelled BE nor in the kube BestEffort class."""
+    return koord_qos_class(pod.raw) != QOS_BE and pod.k8s_qos != K8S_BEST_EFFORT
+
+
+def non_be_app(spec: Mapping[str, Any]) -> bool:
+    """helpers.NonBEHostAppFilter: a host app counts as BE only with qos BE *and* a cgroup under kube besteffort."""
+    path = spec.get("cgroupPath")
+    return spec.get("qos") != QOS_BE or not isinstance(path, dict) or path.get("base") != "KubepodsBesteffort"
+
+
+def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
+                          errors: list[PlanError]) -> tuple[int, int] | None:
+    """(capacity, reserved) milli-CPUs; None when neither a Node nor the host tells the capacity."""
+    node = state.node
+    if node is None:
+        return (facts.host_cpus * 1000, 0) if facts.host_cpus else None
+    status = _obj(node.get("status"))
+    capacity = _milli(_obj(status.get("capacity")).get("cpu"))
+    if capacity is None:
+        errors.append(PlanError("Node", node_name, "status.capacity.cpu", "missing or not a quantity"))
+        return None
+    allocatable = _milli(_obj(status.get("allocatable")).get("cpu"))
+    # util.GetNodeReservationFromKubelet: capacity - allocatable for what both have, floored at 0
+    kubelet = max(capacity - allocatable, 0) if allocatable is not None else 0
+    return capacity, max(kubelet, _annotation_reserved(node, node_name, errors))
+
+
+def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[PlanError]) -> int:
+    """util.GetNodeReservationFromAnnotation: reservedCPUs (as a whole-CPU count) wins over resources.cpu."""
+    text = _obj(_obj(node.get("metadata")).get("annotations")).get(ANNOTATION_NODE_RESERVATION)
+    if not text:
+        return 0
+    where = f"metadata.annotations[{ANNOTATION_NODE_RESERVATION}]"
+    try:
+        doc = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        cpus = doc.get("reservedCPUs")
+        if cpus:
+            if not isinstance(cpus, str):
+                raise ValueError("reservedCPUs is not a string")
+            return len(set(parse_cpulist(cpus))) * 1000
+        cpu = _obj(doc.get("resources")).get("cpu")
+        if cpu is None:
+            return 0
+        milli = _milli(cpu)
+        if milli is None:
+            raise ValueError(f"resources.cpu {cpu!r} is not a quantity")
+        return milli
+    except ValueError as e:  # upstream logs and ignores the annotation
+        errors.append(PlanError("Node", node_name, where, f"{e}; the annotation's reservation is ignored"))
+        return 0
+
+
+def budget(state: QoSState, facts: SuppressFacts, threshold: int, min_percent: int | None, max_age_ms: int,
+           node_name: str, errors: list[PlanError]) -> Budget | None:
+    """The BE budget from the newest usage; None without usage or capacity (nothing is changed then)."""
+    usage = facts.usage
+    if usage is None:
+        return None
+    bounds = capacity_and_reserved(state, facts, node_name, errors)
+    if bounds is None:
+        return None
+    capacity, reserved = bounds
+    oldest = usage.ts_ms - max_age_ms
+    pods_all = pods_ls = be_used = 0.0
+    for pod in state.pods:
+        sample = usage.pods.get(pod.uid)
+        if sample is None or sample[0] < oldest:
+            continue
+        pods_all += sample[1]
+        if non_be_pod(pod):
+            pods_ls += sample[1]
+        elif pod.k8s_qos == K8S_BEST_EFFORT:
+            be_used += sample[1]
+    apps_all = apps_ls = 0.0
+    for spec in _list(state.nodeslo.get("hostApplications")):
+        sample = usage.apps.get(str(spec.get("name", "")))
+        if sample is None or sample[0] < oldest:
+            continue
+        apps_all += sample[1]
+        if non_be_app(spec):
+            apps_ls += sample[1]
+        else:
+            be_used += sample[1]
+    system = max(max(usage.node - pods_all - apps_all, 0.0), reserved / 1000)
+    # Go: each part truncated to milli-CPUs, then Quantity arithmetic
+    milli = capacity * threshold // 100 - int(pods_ls * 1000) - int(apps_ls * 1000) - int(system * 1000)
+    if min_percent is not None:
+        milli = max(milli, capacity * min_percent // 100)
+    return Budget(milli, capacity, pods_ls, apps_ls, system, be_used)
+
+
+# ---- the cfsQuota policy ----------------------------------------------------------------------------------------
+
+
+def target_quota(b: Budget, current: int) -> int | None:
+    """adjustByCfsQuota: the besteffort quota for this pass, or None to leave it (the change is under 1 % of
+    capacity, unless it is the 2000 us floor); growth is capped at 10 % of capacity per pass once a quota is set."""
+    quota = max(b.milli * CFS_PERIOD_US // 1000, BE_MIN_QUOTA_US)
+    min_delta = b.capacity_cores * CFS_PERIOD_US * BYPASS_DELTA_RATIO
+    if abs(quota - current) < min_delta and quota != BE_MIN_QUOTA_US:
+        return None
+    max_increase = b.capacity_cores * CFS_PERIOD_US * BE_MAX_INCREASE_RATIO
+    if quota - current > max_increase and current != UNSET_QUOTA:
+        quota = current + int(max_increase)
+    return quota
+
+
+def _recover_quota(state: QoSState, facts: SuppressFacts, out: Plan, why: str) -> None:
+    if facts.quota_file:
+        out.writes.append(_quota_write(state, UNSET_QUOTA, facts.period, f"recover besteffort cfs quota ({why})"))
+
+
+def _quota_write(state: QoSState, quota: int, period: int | None, reason: str) -> Write:
+    rel = state.qos_dir(K8sQoS.BESTEFFORT)
+    value = cpu_max(quota, period or CFS_PERIOD_US) if state.cgroup_version == 2 else str(quota)
+    return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, f"cpusuppress: {reason}",
+                 resource="cpu.cfs_quota_us")
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------------
+
+
+def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False, node_name: str = "",
+         collect_interval: float = 1.0, status: SuppressStatus | None = None) -> Plan:
+    """One pass (suppressBECPU). Nothing before a NodeSLO was received; with `resourceUsedThresholdWithBE.enable`
+    false (or gate BECPUManager on) the recovery values; else the budget applied by the configured policy."""
+    out = Plan()
+    if not state.nodeslo_present:
+        return out
+    cfg = _config(state.nodeslo)
+    if be_cpu_manager or cfg.get("enable") is not True:
+        # BECPUManager owns BE cpusets; suppress only undoes its quota (cpu_suppress.go suppressBECPU step 0)
+        _recover_quota(state, facts, out, "BECPUManager" if be_cpu_manager else "suppress disabled")
+        return out
+    name = node_name or "nodeslo"
+    threshold = _percent(cfg, "cpuSuppressThresholdPercent", name, out.errors)
+    min_percent = _percent(cfg, "cpuSuppressMinPercent", name, out.errors) \
+        if cfg.get("cpuSuppressMinPercent") is not None else None
+    if threshold is None:
+        return out
+    policy = cfg.get("cpuSuppressPolicy") or POLICY_CPUSET
+    b = budget(state, facts, threshold, min_percent, int(2000 * collect_interval), node_name, out.errors)
+    if b is None:
+        return out
+    if status is not None:
+        status.ls_used, status.be_used = b.ls_pods, b.be_used
+    if policy == POLICY_CFS_QUOTA:
+        if facts.quota is not None:
+            quota = target_quota(b, facts.quota)
+            if quota is not None:
+                out.writes.append(_quota_write(state, quota, facts.period,
+                                               f"BE budget {b.milli}m -> besteffort cfs quota {quota}"))
+            if status is not None:
+                status.cores[POLICY_CFS_QUOTA] = (facts.quota if quota is None else quota) / CFS_PERIOD_US
+        return out
+    _recover_quota(state, facts, out, "cpuset policy")
+    return out
+
+
+def _config(nodeslo: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _obj(nodeslo.get("resourceUsedThresholdWithBE"))
+
+
+def _percent(cfg: Mapping[str, Any], key: str, name: str, errors: list[PlanError]) -> int | None:
+    value = cfg.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
+        return value
+    errors.append(PlanError("NodeSLO", name, f"resourceUsedThresholdWithBE.{key}",
+                            f"{value!r} is not an integer percent in [0, 100]; BE CPU suppress is skipped"))
+    return None
+
+
+def _milli(value: object) -> int | None:
+    """Quantity.MilliValue (rounded up); None when absent or not a quantity."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        return math.ceil(parse_quantity(value) * 1000)
+    except InvalidInput:
+        return None
+
+
+def _obj(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+

@@ -1,0 +1,366 @@
+"""BE CPU suppress: the budget, the cfsQuota policy's step limits and recovery, the metrics it feeds."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.collectors.advisor import Latest
+from koordlet.collectors.hostapps import host_apps
+from koordlet.config import Config, parse_feature_gates
+from koordlet.events import EventRecorder
+from koordlet.exporter import AgentMetrics
+from koordlet.health import Health
+from koordlet.host.driver import CgroupDriver
+from koordlet.host.paths import HostPaths
+from koordlet.metriccache import MetricCache
+from koordlet.qos import cpusuppress
+from koordlet.qos.cpusuppress import (
+    Budget,
+    SuppressFacts,
+    SuppressStatus,
+    Usage,
+    budget,
+    plan,
+    read_facts,
+    target_quota,
+)
+from koordlet.qos.executor import Executor
+from koordlet.qos.manager import QoSManager, enabled_features
+from koordlet.qos.state import QoSState
+from koordlet.states.model import PodMeta
+from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.pods import pod_meta
+
+from simhost import SimHost, make_pod
+
+PERIOD = 100_000
+T0 = 1_700_000_000_000
+
+
+# ---- builders -----------------------------------------------------------------------------------------------------
+
+
+def node(capacity: str = "20", allocatable: str | None = None, reservation: dict[str, Any] | str | None = None
+         ) -> dict[str, Any]:
+    ann = {}
+    if reservation is not None:
+        ann["node.koordinator.sh/reservation"] = reservation if isinstance(reservation, str) else json.dumps(
+            reservation)
+    return {"metadata": {"name": "test-node0", "annotations": ann},
+            "status": {"capacity": {"cpu": capacity, "memory": "40G"},
+                       "allocatable": {"cpu": allocatable or capacity, "memory": "40G"}}}
+
+
+def pod(name: str, label: str | None, k8s_qos: str = "Burstable", uid: str | None = None) -> PodMeta:
+    labels = {"koordinator.sh/qosClass": label} if label else None
+    raw = make_pod(name, uid or str(uuid.uuid4()), k8s_qos, labels=labels)
+    return pod_meta(raw, CgroupDriver.CGROUPFS, Health())
+
+
+def spec(enable: bool = True, policy: str = "cfsQuota", threshold: int = 70, min_percent: int | None = None,
+         apps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"enable": enable, "cpuSuppressPolicy": policy, "cpuSuppressThresholdPercent": threshold}
+    if min_percent is not None:
+        cfg["cpuSuppressMinPercent"] = min_percent
+    received: dict[str, Any] = {"resourceUsedThresholdWithBE": cfg}
+    if apps is not None:
+        received["hostApplications"] = apps
+    return merge_nodeslo_spec(received)
+
+
+def cache_with(node_cpu: float, pods: dict[str, float], apps: dict[str, float] | None = None,
+               ts: int = T0) -> MetricCache:
+    cache = MetricCache(lambda kind: 3600)
+    cache.append(cache.key("node_cpu_usage"), ts, node_cpu)
+    for uid, v in pods.items():
+        cache.append(cache.key("pod_cpu_usage", pod_uid=uid), ts, v)
+    for name, v in (apps or {}).items():
+        cache.append(cache.key("host_application_cpu_usage", host_app_name=name), ts, v)
+    return cache
+
+
+def qstate(host: SimHost | None, pods: list[PodMeta], nodeslo: dict[str, Any], cache: MetricCache | None,
+           node_obj: dict[str, Any] | None, present: bool = True) -> QoSState:
+    if host is None:
+        host = SimHost(Path("/nonexistent"), 1, CgroupDriver.CGROUPFS)
+    return QoSState(host.paths, host.version, host.driver, pods, nodeslo, host_apps(nodeslo, host.driver), present,
+                    cache=cache, node=node_obj)
+
+
+def budget_of(pods: list[PodMeta], node_cpu: float, usage: dict[str, float], threshold: int = 70,
+              min_percent: int | None = None, apps: list[dict[str, Any]] | None = None,
+              app_usage: dict[str, float] | None = None, node_obj: dict[str, Any] | None = None) -> Budget | None:
+    s = qstate(None, pods, spec(threshold=threshold, min_percent=min_percent, apps=apps),
+               cache_with(node_cpu, usage, app_usage), node_obj or node())
+    facts = SuppressFacts(None, True, cpusuppress._usage(s))
+    return budget(s, facts, threshold, min_percent, 2000, "test-node0", [])
+
+
+def be_dir(host: SimHost) -> Path:
+    rel = "kubepods/besteffort" if host.driver == CgroupDriver.CGROUPFS else "kubepods.slice/kubepods-besteffort.slice"
+    return host.cgroup_root() / ("cpu" if host.version == 1 else "") / rel
+
+
+def set_quota(host: SimHost, quota: int, period: int = PERIOD) -> None:
+    d = be_dir(host)
+    if host.version == 2:
+        (d / "cpu.max").write_text(f"{'max' if quota == -1 else quota} {period}\n")
+    else:
+        (d / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (d / "cpu.cfs_period_us").write_text(f"{period}\n")
+
+
+def quota_now(host: SimHost) -> int:
+    d = be_dir(host)
+    if host.version == 2:
+        q = (d / "cpu.max").read_text().split()[0]
+        return -1 if q == "max" else int(q)
+    return int((d / "cpu.cfs_quota_us").read_text())
+
+
+# ---- the budget (upstream Test_cpuSuppress_calculateBESuppressCPU) -------------------------------------------------
+
+
+LS, BE = "ls-pod", "be-pod"
+
+
+def test_budget_subtracts_ls_pods_and_system_usage() -> None:
+    pods = [pod("podA", "LS", uid="abc"), pod("podB", "BE", "BestEffort", uid="def")]
+    b = budget_of(pods, 12, {"abc": 8, "def": 2})
+    # 20*0.7 - (12-8-2) - 8
+    assert b is not None and b.milli == 4000
+    assert (b.ls_pods, b.system, b.be_used) == (8, 2, 2)
+
+
+def test_budget_ignores_usage_of_pods_not_in_the_list() -> None:
+    """'missing podMeta': a series for a pod the agent no longer lists is not looked up (upstream queries per pod)."""
+    b = budget_of([pod("podB", "BE", "BestEffort", uid="def")], 11, {"abc": 8, "def": 4})
+    # 20*0.7 - 0 - (11-4)
+    assert b is not None and b.milli == 7000
+
+
+def test_budget_counts_ls_host_apps_and_charges_be_apps_under_besteffort_to_nobody() -> None:
+    pods = [pod("podA", "LS", uid="abc"), pod("podB", "BE", "BestEffort", uid="def")]
+    ls_app = [{"name": "test-ls-app", "priority": "koord-prod", "qos": "LS"}]
+    b = budget_of(pods, 12, {"abc": 8, "def": 2}, apps=ls_app, app_usage={"test-ls-app": 1})
+    assert b is not None and b.milli == 4000  # 20*0.7 - (12-8-2-1) - 8 - 1
+    be_app = [{"name": "test-be-app", "priority": "koord-batch", "qos": "BE",
+               "cgroupPath": {"base": "KubepodsBesteffort"}}]
+    b = budget_of(pods, 12, {"abc": 8, "def": 2}, apps=be_app, app_usage={"test-be-app": 1})
+    assert b is not None and b.milli == 5000  # 20*0.7 - (12-8-2-1) - 8
+    assert b.be_used == 3
+    # BE qos without the besteffort base counts as LS (NonBEHostAppFilter)
+    b = budget_of(pods, 12, {"abc": 8, "def": 2}, apps=[{**be_app[0], "cgroupPath": None}],
+                  app_usage={"test-be-app": 1})
+    assert b is not None and b.milli == 4000
+
+
+def test_budget_min_percent() -> None:
+    pods = [pod("podA", "LS", uid="abc"), pod("podB", "BE", "BestEffort", uid="def")]
+    b = budget_of(pods, 12, {"abc": 8, "def": 2}, min_percent=60)
+    assert b is not None and b.milli == 12000  # 20*0.6
+
+
+def test_budget_kube_besteffort_pod_labelled_ls_is_be() -> None:
+    """NonBEPodFilter: the label is not BE but the kube class is BestEffort."""
+    b = budget_of([pod("x", "LS", "BestEffort", uid="abc")], 8, {"abc": 8})
+    assert b is not None and b.ls_pods == 0 and b.milli == 14000
+
+
+def test_reserved_is_the_larger_of_kubelet_and_annotation() -> None:
+    pods = [pod("podA", "LS", uid="abc")]
+    # system usage 1 core; kubelet reserves 20 - 17 = 3 cores
+    b = budget_of(pods, 9, {"abc": 8}, node_obj=node("20", "17"))
+    assert b is not None and b.system == 3 and b.milli == 14000 - 8000 - 3000
+    b = budget_of(pods, 9, {"abc": 8}, node_obj=node("20", "17", {"resources": {"cpu": "4500m"}}))
+    assert b is not None and b.system == 4.5
+    # reservedCPUs wins over resources.cpu: 6 CPUs
+    b = budget_of(pods, 9, {"abc": 8}, node_obj=node("20", "20", {"resources": {"cpu": "2"}, "reservedCPUs": "0-5"}))
+    assert b is not None and b.system == 6
+
+
+def test_malformed_reservation_annotation_is_reported_and_ignored() -> None:
+    s = qstate(None, [], spec(), cache_with(3, {}), node("20", "20", "{not json"))
+    facts = SuppressFacts(None, True, cpusuppress._usage(s))
+    errors: list[Any] = []
+    b = budget(s, facts, 70, None, 2000, "test-node0", errors)
+    assert b is not None and b.system == 3
+    assert [(e.kind, e.field) for e in errors] == [("Node", "metadata.annotations[node.koordinator.sh/reservation]")]
+
+
+def test_standalone_capacity_is_the_hosts_online_cpus(tmp_path: Path) -> None:
+    host = SimHost(tmp_path, 1, CgroupDriver.CGROUPFS).setup()
+    cpu_dir = tmp_path / "sys/devices/system/cpu"
+    cpu_dir.mkdir(parents=True)
+    (cpu_dir / "online").write_text("0-3\n")
+    s = qstate(host, [], spec(threshold=50), cache_with(0.5, {}), None)
+    facts = read_facts(s)
+    assert facts.host_cpus == 4
+    b = budget(s, facts, 50, None, 2000, "", [])
+    assert b is not None and (b.capacity_milli, b.milli) == (4000, 1500)
+
+
+def test_stale_pod_samples_are_not_counted() -> None:
+    pods = [pod("podA", "LS", uid="abc")]
+    cache = cache_with(9, {})
+    cache.append(cache.key("pod_cpu_usage", pod_uid="abc"), T0 - 5000, 8)
+    s = qstate(None, pods, spec(), cache, node())
+    b = budget(s, SuppressFacts(None, True, cpusuppress._usage(s)), 70, None, 2000, "", [])
+    assert b is not None and b.ls_pods == 0 and b.system == 9
+
+
+# ---- the cfsQuota step (upstream Test_cpuSuppress_adjustByCfsQuota, capacity 80) ------------------------------------
+
+
+@pytest.mark.parametrize(("budget_milli", "current", "want"), [
+    pytest.param(20_000, 10 * PERIOD, 10 * PERIOD + int(0.1 * 80 * PERIOD), id="growth capped at 10% of capacity"),
+    pytest.param(20_000, 19 * PERIOD, 20 * PERIOD, id="growth within the cap"),
+    pytest.param(20_000, 24 * PERIOD, 20 * PERIOD, id="shrink is not capped"),
+    pytest.param(20_000, int(19.8 * PERIOD), None, id="change under 1% of capacity is skipped"),
+    pytest.param(0, int(0.8 * PERIOD), 2000, id="the 2000us floor is never skipped"),
+    pytest.param(-5_000, 2000, 2000, id="a negative budget is the floor"),
+    pytest.param(20_000, -1, 20 * PERIOD, id="first quota after unlimited: no step limit"),
+])
+def test_target_quota(budget_milli: int, current: int, want: int | None) -> None:
+    b = Budget(budget_milli, 80_000, 0, 0, 0, 0)
+    assert target_quota(b, current) == want
+
+
+# ---- the plan on a simulated node (upstream Test_cpuSuppress_suppressBECPU, cfsQuota cases) --------------------------
+
+
+@pytest.fixture
+def host(simhost: SimHost) -> SimHost:
+    set_quota(simhost, 10 * PERIOD)
+    return simhost
+
+
+def _apply(host: SimHost, s: QoSState, status: SuppressStatus | None = None) -> list[str]:
+    p = plan(s, read_facts(s), node_name="test-node0", status=status)
+    assert p.errors == []
+    results = Executor(host.paths, host.version, Health()).apply(p)
+    return [r.result for r in results]
+
+
+def test_cfs_quota_follows_the_budget(host: SimHost) -> None:
+    pods = [pod(LS, "LS", uid=LS), pod(BE, "BE", "BestEffort", uid=BE)]
+    status = SuppressStatus()
+    s = qstate(host, pods, spec(), cache_with(12, {LS: 8, BE: 2}), node("16"))
+    assert _apply(host, s, status) == ["written"]
+    # 16*0.7 - (12-8-2) - 8 = 1.2 cores
+    assert quota_now(host) == int(1.2 * PERIOD)
+    assert status.cores == {"cfsQuota": 1.2} and status.ls_used == 8 and status.be_used == 2
+    # LS load falls: the quota grows by at most 10 % of capacity (1.6 cores) per pass
+    s = qstate(host, pods, spec(), cache_with(4, {LS: 0, BE: 2}), node("16"))
+    _apply(host, s, status)
+    assert quota_now(host) == int(1.2 * PERIOD) + int(0.1 * 16 * PERIOD)
+    _apply(host, s, status)
+    assert quota_now(host) == int(1.2 * PERIOD) + 2 * int(0.1 * 16 * PERIOD)
+    assert status.cores == {"cfsQuota": quota_now(host) / PERIOD}
+
+
+def test_cfs_quota_missing_pod_meta(host: SimHost) -> None:
+    """Upstream case 'suppress by cfsQuota calculate correctly for missing podMeta or transient metrics'."""
+    s = qstate(host, [pod(BE, "BE", "BestEffort", uid=BE)], spec(), cache_with(12, {LS: 8, BE: 4}), node("16"))
+    _apply(host, s)
+    assert quota_now(host) == int(3.2 * PERIOD)
+
+
+def test_recovery_writes_unlimited(host: SimHost) -> None:
+    s = qstate(host, [], spec(enable=False), cache_with(12, {}), node("16"))
+    assert _apply(host, s) == ["written"]
+    assert quota_now(host) == -1
+    assert _apply(host, s) == ["unchanged"]
+
+
+def test_cpuset_policy_recovers_the_quota(host: SimHost) -> None:
+    s = qstate(host, [], spec(policy="cpuset"), cache_with(12, {}), node("16"))
+    _apply(host, s)
+    assert quota_now(host) == -1
+
+
+def test_be_cpu_manager_gate_recovers_the_quota(host: SimHost) -> None:
+    s = qstate(host, [], spec(), cache_with(12, {}), node("16"))
+    p = plan(s, read_facts(s), be_cpu_manager=True)
+    Executor(host.paths, host.version, Health()).apply(p)
+    assert quota_now(host) == -1
+
+
+def test_nothing_without_nodeslo_or_usage(host: SimHost) -> None:
+    s = qstate(host, [], spec(), cache_with(12, {}), node("16"), present=False)
+    assert plan(s, read_facts(s)).writes == []
+    s = qstate(host, [], spec(), MetricCache(lambda kind: 3600), node("16"))
+    assert plan(s, read_facts(s)).writes == []
+    assert quota_now(host) == 10 * PERIOD
+
+
+def test_node_without_capacity_is_an_error(host: SimHost) -> None:
+    s = qstate(host, [], spec(), cache_with(12, {}), {"metadata": {"name": "n"}, "status": {}})
+    p = plan(s, read_facts(s), node_name="n")
+    assert p.writes == [] and [(e.kind, e.field) for e in p.errors] == [("Node", "status.capacity.cpu")]
+
+
+def test_bad_threshold_is_an_error() -> None:
+    nodeslo = spec()
+    nodeslo["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = 170
+    s = qstate(None, [], nodeslo, cache_with(12, {}), node("16"))
+    p = plan(s, SuppressFacts(16, True, Usage(T0, 12, {}, {}), 10 * PERIOD, PERIOD), node_name="n")
+    assert p.writes == [] and p.errors[0].field == "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"
+
+
+def test_v2_writes_cpu_max_keeping_the_period(tmp_path: Path) -> None:
+    host = SimHost(tmp_path, 2, CgroupDriver.SYSTEMD).setup()
+    set_quota(host, -1, 50_000)
+    s = qstate(host, [pod(LS, "LS", uid=LS)], spec(), cache_with(9, {LS: 8}), node("16"))
+    _apply(host, s)
+    # 16*0.7 - 8 - (9-8): 2.2 cores, the first quota after "max" without a step limit, the period kept
+    assert (be_dir(host) / "cpu.max").read_text() == "220000 50000"
+
+
+# ---- the manager and the exporter ---------------------------------------------------------------------------------
+
+
+def config(name: str = "n", gates: str = "") -> Config:
+    return Config(node_name=name, paths=HostPaths.under("/"), feature_gates=parse_feature_gates(gates))
+
+
+
+def test_gate_registers_the_feature_on_by_default() -> None:
+    names = [f.name for f in enabled_features(config())]
+    assert "cpusuppress" in names
+    off = config(gates="BECPUSuppress=false")
+    assert "cpusuppress" not in [f.name for f in enabled_features(off)]
+
+
+def test_manager_replans_when_usage_changes_and_exports(host: SimHost) -> None:
+    health = Health()
+    status = SuppressStatus()
+    executor = Executor(host.paths, host.version, health)
+    manager = QoSManager([f for f in enabled_features(config("test-node0"), status)
+                          if f.name == "cpusuppress"], executor, EventRecorder(health, "test-node0"), health)
+    pods = [pod(LS, "LS", uid=LS), pod(BE, "BE", "BestEffort", uid=BE)]
+    cache = cache_with(12, {LS: 8, BE: 2})
+    s = qstate(host, pods, spec(), cache, node("16"))
+    manager.reconcile(s)
+    assert quota_now(host) == int(1.2 * PERIOD)
+    cache.append(cache.key("node_cpu_usage"), T0 + 1000, 13)
+    cache.append(cache.key("pod_cpu_usage", pod_uid=LS), T0 + 1000, 9)
+    cache.append(cache.key("pod_cpu_usage", pod_uid=BE), T0 + 1000, 2)
+    manager.reconcile(s)
+    assert quota_now(host) == int(0.2 * PERIOD)
+    metrics = AgentMetrics("test-node0", health, Latest(), cache, suppress=status)
+    text = metrics.render("internal").decode()
+    assert 'koordlet_be_suppress_cpu_cores{node="test-node0",type="cfsQuota"} 0.2' in text
+    assert 'koordlet_be_suppress_ls_used_cpu_cores{node="test-node0"} 9.0' in text
+    assert 'koordlet_be_suppress_be_used_cpu_cores{node="test-node0"} 2.0' in text
+
+
+def test_dry_run_features_do_not_record() -> None:
+    """`koordlet plan` builds its features without the holder: its numbers never reach the daemon's exporter."""
+    [f] = [f for f in enabled_features(config()) if f.name == "cpusuppress"]
+    assert f.options["status"] is None
