@@ -12,6 +12,7 @@ from pathlib import Path
 
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
+from koordlet.states.cpupools import format_cpuset
 
 
 @dataclass
@@ -32,6 +33,7 @@ class SimHost:
     cpu_ticks: dict[int, int] = field(default_factory=dict)
     mem_total_kb: int = 16 * 1024 * 1024
     mem_available_kb: int = 12 * 1024 * 1024
+    threads: int = 1  # hyper-threads per core in the simulated CPU topology
 
     @property
     def paths(self) -> HostPaths:
@@ -54,7 +56,7 @@ class SimHost:
         for node, cpus in self.numa_cpus.items():
             d = self.root / f"sys/devices/system/node/node{node}"
             d.mkdir(parents=True, exist_ok=True)
-            (d / "cpulist").write_text(f"{min(cpus)}-{max(cpus)}\n")
+            (d / "cpulist").write_text(format_cpuset(cpus) + "\n")
             link = self.root / f"sys/bus/node/devices/node{node}"
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists():
@@ -62,8 +64,24 @@ class SimHost:
         for cpus in self.numa_cpus.values():
             for c in cpus:
                 self.cpu_ticks.setdefault(c, 0)
+        self.write_cpu_topology()
         self.write_proc()
         return self
+
+    def write_cpu_topology(self) -> None:
+        """sysfs cpu/online and cpuN/topology/{core_id,physical_package_id}: NUMA node N is socket N, and each
+        `threads` consecutive CPUs of a node share a core (sysfs core_id restarts at 0 on each socket)."""
+        base = self.root / "sys/devices/system/cpu"
+        all_cpus: list[int] = []
+        for node, cpus in sorted(self.numa_cpus.items()):
+            for i, c in enumerate(sorted(cpus)):
+                topo = base / f"cpu{c}" / "topology"
+                topo.mkdir(parents=True, exist_ok=True)
+                (topo / "core_id").write_text(f"{i // self.threads}\n")
+                (topo / "physical_package_id").write_text(f"{node}\n")
+                all_cpus.append(c)
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "online").write_text(format_cpuset(all_cpus) + "\n")
 
     def _mkdir(self, rel: str) -> None:
         cg = self.cgroup_root()

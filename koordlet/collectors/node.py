@@ -12,21 +12,11 @@ from dataclasses import dataclass, field
 from koordlet.errors import HostReadError
 from koordlet.host.files import OpenFiles, read_bytes
 from koordlet.host.paths import HostPaths
+from koordlet.states.cpupools import CPUSetError, parse_cpuset
 
 # /proc/stat cpu columns counted as busy: user, nice, system, irq, softirq (upstream util/stat.go).
 _BUSY_COLUMNS = (0, 1, 2, 5, 6)
 _NODE_DIR = re.compile(r"^node(\d+)$")
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """`0-3,8,10-11` → [0, 1, 2, 3, 8, 10, 11]."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
 
 
 def parse_proc_stat(data: bytes) -> tuple[int, dict[int, int]]:
@@ -85,8 +75,8 @@ class NumaTopology:
                 continue
             try:
                 cpulist = read_bytes(os.path.join(base, name, "cpulist")).decode()
-                nodes[int(m.group(1))] = tuple(parse_cpulist(cpulist))
-            except (HostReadError, ValueError):
+                nodes[int(m.group(1))] = tuple(parse_cpuset(cpulist))
+            except (HostReadError, CPUSetError, UnicodeDecodeError):
                 continue
         return cls(dict(sorted(nodes.items())))
 
