@@ -16,6 +16,11 @@
 # resources.cpu or its reservedCPUs count). Standalone there is no Node: capacity = the host's online CPUs, reserved
 # = 0 (the system usage measured still comes off the budget). Upstream does nothing without a Node.
 #
+# cpuset policy. Candidates are the BE share pools (all CPUs but LSE pods', the Node's reserved and exclusive SYSTEM
+# QoS CPUs; upstream reads those annotations from the NodeResourceTopology, which copies them from the Node),
+# split into LSR pods' CPUs and the rest. The kubelet `static` CPU manager branch (containers only) is not taken:
+# the QoS state does not carry kubelet's policy, so BE cgroups are always written as under kubelet's `none`.
+#
 # [quirk] recovery. Upstream writes the besteffort quota -1 once per process and policy switch (a status map), and
 # rewrites the BE cpusets every pass. A planner has no such memory: we plan the recovery values every pass while
 # they apply and let the executor skip the write when the file holds them (no read while its cache is fresh), so a
@@ -27,11 +32,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.collectors.node import parse_cpulist
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import cpu_max, parse_cpu_max
@@ -40,12 +44,14 @@ from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import parse_quantity
+from koordlet.states.cpupools import CPUInfo, CPUTopology, be_share_pools, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, koord_qos_class
+from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
 
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
+ANNOTATION_SYSTEM_QOS = "node.koordinator.sh/system-qos-resource"
 CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
 BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
 BE_MIN_CPUSET_CPUS = 2  # beMinCPUSetCores
@@ -81,39 +87,83 @@ class Usage:
     apps: Mapping[str, tuple[int, float]]  # host application name ->
 
 
+_NO_CPUS = CPUTopology(())
+
+
 @dataclass(frozen=True)
 class SuppressFacts:
-    host_cpus: int | None  # online CPUs: the capacity when there is no Node object
+    topology: CPUTopology = _NO_CPUS  # online CPUs (capacity without a Node object; the cpuset policy)
     quota_file: bool = True  # the besteffort dir has a cfs quota file (no kubepods tree: nothing to recover)
+    be_dirs: tuple[str, ...] = ()  # besteffort dir, its pod dirs and their container dirs on disk, parents first
     usage: Usage | None = None  # None: suppress is off, or nothing collected yet
     quota: int | None = None  # besteffort cfs quota now (us, -1 unlimited); None: not read or unreadable
     period: int | None = None  # besteffort cfs period now (us)
+    be_cpuset: tuple[int, ...] | None = None  # besteffort cpuset now; None: unreadable
+
+    @property
+    def host_cpus(self) -> int | None:
+        return len(self.topology.cpus) or None
+
+
+@dataclass(frozen=True)
+class _Host:
+    topology: CPUTopology
+    quota_file: bool
+    be_dirs: tuple[str, ...]
 
 
 def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> SuppressFacts:
-    """The online CPU count (kept with the steady facts) and, while suppress acts, the newest usage and the
-    besteffort quota (every pass: they change without the pods or the NodeSLO changing)."""
-    host_cpus, quota_file = steady.get("cpusuppress", lambda: _host(state)) if steady else _host(state)
+    """The CPU topology and the besteffort subtree on disk (kept with the steady facts: they change with the pods or
+    the kernel) and, every pass, the besteffort cpuset and, while suppress acts, the newest usage and the besteffort
+    quota, which change without the pods or the NodeSLO changing."""
+    if not state.nodeslo_present:
+        return SuppressFacts()
+    host = steady.get("cpusuppress", lambda: _host(state)) if steady else _host(state)
+    be_cpuset = _read_cpuset(state) if host.be_dirs else None
     cfg = _config(state.nodeslo)
-    if not state.nodeslo_present or cfg.get("enable") is not True:
-        return SuppressFacts(host_cpus, quota_file)
+    if cfg.get("enable") is not True:
+        return SuppressFacts(host.topology, host.quota_file, host.be_dirs, be_cpuset=be_cpuset)
     usage = _usage(state) if state.cache is not None else None
     quota = period = None
     if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
         quota, period = _read_quota(state)
-    return SuppressFacts(host_cpus, quota_file, usage, quota, period)
+    return SuppressFacts(host.topology, host.quota_file, host.be_dirs, usage, quota, period, be_cpuset)
 
 
-def _host(state: QoSState) -> tuple[int | None, bool]:
-    quota_file = os.path.exists(state.cgroup_file("cpu.cfs_quota_us", state.qos_dir(K8sQoS.BESTEFFORT)))
-    return _online_cpus(state), quota_file
+def _host(state: QoSState) -> _Host:
+    root = state.qos_dir(K8sQoS.BESTEFFORT)
+    quota_file = os.path.exists(state.cgroup_file("cpu.cfs_quota_us", root))
+    return _Host(CPUTopology.read(state.paths), quota_file, _be_dirs(state, root))
 
 
-def _online_cpus(state: QoSState) -> int | None:
+def _be_dirs(state: QoSState, root: str) -> tuple[str, ...]:
+    """util.GetBECPUSetPathsByMaxDepth(container depth): filepath.Walk order (each dir before its children, names
+    sorted) down to the container dirs (sandboxes included), in the cpuset hierarchy."""
+    base = os.path.dirname(state.cgroup_file("cpuset.cpus", root))
+    if not os.path.isdir(base):
+        return ()
+    out = [root]
+    for pod in _subdirs(base):
+        out.append(f"{root}/{pod}")
+        out.extend(f"{root}/{pod}/{c}" for c in _subdirs(os.path.join(base, pod)))
+    return tuple(out)
+
+
+def _subdirs(path: str) -> list[str]:
     try:
-        with open(state.paths.sys("devices", "system", "cpu", "online"), encoding="ascii") as f:
-            return len(parse_cpulist(f.read())) or None
-    except (OSError, ValueError):
+        with os.scandir(path) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _read_cpuset(state: QoSState) -> tuple[int, ...] | None:
+    """The besteffort dir's CPUs (cgroupReader.ReadCPUSet: cpuset.cpus on v1, cpuset.cpus.effective on v2)."""
+    resource = "cpuset.cpus" if state.cgroup_version == 1 else "cpuset.cpus.effective"
+    try:
+        with open(state.cgroup_file(resource, state.qos_dir(K8sQoS.BESTEFFORT)), encoding="ascii") as f:
+            return tuple(parse_cpuset(f.read()))
+    except (OSError, ValueError, InvalidInput):
         return None
 
 
@@ -210,7 +260,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
         if cpus:
             if not isinstance(cpus, str):
                 raise ValueError("reservedCPUs is not a string")
-            return len(set(parse_cpulist(cpus))) * 1000
+            return len(parse_cpuset(cpus)) * 1000
         cpu = _obj(doc.get("resources")).get("cpu")
         if cpu is None:
             return 0
@@ -218,7 +268,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
         if milli is None:
             raise ValueError(f"resources.cpu {cpu!r} is not a quantity")
         return milli
-    except ValueError as e:  # upstream logs and ignores the annotation
+    except (ValueError, InvalidInput) as e:  # upstream logs and ignores the annotation
         errors.append(PlanError("Node", node_name, where, f"{e}; the annotation's reservation is ignored"))
         return 0
 
@@ -290,20 +340,192 @@ def _quota_write(state: QoSState, quota: int, period: int | None, reason: str) -
                  resource="cpu.cfs_quota_us")
 
 
+# ---- the cpuset policy ------------------------------------------------------------------------------------------
+
+
+def select_cpus(n: int, cpus: Sequence[CPUInfo]) -> list[int]:
+    """calculateBESuppressCPUSetPolicy: `n` of `cpus`, spread over the (NUMA node, socket) buckets round-robin,
+    whole hyper-thread pairs first, then single CPUs; [] when fewer than `n` are offered.
+
+    Buckets are visited largest first (ties: lowest first CPU id), each bucket's CPUs in (core, id) order; a pass
+    over all buckets that takes nothing ends a phase."""
+    if len(cpus) < n or not cpus:
+        return []
+    buckets: dict[tuple[int, int], list[CPUInfo]] = {}
+    for c in cpus:
+        buckets.setdefault((c.node, c.socket), []).append(c)
+    order = [sorted(b, key=lambda c: (c.core, c.id)) for b in buckets.values()]
+    order.sort(key=lambda b: (-len(b), b[0].id))
+    need, used, out = n, set[int](), list[int]()
+    i, before = 0, -1
+    while need > 1:  # pairs
+        if i == 0:
+            if before == need:
+                break
+            before = need
+        bucket = order[i]
+        for j in range(len(bucket) - 1):
+            if bucket[j].id not in used and bucket[j].core == bucket[j + 1].core:
+                out += [bucket[j].id, bucket[j + 1].id]
+                used.update(out[-2:])
+                need -= 2
+                break
+        i = (i + 1) % len(order)
+    start, before = i, -1
+    while need > 0:  # singles, from where the pairs stopped
+        if i == start:
+            if before == need:
+                break
+            before = need
+        free = next((c.id for c in order[i] if c.id not in used), None)
+        if free is not None:
+            out.append(free)
+            used.add(free)
+            need -= 1
+        i = (i + 1) % len(order)
+    return out
+
+
+def node_cpus(state: QoSState, node_name: str, errors: list[PlanError]) -> tuple[list[int], list[int]]:
+    """(reserved CPUs, exclusive SYSTEM QoS CPUs) from the Node's annotations, which upstream reads from the
+    NodeResourceTopology copy of them (`node.koordinator.sh/reservation` reservedCPUs,
+    `node.koordinator.sh/system-qos-resource` cpuset when cpusetExclusive is unset or true)."""
+    annotations = _obj(_obj(_obj(state.node).get("metadata")).get("annotations"))
+    reserved: list[int] = []
+    system: list[int] = []
+    for key, take in ((ANNOTATION_NODE_RESERVATION, _reserved_cpus), (ANNOTATION_SYSTEM_QOS, _system_cpus)):
+        text = annotations.get(key)
+        if not text:
+            continue
+        try:
+            doc = json.loads(text) if isinstance(text, str) else None
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            (reserved if key == ANNOTATION_NODE_RESERVATION else system).extend(take(doc))
+        except (ValueError, InvalidInput) as e:
+            errors.append(PlanError("Node", node_name or "node", f"metadata.annotations[{key}]",
+                                    f"{e}; ignored by BE CPU suppress"))
+    return reserved, system
+
+
+def _reserved_cpus(doc: Mapping[str, Any]) -> list[int]:
+    cpus = doc.get("reservedCPUs") or ""
+    if not isinstance(cpus, str):
+        raise ValueError("reservedCPUs is not a string")
+    return parse_cpuset(cpus)
+
+
+def _system_cpus(doc: Mapping[str, Any]) -> list[int]:
+    cpus, exclusive = doc.get("cpuset") or "", doc.get("cpusetExclusive")
+    if not isinstance(cpus, str) or not (exclusive is None or isinstance(exclusive, bool)):
+        raise ValueError("cpuset must be a string and cpusetExclusive a boolean")
+    return parse_cpuset(cpus) if exclusive is not False else []
+
+
+def be_cpus(state: QoSState, topology: CPUTopology, node_name: str, errors: list[PlanError]) -> list[int]:
+    """calcBECPUSet: every CPU but LSE pods' (resource-status cpuset), the reserved and the exclusive SYSTEM
+    ones, i.e. the BE share pools; what a BE cgroup gets back on recovery."""
+    reserved, system = node_cpus(state, node_name, errors)
+    pools = be_share_pools(topology, state.pods, reserved, system)
+    return sorted(c for p in pools for c in parse_cpuset(p.cpuset))
+
+
+def _lsr_cpus(pods: Sequence[PodMeta]) -> set[int]:
+    """CPUs the scheduler bound LSR pods to (cpuIdToPool == LSR); malformed annotations are skipped as upstream."""
+    out: set[int] = set()
+    for pod in pods:
+        if koord_qos_class(pod.raw) != QOS_LSR:
+            continue
+        try:
+            out.update(resource_status(_obj(_obj(pod.raw.get("metadata")).get("annotations"))).cpus())
+        except InvalidInput:
+            continue
+    return out
+
+
+def target_cpuset(b: Budget, facts: SuppressFacts, allowed: Sequence[int], lsr_cpus: set[int]) -> list[int]:
+    """adjustByCPUSet: ceil(budget) CPUs, at least 2, growing by at most 10 % of the CPUs per pass, taken from the
+    LSR pods' CPUs and the rest in proportion to their sizes."""
+    old = facts.be_cpuset or ()
+    ok = set(allowed)
+    lsr = [c for c in facts.topology.cpus if c.id in ok and c.id in lsr_cpus]
+    ls = [c for c in facts.topology.cpus if c.id in ok and c.id not in lsr_cpus]
+    if not lsr and not ls:
+        return []
+    cpus = max(-(-b.milli // 1000), BE_MIN_CPUSET_CPUS)
+    max_increase = math.ceil(len(facts.topology.cpus) * BE_MAX_INCREASE_RATIO)
+    if cpus - len(old) > max_increase:
+        cpus = len(old) + max_increase
+    # [quirk] upstream asks for more CPUs than the pools hold once the budget exceeds them, gets none and writes
+    # nothing, so a BE cpuset one step short of the pools never grows back; we take at most what they hold.
+    cpus = min(cpus, len(lsr) + len(ls))
+    from_lsr = cpus * len(lsr) // (len(lsr) + len(ls))
+    out = select_cpus(from_lsr, lsr) if from_lsr > 0 else []
+    return out + (select_cpus(cpus - from_lsr, ls) if cpus - from_lsr > 0 else [])
+
+
+def _cpuset_writes(state: QoSState, dirs: Sequence[str], old: Sequence[int] | None, target: Sequence[int],
+                   reason: str, out: Plan) -> None:
+    """applyCPUSetWithNonePolicy: old ∪ target on every dir top-down (a v1 child's CPUs must stay within its
+    parent's), then target bottom-up; the second sweep is left out when the first already wrote target."""
+    merged = sorted(set(old or ()) | set(target))
+    text = format_cpuset(merged)
+    out.writes.extend(Write(state.cgroup_file("cpuset.cpus", d), text, f"cpusuppress: {reason} (widen to {text})",
+                            resource="cpuset.cpus") for d in dirs)
+    if merged != sorted(target):
+        text = format_cpuset(target)
+        out.writes.extend(Write(state.cgroup_file("cpuset.cpus", d), text, f"cpusuppress: {reason}",
+                                resource="cpuset.cpus") for d in reversed(dirs))
+
+
+def _recover_cpuset(state: QoSState, facts: SuppressFacts, node_name: str, out: Plan, why: str,
+                    dirs: Sequence[str] | None = None) -> None:
+    """recoverCPUSetIfNeed: the BE share pools on every BE cgroup. [quirk] upstream writes them top-down only, which
+    the kernel refuses where they are narrower than a child's CPUs; we widen and narrow as the suppress path does."""
+    if facts.be_cpuset is None or not facts.topology.cpus:
+        return  # no cpuset controller on the besteffort dir (or no kubepods tree): nothing to recover
+    cpus = be_cpus(state, facts.topology, node_name, out.errors)
+    if cpus:
+        _cpuset_writes(state, facts.be_dirs if dirs is None else dirs, facts.be_cpuset, cpus,
+                       f"recover BE cpuset ({why})", out)
+
+
+def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
+    """recoverCPUSetForBECPUManager: the besteffort and pod dirs, and the container dirs of pods the scheduler gave
+    no cpuset or NUMA resources (the BE cpuset hook owns the others)."""
+    owned = set()
+    for pod in state.pods:
+        try:
+            status = resource_status(_obj(_obj(pod.raw.get("metadata")).get("annotations")))
+        except InvalidInput:
+            continue
+        if status.cpuset or status.numa_node_resources:
+            owned.add(pod.cgroup_dir)
+    return [d for d in facts.be_dirs if d.count("/") - facts.be_dirs[0].count("/") < 2
+            or d.rsplit("/", 1)[0] not in owned]
+
+
 # ---- the plan ---------------------------------------------------------------------------------------------------
 
 
 def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False, node_name: str = "",
          collect_interval: float = 1.0, status: SuppressStatus | None = None) -> Plan:
-    """One pass (suppressBECPU). Nothing before a NodeSLO was received; with `resourceUsedThresholdWithBE.enable`
-    false (or gate BECPUManager on) the recovery values; else the budget applied by the configured policy."""
+    """One pass (suppressBECPU). Nothing before a NodeSLO was received; with gate BECPUManager on or
+    `resourceUsedThresholdWithBE.enable` false the recovery values; else the budget applied by the configured policy
+    and the other policy's recovery."""
     out = Plan()
     if not state.nodeslo_present:
         return out
     cfg = _config(state.nodeslo)
-    if be_cpu_manager or cfg.get("enable") is not True:
-        # BECPUManager owns BE cpusets; suppress only undoes its quota (cpu_suppress.go suppressBECPU step 0)
-        _recover_quota(state, facts, out, "BECPUManager" if be_cpu_manager else "suppress disabled")
+    if be_cpu_manager:
+        # suppress cannot work with BECPUManager: undo the quota, give BE cgroups the BE pools but for the containers
+        # whose cpuset the BE cpuset hook sets (cpu_suppress.go suppressBECPU step 0)
+        _recover_quota(state, facts, out, "BECPUManager")
+        _recover_cpuset(state, facts, node_name, out, "BECPUManager", _be_cpu_manager_dirs(state, facts))
+        return out
+    if cfg.get("enable") is not True:
+        _recover_quota(state, facts, out, "suppress disabled")
+        _recover_cpuset(state, facts, node_name, out, "suppress disabled")
         return out
     name = node_name or "nodeslo"
     threshold = _percent(cfg, "cpuSuppressThresholdPercent", name, out.errors)
@@ -311,13 +533,12 @@ def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False,
         if cfg.get("cpuSuppressMinPercent") is not None else None
     if threshold is None:
         return out
-    policy = cfg.get("cpuSuppressPolicy") or POLICY_CPUSET
     b = budget(state, facts, threshold, min_percent, int(2000 * collect_interval), node_name, out.errors)
     if b is None:
         return out
     if status is not None:
         status.ls_used, status.be_used = b.ls_pods, b.be_used
-    if policy == POLICY_CFS_QUOTA:
+    if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
         if facts.quota is not None:
             quota = target_quota(b, facts.quota)
             if quota is not None:
@@ -325,7 +546,16 @@ def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False,
                                                f"BE budget {b.milli}m -> besteffort cfs quota {quota}"))
             if status is not None:
                 status.cores[POLICY_CFS_QUOTA] = (facts.quota if quota is None else quota) / CFS_PERIOD_US
+        _recover_cpuset(state, facts, node_name, out, "cfsQuota policy")
         return out
+    if facts.be_cpuset is not None and facts.topology.cpus:
+        allowed = be_cpus(state, facts.topology, node_name, out.errors)
+        cpus = target_cpuset(b, facts, allowed, _lsr_cpus(state.pods))
+        if cpus:  # applyCPUSetWithNonePolicy skips an empty set
+            _cpuset_writes(state, facts.be_dirs, facts.be_cpuset, cpus,
+                           f"BE budget {b.milli}m -> BE cpuset {format_cpuset(cpus)}", out)
+            if status is not None:
+                status.cores[POLICY_CPUSET] = float(len(cpus))
     _recover_quota(state, facts, out, "cpuset policy")
     return out
 

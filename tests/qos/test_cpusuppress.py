@@ -27,11 +27,13 @@ from koordlet.qos.cpusuppress import (
     budget,
     plan,
     read_facts,
+    select_cpus,
     target_quota,
 )
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
+from koordlet.states.cpupools import CPUInfo, CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
@@ -97,7 +99,7 @@ def budget_of(pods: list[PodMeta], node_cpu: float, usage: dict[str, float], thr
               app_usage: dict[str, float] | None = None, node_obj: dict[str, Any] | None = None) -> Budget | None:
     s = qstate(None, pods, spec(threshold=threshold, min_percent=min_percent, apps=apps),
                cache_with(node_cpu, usage, app_usage), node_obj or node())
-    facts = SuppressFacts(None, True, cpusuppress._usage(s))
+    facts = SuppressFacts(usage=cpusuppress._usage(s))
     return budget(s, facts, threshold, min_percent, 2000, "test-node0", [])
 
 
@@ -186,7 +188,7 @@ def test_reserved_is_the_larger_of_kubelet_and_annotation() -> None:
 
 def test_malformed_reservation_annotation_is_reported_and_ignored() -> None:
     s = qstate(None, [], spec(), cache_with(3, {}), node("20", "20", "{not json"))
-    facts = SuppressFacts(None, True, cpusuppress._usage(s))
+    facts = SuppressFacts(usage=cpusuppress._usage(s))
     errors: list[Any] = []
     b = budget(s, facts, 70, None, 2000, "test-node0", errors)
     assert b is not None and b.system == 3
@@ -194,10 +196,7 @@ def test_malformed_reservation_annotation_is_reported_and_ignored() -> None:
 
 
 def test_standalone_capacity_is_the_hosts_online_cpus(tmp_path: Path) -> None:
-    host = SimHost(tmp_path, 1, CgroupDriver.CGROUPFS).setup()
-    cpu_dir = tmp_path / "sys/devices/system/cpu"
-    cpu_dir.mkdir(parents=True)
-    (cpu_dir / "online").write_text("0-3\n")
+    host = SimHost(tmp_path, 1, CgroupDriver.CGROUPFS).setup()  # sysfs: CPUs 0-3 online
     s = qstate(host, [], spec(threshold=50), cache_with(0.5, {}), None)
     facts = read_facts(s)
     assert facts.host_cpus == 4
@@ -210,7 +209,7 @@ def test_stale_pod_samples_are_not_counted() -> None:
     cache = cache_with(9, {})
     cache.append(cache.key("pod_cpu_usage", pod_uid="abc"), T0 - 5000, 8)
     s = qstate(None, pods, spec(), cache, node())
-    b = budget(s, SuppressFacts(None, True, cpusuppress._usage(s)), 70, None, 2000, "", [])
+    b = budget(s, SuppressFacts(usage=cpusuppress._usage(s)), 70, None, 2000, "", [])
     assert b is not None and b.ls_pods == 0 and b.system == 9
 
 
@@ -309,7 +308,7 @@ def test_bad_threshold_is_an_error() -> None:
     nodeslo = spec()
     nodeslo["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = 170
     s = qstate(None, [], nodeslo, cache_with(12, {}), node("16"))
-    p = plan(s, SuppressFacts(16, True, Usage(T0, 12, {}, {}), 10 * PERIOD, PERIOD), node_name="n")
+    p = plan(s, SuppressFacts(usage=Usage(T0, 12, {}, {}), quota=10 * PERIOD, period=PERIOD), node_name="n")
     assert p.writes == [] and p.errors[0].field == "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"
 
 
@@ -364,3 +363,189 @@ def test_dry_run_features_do_not_record() -> None:
     """`koordlet plan` builds its features without the holder: its numbers never reach the daemon's exporter."""
     [f] = [f for f in enabled_features(config()) if f.name == "cpusuppress"]
     assert f.options["status"] is None
+
+
+# ---- the cpuset policy: selection (upstream Test_calculateBESuppressCPUSetPolicy) ------------------------------------
+
+
+def cpus(*rows: tuple[int, int, int, int]) -> list[CPUInfo]:
+    """(id, core, socket, node) rows, in the order given."""
+    return [CPUInfo(i, core, socket, node) for i, core, socket, node in rows]
+
+
+_TWO_NODES_HT = cpus((0, 0, 0, 0), (1, 0, 0, 0), (2, 1, 0, 0), (3, 1, 0, 0), (4, 2, 1, 0), (5, 2, 1, 0), (6, 3, 1, 0),
+                     (7, 3, 1, 0), (8, 4, 2, 1), (9, 4, 2, 1), (10, 5, 2, 1), (11, 5, 2, 1), (12, 6, 3, 1),
+                     (13, 6, 3, 1), (14, 7, 3, 1), (15, 7, 3, 1))
+
+
+@pytest.mark.parametrize(("n", "offered", "want"), [
+    pytest.param(0, [], [], id="nothing offered"),
+    pytest.param(3, cpus((0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 1), (3, 3, 1, 1), (4, 0, 0, 0), (5, 1, 0, 0),
+                         (6, 2, 1, 1), (7, 3, 1, 1)), [0, 4, 2], id="HT pair first, then the other NUMA node"),
+    pytest.param(3, cpus((0, 0, 0, 0), (1, 0, 0, 0), (2, 1, 0, 0), (3, 1, 0, 0), (4, 2, 1, 1), (5, 2, 1, 1),
+                         (6, 3, 1, 1), (7, 3, 1, 1)), [0, 1, 4], id="pair on node 0, single on node 1"),
+    pytest.param(5, _TWO_NODES_HT, [0, 1, 4, 5, 8], id="pairs spread over sockets and nodes"),
+    pytest.param(5, [_TWO_NODES_HT[i] for i in (12, 13, 14, 2, 3, 11, 4, 5, 8, 15, 0, 1, 9, 10, 6, 7)],
+                 [0, 1, 4, 5, 8], id="regardless of the order offered"),
+    pytest.param(9, cpus((0, 0, 0, 0), (1, 1, 0, 0)), [], id="fewer offered than asked"),
+])
+def test_select_cpus(n: int, offered: list[CPUInfo], want: list[int]) -> None:
+    assert select_cpus(n, offered) == want
+
+
+# ---- the cpuset policy on a simulated node (upstream Test_cpuSuppress_adjustByCPUSet*) ------------------------------
+
+
+def cpuset_host(tmp_path: Path, old: str, numa: dict[int, list[int]] | None = None, version: int = 1,
+                pod_dirs: tuple[str, ...] = ("pod1", "pod2", "pod3")) -> SimHost:
+    """8 CPUs on 2 NUMA nodes (sockets), HT pairs (0,1) (2,3) (4,5) (6,7); besteffort pod dirs holding `old`."""
+    host = SimHost(tmp_path, version, CgroupDriver.CGROUPFS, numa_cpus=numa or {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]},
+                   threads=2).setup()
+    set_quota(host, -1)
+    for d in ("", *pod_dirs):
+        rel = "kubepods/besteffort" + (f"/{d}" if d else "")
+        host._mkdir(rel)
+        write_cpuset(host, rel, old)
+    return host
+
+
+def cpuset_dir(host: SimHost, rel: str) -> Path:
+    return host.cgroup_root() / ("cpuset" if host.version == 1 else "") / rel
+
+
+def write_cpuset(host: SimHost, rel: str, value: str) -> None:
+    (cpuset_dir(host, rel) / ("cpuset.cpus" if host.version == 1 else "cpuset.cpus.effective")).write_text(
+        value + "\n")
+    (cpuset_dir(host, rel) / "cpuset.cpus").write_text(value + "\n")
+
+
+def cpuset_now(host: SimHost, rel: str = "kubepods/besteffort") -> str:
+    return (cpuset_dir(host, rel) / "cpuset.cpus").read_text().strip()
+
+
+def lsr_lse_pods() -> list[PodMeta]:
+    """mockLSRPod (cpuset 0,6) and mockLSEPod (cpuset 7)."""
+    out = []
+    for name, label, cpuset in (("lsr", "LSR", "0,6"), ("lse", "LSE", "7")):
+        raw = make_pod(name, str(uuid.uuid4()), "Guaranteed", labels={"koordinator.sh/qosClass": label})
+        raw["metadata"]["annotations"] = {  # type: ignore[index]
+            "scheduling.koordinator.sh/resource-status": json.dumps({"cpuset": cpuset})}
+        out.append(pod_meta(raw, CgroupDriver.CGROUPFS, Health()))
+    return out
+
+
+def suppress_cpuset(host: SimHost, budget_cores: int, node_obj: dict[str, Any] | None = None,
+                    pods: list[PodMeta] | None = None, status: SuppressStatus | None = None) -> list[Any]:
+    """One pass of the cpuset policy with a BE budget of `budget_cores` (threshold 100 %, no usage)."""
+    capacity = len(CPUTopology.read(host.paths).cpus)
+    nodeslo = spec(policy="cpuset", threshold=100)
+    obj = node_obj or node(str(capacity))
+    s = qstate(host, lsr_lse_pods() if pods is None else pods, nodeslo,
+               cache_with(capacity - budget_cores, {}), obj)
+    p = plan(s, read_facts(s), node_name="test-node0", status=status)
+    assert p.errors == []
+    Executor(host.paths, host.version, Health()).apply(p)
+    return p.writes
+
+
+BE_DIRS = ["kubepods/besteffort", "kubepods/besteffort/pod1", "kubepods/besteffort/pod2",
+           "kubepods/besteffort/pod3"]
+
+
+@pytest.mark.parametrize("old", ["2-3,6-7", "6-7"], ids=["scale down", "scale up"])
+def test_cpuset_from_the_ls_pool(tmp_path: Path, old: str) -> None:
+    host = cpuset_host(tmp_path, old)
+    status = SuppressStatus()
+    suppress_cpuset(host, 3, status=status)
+    # LSR pod holds 0,6 (its share 3*2/7 rounds to 0), LSE pod 7: the HT pair (2,3) on node 0, then 4 on node 1
+    assert [cpuset_now(host, d) for d in BE_DIRS] == ["2-4"] * 4
+    assert status.cores == {"cpuset": 3.0}
+    assert quota_now(host) == -1  # the other policy's recovery
+
+
+def test_cpuset_write_order_widens_top_down_then_narrows_bottom_up(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "6-7")
+    writes = suppress_cpuset(host, 3)
+    sets = [(w.path.split("/cpuset/")[1].rsplit("/", 1)[0], w.value) for w in writes if w.resource == "cpuset.cpus"]
+    assert sets == [(d, "2-4,6-7") for d in BE_DIRS] + [(d, "2-4") for d in reversed(BE_DIRS)]
+    # the next pass finds the set in place: one sweep, no narrowing left to do
+    again = suppress_cpuset(host, 3)
+    assert [w.value for w in again if w.resource == "cpuset.cpus"] == ["2-4"] * 4
+
+
+def test_cpuset_containers_are_written_below_their_pod(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "0-7", pod_dirs=("podA", "podA/c1", "podA/c2", "podB"))
+    writes = suppress_cpuset(host, 2)
+    dirs = [w.path.split("/cpuset/")[1].rsplit("/", 1)[0].removeprefix("kubepods/besteffort")
+            for w in writes if w.resource == "cpuset.cpus"]
+    # shrinking: old ∪ new = old is rewritten top-down (no change), then the new set bottom-up
+    assert dirs == ["", "/podA", "/podA/c1", "/podA/c2", "/podB", "/podB", "/podA/c2", "/podA/c1", "/podA", ""]
+    assert cpuset_now(host, "kubepods/besteffort/podA/c2") == "2-3"
+
+
+@pytest.mark.parametrize(("annotation", "value", "want"), [
+    pytest.param("node.koordinator.sh/reservation", {"reservedCPUs": "3"}, "0,4-5", id="reserved 3"),
+    pytest.param("node.koordinator.sh/reservation", {"reservedCPUs": "0-1,5-6"}, "2-4", id="reserved just enough"),
+    pytest.param("node.koordinator.sh/system-qos-resource", {"cpuset": "3"}, "0,4-5", id="system qos exclusive"),
+    pytest.param("node.koordinator.sh/system-qos-resource", {"cpuset": "0-1,5-6"}, "2-4", id="system qos just enough"),
+    pytest.param("node.koordinator.sh/system-qos-resource", {"cpuset": "1-6", "cpusetExclusive": False}, "2-4",
+                 id="system qos not exclusive"),
+    # [quirk] upstream asks for 3 of the one CPU left (0), gets none and leaves the old set (7,6,3,2: the LSE pod's
+    # and reserved CPUs); we give BE what the pools hold
+    pytest.param("node.koordinator.sh/reservation", {"reservedCPUs": "1-6"}, "0", id="fewer left than the budget"),
+])
+def test_cpuset_leaves_out_reserved_and_system_cpus(tmp_path: Path, annotation: str, value: dict[str, Any],
+                                                    want: str) -> None:
+    host = cpuset_host(tmp_path, "2-3,6-7")
+    obj = node("8")
+    obj["metadata"]["annotations"][annotation] = json.dumps(value)
+    suppress_cpuset(host, 3, obj)
+    assert cpuset_now(host) == want
+
+
+def test_cpuset_at_least_two_cpus_and_growth_capped(tmp_path: Path) -> None:
+    numa = {0: list(range(0, 8)), 1: list(range(8, 16))}
+    host = cpuset_host(tmp_path, "0-1", numa)
+    suppress_cpuset(host, 0, pods=[])
+    assert cpuset_now(host) == "0-1"  # budget 0: still 2 CPUs, one HT pair
+    suppress_cpuset(host, 16, pods=[])
+    # grows by ceil(16 * 10 %) = 2 CPUs a pass: 4, as two HT pairs on the two NUMA nodes
+    assert cpuset_now(host) == "0-1,8-9"
+    suppress_cpuset(host, 16, pods=[])
+    assert cpuset_now(host) == "0-3,8-9"
+
+
+def test_cpuset_recovered_when_disabled_and_under_cfs_quota(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "2-3")
+    for policy, enable in (("cpuset", False), ("cfsQuota", True)):
+        write_cpuset(host, "kubepods/besteffort", "2-3")
+        s = qstate(host, lsr_lse_pods(), spec(enable=enable, policy=policy), cache_with(1, {}), node("8"))
+        p = plan(s, read_facts(s), node_name="test-node0")
+        Executor(host.paths, host.version, Health()).apply(p)
+        # every CPU but the LSE pod's
+        assert [cpuset_now(host, d) for d in BE_DIRS] == ["0-6"] * 4, policy
+
+
+def test_be_cpu_manager_leaves_containers_with_a_resource_status(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "2-3", pod_dirs=())
+    bound = pod("bound", "BE", "BestEffort")
+    bound.raw["metadata"]["annotations"] = {"scheduling.koordinator.sh/resource-status": '{"cpuset": "4-5"}'}
+    free = pod("free", "BE", "BestEffort")
+    for p_ in (bound, free):
+        host._mkdir(p_.cgroup_dir)
+        write_cpuset(host, p_.cgroup_dir, "2-3")
+        for c in p_.containers:
+            assert c.cgroup_dir is not None
+            host._mkdir(c.cgroup_dir)
+            write_cpuset(host, c.cgroup_dir, "2-3")
+    s = qstate(host, [bound, free], spec(), cache_with(1, {}), node("8"))
+    Executor(host.paths, host.version, Health()).apply(plan(s, read_facts(s), be_cpu_manager=True))
+    assert cpuset_now(host, bound.cgroup_dir) == "0-7" and cpuset_now(host, free.cgroup_dir) == "0-7"
+    assert cpuset_now(host, bound.containers[0].cgroup_dir or "") == "2-3"
+    assert cpuset_now(host, free.containers[0].cgroup_dir or "") == "0-7"
+
+
+def test_cpuset_v2_reads_the_effective_set(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "6-7", version=2)
+    suppress_cpuset(host, 3)
+    assert cpuset_now(host) == "2-4"
