@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.hostapps import host_apps
 from koordlet.config import Config, parse_feature_gates
 from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
-from koordlet.host.driver import CgroupDriver
+from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
 from koordlet.metriccache import MetricCache
 from koordlet.qos import cpusuppress
@@ -38,6 +44,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
+from conftest import real_v1_root, require
 from simhost import SimHost, make_pod
 
 PERIOD = 100_000
@@ -549,3 +556,99 @@ def test_cpuset_v2_reads_the_effective_set(tmp_path: Path) -> None:
     host = cpuset_host(tmp_path, "6-7", version=2)
     suppress_cpuset(host, 3)
     assert cpuset_now(host) == "2-4"
+
+
+# ---- real cgroups: a BE pod under load is suppressed (cfsQuota policy) ----------------------------------------------
+
+_BUSY = "import time\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
+_REAL_SUBSYSTEMS = ("cpu", "cpuacct", "memory")
+
+
+def _busy_in(root: Path, rel: str) -> subprocess.Popen[bytes]:
+    """A CPU burner placed in the cgroup (every subsystem) before it execs; it stops by itself after 60 s."""
+    join = "; ".join(f"echo $$ > '{root / sub / rel / 'cgroup.procs'}'" for sub in _REAL_SUBSYSTEMS)
+    return subprocess.Popen(["/bin/sh", "-c", f"{join}; exec '{sys.executable}' -c '{_BUSY}'"])
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait(timeout=10)
+    procs.clear()
+
+
+@pytest.mark.realhost
+def test_real_be_pod_is_suppressed_as_ls_load_rises(tmp_path: Path) -> None:
+    """The agent's own loop (collection tick + QoS reconcile, short ticks) on a kubepods tree in this machine's cgroup
+    v1 hierarchies: the besteffort quota falls to the floor while an LS pod takes the CPUs, climbs back in steps of
+    at most 10 % of capacity when it stops, and is unlimited again once the NodeSLO turns suppress off.
+
+    The budget subtracts everything else the machine runs (system usage), so the threshold is 100 % here: on a
+    2-CPU machine shared with other work 65 % would leave BE nothing even without the LS pod. The way back needs
+    idle CPU: when other work keeps the machine saturated it cannot happen (a skip here, a failure in CI)."""
+    with real_v1_root(tmp_path, _REAL_SUBSYSTEMS) as (root, _):
+        ls = make_pod("ls", str(uuid.uuid4()), "Burstable", labels={"koordinator.sh/qosClass": "LS"})
+        be = make_pod("be", str(uuid.uuid4()), "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
+        pods_dir = tmp_path / "pods"
+        pods_dir.mkdir()
+        for raw in (ls, be):
+            (pods_dir / f"{raw['metadata']['name']}.yaml").write_text(yaml.safe_dump(raw))  # type: ignore[index]
+        for sub in _REAL_SUBSYSTEMS:  # the kubepods tree first: the agent detects the cgroupfs driver from it
+            for raw in (ls, be):
+                qos = K8sQoS.BURSTABLE if raw is ls else K8sQoS.BESTEFFORT
+                uid = raw["metadata"]["uid"]  # type: ignore[index]
+                cid = raw["status"]["containerStatuses"][0]["containerID"]  # type: ignore[index]
+                (root / sub / container_dir(CgroupDriver.CGROUPFS, pod_dir(CgroupDriver.CGROUPFS, qos, uid), cid)
+                 ).mkdir(parents=True)
+        (root / "cpu" / "kubepods/besteffort/cpu.shares").write_text("2")  # as kubelet sets it
+        paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
+        cfg = Config(node_name="real-node", paths=paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "state"),
+                     feature_gates=parse_feature_gates("RdtResctrl=false,GroupIdentity=false"))
+        agent = Agent(cfg)
+        assert agent.sync_pods() and agent.driver == CgroupDriver.CGROUPFS
+        [ls_pod] = [p for p in agent.pods.pods if p.name == "ls"]
+        [be_pod] = [p for p in agent.pods.pods if p.name == "be"]
+        quota_file = root / "cpu" / "kubepods/besteffort/cpu.cfs_quota_us"
+        assert quota_file.read_text().strip() == "-1"
+        slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "real-node"},
+               "spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota",
+                                                        "cpuSuppressThresholdPercent": 100}}}
+        assert agent.set_nodeslo(slo)
+        manager = agent.qos_manager()
+        cpus = len(CPUTopology.read(paths).cpus)
+        step = int(0.1 * cpus * PERIOD)
+
+        def tick() -> int:
+            time.sleep(0.4)
+            agent.collect()
+            manager.reconcile(agent.qos_state())
+            return int(quota_file.read_text())
+
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            procs += [_busy_in(root, be_pod.containers[0].cgroup_dir or "") for _ in range(cpus)]
+            alone = [tick() for _ in range(5)]
+            assert alone[-1] != -1 and agent.suppress.be_used is not None
+            ls_procs = [_busy_in(root, ls_pod.containers[0].cgroup_dir or "") for _ in range(cpus)]
+            procs += ls_procs
+            loaded = [tick() for _ in range(10)]
+            assert 2000 in loaded, f"LS load did not squeeze BE to the floor: {alone} -> {loaded}"
+            assert agent.suppress.ls_used is not None and agent.suppress.ls_used > 0.5  # cores the LS pod took
+            _stop_all(ls_procs)
+            back = [int(quota_file.read_text())]
+            system = []
+            while len(back) < 30 and back[-1] < back[0] + 2 * step:
+                back.append(tick())
+                last = agent.cache.last(agent.cache.key("sys_cpu_usage"))
+                system.append(round(last[1], 2) if last else None)
+            rises = [b - a for a, b in itertools.pairwise(back)]
+            assert all(r <= step for r in rises), f"growth beyond 10 % of capacity a pass: {back}"
+            require(back[-1] >= back[0] + 2 * step,
+                    f"BE did not get CPU back ({back}): other work kept the machine busy (system cores {system})")
+            slo["spec"]["resourceUsedThresholdWithBE"]["enable"] = False  # type: ignore[index]
+            assert agent.set_nodeslo(slo)
+            assert tick() == -1
+        finally:
+            _stop_all(procs)
+            agent.close()
