@@ -560,6 +560,11 @@ def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False,
     return out
 
 
+def suppress_acts(nodeslo: Mapping[str, Any]) -> bool:
+    """Whether the merged NodeSLO turns suppress on (then a pass needs collected usage)."""
+    return _config(nodeslo).get("enable") is True
+
+
 def _config(nodeslo: Mapping[str, Any]) -> Mapping[str, Any]:
     return _obj(nodeslo.get("resourceUsedThresholdWithBE"))
 

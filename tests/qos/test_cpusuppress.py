@@ -45,7 +45,7 @@ from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
-from simhost import SimHost, make_pod
+from simhost import SimHost, cpu_qos_node, make_pod
 
 PERIOD = 100_000
 T0 = 1_700_000_000_000
@@ -652,3 +652,19 @@ def test_real_be_pod_is_suppressed_as_ls_load_rises(tmp_path: Path) -> None:
         finally:
             _stop_all(procs)
             agent.close()
+
+
+def test_koordlet_plan_shows_the_suppress_quota(tmp_path: Path) -> None:
+    """`koordlet plan` collects two ticks when suppress is on, so the dry run shows the quota it would write."""
+    ls = make_pod("web", str(uuid.uuid4()), "Burstable", labels={"koordinator.sh/qosClass": "LS"})
+    host, args = cpu_qos_node(tmp_path, [(ls, K8sQoS.BURSTABLE)])
+    set_quota(host, -1)
+    slo = yaml.safe_load((tmp_path / "nodeslo.yaml").read_text())
+    slo["spec"]["resourceUsedThresholdWithBE"] = {"enable": True, "cpuSuppressPolicy": "cfsQuota"}
+    (tmp_path / "nodeslo.yaml").write_text(yaml.safe_dump(slo))
+    out = subprocess.run([sys.executable, "-m", "koordlet", "plan", *args, "-o", "json"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    writes = [w for w in json.loads(out.stdout)["writes"] if w["path"].endswith("besteffort/cpu.cfs_quota_us")]
+    # the simulated node's 4 CPUs are idle: 4 x 65 % = 2.6 cores
+    assert [w["value"] for w in writes] == ["260000"]
+    assert quota_now(host) == -1  # a dry run
