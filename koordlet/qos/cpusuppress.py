@@ -269,7 +269,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
             raise ValueError(f"resources.cpu {cpu!r} is not a quantity")
         return milli
     except (ValueError, InvalidInput) as e:  # upstream logs and ignores the annotation
-        errors.append(PlanError("Node", node_name, where, f"{e}; the annotation's reservation is ignored"))
+        errors.append(PlanError("Node", node_name, where, f"{e}; ignored by BE CPU suppress"))
         return 0
 
 
@@ -351,6 +351,7 @@ def select_cpus(n: int, cpus: Sequence[CPUInfo]) -> list[int]:
     over all buckets that takes nothing ends a phase."""
     if len(cpus) < n or not cpus:
         return []
+    # [quirk] upstream keys buckets by (node + #cpus) * (socket + 1), which can merge distinct pairs; we use the pair
     buckets: dict[tuple[int, int], list[CPUInfo]] = {}
     for c in cpus:
         buckets.setdefault((c.node, c.socket), []).append(c)
@@ -403,7 +404,7 @@ def node_cpus(state: QoSState, node_name: str, errors: list[PlanError]) -> tuple
                 raise ValueError("not a JSON object")
             (reserved if key == ANNOTATION_NODE_RESERVATION else system).extend(take(doc))
         except (ValueError, InvalidInput) as e:
-            errors.append(PlanError("Node", node_name or "node", f"metadata.annotations[{key}]",
+            errors.append(PlanError("Node", node_name, f"metadata.annotations[{key}]",
                                     f"{e}; ignored by BE CPU suppress"))
     return reserved, system
 
@@ -510,6 +511,13 @@ def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
 
 def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False, node_name: str = "",
          collect_interval: float = 1.0, status: SuppressStatus | None = None) -> Plan:
+    out = _plan(state, facts, be_cpu_manager, node_name, collect_interval, status)
+    out.errors = list(dict.fromkeys(out.errors))  # the budget and the cpuset both read the reservation annotation
+    return out
+
+
+def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name: str, collect_interval: float,
+          status: SuppressStatus | None) -> Plan:
     """One pass (suppressBECPU). Nothing before a NodeSLO was received; with gate BECPUManager on or
     `resourceUsedThresholdWithBE.enable` false the recovery values; else the budget applied by the configured policy
     and the other policy's recovery."""

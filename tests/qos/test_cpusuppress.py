@@ -668,3 +668,13 @@ def test_koordlet_plan_shows_the_suppress_quota(tmp_path: Path) -> None:
     # the simulated node's 4 CPUs are idle: 4 x 65 % = 2.6 cores
     assert [w["value"] for w in writes] == ["260000"]
     assert quota_now(host) == -1  # a dry run
+
+
+def test_malformed_reservation_is_one_error_per_pass(tmp_path: Path) -> None:
+    host = cpuset_host(tmp_path, "0-7")
+    s = qstate(host, [], spec(policy="cpuset"), cache_with(1, {}), node("8", "8", "{not json"))
+    p = plan(s, read_facts(s), node_name="test-node0")
+    assert [e.field for e in p.errors] == ["metadata.annotations[node.koordinator.sh/reservation]"]
+    Executor(host.paths, host.version, Health()).apply(p)
+    # the annotation ignored: 8 x 70 % - 1 = 4.6 cores, 5 CPUs: a pair on each node, then one more on node 0
+    assert cpuset_now(host) == "0-2,4-5"
