@@ -32,14 +32,25 @@ from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
+from koordlet.reporters import nrt
 from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
 from koordlet.reporters.statedir import StateDirWriter
 from koordlet.schedlat.collector import SchedLatency
+from koordlet.states.cpuinfo import read_cpu_basic_info, read_numa_memory
+from koordlet.states.cpupools import CPUTopology
+from koordlet.states.kubeletcpu import (
+    KubeletCPUManager,
+    cpu_manager,
+    read_cpu_manager_state,
+    read_kubelet_config_file,
+)
 from koordlet.states.model import JSON, PodSource
+from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodsDirSource, PodState
 
@@ -78,6 +89,13 @@ class Agent:
         self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
         self.host_apps: list[HostApp] = []
         self.node_obj: JSON | None = None  # the Node object (cluster mode); QoS budgets read its allocatable
+        # CPU topology, CPU basic info and NUMA memory: read with the node info, reported in the NRT
+        self.cpu_topology = CPUTopology.read(paths)
+        self.cpu_basic = read_cpu_basic_info(paths, self.cpu_topology)
+        self.numa_memory = read_numa_memory(paths)
+        self.kubelet_config: JSON | None = None  # kubelet's /configz (cluster mode); else its config file is read
+        self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
+        self.cpuset_rule: CPUSetRule | None = None  # the NRT's share pools, for the CPUSetAllocator runtime hook
         self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress)
@@ -190,6 +208,9 @@ class Agent:
 
     def refresh_node_info(self) -> None:
         self.node.refresh_topology()
+        self.cpu_topology = CPUTopology.read(self.config.paths)
+        self.cpu_basic = read_cpu_basic_info(self.config.paths, self.cpu_topology)
+        self.numa_memory = read_numa_memory(self.config.paths)
 
     def build_nodemetric(self, now: float | None = None) -> JSON:
         """The full NodeMetric object this node reports now (status built from the metric cache)."""
@@ -231,11 +252,63 @@ class Agent:
         self.metrics.served[api_path(DEVICE_API_VERSION, DEVICE_PLURAL, self.config.node_name)] = obj
         return True
 
+    # -- NodeResourceTopology ----------------------------------------------------------------------------------
+    def kubelet_cpu_manager(self) -> tuple[KubeletCPUManager, dict[str, list[int]] | None]:
+        """The kubelet CPU manager (from /configz when the cluster link fetched it, else kubelet's config file) and,
+        under the static policy, its checkpoint's assignments; bad input is logged once and counts as unknown."""
+        paths, name = self.config.paths, self.config.node_name
+        config = self.kubelet_config
+        try:
+            if config is None:
+                config = read_kubelet_config_file(paths)
+            kubelet = cpu_manager(config, self.cpu_topology)
+        except InvalidInput as e:
+            self.health.skip("kubelet-config", "invalid", name, str(e))
+            return KubeletCPUManager(), None
+        if not kubelet.static:
+            return kubelet, None
+        try:
+            return kubelet, read_cpu_manager_state(paths)
+        except InvalidInput as e:
+            self.health.skip("kubelet-config", "invalid-cpu-manager-state", name, str(e))
+            return kubelet, None
+
+    def node_cpu_facts(self) -> NodeCPUFacts:
+        """The CPU facts both the NRT and the cpuset rule use (share pools from the pods' resource-status)."""
+        kubelet, entries = self.kubelet_cpu_manager()
+        node_meta = (self.node_obj or {}).get("metadata") or {}
+        facts = node_cpu_facts(self.cpu_topology, self.pods.pods, node_meta.get("annotations") or {}, kubelet,
+                               entries, self.config.node_name)
+        for e in facts.errors:
+            self.health.skip("nrt", e.reason, f"{e.kind}/{e.name}", f"{e.field}: {e.message}")
+        return facts
+
+    def nrt_status(self) -> nrt.TopologyStatus:
+        """What this node's NodeResourceTopology says now (computed even with the report off: the runtime hook's
+        cpuset rule follows it, as upstream's follows the local NRT); InvalidInput when sysfs is inconsistent."""
+        facts = self.node_cpu_facts()
+        rule = CPUSetRule.from_facts(facts)
+        if rule != self.cpuset_rule:
+            self.cpuset_rule = rule
+        return nrt.topology_status(facts, self.cpu_basic, self.numa_memory, self.node_obj,
+                                   hugepage_report=self.config.gate("HugePageReport"))
+
+    def write_nrt(self, status: nrt.TopologyStatus) -> bool:
+        """Standalone: the NRT to the state dir and the HTTP endpoint, rewritten only when it changed."""
+        if not nrt.changed(self._nrt_obj, status):
+            return False
+        base = self._nrt_obj or nrt.new_object(self.config.node_name, None)
+        obj = nrt.updated(base, status)
+        self._nrt_obj = obj
+        self.state_writer.write(nrt.GROUP, nrt.PLURAL, obj)
+        self.metrics.served[api_path(nrt.API_VERSION, nrt.PLURAL, self.config.node_name)] = obj
+        return True
+
     # -- QoS ---------------------------------------------------------------------------------------------------
     def qos_state(self) -> QoSState:
         return QoSState(self.config.paths, self.backend.version, self.driver, self.pods.pods, self.nodeslo_spec,
                         self.host_apps if self.nodeslo_present else [], self.nodeslo_present, self.nodeslo_refused,
-                        cache=self.cache, node=self.node_obj)
+                        cache=self.cache, node=self.node_obj, kubelet_config=self.kubelet_config)
 
     def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""

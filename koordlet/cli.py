@@ -76,7 +76,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resource-force-update-seconds", default=60.0, type=float,
                    help="rewrite a cgroup file holding the same value after this long")
     p.add_argument("--node-topology-sync-interval", default="3s", type=parse_go_interval,
-                   help="Device CR report period (upstream: also the NRT period)")
+                   help="NodeResourceTopology and Device CR report period")
+    p.add_argument("--disable-query-kubelet-config", default=False, type=_bool, nargs="?", const=True,
+                   help="do not ask kubelet /configz for the CPU manager policy (the config file is still read)")
+    p.add_argument("--disable-unset-cpu-quota", default=False, type=_bool, nargs="?", const=True,
+                   help="keep the CFS quota of pods with a cpuset (CPUSetAllocator)")
     p.add_argument("--xpu-device-infos-dir", default=None,
                    help="xPU device-info files (default: <var-run-root-dir>/koordlet/xpu-device-infos/)")
     p.add_argument("--xpu-enforce-collect-from-device-infos", default=False, type=_bool, nargs="?", const=True)
@@ -193,6 +197,8 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
         enable_node_metric_report=ns.enable_node_metric_report, pods_dir=ns.pods_dir,
         nodeslo_file=ns.nodeslo_file, state_dir=ns.state_dir,
         node_topology_sync_interval=ns.node_topology_sync_interval, xpu_device_infos_dir=ns.xpu_device_infos_dir,
+        disable_query_kubelet_config=ns.disable_query_kubelet_config,
+        disable_unset_cpu_quota=ns.disable_unset_cpu_quota,
         xpu_enforce_collect_from_device_infos=ns.xpu_enforce_collect_from_device_infos,
         nvml_snapshot=ns.nvml_snapshot, gpu_partition_policy=ns.gpu_partition_policy,
         gpu_health_recovery_seconds=ns.gpu_health_recovery_seconds,

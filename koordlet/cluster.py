@@ -22,6 +22,8 @@ from koordlet.kubeapi import Gone, KubeClient, KubeConfig
 from koordlet.quantity import parse_quantity
 from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
+from koordlet.reporters.nrt import TopologyStatus
+from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
 from koordlet.states.model import JSON
 
@@ -33,6 +35,7 @@ NODE_PATH = "/api/v1/nodes"
 _ALLOCATABLE = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu",
                 "kubernetes.io/mid-memory")
 _WATCH_TIMEOUT = 300
+_CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
 _MAX_BACKOFF = 30.0
 
 
@@ -46,6 +49,8 @@ class ClusterLink:
         self.apiserver_pods = ApiServerPodSource(client, config.node_name)
         self.writer = NodeMetricApiWriter(client, config.node_name)
         self.device_writer = DeviceApiWriter(client, config.node_name)
+        self.nrt_writer = NRTApiWriter(client, config.node_name)
+        self._configz_at: float | None = None
         self._stop = threading.Event()
         self._agent = agent
         self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
@@ -138,6 +143,28 @@ class ClusterLink:
     def report_devices(self, composed: DeviceSet) -> None:
         uid = ((self.node or {}).get("metadata") or {}).get("uid")
         self.device_writer.report(composed, str(uid) if uid else None)
+
+    def refresh_kubelet_config(self, agent: Agent, now: float | None = None) -> None:
+        """kubelet's running configuration from /configz (CPU and topology manager policies), at most once a
+        minute; unless --disable-query-kubelet-config. On failure the last one (or kubelet's config file) stays."""
+        if self.config.disable_query_kubelet_config:
+            return
+        now = time.monotonic() if now is None else now
+        if self._configz_at is not None and now - self._configz_at < _CONFIGZ_REFRESH:
+            return
+        source = self._kubelet_source()
+        if source is None:
+            return
+        self._configz_at = now
+        try:
+            agent.kubelet_config = source.get_configz()
+            agent.health.recovered("kubelet", "configz-failed", self.config.node_name)
+        except Exception as e:
+            agent.health.skip("kubelet", "configz-failed", self.config.node_name, str(e))
+
+    def report_nrt(self, status: TopologyStatus) -> bool:
+        uid = ((self.node or {}).get("metadata") or {}).get("uid")
+        return self.nrt_writer.report(status, str(uid) if uid else None)
 
     # -- watches -------------------------------------------------------------------------------------------
     def start_watches(self, agent: Agent) -> None:

@@ -144,6 +144,8 @@ class Config:
     resource_force_update_seconds: float = 60.0
     # devices
     node_topology_sync_interval: float = 3.0
+    disable_query_kubelet_config: bool = False
+    disable_unset_cpu_quota: bool = False  # CPUSetAllocator keeps the CFS quota of cpuset pods
     xpu_device_infos_dir: str | None = None  # default: <var-run-root>/koordlet/xpu-device-infos/
     xpu_enforce_collect_from_device_infos: bool = False
     nvml_snapshot: str | None = None

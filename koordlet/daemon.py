@@ -177,6 +177,21 @@ class Daemon:
         if self.agent.devices is not None:
             self.agent.devices.start_xid_watch()  # once, after the first inventory named the GPUs
 
+    async def _nrt(self) -> None:
+        """NodeResourceTopology once pods (and in a cluster the Node) are known: always computed (the runtime
+        hook's cpuset rule follows it), written only with gate NodeTopologyReport."""
+        if not self.agent.pods.synced or (self.cluster is not None and self.cluster.node is None):
+            return
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.refresh_kubelet_config, self.agent)
+        status = self.agent.nrt_status()
+        if not self.agent.config.gate("NodeTopologyReport"):
+            return
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.report_nrt, status)
+        else:
+            await asyncio.to_thread(self.agent.write_nrt, status)
+
     async def _qos(self) -> None:
         if self.agent.pods.synced:
             self.agent.qos_manager().reconcile(self.agent.qos_state())
@@ -231,6 +246,8 @@ class Daemon:
             tasks.append(self._every("nodeslo", _NODESLO_FILE_POLL, self._nodeslo_file))
         if self.agent.devices is not None:
             tasks.append(self._every("devices", cfg.node_topology_sync_interval, self._devices))
+        if cfg.node_topology_sync_interval > 0:  # upstream: a non-positive interval turns the NRT loop off
+            tasks.append(self._every("nrt", cfg.node_topology_sync_interval, self._nrt, first_delay=0.5))
         if self.cluster is not None:
             self.agent.qos_manager(post_event=self.cluster.client.post)
         if cfg.nri.enabled:

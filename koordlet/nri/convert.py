@@ -41,13 +41,23 @@ def container_adjustment(adj: Adjustment) -> api.ContainerAdjustment:
             dev.gid.value = d.gid
     if adj.rdt_class is not None:
         out.linux.resources.rdt_class.value = adj.rdt_class
+    _cpu(out.linux.resources, adj)
     return out
+
+
+def _cpu(resources: api.LinuxResources, adj: Adjustment) -> None:
+    if adj.cpuset_cpus:
+        resources.cpu.cpus = adj.cpuset_cpus
+    if adj.cpu_quota is not None:
+        resources.cpu.quota.value = adj.cpu_quota
 
 
 def container_updates(container_id: str, adj: Adjustment) -> list[api.ContainerUpdate]:
     """An UpdateContainer answer: only cgroup resources can change on a running container (NRI's rule)."""
-    if adj.rdt_class is None:
+    if adj.rdt_class is None and not adj.cpuset_cpus and adj.cpu_quota is None:
         return []
     update = api.ContainerUpdate(container_id=container_id)
-    update.linux.resources.rdt_class.value = adj.rdt_class
+    if adj.rdt_class is not None:
+        update.linux.resources.rdt_class.value = adj.rdt_class
+    _cpu(update.linux.resources, adj)
     return [update]

@@ -19,9 +19,11 @@ def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
     qos = agent.qos_manager(post_event=post_event)
     metrics = NriMetrics(cfg.node_name, agent.metrics.internal)
     facts = NodeFactsReader(cfg.paths, agent.backend.version, lambda: agent.driver,
-                            lambda: agent.nodeslo_spec if agent.nodeslo_present else None, agent.health)
+                            lambda: agent.nodeslo_spec if agent.nodeslo_present else None, agent.health,
+                            cpuset_rule=lambda: agent.cpuset_rule)
     options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid,
-                          xpu_device_inject=cfg.nri.xpu_device_inject)
+                          xpu_device_inject=cfg.nri.xpu_device_inject,
+                          disable_unset_cpu_quota=cfg.disable_unset_cpu_quota)
     runner = StageRunner(facts, options, qos.executor, qos.events, metrics)
     nri = cfg.nri
     return NriConnection(nri.socket(cfg.paths), NriPlugin(runner, metrics), metrics, name=nri.plugin_name,

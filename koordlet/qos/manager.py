@@ -2,8 +2,9 @@
 
 Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by default), `Resctrl` (pod-level resctrl
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
-NodeSLO selects it and gate `CoreSched` is on), `BlkIOReconcile` (off), `BECPUSuppress` (BE CPU suppress, on; acts
-when NodeSLO `resourceUsedThresholdWithBE.enable`).
+NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
+share pools, on), `BlkIOReconcile` (off), `BECPUSuppress` (BE CPU suppress, on; acts when NodeSLO
+`resourceUsedThresholdWithBE.enable`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> 
         out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
                            {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
                             "node_name": config.node_name}))
+    if config.gate("CPUSetAllocator"):
+        out.append(Feature("cpuset", "koordlet.qos.cpuset",
+                           {"disable_unset_cpu_quota": config.disable_unset_cpu_quota,
+                            "be_cpu_manager": config.gate("BECPUManager")}))
     if config.gate("BlkIOReconcile"):
         out.append(Feature("blkio", "koordlet.qos.blkio", {}))
     if config.gate("BECPUSuppress"):

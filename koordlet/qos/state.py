@@ -32,6 +32,9 @@ class QoSState:
     # are never kept as steady facts. None when nothing collects (tests of rules that need no usage).
     cache: MetricCache | None = field(default=None, compare=False)
     node: dict[str, Any] | None = field(default=None, compare=False)  # the Node object, when the API serves one
+    # kubelet's running configuration (/configz) when the cluster link fetched it; else planners that need the CPU
+    # manager policy read kubelet's config file themselves
+    kubelet_config: dict[str, Any] | None = field(default=None, compare=False)
 
     def strategy(self) -> dict[str, Any]:
         value = self.nodeslo.get("resourceQOSStrategy")

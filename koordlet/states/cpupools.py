@@ -21,7 +21,7 @@ from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_LSE
+from koordlet.states.qos import QOS_LSE, koord_qos_class
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 RESOURCE_BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -386,7 +386,7 @@ def _free(topo: CPUTopology, pods: Iterable[PodMeta], kubelet_allocated: Collect
           skipped: list[tuple[PodMeta, str]] | None) -> set[int]:
     free = set(topo.ids()) - set(kubelet_allocated)
     for pod in pods:
-        if only_lse and pod.koord_qos != QOS_LSE:
+        if only_lse and koord_qos_class(pod.raw) != QOS_LSE:  # GetPodQoSClassRaw: the label only
             continue
         try:
             free.difference_update(pod_cpuset(pod))

@@ -40,7 +40,7 @@ from simpci import add_rdma_nic, add_vfs
 UID = "6f1c2a9e-3b1d-4c55-9a0e-2d5b8f7c1a10"
 CONTAINER = ContainerInfo("c0ffee", "sandbox-1", "main")
 ALL_GATES = {"GPUEnvInject": True, "RDMADeviceInject": True, "Resctrl": True, "GroupIdentity": True,
-             "HamiCoreVGPUMonitor": False}
+             "HamiCoreVGPUMonitor": False, "CPUSetAllocator": False}
 FIELD = f"annotations[{ANNOTATION_DEVICE_ALLOCATED}]"
 
 
@@ -139,7 +139,8 @@ def test_no_allocation_adds_nothing(tmp_path: Path) -> None:
 
 
 def test_gates_off_run_nothing(tmp_path: Path) -> None:
-    r = stages.create_container(pod({"gpu": [{"minor": 0}]}), CONTAINER, bare_facts(tmp_path), HookOptions())
+    r = stages.create_container(pod({"gpu": [{"minor": 0}]}), CONTAINER, bare_facts(tmp_path),
+                                HookOptions(gates={"CPUSetAllocator": False}))
     assert not r.adjustment and r.timings == []
 
 

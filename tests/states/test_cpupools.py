@@ -99,7 +99,9 @@ def pod(name: str, qos: str = "", status: Any = None, raw_annotation: str | None
         annotations[ANNOTATION_RESOURCE_STATUS] = json.dumps(status)
     if raw_annotation is not None:
         annotations[ANNOTATION_RESOURCE_STATUS] = raw_annotation
-    raw = {"metadata": {"name": name, "namespace": "default", "uid": name, "annotations": annotations}}
+    labels = {"koordinator.sh/qosClass": qos} if qos else {}
+    raw = {"metadata": {"name": name, "namespace": "default", "uid": name, "annotations": annotations,
+                        "labels": labels}}
     return PodMeta(name, "default", name, "Guaranteed", qos, "", "Running", f"pod{name}", (), raw)
 
 

@@ -20,7 +20,8 @@ What is read, and when:
   root, the `kernel.sched_group_identity_enabled` sysctl);
 - the CPU's resctrl flags and the mount's capabilities (cache ids, cbm, MBA): once per mount (a remount is read
   afresh on refresh);
-- on every `facts()` call, from memory: the merged NodeSLO and the cgroup driver, through the getters given.
+- on every `facts()` call, from memory: the merged NodeSLO, the cgroup driver and the cpuset rule (the share pools
+  the NodeResourceTopology loop last computed), through the getters given.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from koordlet.nri.hooks.model import FACT_DEV, FACT_PCI, FACT_RESCTRL, DeviceNod
 from koordlet.nri.hooks.xpu import DEV_NAME_PREFIXES, detect_vendor
 from koordlet.qos import resctrl_facts
 from koordlet.qos.cpuqos import SYSCTL_GROUP_IDENTITY, Rule, bvt_rule
+from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Write
 from koordlet.qos.resctrl_facts import ResctrlFacts
 from koordlet.qos.state import QoSState
@@ -87,6 +89,7 @@ class NodeFacts:
     group_identity: GroupIdentityFacts = field(default_factory=GroupIdentityFacts)
     nodeslo: Mapping[str, Any] | None = None  # merged NodeSLO spec; None until one was received
     gpu_vendor: str = ""  # node.koordinator.sh/gpu-vendor of this node's GPUs: nvidia, huawei, cambricon or ""
+    cpuset_rule: CPUSetRule | None = None  # share pools etc. from the node's CPU facts; None until computed
 
     @cached_property
     def bvt_rule(self) -> Rule | None:
@@ -114,13 +117,16 @@ class NodeFactsReader:
     def __init__(self, paths: HostPaths, cgroup_version: int,
                  driver: CgroupDriver | Callable[[], CgroupDriver] = CgroupDriver.SYSTEMD,
                  nodeslo: Callable[[], Mapping[str, Any] | None] | None = None, health: Health | None = None, *,
-                 gpu_vendor: Callable[[], str] | None = None, clock: Callable[[], float] = time.monotonic,
+                 gpu_vendor: Callable[[], str] | None = None,
+                 cpuset_rule: Callable[[], CPUSetRule | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  min_refresh_interval: float = MIN_REFRESH_INTERVAL) -> None:
         self.paths = paths
         self.cgroup_version = cgroup_version
         self._driver = driver if callable(driver) else (lambda: driver)
         self._nodeslo = nodeslo or (lambda: None)
         self._gpu_vendor = gpu_vendor or (lambda: "")
+        self._cpuset_rule = cpuset_rule or (lambda: None)
         self.health = health
         self.clock = clock
         self.min_refresh_interval = min_refresh_interval
@@ -138,17 +144,17 @@ class NodeFactsReader:
     # -- the hot path ------------------------------------------------------------------------------------------
     def facts(self) -> NodeFacts:
         """The current facts (memory only; the same object while nothing changed)."""
-        driver, nodeslo, vendor = self._driver(), self._nodeslo(), self._gpu_vendor()
+        driver, nodeslo, vendor, rule = self._driver(), self._nodeslo(), self._gpu_vendor(), self._cpuset_rule()
         cached = self._cached
         if (cached is not None and cached.driver == driver and cached.nodeslo is nodeslo
-                and (not vendor or cached.gpu_vendor == vendor)):
+                and (not vendor or cached.gpu_vendor == vendor) and cached.cpuset_rule == rule):
             return cached
         if self._gi_driver != driver:  # the kubepods root moves with the driver (detected once, at start-up)
             self._gi, self._gi_driver = self._read_group_identity(driver), driver
         self._cached = NodeFacts(
             paths=self.paths, cgroup_version=self.cgroup_version, driver=driver, dev_nodes=self._dev_nodes,
             uverbs=self._uverbs, resctrl=self._resctrl, resctrl_groups=self._groups, group_identity=self._gi,
-            nodeslo=nodeslo, gpu_vendor=vendor or detect_vendor(self._dev_nodes))
+            nodeslo=nodeslo, gpu_vendor=vendor or detect_vendor(self._dev_nodes), cpuset_rule=rule)
         return self._cached
 
     # -- reading -----------------------------------------------------------------------------------------------

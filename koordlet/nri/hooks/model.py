@@ -67,9 +67,12 @@ class Adjustment:
     mounts: list[Mount] = field(default_factory=list)
     devices: list[DeviceNode] = field(default_factory=list)
     rdt_class: str | None = None
+    cpuset_cpus: str | None = None  # linux.resources.cpu.cpus; None (or "") leaves it to the runtime
+    cpu_quota: int | None = None  # linux.resources.cpu.quota (-1: unlimited)
 
     def __bool__(self) -> bool:
-        return bool(self.env or self.mounts or self.devices or self.rdt_class is not None)
+        return bool(self.env or self.mounts or self.devices or self.rdt_class is not None or self.cpuset_cpus
+                    or self.cpu_quota is not None)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,13 @@ Usage (the NRI plugin; see koordlet.nri.hooks.facts for the facts and their refr
 Upstream: pkg/koordlet/runtimehooks/hooks/hooks.go, runtimehooks/config.go (spec §5.1, §5.4). Within a stage the
 hooks run sorted by name in byte order (upper case first):
 
-- PreRunPodSandbox (RunPodSandbox): GroupIdentity (gate GroupIdentity), Resctrl (gate Resctrl)
-- PreCreateContainer (CreateContainer): Resctrl (Resctrl), gpu env inject (GPUEnvInject), rdma device inject
-  (RDMADeviceInject), xpu device inject (ours: option xpu_device_inject)
-- PreUpdateContainerResources (UpdateContainer): none of these (upstream's are BatchResource, CPUNormalization,
-  CPUSetAllocator, not implemented here)
+- PreRunPodSandbox (RunPodSandbox): CPUSetAllocator (gate CPUSetAllocator: the pod's CFS quota -1 when it has a
+  cpuset), GroupIdentity (gate GroupIdentity), Resctrl (gate Resctrl)
+- PreCreateContainer (CreateContainer): CPUSetAllocator (the container's cpuset and quota), Resctrl (Resctrl), gpu
+  env inject (GPUEnvInject), rdma device inject (RDMADeviceInject), xpu device inject (ours: option
+  xpu_device_inject)
+- PreUpdateContainerResources (UpdateContainer): CPUSetAllocator (upstream's BatchResource and CPUNormalization are
+  not implemented here)
 - PreRemoveRunPodSandbox (RemovePodSandbox): Resctrl (Resctrl)
 
 Failure policy Ignore (upstream's default): a hook that finds bad input, misses a node fact, or raises contributes
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from koordlet.config import FEATURE_GATES
 from koordlet.errors import PlanError
-from koordlet.nri.hooks import gpu, groupidentity, rdma, resctrl, xpu
+from koordlet.nri.hooks import cpuset, gpu, groupidentity, rdma, resctrl, xpu
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, HookResult, PodInfo
@@ -62,6 +64,7 @@ class HookOptions:
     gpu_env_uuid: bool = False
     xpu_device_inject: bool = False
     hami_core_library_path: str = gpu.HAMI_CORE_LIBRARY_PATH
+    disable_unset_cpu_quota: bool = False  # upstream --disable-unset-cpu-quota (CPUSetAllocator)
 
     def gate(self, name: str) -> bool:
         return bool(self.gates.get(name, FEATURE_GATES.get(name, False)))
@@ -84,16 +87,20 @@ def _by_name(hooks: list[Hook]) -> tuple[Hook, ...]:
 
 STAGES: dict[str, tuple[Hook, ...]] = {
     PRE_RUN_POD_SANDBOX: _by_name([
+        Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.unset_pod_quota),
         Hook(groupidentity.HOOK_NAME, _gated(groupidentity.GATE), groupidentity.set_pod_bvt),
         Hook(resctrl.HOOK_NAME, _gated(resctrl.GATE), resctrl.run_pod_sandbox),
     ]),
     PRE_CREATE_CONTAINER: _by_name([
+        Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.set_container),
         Hook(resctrl.HOOK_NAME, _gated(resctrl.GATE), resctrl.create_container),
         Hook(gpu.HOOK_NAME, _gated(gpu.GATE), gpu.inject),
         Hook(rdma.HOOK_NAME, _gated(rdma.GATE), rdma.inject),
         Hook(xpu.HOOK_NAME, lambda options: options.xpu_device_inject, xpu.inject),
     ]),
-    PRE_UPDATE_CONTAINER_RESOURCES: (),
+    PRE_UPDATE_CONTAINER_RESOURCES: _by_name([
+        Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.set_container),
+    ]),
     PRE_REMOVE_RUN_POD_SANDBOX: _by_name([
         Hook(resctrl.HOOK_NAME, _gated(resctrl.GATE), resctrl.remove_pod_sandbox),
     ]),
@@ -111,7 +118,7 @@ def create_container(pod: PodInfo, container: ContainerInfo, facts: NodeFacts, o
 
 
 def update_container(pod: PodInfo, container: ContainerInfo, facts: NodeFacts, options: HookOptions) -> HookResult:
-    """UpdateContainer: none of the hooks here registers for it (the result is empty)."""
+    """UpdateContainer: the container's cpuset and quota again (the scheduler's allocation may have changed)."""
     return run_stage(PRE_UPDATE_CONTAINER_RESOURCES, HookCall(pod, facts, options, container))
 
 
@@ -171,6 +178,10 @@ def _merge(out: HookResult, part: HookResult) -> None:
     adj.devices += [d for d in new.devices if d.path not in seen_devices]
     if new.rdt_class is not None:
         adj.rdt_class = new.rdt_class
+    if new.cpuset_cpus:
+        adj.cpuset_cpus = new.cpuset_cpus
+    if new.cpu_quota is not None:
+        adj.cpu_quota = new.cpu_quota
     out.plan.extend(part.plan)
     out.host_dirs += part.host_dirs
     out.stale_facts |= part.stale_facts
