@@ -16,10 +16,10 @@
 # resources.cpu or its reservedCPUs count). Standalone there is no Node: capacity = the host's online CPUs, reserved
 # = 0 (the system usage measured still comes off the budget). Upstream does nothing without a Node.
 #
-# cpuset policy. Candidates are the BE share pools (all CPUs but LSE pods', the Node's reserved and exclusive SYSTEM
-# QoS CPUs; upstream reads those annotations from the NodeResourceTopology, which copies them from the Node),
-# split into LSR pods' CPUs and the rest. The kubelet `static` CPU manager branch (containers only) is not taken:
-# the QoS state does not carry kubelet's policy, so BE cgroups are always written as under kubelet's `none`.
+# cpuset policy. Candidates are the BE share pools as the NodeResourceTopology reports them (koordlet.states.nodecpu
+# via the CPUSetAllocator's facts: all CPUs but LSE pods', the reserved, the exclusive SYSTEM QoS ones and those
+# kubelet's static policy handed out; upstream does not take out the last), split into LSR pods' CPUs and the rest.
+# Under kubelet's static policy only the container dirs get the suppressed set, as upstream.
 #
 # [quirk] recovery. Upstream writes the besteffort quota -1 once per process and policy switch (a status map), and
 # rewrites the BE cpusets every pass. A planner has no such memory: we plan the recovery values every pass while
@@ -33,25 +33,26 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import cpu_max, parse_cpu_max
 from koordlet.metriccache import MetricCache
+from koordlet.qos import cpuset as cpuset_feature
+from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import parse_quantity
-from koordlet.states.cpupools import CPUInfo, CPUTopology, be_share_pools, format_cpuset, parse_cpuset, resource_status
+from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
 
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
-ANNOTATION_SYSTEM_QOS = "node.koordinator.sh/system-qos-resource"
 CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
 BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
 BE_MIN_CPUSET_CPUS = 2  # beMinCPUSetCores
@@ -88,6 +89,7 @@ class Usage:
 
 
 _NO_CPUS = CPUTopology(())
+_NO_RULE = CPUSetRule()
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class SuppressFacts:
     quota: int | None = None  # besteffort cfs quota now (us, -1 unlimited); None: not read or unreadable
     period: int | None = None  # besteffort cfs period now (us)
     be_cpuset: tuple[int, ...] | None = None  # besteffort cpuset now; None: unreadable
+    # what the NodeResourceTopology reports (BE share pools, kubelet's CPU manager policy), shared with CPUSetAllocator
+    rule: CPUSetRule = _NO_RULE
+    rule_errors: tuple[PlanError, ...] = ()
 
     @property
     def host_cpus(self) -> int | None:
@@ -118,22 +123,28 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> Suppres
     quota, which change without the pods or the NodeSLO changing."""
     if not state.nodeslo_present:
         return SuppressFacts()
-    host = steady.get("cpusuppress", lambda: _host(state)) if steady else _host(state)
+    host = steady.get("cpusuppress", lambda: _host(state, steady)) if steady else _host(state, None)
     be_cpuset = _read_cpuset(state) if host.be_dirs else None
+    # the CPUSetAllocator's node facts (kept under its steady keys: one read for both features)
+    cpu = cpuset_feature.read_facts(state, steady=steady)
+    common = SuppressFacts(host.topology, host.quota_file, host.be_dirs, be_cpuset=be_cpuset, rule=cpu.rule,
+                           rule_errors=cpu.errors)
     cfg = _config(state.nodeslo)
     if cfg.get("enable") is not True:
-        return SuppressFacts(host.topology, host.quota_file, host.be_dirs, be_cpuset=be_cpuset)
+        return common
     usage = _usage(state) if state.cache is not None else None
     quota = period = None
     if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
         quota, period = _read_quota(state)
-    return SuppressFacts(host.topology, host.quota_file, host.be_dirs, usage, quota, period, be_cpuset)
+    return replace(common, usage=usage, quota=quota, period=period)
 
 
-def _host(state: QoSState) -> _Host:
+def _host(state: QoSState, steady: SteadyFacts | None) -> _Host:
     root = state.qos_dir(K8sQoS.BESTEFFORT)
     quota_file = os.path.exists(state.cgroup_file("cpu.cfs_quota_us", root))
-    return _Host(CPUTopology.read(state.paths), quota_file, _be_dirs(state, root))
+    topology = steady.get("cpuset/topology", lambda: CPUTopology.read(state.paths)) if steady else \
+        CPUTopology.read(state.paths)
+    return _Host(topology, quota_file, _be_dirs(state, root))
 
 
 def _be_dirs(state: QoSState, root: str) -> tuple[str, ...]:
@@ -251,7 +262,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
     text = _obj(_obj(node.get("metadata")).get("annotations")).get(ANNOTATION_NODE_RESERVATION)
     if not text:
         return 0
-    where = f"metadata.annotations[{ANNOTATION_NODE_RESERVATION}]"
+    where = f"annotations[{ANNOTATION_NODE_RESERVATION}]"
     try:
         doc = json.loads(text) if isinstance(text, str) else None
         if not isinstance(doc, dict):
@@ -387,48 +398,11 @@ def select_cpus(n: int, cpus: Sequence[CPUInfo]) -> list[int]:
     return out
 
 
-def node_cpus(state: QoSState, node_name: str, errors: list[PlanError]) -> tuple[list[int], list[int]]:
-    """(reserved CPUs, exclusive SYSTEM QoS CPUs) from the Node's annotations, which upstream reads from the
-    NodeResourceTopology copy of them (`node.koordinator.sh/reservation` reservedCPUs,
-    `node.koordinator.sh/system-qos-resource` cpuset when cpusetExclusive is unset or true)."""
-    annotations = _obj(_obj(_obj(state.node).get("metadata")).get("annotations"))
-    reserved: list[int] = []
-    system: list[int] = []
-    for key, take in ((ANNOTATION_NODE_RESERVATION, _reserved_cpus), (ANNOTATION_SYSTEM_QOS, _system_cpus)):
-        text = annotations.get(key)
-        if not text:
-            continue
-        try:
-            doc = json.loads(text) if isinstance(text, str) else None
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
-            (reserved if key == ANNOTATION_NODE_RESERVATION else system).extend(take(doc))
-        except (ValueError, InvalidInput) as e:
-            errors.append(PlanError("Node", node_name, f"metadata.annotations[{key}]",
-                                    f"{e}; ignored by BE CPU suppress"))
-    return reserved, system
-
-
-def _reserved_cpus(doc: Mapping[str, Any]) -> list[int]:
-    cpus = doc.get("reservedCPUs") or ""
-    if not isinstance(cpus, str):
-        raise ValueError("reservedCPUs is not a string")
-    return parse_cpuset(cpus)
-
-
-def _system_cpus(doc: Mapping[str, Any]) -> list[int]:
-    cpus, exclusive = doc.get("cpuset") or "", doc.get("cpusetExclusive")
-    if not isinstance(cpus, str) or not (exclusive is None or isinstance(exclusive, bool)):
-        raise ValueError("cpuset must be a string and cpusetExclusive a boolean")
-    return parse_cpuset(cpus) if exclusive is not False else []
-
-
-def be_cpus(state: QoSState, topology: CPUTopology, node_name: str, errors: list[PlanError]) -> list[int]:
-    """calcBECPUSet: every CPU but LSE pods' (resource-status cpuset), the reserved and the exclusive SYSTEM
-    ones, i.e. the BE share pools; what a BE cgroup gets back on recovery."""
-    reserved, system = node_cpus(state, node_name, errors)
-    pools = be_share_pools(topology, state.pods, reserved, system)
-    return sorted(c for p in pools for c in parse_cpuset(p.cpuset))
+def be_cpus(facts: SuppressFacts) -> list[int]:
+    """calcBECPUSet: the BE share pools (every CPU but LSE pods', the Node's reserved and exclusive SYSTEM QoS CPUs,
+    and those kubelet's static policy handed out), as the NodeResourceTopology reports them; what a BE cgroup gets
+    back on recovery."""
+    return sorted({c for p in facts.rule.be_share_pools for c in parse_cpuset(p.cpuset)})
 
 
 def _lsr_cpus(pods: Sequence[PodMeta]) -> set[int]:
@@ -479,13 +453,27 @@ def _cpuset_writes(state: QoSState, dirs: Sequence[str], old: Sequence[int] | No
                                 resource="cpuset.cpus") for d in reversed(dirs))
 
 
+def _static_policy_writes(state: QoSState, facts: SuppressFacts, allowed: Sequence[int], cpus: Sequence[int],
+                          reason: str, out: Plan) -> None:
+    """applyBESuppressCPUSet under kubelet's static policy: the BE pools on the besteffort and pod dirs
+    (recoverCPUSetIfNeed to pod depth), then the suppressed set on the container dirs only (kubelet leaves the
+    upper levels to the agent and manages the shared pool through the containers)."""
+    depth = facts.be_dirs[0].count("/")
+    upper = [d for d in facts.be_dirs if d.count("/") - depth < 2]
+    _cpuset_writes(state, upper, facts.be_cpuset, allowed, "recover BE cpuset to pod level (kubelet static policy)",
+                   out)
+    text = format_cpuset(cpus)
+    out.writes.extend(Write(state.cgroup_file("cpuset.cpus", d), text, f"cpusuppress: {reason} (container)",
+                            resource="cpuset.cpus") for d in facts.be_dirs if d.count("/") - depth == 2)
+
+
 def _recover_cpuset(state: QoSState, facts: SuppressFacts, node_name: str, out: Plan, why: str,
                     dirs: Sequence[str] | None = None) -> None:
     """recoverCPUSetIfNeed: the BE share pools on every BE cgroup. [quirk] upstream writes them top-down only, which
     the kernel refuses where they are narrower than a child's CPUs; we widen and narrow as the suppress path does."""
     if facts.be_cpuset is None or not facts.topology.cpus:
         return  # no cpuset controller on the besteffort dir (or no kubepods tree): nothing to recover
-    cpus = be_cpus(state, facts.topology, node_name, out.errors)
+    cpus = be_cpus(facts)
     if cpus:
         _cpuset_writes(state, facts.be_dirs if dirs is None else dirs, facts.be_cpuset, cpus,
                        f"recover BE cpuset ({why})", out)
@@ -512,7 +500,11 @@ def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
 def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False, node_name: str = "",
          collect_interval: float = 1.0, status: SuppressStatus | None = None) -> Plan:
     out = _plan(state, facts, be_cpu_manager, node_name, collect_interval, status)
-    out.errors = list(dict.fromkeys(out.errors))  # the budget and the cpuset both read the reservation annotation
+    if not state.nodeslo_present:
+        return out
+    # the budget and the node's CPU facts both read the reservation annotation: one error for it
+    seen = {(e.kind, e.field) for e in facts.rule_errors}
+    out.errors = [*facts.rule_errors, *dict.fromkeys(e for e in out.errors if (e.kind, e.field) not in seen)]
     return out
 
 
@@ -557,11 +549,14 @@ def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name
         _recover_cpuset(state, facts, node_name, out, "cfsQuota policy")
         return out
     if facts.be_cpuset is not None and facts.topology.cpus:
-        allowed = be_cpus(state, facts.topology, node_name, out.errors)
+        allowed = be_cpus(facts)
         cpus = target_cpuset(b, facts, allowed, _lsr_cpus(state.pods))
-        if cpus:  # applyCPUSetWithNonePolicy skips an empty set
-            _cpuset_writes(state, facts.be_dirs, facts.be_cpuset, cpus,
-                           f"BE budget {b.milli}m -> BE cpuset {format_cpuset(cpus)}", out)
+        if cpus:  # applyCPUSetWith*Policy skip an empty set
+            reason = f"BE budget {b.milli}m -> BE cpuset {format_cpuset(cpus)}"
+            if facts.rule.kubelet_static:
+                _static_policy_writes(state, facts, allowed, cpus, reason, out)
+            else:
+                _cpuset_writes(state, facts.be_dirs, facts.be_cpuset, cpus, reason, out)
             if status is not None:
                 status.cores[POLICY_CPUSET] = float(len(cpus))
     _recover_quota(state, facts, out, "cpuset policy")

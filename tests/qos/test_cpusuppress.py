@@ -199,7 +199,7 @@ def test_malformed_reservation_annotation_is_reported_and_ignored() -> None:
     errors: list[Any] = []
     b = budget(s, facts, 70, None, 2000, "test-node0", errors)
     assert b is not None and b.system == 3
-    assert [(e.kind, e.field) for e in errors] == [("Node", "metadata.annotations[node.koordinator.sh/reservation]")]
+    assert [(e.kind, e.field) for e in errors] == [("Node", "annotations[node.koordinator.sh/reservation]")]
 
 
 def test_standalone_capacity_is_the_hosts_online_cpus(tmp_path: Path) -> None:
@@ -674,7 +674,20 @@ def test_malformed_reservation_is_one_error_per_pass(tmp_path: Path) -> None:
     host = cpuset_host(tmp_path, "0-7")
     s = qstate(host, [], spec(policy="cpuset"), cache_with(1, {}), node("8", "8", "{not json"))
     p = plan(s, read_facts(s), node_name="test-node0")
-    assert [e.field for e in p.errors] == ["metadata.annotations[node.koordinator.sh/reservation]"]
+    assert [e.field for e in p.errors] == ["annotations[node.koordinator.sh/reservation]"]
     Executor(host.paths, host.version, Health()).apply(p)
     # the annotation ignored: 8 x 70 % - 1 = 4.6 cores, 5 CPUs: a pair on each node, then one more on node 0
     assert cpuset_now(host) == "0-2,4-5"
+
+
+def test_kubelet_static_policy_suppresses_containers_only(tmp_path: Path) -> None:
+    """applyCPUSetWithStaticPolicy: besteffort and pod dirs keep the BE pools, the containers get the suppressed set."""
+    host = cpuset_host(tmp_path, "0-7", pod_dirs=("podA", "podA/c1", "podB", "podB/c1"))
+    s = QoSState(host.paths, host.version, host.driver, lsr_lse_pods(), spec(policy="cpuset", threshold=100), [],
+                 True, cache=cache_with(5, {}), node=node("8"), kubelet_config={"cpuManagerPolicy": "static"})
+    p = plan(s, read_facts(s), node_name="test-node0")
+    assert p.errors == []
+    Executor(host.paths, host.version, Health()).apply(p)
+    base = "kubepods/besteffort"
+    assert [cpuset_now(host, f"{base}{d}") for d in ("", "/podA", "/podB")] == ["0-6"] * 3  # all but the LSE CPU
+    assert [cpuset_now(host, f"{base}/{d}") for d in ("podA/c1", "podB/c1")] == ["2-4"] * 2
