@@ -33,6 +33,7 @@ from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
 from koordlet.qos.cpuset import CPUSetRule
+from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
@@ -95,8 +96,9 @@ class Agent:
         self.kubelet_config: JSON | None = None  # kubelet's /configz (cluster mode); else its config file is read
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
         self.cpuset_rule: CPUSetRule | None = None  # the NRT's share pools, for the CPUSetAllocator runtime hook
+        self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
-                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"))
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress)
         self.builder = NodeMetricBuilder(self.cache)
         self.state_writer = StateDirWriter(config.state_dir)
         self.pod_source: PodSource | None = PodsDirSource(config.pods_dir, self.health) if config.pods_dir else None
@@ -315,7 +317,7 @@ class Agent:
                                 audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
                                                                              "qos.jsonl"),
                                 force_seconds=self.config.resource_force_update_seconds)
-            manager = QoSManager(enabled_features(self.config), executor,
+            manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
                                  EventRecorder(self.health, self.config.node_name, post_event), self.health)
             if dry_run:
                 return manager

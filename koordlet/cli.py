@@ -394,9 +394,15 @@ def _agent_with_state(config: Config) -> Any:
 
 
 def cmd_plan(config: Config, output: str, apply: bool) -> int:
+    from koordlet.qos.cpusuppress import suppress_acts
     from koordlet.qos.manager import plan_json
 
     agent = _agent_with_state(config)
+    if config.gate("BECPUSuppress") and agent.nodeslo_present and suppress_acts(agent.nodeslo_spec):
+        # BE CPU suppress plans from usage: two collection ticks give the CPU rates it needs
+        agent.collect()
+        time.sleep(config.collect_res_used_interval)
+        agent.collect()
     qos = agent.qos_manager(dry_run=not apply)
     plan_holder: list[Any] = []
     results = qos.reconcile(agent.qos_state(), report=plan_holder.append)

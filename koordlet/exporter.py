@@ -26,6 +26,7 @@ from koordlet.collectors.psi import PSIReading
 from koordlet.collectors.usage import CgroupUsage
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
+from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.quantity import parse_quantity
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
@@ -66,6 +67,7 @@ class AgentMetrics:
     node_allocatable: dict[str, float] = field(default_factory=dict)
     nodemetric_prom: bool = False
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
+    suppress: SuppressStatus | None = None  # gate BECPUSuppress: the planner's last numbers
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
 
@@ -194,6 +196,8 @@ class _InternalCollector(Collector):
             yield from _nodemetric_families(node, m.last_nodemetric.get("status", {}))
         yield from self._health()
         yield from self._bpf_programs()
+        if m.suppress is not None:
+            yield from _suppress_families(node, m.suppress)
 
     def _bpf_programs(self) -> Iterator[Metric]:
         """The agent's own eBPF cost (fdinfo run_time_ns/run_cnt while the agent holds bpf stats on)."""
@@ -254,6 +258,23 @@ class _InternalCollector(Collector):
             for key, value in values.items():
                 fam.add_metric(list(key) if isinstance(key, tuple) else [key], value)
             yield fam
+
+
+def _suppress_families(node: str, s: SuppressStatus) -> Iterator[Metric]:
+    """Upstream metrics/cpu_suppress.go; a series appears once the planner first set it (a GaugeVec child)."""
+    g = GaugeMetricFamily("koordlet_be_suppress_cpu_cores", "Number of cores suppress by koordlet",
+                          labels=["node", "type"])
+    for policy, cores in sorted(s.cores.items()):
+        g.add_metric([node, policy], cores)
+    yield g
+    for name, doc, value in (
+            ("koordlet_be_suppress_ls_used_cpu_cores", "Number of cpu cores used by LS. We consider non-BE pods and "
+             "podMeta-missing pods as LS.", s.ls_used),
+            ("koordlet_be_suppress_be_used_cpu_cores", "Number of cpu cores used by BE.", s.be_used)):
+        g = GaugeMetricFamily(name, doc, labels=["node"])
+        if value is not None:
+            g.add_metric([node], value)
+        yield g
 
 
 def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:

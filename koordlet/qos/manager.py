@@ -4,7 +4,8 @@ Features follow upstream's gates: `RdtResctrl` (class-level resctrl, on by defau
 groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the coreSched policy's cpu.idle when
 NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
 share pools, on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch resources, on), `CPUBurst`
-(cfs burst and the cfs-quota burst, on).
+(cfs burst and the cfs-quota burst, on), `BECPUSuppress` (BE CPU suppress, on; acts when NodeSLO
+`resourceUsedThresholdWithBE.enable`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
+from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
@@ -37,7 +39,9 @@ class Feature:
     memory: dict[str, Any] = field(default_factory=dict)
 
 
-def enabled_features(config: Config) -> list[Feature]:
+def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> list[Feature]:
+    """The features the gates enable; `suppress` receives BE CPU suppress's numbers for the exporter (None: a dry
+    run, whose numbers must not replace the daemon's)."""
     out = []
     if config.gate("RdtResctrl") or config.gate("Resctrl"):
         out.append(Feature("resctrl", "koordlet.qos.resctrl",
@@ -59,6 +63,12 @@ def enabled_features(config: Config) -> list[Feature]:
         out.append(Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": config.node_name},
                            memory={"collect_interval": config.collect_res_used_interval,
                                    "reconcile_interval": config.reconcile_interval_seconds}))
+    # after BatchResource: on cgroup v1 a parent's quota must be at least each child's, and BatchResource is what
+    # sets the BE pods' quotas to -1 under the cfsQuota policy before the besteffort dir's is lowered
+    if config.gate("BECPUSuppress"):
+        out.append(Feature("cpusuppress", "koordlet.qos.cpusuppress",
+                           {"be_cpu_manager": config.gate("BECPUManager"), "node_name": config.node_name,
+                            "collect_interval": config.collect_res_used_interval, "status": suppress}))
     return out
 
 
