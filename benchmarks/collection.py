@@ -32,37 +32,64 @@ V1 = Path("/sys/fs/cgroup")
 SUBSYSTEMS = V1_SUBSYSTEMS
 
 
-def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, be_every: int = 0) -> None:
-    """Pods are Burstable; with `be_every` = N every Nth pod is a BestEffort pod labelled koordinator BE."""
-    for sub in SUBSYSTEMS:
+def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, be_every: int = 0,
+               colocation: bool = False) -> None:
+    """Pods are Burstable; with `be_every` = N every Nth pod is a BestEffort pod labelled koordinator BE.
+
+    `colocation`: the shape the colocation guards act on, as a cluster with koord-manager and koord-scheduler gives
+    it: the cpuset hierarchy too (children inherit the CPUs); BE containers request and limit
+    `kubernetes.io/batch-cpu`/`batch-memory`; LS containers have CPU limits (CPU burst); every 10th LS pod is LSR
+    with a `resource-status` cpuset of the highest CPU (CPUSetAllocator)."""
+    subsystems = (*SUBSYSTEMS, "cpuset") if colocation else SUBSYSTEMS
+    for sub in subsystems:
         (V1 / sub / name).mkdir()
+        if sub == "cpuset":
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                (V1 / sub / name / f).write_text((V1 / sub / f).read_text())
+            (V1 / sub / name / "cgroup.clone_children").write_text("1")
         (root / sub).symlink_to(V1 / sub / name)
-    tree = CgroupTree(root, 1, SUBSYSTEMS)
+    tree = CgroupTree(root, 1, subsystems)
+    last_cpu = max(os.sched_getaffinity(0))
     for i in range(n_pods):
         uid = str(uuid.uuid4())
         be = be_every > 0 and i % be_every == 0
         qos = K8sQoS.BESTEFFORT if be else K8sQoS.BURSTABLE
+        koord = "BE" if be else ("LSR" if colocation and i % 10 == 1 else "LS")
         prel = pod_dir(CgroupDriver.CGROUPFS, qos, uid)
         statuses = []
         for c in range(n_ctrs):
             cid = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
             statuses.append({"name": f"c{c}", "containerID": cid, "state": {"running": {}}})
             tree.mkdir(container_dir(CgroupDriver.CGROUPFS, prel, cid))
+        containers: list[dict[str, object]] = [{"name": s["name"]} for s in statuses]
+        annotations: dict[str, str] = {}
+        if colocation:
+            if be:
+                batch = {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}
+                limit = {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "512Mi"}
+                resources = {"requests": batch, "limits": limit}
+            else:
+                resources = {"requests": {"cpu": "100m", "memory": "64Mi"},
+                             "limits": {"cpu": "500m", "memory": "128Mi"}}
+            containers = [{**c, "resources": resources} for c in containers]
+            if koord == "LSR":
+                annotations["scheduling.koordinator.sh/resource-status"] = f'{{"cpuset": "{last_cpu}"}}'
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid,
-                            "labels": {"koordinator.sh/qosClass": "BE" if be else "LS"}},
-               "spec": {"containers": [{"name": s["name"]} for s in statuses]},
+                            "labels": {"koordinator.sh/qosClass": koord}, "annotations": annotations},
+               "spec": {"containers": containers},
                "status": {"phase": "Running", "qosClass": qos.value, "containerStatuses": statuses}}
         (pods_dir / f"pod-{i}.yaml").write_text(yaml.safe_dump(pod))
 
 
 def remove_tree(name: str) -> None:
-    for sub in SUBSYSTEMS:
+    for sub in (*SUBSYSTEMS, "cpuset"):
         remove_cgroup_tree(V1 / sub / name)
 
 
 @contextmanager
-def bench_node(n_pods: int, n_ctrs: int, be_every: int = 0) -> Iterator[tuple[HostPaths, Path, Path]]:
+def bench_node(n_pods: int, n_ctrs: int, be_every: int = 0,
+               colocation: bool = False) -> Iterator[tuple[HostPaths, Path, Path]]:
     """A kubepods tree of real v1 cgroups under a unique parent, seen through a cgroup root of symlinks:
     yields (host paths, pods dir of matching manifests, scratch dir); the tree is removed afterwards."""
     name = f"koordlet-bench-{uuid.uuid4().hex[:8]}"
@@ -71,7 +98,7 @@ def bench_node(n_pods: int, n_ctrs: int, be_every: int = 0) -> Iterator[tuple[Ho
         root.mkdir()
         pods_dir.mkdir()
         try:
-            build_tree(root, name, pods_dir, n_pods, n_ctrs, be_every)
+            build_tree(root, name, pods_dir, n_pods, n_ctrs, be_every, colocation)
             yield HostPaths.under("/").with_overrides(cgroup_root=str(root)), pods_dir, Path(tmp)
         finally:
             remove_tree(name)

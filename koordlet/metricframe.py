@@ -90,6 +90,11 @@ class Frame:
             column = self._index.get(key)
             if column is None:
                 return None
+            if self._n == self._start:
+                return None
+            newest = float(self._values[self._n - 1, column])
+            if newest == newest:  # the usual case: the series has a value in the newest row (not NaN)
+                return int(self._ts[self._n - 1]), newest
             values = self._values[self._start:self._n, column]
             have = np.flatnonzero(values == values)
             if not len(have):

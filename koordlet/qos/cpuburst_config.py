@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -159,6 +160,13 @@ def cpu_limit_milli(container: Mapping[str, Any]) -> int:
     value = _obj(_obj(container.get("resources")).get("limits")).get("cpu")
     if value is None or isinstance(value, bool) or not isinstance(value, str | int):
         return -1
+    return _milli(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _milli(value: str | int) -> int:
+    """A CPU quantity in milli-cores rounded up, -1 when unreadable: pods share a handful of limits, and this is
+    asked for every container on every pass."""
     try:
         return math.ceil(parse_quantity(value) * 1000)
     except InvalidInput:

@@ -22,7 +22,7 @@ from typing import Literal, TypeVar
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import parse_cpu_max
-from koordlet.metriccache import MetricCache
+from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos.cpuburst_config import (
     BurstConfig,
     base_quota,
@@ -203,20 +203,26 @@ def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, windo
     if cache is None or not cpus:
         return "unknown"
     start = now_ms - int(window * 1000)
-    node = cache.aggregate(cache.key("node_cpu_usage"), start, now_ms)
-    if node is None or node.count == 0:
+    node = _mean(cache, cache.key("node_cpu_usage"), start, now_ms)
+    if node is None:
         return "unknown"
-    total, used = float(cpus), node.avg
+    total, used = float(cpus), node
     for pod in state.pods:
         qos = koord_qos_class(pod.raw)
         if qos in (QOS_LSE, QOS_LSR):
             with contextlib.suppress(InvalidInput):  # an unreadable request counts as none
                 total -= pod_cpu_request_milli(pod) / 1000
         if qos in (QOS_LSE, QOS_LSR, QOS_BE):
-            usage = cache.aggregate(cache.key("pod_cpu_usage", pod_uid=pod.uid), start, now_ms)
-            if usage is not None and usage.count:
-                used -= usage.avg
+            usage = _mean(cache, cache.key("pod_cpu_usage", pod_uid=pod.uid), start, now_ms)
+            if usage is not None:
+                used -= usage
     return node_state(used / total if total > 0 else 1.0, threshold_percent)
+
+
+def _mean(cache: MetricCache, key: SeriesKey, start_ms: int, end_ms: int) -> float | None:
+    """The window's average (all the share-pool state needs: no percentiles), None without samples."""
+    _, values = cache.window(key, start_ms, end_ms)
+    return sum(values) / len(values) if len(values) else None
 
 
 def node_state(ratio: float, threshold_percent: int) -> NodeState:
@@ -246,9 +252,12 @@ def _quota(state: QoSState, rel: str, steady: SteadyFacts | None, fresh: bool) -
 
 def _read_quota(path: str, version: int) -> tuple[int, int | None] | None:
     """(quota, v2 period) from cpu.cfs_quota_us or cpu.max; None when missing or unreadable."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            text = f.read().strip()
+    try:  # os-level read: a pass reads one of these per container under the cfs-quota burst
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            text = os.read(fd, 64).decode("ascii", "replace").strip()
+        finally:
+            os.close(fd)
     except OSError:
         return None
     if version == 2:

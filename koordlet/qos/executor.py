@@ -49,6 +49,8 @@ class Executor:
         self.force_seconds = force_seconds
         self.clock = clock
         self._cache: dict[str, tuple[str, float]] = {}  # path → (value, when written or confirmed)
+        self._names: dict[str, str] = {}  # path → its file name, the write counters' label
+        self._pruned = clock()
         self._roots = tuple(sorted({os.path.join(os.path.normpath(r), "") for r in (
             paths.cgroup_root, paths.sys_fs_root, paths.proc_root, paths.sys_root)}, key=len, reverse=True))
 
@@ -59,6 +61,7 @@ class Executor:
         A plan may create a directory (a resctrl group, a cgroup) and then write into it: the dry run cannot read
         files that do not exist yet, so such writes are reported as planned — what applying the plan does, in order.
         """
+        self._prune()
         results = []
         changed: set[str] = set()
         made: set[str] = set()  # directories this dry run would create
@@ -75,15 +78,33 @@ class Executor:
                 if w.op == "mkdir" and r.result == "planned":
                     made.add(os.path.normpath(w.path))
             results.append(r)
+        counts = self.health.resource_writes
+        names = self._names
         for r in results:
-            self.health.resource_writes[(os.path.basename(r.write.path), r.result)] += 1
+            path = r.write.path
+            name = names.get(path)
+            if name is None:
+                name = names[path] = os.path.basename(path)
+            counts[(name, r.result)] += 1
         self._audit([r for r in results if r.result in ("written", "planned", "invalid", "error")])
         return results
+
+    def _prune(self) -> None:
+        """Once a force window: drop cached values older than it (they would be re-read anyway), so the files of
+        pods long gone do not stay in memory."""
+        now = self.clock()
+        if now - self._pruned < self.force_seconds:
+            return
+        self._pruned = now
+        self._cache = {p: v for p, v in self._cache.items() if now - v[1] < self.force_seconds}
+        self._names = {}
 
     def forget(self, prefix: str) -> None:
         """Drop cached values under a path (a pod left: a new pod may reuse nothing, but keep the cache small)."""
         for path in [p for p in self._cache if p.startswith(prefix)]:
             del self._cache[path]
+        for path in [p for p in self._names if p.startswith(prefix)]:
+            del self._names[path]
 
     # -- one write -------------------------------------------------------------------------------------------
     def _one(self, w: Write) -> Result:

@@ -59,6 +59,22 @@ def test_write_on_change_cache_and_force(host: tuple[HostPaths, Path], tmp_path:
     assert ex.health.resource_writes[("cpu.bvt_warp_ns", "written")] == 2
 
 
+def test_values_of_files_no_longer_planned_are_forgotten_after_the_window(host: tuple[HostPaths, Path],
+                                                                        tmp_path: Path) -> None:
+    """A pod that left keeps no cache entries: memory stays bounded under pod churn."""
+    paths, d = host
+    ex, clock = _ex(paths, tmp_path)
+    gone = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    kept = Write(str(d / "cpu.shares"), "2", "cpuqos/pod", resource="cpu.shares")
+    ex.apply(Plan([gone, kept]))
+    assert set(ex._cache) == {gone.path, kept.path}
+    clock.now += 30
+    ex.apply(Plan([kept]))  # cached: not re-read, still dated from the first pass
+    clock.now += 31
+    assert [r.result for r in ex.apply(Plan([kept]))] == ["unchanged"]  # re-read after the window, dated now
+    assert set(ex._cache) == {kept.path}
+
+
 @pytest.mark.parametrize(("resource", "value"), [("cpu.bvt_warp_ns", "3"), ("cpu.shares", "1"),
                                                  ("cpu.shares", "abc"), ("no.such.file", "1")])
 def test_out_of_range_never_reaches_the_file(host: tuple[HostPaths, Path], tmp_path: Path, resource: str,
