@@ -98,6 +98,22 @@ def test_agent_health_series(stack: Stack) -> None:
     _eventually(stack, 'koordlet_agent_loop_duration_seconds_count{loop="collect"} > 0')
 
 
+@pytest.mark.realhost
+def test_every_family_the_agent_exposes_is_in_the_metrics_reference(stack: Stack) -> None:
+    import urllib.request
+
+    from koordlet.reference import metric_catalogue
+
+    with urllib.request.urlopen(f"{stack.agent_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    exposed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}  # counters: _total
+    catalogue = metric_catalogue()
+    # prometheus_client adds a `<name>_created` gauge beside its own counters and histograms
+    created = {n for n in exposed if n.endswith("_created") and ({n[:-8], n[:-8] + "_total"} & set(catalogue))}
+    missing = sorted(n for n in exposed - set(catalogue) - created if not n.startswith(("process_", "python_")))
+    assert not missing, f"exposed but not in the README's metrics reference: {missing}"
+
+
 def test_local_scrape_config_changes_only_discovery() -> None:
     shipped = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yaml").read_text())
     local = local_scrape_config(1234, "n1")
