@@ -5,26 +5,20 @@ PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# golang-go + the ttrpc sources: the Go NRI/ttrpc peer the wire tests (tests/nri/) build offline in GOPATH mode.
-APT_PACKAGES := python3-venv python3-dev util-linux procps openssl iproute2 golang-go golang-github-containerd-ttrpc-dev
-# bcc for the per-pod run-queue wait program (koordlet/schedlat), its runqlat for the comparison test and benchmark,
-# the kernel headers it compiles against (see ebpf-setup), and bpftool, the peer of our BTF reader's test.
-ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-APT_PACKAGES += python3-bpfcc bpfcc-tools linux-headers-$(ARCH) bpftool
+# Debian packages, the venv and bcc come from scripts/install.sh, which the image (Dockerfile) runs too: its package
+# lists say what each package is for (`scripts/install.sh packages dev`).
+INSTALL := scripts/install.sh
+IMAGE := localhost/koordlet:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_BASE := localhost/koordlet-base:bookworm
+IMAGE_WORK := /var/tmp/koordlet-image
 # koordlet/pb/<name>_pb2.py(i) are generated from proto/<name>.proto and not kept in git.
 PROTOS := $(wildcard proto/*.proto)
 PB := $(patsubst proto/%.proto,koordlet/pb/%_pb2.py,$(PROTOS))
 
-.PHONY: run test lint typecheck bench clean deps pb ebpf-setup
+.PHONY: run test lint typecheck bench clean deps pb ebpf-setup image image-test demo docs
 
-$(STAMP): pyproject.toml Makefile
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
-	fi
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+$(STAMP): pyproject.toml Makefile $(INSTALL)
+	$(INSTALL) dev $(VENV)
 	touch $(STAMP)
 
 # Regenerated when a .proto changes or the venv (so grpcio-tools and protobuf) is reinstalled.
@@ -32,34 +26,10 @@ koordlet/pb/%_pb2.py koordlet/pb/%_pb2.pyi: proto/%.proto $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=koordlet/pb --pyi_out=koordlet/pb $<
 
 # eBPF set-up, idempotent, before every run/test/bench (mounts do not survive a reboot). As root only: without root
-# there is no BPF, the agent falls back to schedstat and the eBPF tests skip (they fail under CI=true).
-# - Kernel headers: bcc compiles against /lib/modules/$(uname -r)/build. This machine runs a newer kernel than any
-#   Debian headers package, so the newest installed linux-headers-<version>-$(ARCH) is linked as `build` and its
-#   -common half as `source` (Debian splits them; clang needs both). Our program reads tracepoint arguments (layout
-#   from tracefs) and task_struct fields at offsets from the running kernel's BTF, never a struct layout from the
-#   headers, so older headers compile it correctly. A `build`
-#   that exists (the kernel's own headers) is left alone; a dangling one is relinked.
-# - tracefs and debugfs are mounted when absent: attaching a tracepoint program needs them.
-# - The venv sees Debian's `bcc` package and nothing else from the system: a symlink to
-#   /usr/lib/python3/dist-packages/bcc in its site-packages. Not --system-site-packages (every Debian Python
-#   package would then satisfy or shadow our pins), not a .pth (it puts all of dist-packages on sys.path).
+# there is no BPF, the agent falls back to schedstat and the eBPF tests skip (they fail under CI=true). Kernel
+# headers are linked for bcc and tracefs/debugfs mounted (scripts/install.sh says how and why).
 ebpf-setup: $(STAMP)
-	@if [ "$$(id -u)" = 0 ]; then \
-	  kdir=/lib/modules/$$(uname -r); \
-	  if [ ! -e $$kdir/build ]; then \
-	    hdr=$$(ls -d /usr/src/linux-headers-*-$(ARCH) 2>/dev/null | sort -V | tail -n 1); \
-	    if [ -n "$$hdr" ]; then \
-	      mkdir -p $$kdir && ln -sfn $$hdr $$kdir/build && ln -sfn $${hdr%-$(ARCH)}-common $$kdir/source; \
-	      echo "ebpf-setup: $$kdir/build -> $$hdr"; \
-	    fi; \
-	  fi; \
-	  mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true; \
-	  mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug || true; \
-	fi
-	@sp=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
-	if [ -d /usr/lib/python3/dist-packages/bcc ] && [ ! -e $$sp/bcc ]; then \
-	  ln -sfn /usr/lib/python3/dist-packages/bcc $$sp/bcc && echo "ebpf-setup: the venv sees Debian's bcc"; \
-	fi
+	@$(INSTALL) ebpf-host
 
 deps: $(STAMP) $(PB)
 
@@ -70,7 +40,7 @@ run: $(STAMP) $(PB) ebpf-setup
 	  --nodeslo examples/nodeslo.yaml --state-dir state --feature-gates Accelerators=true,RDMADevices=true,PSICollector=true
 
 test: $(STAMP) $(PB) ebpf-setup
-	$(BIN)/ruff check koordlet scheduler tests benchmarks
+	$(BIN)/ruff check koordlet scheduler tests benchmarks demo
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider
 
@@ -86,6 +56,46 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.nri
 	-$(BIN)/python -m benchmarks.schedlat
 	-$(BIN)/python -m benchmarks.podresources
+
+# The image without a registry: a Debian root from debootstrap (the mirror this machine's apt uses), committed as
+# a base image with buildah from scratch, then the Dockerfile on top of it (no pull).
+image:
+	@$(INSTALL) image-tools
+	@if [ "$$(id -u)" != 0 ]; then echo "make image: debootstrap and buildah need root" >&2; exit 1; fi
+	@if ! buildah inspect --type image $(IMAGE_BASE) >/dev/null 2>&1; then \
+	  mirror=$$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1); \
+	  [ -n "$$mirror" ] || mirror=$$(awk '$$1 == "deb" {print $$2; exit}' /etc/apt/sources.list); \
+	  rm -rf $(IMAGE_WORK) && mkdir -p $(IMAGE_WORK) && \
+	  debootstrap --variant=minbase bookworm $(IMAGE_WORK)/rootfs $$mirror >$(IMAGE_WORK)/debootstrap.log && \
+	  ctr=$$(buildah from scratch) && mnt=$$(buildah mount $$ctr) && cp -a $(IMAGE_WORK)/rootfs/. $$mnt/ && \
+	  buildah umount $$ctr && buildah commit -q $$ctr $(IMAGE_BASE) && buildah rm $$ctr >/dev/null && \
+	  rm -rf $(IMAGE_WORK); \
+	fi
+	buildah bud --pull-never --network host --isolation chroot --layers=false --build-arg BASE=$(IMAGE_BASE) \
+	  $$(c=$${PIP_CERT:-$$(sed -n 's/^cert *= *//p' /etc/pip.conf 2>/dev/null)}; [ -f "$$c" ] && echo "--volume $$c:/run/build-ca.crt:ro --build-arg PIP_CERT=/run/build-ca.crt") \
+	  -t $(IMAGE) -f Dockerfile .
+
+# Not part of `make test`: the image's agent answers `version` and reports the bundled GPU+RDMA node's devices.
+# runc, not Debian's default crun: crun refuses hosts whose cgroups are hybrid v1 (this machine's); explicit
+# rlimits: podman's defaults (nofile 1048576, ...) exceed this machine's hard limits and the runtime fails to set them.
+PODMAN_RUN := podman run --rm --runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
+image-test:
+	$(PODMAN_RUN) --network none $(IMAGE) koordlet version
+	$(PODMAN_RUN) --network none -v $(CURDIR)/examples/nodes:/nodes:ro $(IMAGE) koordlet devices \
+	  --host-root /nodes/l20-pcie --nvml-snapshot /nodes/l20-pcie/nvml-snapshot.json --node-name l20-pcie -o table
+	$(PODMAN_RUN) --network none $(IMAGE) koordlet devices -o table
+	@# bcc compiles and attaches the run-queue program with the image's own kernel headers (the node has none here)
+	$(PODMAN_RUN) --network none --privileged --pid host $(IMAGE) \
+	  python -c 'from koordlet.schedlat.loader import load; print("eBPF program attached:", load().attach)'
+
+# For a person: the agent on the simulated GPU+RDMA node plus this host's cgroups, scraped by Debian's prometheus
+# with the DaemonSet's scrape config and recording rules; prints the URLs to open (Ctrl-C stops everything).
+demo: $(STAMP) $(PB) ebpf-setup
+	$(BIN)/python -m demo
+
+# Regenerates the configuration and metrics references in README.md (tests/test_reference.py fails when stale).
+docs: $(STAMP) $(PB)
+	$(BIN)/python -m koordlet.reference --write README.md
 
 clean:
 	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache koordlet/pb/*_pb2.py koordlet/pb/*_pb2.pyi

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import yaml
 
 from benchmarks.collection import bench_node, have_real_cgroups, print_table
 from koordlet.collectors.cgroups import pod_targets
@@ -32,6 +33,26 @@ from koordlet.states.pods import PodsDirSource, PodState
 _LOOP_SERIES = re.compile(r'^koordlet_agent_loop_(duration_seconds_count|cpu_seconds_total)\{loop="([^"]+)"\} (\S+)$',
                           re.M)
 CPU_TARGET, RATIO_TARGET, RSS_TARGET = 2.0, 1.5, 120.0
+
+
+def _daemonset_rows(core_pct: float, rss_mib: float) -> list[tuple[str, str, str, str]]:
+    """deploy/daemonset.yaml's requests beside what this run measured: a request below the steady use starves the
+    agent on a full node, one far above it reserves what the node's pods could use."""
+    from koordlet.quantity import parse_quantity
+
+    ds = yaml.safe_load((Path(__file__).resolve().parents[1] / "deploy" / "daemonset.yaml").read_text())
+    res = ds["spec"]["template"]["spec"]["containers"][0]["resources"]
+    cpu_m = 1000 * float(parse_quantity(str(res["requests"]["cpu"])))
+    mem_mib = float(parse_quantity(str(res["requests"]["memory"]))) / (1 << 20)
+    limit_mib = float(parse_quantity(str(res["limits"]["memory"]))) / (1 << 20)
+    return [
+        ("DaemonSet cpu request (m) vs measured", f"{cpu_m:.0f} vs {10 * core_pct:.1f}", "≥ measured",
+         "ok" if cpu_m >= 10 * core_pct else "MISS"),
+        ("DaemonSet memory request (MiB) vs RSS", f"{mem_mib:.0f} vs {rss_mib:.0f}", "≥ RSS",
+         "ok" if mem_mib >= rss_mib else "MISS"),
+        ("DaemonSet memory limit (MiB) vs RSS", f"{limit_mib:.0f} vs {rss_mib:.0f}", "≥ RSS + eBPF loader 115",
+         "ok" if limit_mib >= rss_mib + 115 else "MISS"),
+    ]
 
 
 def _free_port() -> int:
@@ -136,6 +157,7 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path) -
         (f"daemon CPU over {wall:.0f} s, % of one core", f"{core_pct:.2f}", f"≤ {CPU_TARGET:g}",
          "ok" if core_pct <= CPU_TARGET else "MISS"),
         ("daemon RSS (MiB)", f"{rss:.1f}", f"≤ {RSS_TARGET:g}", "ok" if rss <= RSS_TARGET else "MISS"),
+        *_daemonset_rows(core_pct, rss),
         ("floor: CPU of pread of the tick's files (ms)", f"{floor_ms:.2f}", "", ""),
     ]
     ratio = None

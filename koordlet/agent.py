@@ -19,6 +19,7 @@ from koordlet.collectors.node import NodeCollector
 from koordlet.collectors.psi import PSICollector
 from koordlet.config import Config
 from koordlet.devices.inventory import DeviceInventory
+from koordlet.devices.metrics import DeviceView
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia.usage import GpuUsageCollector
 from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
@@ -107,6 +108,8 @@ class Agent:
         if config.gate("Accelerators") or config.gate("RDMADevices"):
             self.devices = DeviceInventory(config, self.health)
         self._device_obj: JSON | None = None
+        if self.devices is not None:
+            self.metrics.device_view = self.device_view
         self._qos: QoSManager | None = None
         self.on_change: Callable[[], None] | None = None  # pods or NodeSLO changed (may be called from a thread)
         # Loaded by the first collection tick, off the caller's thread (bcc compiles for a few tenths of a second).
@@ -241,6 +244,14 @@ class Agent:
             else:
                 self.advisor.gpu.gpus = list(self.devices.gpus)
         return composed
+
+    def device_view(self) -> DeviceView | None:
+        """What the device series show: the last device round and the last tick's GPU usage."""
+        if self.devices is None:
+            return None
+        composed = self.devices.composed
+        return DeviceView(composed.devices, composed.labels, self.devices.gpus, self.advisor.latest.gpu,
+                          self.advisor.latest.pods)
 
     def write_devices(self, composed: DeviceSet) -> bool:
         """Standalone: the Device object to the state dir and the HTTP endpoint, rewritten only on change."""

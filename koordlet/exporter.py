@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
 from koordlet.collectors.usage import CgroupUsage
+from koordlet.devices.metrics import DeviceCollector, DeviceView
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.qos.cpusuppress import SuppressStatus
@@ -68,6 +69,7 @@ class AgentMetrics:
     nodemetric_prom: bool = False
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
     suppress: SuppressStatus | None = None  # gate BECPUSuppress: the planner's last numbers
+    device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
 
@@ -87,6 +89,8 @@ class AgentMetrics:
         # The agent's own CPU/RSS/fds (upstream's internal registry exposes Go's process collector likewise).
         ProcessCollector(registry=self.internal)
         self.external.register(_ExternalCollector(self))
+        self.external.register(DeviceCollector(self.node_name, lambda: self.device_view() if self.device_view
+                                               else None))
 
     def observe_kubelet(self, verb: str, path: str, code: str, seconds: float) -> None:
         self.kubelet_request_duration.labels(verb, path, code).observe(seconds)

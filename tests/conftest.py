@@ -21,6 +21,7 @@ import yaml
 from koordlet.host.cgtree import remove_cgroup_tree
 from koordlet.host.driver import CgroupDriver
 
+from apirecord import Call, calls_of
 from simhost import SimHost
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "shared" / "crds"
@@ -108,6 +109,36 @@ async def tls_server(kmock: Any, tls_pair: tuple[Path, Path]) -> AsyncIterator[A
         yield server
     finally:
         await server.close()
+
+
+# test file (relative to tests/) -> the (verb, resource) calls the API double saw there; tests/test_rbac.py holds the
+# ClusterRole to them. KOORDLET_API_RECORD=FILE also writes them to FILE as JSON at the end of the session.
+API_CALLS: dict[str, set[Call]] = {}
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+async def kmock(kmock: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """kmock's API double (the plugin's fixture), with every request it served recorded for tests/test_rbac.py."""
+    yield kmock
+    rel = str(Path(str(request.path)).resolve().relative_to(TESTS_DIR))
+    API_CALLS.setdefault(rel, set()).update(calls_of(kmock._requests))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The least-privilege test runs last: it reads what every API test before it recorded."""
+    last = [i for i in items if i.get_closest_marker("after_api_tests")]
+    items[:] = [i for i in items if not i.get_closest_marker("after_api_tests")] + last
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "after_api_tests: runs after every other test of the session")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    out = os.environ.get("KOORDLET_API_RECORD")
+    if out:
+        Path(out).write_text(json.dumps({k: sorted(v) for k, v in API_CALLS.items()}))
 
 
 V1_ROOT = Path("/sys/fs/cgroup")

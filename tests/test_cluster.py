@@ -134,7 +134,7 @@ async def test_watch_applies_nodeslo_changes(km: kmock.KubernetesEmulator, host:
             await asyncio.sleep(0.05)
         assert [a.name for a in agent.host_apps] == ["nginx"]
         assert agent.host_apps[0].rel_dir == "host-latency-sensitive/nginx"
-        client = KubeClient(KubeConfig(server=str(km.url)))
+        client = KubeClient(KubeConfig(server=str(km.url), user_agent="kubectl"))  # a person, not the agent
         patch = {"spec": {"hostApplications": [{"name": "redis", "qos": "BE"}]}}
         await asyncio.to_thread(client.patch, f"/apis/{NODESLO}/{NODE}", patch)
         for _ in range(100):
@@ -144,3 +144,22 @@ async def test_watch_applies_nodeslo_changes(km: kmock.KubernetesEmulator, host:
         assert [a.rel_dir for a in agent.host_apps] == ["host-best-effort/redis"]
     finally:
         link.close()
+
+
+async def test_one_shot_commands_read_the_nodeslo_by_name(km: kmock.KubernetesEmulator, host: SimHost,
+                                                          tmp_path: Path) -> None:
+    """`koordlet nodemetric` / `plan` in a cluster: one GET of this node's NodeSLO, applied; none is no error."""
+    slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+           "metadata": {"name": NODE, "resourceVersion": "1"},
+           "spec": {"hostApplications": [{"name": "nginx", "qos": "LS", "priority": "koord-prod"}]}}
+    km.objects[NODESLO, None, NODE] = slo
+    agent, link = _link(km, host, tmp_path)
+    try:
+        await asyncio.to_thread(link.load_once, agent)
+        assert [a.name for a in agent.host_apps] == ["nginx"]
+        del km.objects[NODESLO, None, NODE]
+        await asyncio.to_thread(link.load_once, agent)  # 404: defaults, logged, no exception
+    finally:
+        link.close()
+    gets = [r for r in km._requests if r.method.value == "GET" and r.url.path.endswith(f"/nodeslos/{NODE}")]
+    assert len(gets) == 2

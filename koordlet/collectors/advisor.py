@@ -25,7 +25,7 @@ from koordlet.metriccache import ColumnWriter, MetricCache, SeriesKey
 from koordlet.states.model import PodMeta
 
 if TYPE_CHECKING:  # the NVML code is imported only where a GPU hook is wired
-    from koordlet.devices.nvidia.usage import GpuUsageCollector
+    from koordlet.devices.nvidia.usage import GpuUsageCollector, Sample
 
 
 # Series kinds and their one label per target scope (metriccache.KIND_PROPERTIES).
@@ -59,6 +59,7 @@ class Latest:
     psi: dict[tuple[str, str], PSIReading] = field(default_factory=dict)
     pods: list[PodMeta] = field(default_factory=list)
     host_apps: list[HostApp] = field(default_factory=list)
+    gpu: list[Sample] = field(default_factory=list)  # the GPU usage samples of the last tick (NVIDIA)
 
 
 class Advisor:
@@ -115,8 +116,10 @@ class Advisor:
 
     def _store_gpu(self, gpu: GpuUsageCollector, pods: list[PodMeta], now_ms: int) -> None:
         append, key = self.cache.append, self.cache.key
-        for sample in gpu.collect(pods):
+        samples = gpu.collect(pods)
+        for sample in samples:
             append(key(sample.kind, **sample.labels), now_ms, sample.value)
+        self.latest.gpu = samples
 
     def collect_psi(self, pods: list[PodMeta]) -> None:
         if self.psi is None:

@@ -1,0 +1,195 @@
+"""The demo stack: example pods with real cgroups, an NVML snapshot whose processes are theirs, the agent, and
+Prometheus configured from deploy/ (Kubernetes discovery replaced by the DaemonSet pod's own labels)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from koordlet import examplepods
+from koordlet.cli import build_parser, config_from_args, normalize_argv
+from koordlet.health import Health
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+NODE_DIR = ROOT / "examples" / "nodes" / "l20-pcie"  # 8 L20 GPUs and 4 ConnectX NICs on their PCIe switches
+NODE_NAME = "l20-pcie"
+PODS_DIR = ROOT / "examples" / "pods"
+# GPU work given to the example pods' processes: (pod name, GPU index, SM %, memory bytes)
+GPU_WORK = (("web-0", 0, 60, 20 << 30), ("spark-executor-1", 1, 30, 8 << 30))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def daemonset() -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text()) if d]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    out: dict[str, Any] = ds
+    return out
+
+
+def _meta_name(key: str) -> str:
+    """Prometheus' Kubernetes discovery turns a label or annotation name into a meta label suffix this way."""
+    return "".join(c if c.isalnum() else "_" for c in key)
+
+
+def local_scrape_config(port: int, node: str, interval: str | None = None) -> dict[str, Any]:
+    """deploy/prometheus/scrape-config.yaml with its Kubernetes discovery replaced by one static target carrying
+    the meta labels discovery would give the DaemonSet's pod on `node`; the shipped relabelling then runs as is.
+    The port annotation names `port`, where this agent listens (9316 in the cluster)."""
+    config: dict[str, Any] = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yaml").read_text())
+    tmpl = daemonset()["spec"]["template"]
+    labels = {f"__meta_kubernetes_pod_label_{_meta_name(k)}": v for k, v in tmpl["metadata"]["labels"].items()}
+    annotations = dict(tmpl["metadata"]["annotations"], **{"prometheus.io/port": str(port)})
+    labels |= {f"__meta_kubernetes_pod_annotation_{_meta_name(k)}": v for k, v in annotations.items()}
+    labels |= {"__meta_kubernetes_pod_node_name": node, "__meta_kubernetes_namespace": "koordinator-system"}
+    for job in config["scrape_configs"]:
+        sd = job.pop("kubernetes_sd_configs")
+        assert sd[0]["role"] == "pod"
+        job["static_configs"] = [{"targets": ["127.0.0.1:9316"], "labels": labels}]
+        if interval:
+            job["scrape_interval"] = interval
+    return config
+
+
+def gpu_snapshot(pids: dict[str, int]) -> dict[str, Any]:
+    """The node's NVML snapshot with GPU_WORK's processes running as the given pods' PIDs."""
+    snap: dict[str, Any] = json.loads((NODE_DIR / "nvml-snapshot.json").read_text())
+    snap = copy.deepcopy(snap)
+    by_index = {d["index"]: d for d in snap["devices"]}
+    for pod, index, sm, memory in GPU_WORK:
+        if pod not in pids:
+            continue
+        dev = by_index[index]
+        dev["processes"] = [{"pid": pids[pod], "usedGpuMemory": memory}]
+        dev["utilization"] = [{"pid": pids[pod], "smUtil": sm, "timeStamp": 1}]
+    return snap
+
+
+def _pod_pids(made: examplepods.ExamplePods | None) -> dict[str, int]:
+    """Example pod name → the PID of its (first) container's sleeper, found from the process' own cgroup."""
+    out: dict[str, int] = {}
+    if made is None:
+        return out
+    uids = {}
+    for f in PODS_DIR.glob("*.yaml"):
+        meta = yaml.safe_load(f.read_text())["metadata"]
+        uids[meta["uid"]] = meta["name"]
+    for p in made.sleepers:
+        with contextlib.suppress(OSError):
+            cgroup = Path(f"/proc/{p.pid}/cgroup").read_text()
+            for uid, name in uids.items():
+                if uid in cgroup or uid.replace("-", "_") in cgroup:
+                    out.setdefault(name, p.pid)
+    return out
+
+
+@dataclass
+class Stack:
+    agent_url: str
+    prometheus_url: str
+    workdir: Path
+    pod_pids: dict[str, int]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+
+def agent_argv(port: int, work: Path, snapshot: Path) -> list[str]:
+    """`koordlet run` with the DaemonSet's flags, the simulated node's sysfs for devices and this host's cgroups
+    and /proc; standalone (pods from examples/pods)."""
+    [ctr] = daemonset()["spec"]["template"]["spec"]["containers"]
+    kept = [a for a in ctr["args"] if a.startswith(("-feature-gates=", "-collect-res-used-interval="))]
+    (work / "var-run").mkdir(exist_ok=True)
+    (work / "kubelet").mkdir(exist_ok=True)
+    return [sys.executable, "-m", "koordlet", *ctr["command"][1:], *kept, f"--addr=127.0.0.1:{port}",
+            f"--node-name={NODE_NAME}", f"--sys-root-dir={NODE_DIR / 'sys'}/", "--cgroup-root-dir=/sys/fs/cgroup/",
+            "--sys-fs-root-dir=/sys/fs/", "--proc-root-dir=/proc/", "--run-root-dir=/run/",
+            f"--var-run-root-dir={work / 'var-run'}/", f"--var-lib-kubelet-dir={work / 'kubelet'}/",
+            f"--pods-dir={PODS_DIR}", f"--state-dir={work / 'state'}", f"--nvml-snapshot={snapshot}",
+            "--enable-nri-runtime-hook=false"]
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} (log in the work dir)")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not ready at {url} after {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
+    """Everything up and ready; torn down (cgroups removed) on exit. `interval`: scrape and rule evaluation period
+    (the shipped job says 15s; the test does not wait that long)."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        raise RuntimeError("Debian's prometheus is not installed (scripts/install.sh dev installs it)")
+    work.mkdir(parents=True, exist_ok=True)
+    ns = build_parser().parse_args(normalize_argv(["run", f"--pods-dir={PODS_DIR}", "--host-root=/"]))
+    made = examplepods.start(config_from_args(ns), Health())
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        pids = _pod_pids(made)
+        snapshot = work / "nvml-snapshot.json"
+        snapshot.write_text(json.dumps(gpu_snapshot(pids), indent=2))
+        agent_port, prom_port = free_port(), free_port()
+        logs.append(open(work / "koordlet.log", "wb"))  # noqa: SIM115 - closed in finally
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        procs.append(subprocess.Popen(agent_argv(agent_port, work, snapshot), cwd=ROOT, env=env,
+                                      stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        _wait(f"{agent_url}/readyz", procs[-1], "koordlet")
+        config = local_scrape_config(agent_port, NODE_NAME, interval)
+        config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
+        config["rule_files"] = [str(DEPLOY / "prometheus" / "rules.yaml")]
+        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        logs.append(open(work / "prometheus.log", "wb"))  # noqa: SIM115 - closed in finally
+        procs.append(subprocess.Popen(
+            [prometheus, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+        prom_url = f"http://127.0.0.1:{prom_port}"
+        _wait(f"{prom_url}/-/ready", procs[-1], "prometheus")
+        yield Stack(agent_url, prom_url, work, pids)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+        if made is not None:
+            made.stop()

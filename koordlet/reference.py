@@ -1,0 +1,247 @@
+"""The README's configuration and metrics references, generated from the code (`make docs`) so they cannot drift:
+flags from the parser, feature gates from FEATURE_GATES and where the code reads them, annotation and label keys
+from the source, metric families from the exporters themselves. tests/test_reference.py fails when README differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
+PACKAGE = Path(__file__).resolve().parent
+BEGIN, END = "<!-- BEGIN GENERATED {} (make docs) -->", "<!-- END GENERATED {} -->"
+
+# What each key the code names is to the agent: (direction, on which object, what for). tests/test_reference.py
+# fails when the code names a key missing here or this names a key the code no longer does.
+KEY_ROLES: dict[str, tuple[str, str, str]] = {
+    "koordinator.sh/qosClass": ("read", "Pod label", "the Koordinator QoS class (LSE/LSR/LS/BE/SYSTEM)"),
+    "koordinator.sh/priority-class": ("read", "Pod label", "the Koordinator priority class"),
+    "koordinator.sh/cpuQOS": ("read", "Pod annotation", "the pod's CPU QoS (group identity) over the NodeSLO's"),
+    "koordinator.sh/blkioQOS": ("read", "Pod annotation", "the pod's blkio/io throttles and weights"),
+    "koordinator.sh/cpuBurst": ("read", "Pod annotation", "CPUBurst policy and percentages of the pod"),
+    "koordinator.sh/gpu-isolation-provider": ("read", "Pod label", "HAMi-core GPU isolation (runtime hook)"),
+    "node.koordinator.sh/resctrl": ("read", "Pod annotation", "the pod's own resctrl group (gate Resctrl)"),
+    "node.koordinator.sh/extended-resource-spec": ("read", "Pod annotation",
+                                                   "batch-cpu/batch-memory requests and limits (BatchResource)"),
+    "scheduling.koordinator.sh/device-allocated": ("read", "Pod annotation",
+                                                   "GPUs/RDMA/xPUs koord-scheduler allocated (runtime hooks, "
+                                                   "PodResources proxy, usage)"),
+    "scheduling.koordinator.sh/resource-status": ("read", "Pod annotation",
+                                                  "the CPU set koord-scheduler allocated (CPUSetAllocator)"),
+    "node.koordinator.sh/reservation": ("read", "Node annotation", "CPUs reserved on the node"),
+    "node.koordinator.sh/system-qos-resource": ("read", "Node annotation", "CPUs kept for SYSTEM QoS pods"),
+    "node.koordinator.sh/cpu-normalization-ratio": ("read", "Node annotation",
+                                                    "CPU normalization ratio applied to batch CPU"),
+    "node.koordinator.sh/enable-numa-reservation": ("read", "Node label", "NUMA-level reservation in the NRT"),
+    "node.koordinator.sh/cpu-topology": ("written", "NodeResourceTopology annotation", "the node's CPU topology"),
+    "node.koordinator.sh/cpu-shared-pools": ("written", "NodeResourceTopology annotation", "LS share pools"),
+    "node.koordinator.sh/be-cpu-shared-pools": ("written", "NodeResourceTopology annotation", "BE share pools"),
+    "node.koordinator.sh/pod-cpu-allocs": ("written", "NodeResourceTopology annotation",
+                                           "CPUs kubelet's static policy gave pods"),
+    "node.koordinator.sh/cpu-basic-info": ("written", "NodeResourceTopology annotation", "CPU model and flags"),
+    "kubelet.koordinator.sh/cpu-manager-policy": ("written", "NodeResourceTopology annotation",
+                                                  "kubelet's CPU manager policy and options"),
+    "app.kubernetes.io/managed-by": ("written", "NodeResourceTopology label", "`koordlet`"),
+    "node.koordinator.sh/gpu-vendor": ("written", "Device label", "GPU/xPU vendor"),
+    "node.koordinator.sh/gpu-model": ("written", "Device label", "GPU/xPU model"),
+    "node.koordinator.sh/gpu-driver-version": ("written", "Device label", "NVIDIA driver version"),
+    "node.koordinator.sh/gpu-partition-policy": ("written", "Device label", "Prefer or Honor the partitions"),
+    "scheduling.koordinator.sh/gpu-partitions": ("written", "Device annotation", "NVLink/HCCS GPU partitions"),
+    "node.koordinator.sh/rdma-netdev": ("written", "Device entry label", "the NIC's netdev"),
+    "node.koordinator.sh/rdma-link-state": ("written", "Device entry label", "the NIC port's link state"),
+    "node.koordinator.sh/rdma-vf-mac": ("written", "Device VF label", "the VF's MAC"),
+    "node.koordinator.sh/rdma-vf-vlan": ("written", "Device VF label", "the VF's VLAN"),
+    "node.koordinator.sh/rdma-vf-trust": ("written", "Device VF label", "the VF's trust setting"),
+    "node.koordinator.sh/rdma-vf-spoofchk": ("written", "Device VF label", "the VF's spoof check"),
+    "node.koordinator.sh/rdma-vf-link-state": ("written", "Device VF label", "the VF's link state"),
+}
+# Keys in the code that are resource names or API versions, not labels or annotations.
+NOT_KEYS = re.compile(r"^(kubernetes\.io/(batch|mid)-|koordinator\.sh/(gpu|gpu-core|gpu-memory|gpu-memory-ratio|rdma)$"
+                      r"|huawei\.com/|nvidia\.com/|.*/v1(alpha1|beta1)?$)")
+_KEY = re.compile(r"^[a-z0-9.-]+\.(sh|io|com)/[A-Za-z0-9._-]+$")
+
+
+def source_keys() -> dict[str, list[str]]:
+    """Every label/annotation-looking string constant in the package → the modules naming it."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name == "pb" or path.name == "reference.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _KEY.match(node.value) \
+                    and not NOT_KEYS.match(node.value):
+                out.setdefault(node.value, set()).add(str(path.relative_to(PACKAGE.parent)))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def gate_users() -> dict[str, list[str]]:
+    """Feature gate → the modules that name it (outside config.py, where all are declared)."""
+    from koordlet.config import FEATURE_GATES
+
+    out: dict[str, set[str]] = {g: set() for g in FEATURE_GATES}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("config.py", "reference.py") or path.parent.name == "pb":
+            continue
+        text = path.read_text()
+        for gate in FEATURE_GATES:
+            if f'"{gate}"' in text:
+                out[gate].add(str(path.relative_to(PACKAGE.parent)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+# -- tables -----------------------------------------------------------------------------------------------------
+
+def _md(rows: Iterable[Iterable[str]], header: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def flags_table() -> str:
+    from koordlet.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    run = sub.choices["run"]
+    rows = []
+    for action in run._actions:
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        flag = max(action.option_strings, key=len)
+        default = action.default
+        if isinstance(action, argparse._StoreTrueAction):
+            shown = "false"
+        elif default is None:
+            shown = ""
+        elif isinstance(default, bool):
+            shown = str(default).lower()
+        else:
+            shown = str(default)
+        rows.append((f"`{flag}`", f"`{shown}`" if shown else "", action.help or ""))
+    return _md(rows, ["flag", "default", "meaning"])
+
+
+def gates_table() -> str:
+    from koordlet.config import FEATURE_GATES
+
+    users = gate_users()
+    rows = [(f"`{g}`", str(d).lower(), ", ".join(f"`{u}`" for u in users[g]) or
+             "accepted for upstream compatibility; no effect here") for g, d in sorted(FEATURE_GATES.items())]
+    return _md(rows, ["gate", "default", "read by"])
+
+
+def keys_table() -> str:
+    keys = source_keys()
+    rows = [(f"`{k}`", KEY_ROLES[k][0], KEY_ROLES[k][1], KEY_ROLES[k][2]) for k in keys if k in KEY_ROLES]
+    return _md(rows, ["key", "read / written", "on", "what for"])
+
+
+# -- metrics --------------------------------------------------------------------------------------------------------
+
+_TYPE_SUFFIX = {"counter": "_total"}
+
+
+def _families(registry: CollectorRegistry) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """(name as exposed, type, help, label names) of every family a registry can expose, samples or not."""
+    for collector in list(registry._collector_to_names):
+        if isinstance(collector, MetricWrapperBase):
+            kind = str(collector._type)
+            name = collector._name + _TYPE_SUFFIX.get(kind, "")
+            yield name, kind, str(collector._documentation), tuple(collector._labelnames)
+            continue
+        for fam in collector.collect():
+            labels = tuple(getattr(fam, "_labelnames", ()))
+            yield fam.name + _TYPE_SUFFIX.get(fam.type, ""), fam.type, fam.documentation, labels
+
+
+def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
+    """The agent's registries with the optional `parts` switched on (stub state: only family shapes matter)."""
+    from koordlet.collectors.advisor import Latest
+    from koordlet.devices.metrics import DeviceView
+    from koordlet.exporter import AgentMetrics
+    from koordlet.health import Health
+    from koordlet.metriccache import MetricCache
+    from koordlet.nri.metrics import NriMetrics
+    from koordlet.podresources.metrics import ProxyMetrics
+    from koordlet.qos.cpusuppress import SuppressStatus
+
+    latest = Latest(node=SimpleNamespace(cpu_cores=1.0, memory_bytes=1))  # type: ignore[arg-type]
+    m = AgentMetrics("node", Health(), latest, MetricCache(lambda _: 60.0),
+                     nodemetric_prom="NodeMetricPromMetrics" in parts, last_nodemetric={"status": {}})
+    if "CPUSchedLatency" in parts:
+        m.schedlat = SimpleNamespace(program_stats=lambda: {"p": (1, 1)}, latest=[])  # type: ignore[assignment]
+    if "BECPUSuppress" in parts:
+        m.suppress = SuppressStatus()
+    if "Accelerators, RDMADevices" in parts:
+        m.device_view = DeviceView
+    regs = [m.internal, m.external]
+    if "--enable-nri-runtime-hook" in parts:
+        regs.append(CollectorRegistry(auto_describe=False))
+        NriMetrics("node", regs[-1])
+    if "PodResourcesProxy" in parts:
+        regs.append(CollectorRegistry(auto_describe=False))
+        ProxyMetrics(regs[-1])
+    return regs
+
+
+OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "NodeMetricPromMetrics", "Accelerators, RDMADevices",
+                  "--enable-nri-runtime-hook", "PodResourcesProxy")
+# families always present whose series need a gate (their families are built regardless)
+_SERIES_GATES = {"koordlet_pod_psi": "PSICollector", "koordlet_container_psi": "PSICollector"}
+
+
+def metric_catalogue() -> dict[str, tuple[str, str, tuple[str, ...], str]]:
+    """name → (type, help, labels, what enables it) of every family the agent exposes on /metrics."""
+    def collect(parts: set[str]) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+        return {n: (t, h, ls) for reg in _agent_registries(parts) for n, t, h, ls in _families(reg)}
+
+    base = collect(set())
+    out = {n: (*v, _SERIES_GATES.get(n, "")) for n, v in base.items()}
+    for part in OPTIONAL_PARTS:
+        for n, v in collect({part}).items():
+            if n not in base:
+                out[n] = (*v, part)
+    return dict(sorted(out.items()))
+
+
+def metrics_table() -> str:
+    rows = [(f"`{n}`", t, ", ".join(f"`{x}`" for x in ls), f"`{g}`" if g else "always", h)
+            for n, (t, h, ls, g) in metric_catalogue().items()]
+    return _md(rows, ["metric", "type", "labels", "enabled by", "help"])
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    "flags": flags_table, "feature-gates": gates_table, "annotations": keys_table, "metrics": metrics_table}
+
+
+def render(readme: str) -> str:
+    """README text with every generated section replaced by its current table."""
+    for name, make in SECTIONS.items():
+        begin, end = BEGIN.format(name), END.format(name)
+        i, j = readme.find(begin), readme.find(end)
+        if i < 0 or j < i:
+            raise ValueError(f"README has no {begin} ... {end} section")
+        readme = readme[:i + len(begin)] + "\n" + make() + readme[j:]
+    return readme
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--write":
+        path = Path(argv[1])
+        path.write_text(render(path.read_text()))
+        return 0
+    for make in SECTIONS.values():
+        sys.stdout.write(make() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

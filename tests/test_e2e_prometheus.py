@@ -1,0 +1,134 @@
+"""End to end: Debian's prometheus scrapes the agent (simulated GPU+RDMA node, this host's cgroups) with the
+DaemonSet's scrape config and recording rules, and its HTTP API answers node, pod, device and agent-health queries."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from demo.stack import DEPLOY, GPU_WORK, NODE_NAME, Stack, gpu_snapshot, local_scrape_config, running
+
+from conftest import require
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    require(os.geteuid() == 0, "the example pods' real cgroups need root")
+    require(shutil.which("prometheus") is not None, "Debian's prometheus is not installed (make test installs it)")
+    with running(tmp_path_factory.mktemp("e2e")) as s:
+        yield s
+
+
+def _eventually(stack: Stack, promql: str, want: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = stack.query(promql)
+        if len(result) >= want or time.monotonic() > deadline:
+            assert len(result) >= want, f"{promql}: {len(result)} series, wanted {want}"
+            return result
+        time.sleep(0.5)
+
+
+def _value(series: dict[str, Any]) -> float:
+    return float(series["value"][1])
+
+
+@pytest.mark.realhost
+def test_the_target_is_up_with_the_shipped_relabelling(stack: Stack) -> None:
+    [up] = _eventually(stack, 'up{job="koordlet"} == 1')
+    assert up["metric"]["instance"] == NODE_NAME  # the relabelling of deploy/prometheus/scrape-config.yaml
+
+
+@pytest.mark.realhost
+def test_node_and_pod_series_from_this_hosts_cgroups(stack: Stack) -> None:
+    [node] = _eventually(stack, f'koordlet_node_used_memory_bytes{{node="{NODE_NAME}"}}')
+    assert _value(node) > 0
+    pods = _eventually(stack, "koordlet_pod_used_memory_bytes", want=2)
+    assert {p["metric"]["pod_name"] for p in pods} == {"web-0", "spark-executor-1"}
+    assert all(_value(p) > 0 for p in pods)  # a sleeping process has some memory
+
+
+@pytest.mark.realhost
+def test_device_health_and_allocatable_per_device(stack: Stack) -> None:
+    healthy = _eventually(stack, "koordlet_device_healthy == 1", want=12)
+    by_type = {t: sorted(int(s["metric"]["minor"]) for s in healthy if s["metric"]["type"] == t)
+               for t in ("gpu", "rdma")}
+    assert by_type == {"gpu": list(range(8)), "rdma": list(range(4))}
+    gpu0 = next(s["metric"] for s in healthy if s["metric"]["type"] == "gpu" and s["metric"]["minor"] == "0")
+    assert gpu0["model"] == "NVIDIA L20" and gpu0["uuid"].startswith("GPU-")
+    [mem] = _eventually(stack, 'koordlet_device_allocatable{type="gpu",minor="0",resource="koordinator.sh/gpu-memory"}')
+    assert mem["metric"]["unit"] == "byte" and _value(mem) == 46068 * (1 << 20)
+    assert len(stack.query('koordlet_device_allocatable{type="rdma",resource="koordinator.sh/rdma"} == 100')) == 4
+
+
+@pytest.mark.realhost
+def test_gpu_usage_per_gpu_pod_and_container_with_dcgm_labels(stack: Stack) -> None:
+    require(len(stack.pod_pids) == 2, f"the example pods have no processes ({stack.pod_pids})")
+    pods = {s["metric"]["pod"]: s for s in _eventually(stack, "koordlet_pod_gpu_core_usage_percent", want=2)}
+    for pod, index, sm, memory in GPU_WORK:
+        m = pods[pod]["metric"]
+        assert (m["gpu"], m["device"], m["modelName"]) == (str(index), f"nvidia{index}", "NVIDIA L20")
+        assert m["UUID"].startswith("GPU-") and m["namespace"] in ("default", "batch")
+        assert _value(pods[pod]) == sm
+        [c] = stack.query(f'koordlet_container_gpu_memory_used_bytes{{pod="{pod}"}}')
+        assert c["metric"]["container"] in ("nginx", "executor") and _value(c) == memory
+    [gpu0] = stack.query('koordlet_gpu_core_usage_percent{gpu="0"}')
+    assert _value(gpu0) == 60
+
+
+@pytest.mark.realhost
+def test_recording_rule_for_the_gpu_memory_panel(stack: Stack) -> None:
+    [ratio] = _eventually(stack, 'gpu:koordlet_gpu_memory_used:ratio{gpu="0"} > 0')
+    assert abs(_value(ratio) - (20 << 30) / 48305799168) < 1e-9
+    assert ratio["metric"]["modelName"] == "NVIDIA L20"  # dcgm-exporter's labels survive the rule
+
+
+@pytest.mark.realhost
+def test_agent_health_series(stack: Stack) -> None:
+    [collect] = _eventually(stack, 'koordlet_agent_loop_last_success_timestamp_seconds{loop="collect"}')
+    assert time.time() - _value(collect) < 30
+    _eventually(stack, "koordlet_agent_kernel_capability")
+    _eventually(stack, 'koordlet_agent_loop_duration_seconds_count{loop="collect"} > 0')
+
+
+@pytest.mark.realhost
+def test_every_family_the_agent_exposes_is_in_the_metrics_reference(stack: Stack) -> None:
+    import urllib.request
+
+    from koordlet.reference import metric_catalogue
+
+    with urllib.request.urlopen(f"{stack.agent_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    exposed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}  # counters: _total
+    catalogue = metric_catalogue()
+    # prometheus_client adds a `<name>_created` gauge beside its own counters and histograms
+    created = {n for n in exposed if n.endswith("_created") and ({n[:-8], n[:-8] + "_total"} & set(catalogue))}
+    missing = sorted(n for n in exposed - set(catalogue) - created if not n.startswith(("process_", "python_")))
+    assert not missing, f"exposed but not in the README's metrics reference: {missing}"
+
+
+def test_local_scrape_config_changes_only_discovery() -> None:
+    shipped = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yaml").read_text())
+    local = local_scrape_config(1234, "n1")
+    [a], [b] = shipped["scrape_configs"], local["scrape_configs"]
+    assert a.pop("kubernetes_sd_configs") and b.pop("static_configs")
+    assert a == b
+    labels = local_scrape_config(1234, "n1")["scrape_configs"][0]["static_configs"][0]["labels"]
+    assert labels["__meta_kubernetes_pod_annotation_prometheus_io_scrape"] == "true"
+    assert labels["__meta_kubernetes_pod_annotation_prometheus_io_port"] == "1234"
+    assert labels["__meta_kubernetes_pod_label_koord_app"] == "koordlet"
+
+
+def test_gpu_snapshot_gives_the_pods_processes() -> None:
+    snap = gpu_snapshot({"web-0": 4242})
+    dev0 = next(d for d in snap["devices"] if d["index"] == 0)
+    assert dev0["processes"] == [{"pid": 4242, "usedGpuMemory": 20 << 30}]
+    assert next(d for d in snap["devices"] if d["index"] == 1)["processes"] == []  # spark has no pid here
+    assert Path(DEPLOY).is_dir()

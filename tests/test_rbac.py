@@ -1,0 +1,85 @@
+"""Least privilege, proven: deploy/rbac.yaml's ClusterRole grants exactly the (verb, resource) pairs the agent's API
+client issues across the test suite (recorded by the API double), no fewer and no unused verb."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apirecord import Call, granted
+from conftest import API_CALLS, TESTS_DIR
+
+ROLE_FILE = TESTS_DIR.parent / "deploy" / "rbac.yaml"
+# The API client library's own tests: they send made-up verbs on made-up resources to test the client, not the agent.
+NOT_THE_AGENT = {"test_kubeapi.py"}
+
+
+def agent_api_test_files() -> list[str]:
+    """Test files that run the agent against the API double (tests/scheduler/ tests koord-sched's client, which is
+    not deployed with this role)."""
+    return sorted(str(p.relative_to(TESTS_DIR)) for p in TESTS_DIR.rglob("test_*.py")
+                  if "scheduler" not in p.relative_to(TESTS_DIR).parts and p.name != "test_rbac.py"
+                  and str(p.relative_to(TESTS_DIR)) not in NOT_THE_AGENT
+                  and "kmock" in p.read_text())
+
+
+def recorded_calls(tmp_path: Path) -> dict[str, set[Call]]:
+    """What this session recorded, plus a run of the API test files it did not include (`pytest tests/test_rbac.py`
+    alone, or a -k selection): the proof always covers every file."""
+    calls = {k: set(v) for k, v in API_CALLS.items() if k in agent_api_test_files()}
+    missing = [f for f in agent_api_test_files() if f not in calls]
+    if missing:
+        out = tmp_path / "calls.json"
+        env = {**os.environ, "KOORDLET_API_RECORD": str(out)}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                               *(str(TESTS_DIR / f) for f in missing)], cwd=TESTS_DIR.parent, env=env,
+                              capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, f"the API tests failed, so nothing is proven:\n{proc.stdout[-3000:]}"
+        for k, v in json.loads(out.read_text()).items():
+            calls.setdefault(k, set()).update(Call(*c) for c in v)
+    return calls
+
+
+def cluster_role() -> dict:  # type: ignore[type-arg]
+    docs = [d for d in yaml.safe_load_all(ROLE_FILE.read_text()) if d]
+    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    return role
+
+
+def test_every_api_test_file_is_found() -> None:
+    files = agent_api_test_files()
+    assert "test_cluster.py" in files and "test_nodemetric_api.py" in files and "test_nrt.py" in files
+    assert not any(f.startswith("scheduler/") for f in files)
+
+
+@pytest.mark.after_api_tests
+def test_cluster_role_grants_exactly_what_the_agent_uses(tmp_path: Path) -> None:
+    calls = recorded_calls(tmp_path)
+    used = set().union(*calls.values())
+    grants = granted(cluster_role())
+    assert not any("*" in (c.group, c.resource, c.verb) for c in grants), "wildcards are not least privilege"
+    where = {c: sorted(f for f, cs in calls.items() if c in cs) for c in used}
+    missing = sorted(used - grants)
+    unused = sorted(grants - used)
+    assert not missing, "the agent issues calls the ClusterRole does not grant:\n" + "\n".join(
+        f"  {c.verb} {c.group or 'core'}/{c.resource} (in {', '.join(where[c])})" for c in missing)
+    assert not unused, "the ClusterRole grants what the agent never issues:\n" + "\n".join(
+        f"  {c.verb} {c.group or 'core'}/{c.resource}" for c in unused)
+
+
+def test_role_is_bound_to_the_daemonset_service_account() -> None:
+    docs = [d for d in yaml.safe_load_all(ROLE_FILE.read_text()) if d]
+    [binding] = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    [sa] = [d for d in docs if d["kind"] == "ServiceAccount"]
+    ds = yaml.safe_load((TESTS_DIR.parent / "deploy" / "daemonset.yaml").read_text())
+    assert binding["roleRef"]["name"] == cluster_role()["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    assert ds["metadata"]["namespace"] == sa["metadata"]["namespace"] == "koordinator-system"
