@@ -9,6 +9,7 @@ from koordlet.agent import NODEMETRIC_API_VERSION, NODEMETRIC_GROUP, Agent, api_
 from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
+from koordlet.reporters import nrt
 
 _ANY_HOST = ("", "0.0.0.0", "::", "[::]")
 
@@ -62,10 +63,18 @@ def banner(agent: Agent, seen: Seen) -> list[str]:
         if agent.devices is not None:
             dev_file = agent.state_writer.path(DEVICE_GROUP, DEVICE_PLURAL, node)
             lines.append(f"  Device      {url}{api_path(DEVICE_API_VERSION, DEVICE_PLURAL, node)}  (and {dev_file})")
+        if cfg.gate("NodeTopologyReport"):
+            nrt_file = agent.state_writer.path(nrt.GROUP, nrt.PLURAL, node)
+            lines.append(f"  NRT         {url}{api_path(nrt.API_VERSION, nrt.PLURAL, node)}  (and {nrt_file})")
     else:
         lines.append(f"  NodeMetric  kubectl get nodemetric {node} -o yaml")
         if agent.devices is not None:
             lines.append(f"  Device      kubectl get device {node} -o yaml")
+        if cfg.gate("NodeTopologyReport"):
+            lines.append(f"  NRT         kubectl get noderesourcetopology {node} -o yaml")
+    if agent.schedlat is not None:
+        lines.append("  run-queue   per-pod CPU wait (eBPF, else schedstat): koordlet sched-latency, "
+                     "koordlet_pod_cpu_schedule_latency_seconds in /metrics")
     return lines
 
 
@@ -73,6 +82,7 @@ def _nri_line(agent: Agent) -> str:
     nri = agent.config.nri
     if not nri.enabled:
         return "  NRI         off (--enable-nri-runtime-hook=false)"
-    hooks = [g for g in ("GPUEnvInject", "RDMADeviceInject", "GroupIdentity", "Resctrl") if agent.config.gate(g)]
+    hooks = [g for g in ("GPUEnvInject", "RDMADeviceInject", "GroupIdentity", "CPUSetAllocator", "Resctrl")
+             if agent.config.gate(g)]
     return (f"  NRI         plugin {nri.plugin_index}-{nri.plugin_name} on {nri.socket(agent.config.paths)} "
             f"(hooks: {', '.join(hooks) or 'none gated on'}; koordlet_nri_connected in /metrics)")
