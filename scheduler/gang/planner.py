@@ -58,8 +58,8 @@ def _topology_tree(cluster: Cluster) -> TopologyTree | None:
 
 
 def _reserve_on(sched: Scheduler, pod: JSON, node: NodeInfo) -> dict[str, str]:
-    """Filter, Reserve and assume on one given node; raises Unschedulable."""
-    why = sched._filter(pod, node)
+    """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable."""
+    why = sched.prefilter(pod) or sched._filter(pod, node)
     if why is not None:
         raise Unschedulable(why)
     annotations = sched._reserve(pod, node)

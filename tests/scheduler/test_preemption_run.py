@@ -172,3 +172,35 @@ async def test_preemption_off_by_default(km: kmock.KubernetesEmulator, tmp_path:
     placements = await asyncio.to_thread(runner(km, tmp_path, preemption=False).run_once)
     assert all(p.node is None and "preemption" not in p.reason for p in placements)
     assert posts(km, "eviction") == []
+
+
+async def test_evictor_reports_pdb_refusal_and_falls_back_to_delete(km: kmock.KubernetesEmulator) -> None:
+    from scheduler.eviction import Evictor
+
+    km.objects[PDBS, "default", "keep-a"] = {"metadata": {"name": "keep-a", "namespace": "default"},
+                                             "spec": {"selector": {"matchLabels": {"app": "a"}}},
+                                             "status": {"disruptionsAllowed": 0}}
+    add(km, *low_pods())
+    ev = Evictor(KubeClient(KubeConfig(server=str(km.url))), NAME)
+    why = await asyncio.to_thread(ev.evict, stored(km, "low-a"), "default/job", "default/hp0")
+    assert why is not None and "refused by its PodDisruptionBudget" in why
+    assert not stored(km, "low-a")["metadata"].get("deletionTimestamp")
+    assert await asyncio.to_thread(ev.evict, stored(km, "low-b"), "default/job", "default/hp0") is None
+    assert stored(km, "low-b")["metadata"].get("deletionTimestamp")
+
+
+async def test_evictor_deletes_without_eviction_subresource(kmock: kmock.KubernetesEmulator) -> None:
+    import kmock as lib
+
+    from scheduler.eviction import Evictor
+
+    kmock.resources["v1/pods"] = {}
+    kmock.objects["v1/pods", "default", "low-c"] = pod("low-c", 2, 1, "n2")
+    kmock["post", lib.resource("v1/pods"), lib.subresource("eviction")] << lib.Response(
+        status=405, payload={"kind": "Status", "code": 405, "message": "method not allowed"})
+    kmock["patch", lib.resource("v1/pods"), lib.subresource("status")] << (
+        lambda request: kmock.objects["v1/pods", "default", "low-c"].raw)
+    ev = Evictor(KubeClient(KubeConfig(server=str(kmock.url))), NAME)
+    victim = kmock.objects["v1/pods", "default", "low-c"].raw
+    assert await asyncio.to_thread(ev.evict, victim, "default/job", "default/hp0") is None
+    assert any(r.method.value == "DELETE" and r.url.path.endswith("/pods/low-c") for r in kmock)
