@@ -105,6 +105,10 @@ class ElasticQuota:
             self._track(pod, assigned=True)
         self.add_pending(cluster.pending, cluster)
 
+    def sync(self, index: Any) -> None:
+        """Scheduler.prepare(): build the quota tree and account the cluster's pods now (a cache sync)."""
+        self.bind(index.cluster)
+
     def _sync_total(self, cluster: Cluster) -> None:
         version = getattr(cluster.nodes, "version", -2)
         if version == self._nodes_version:
