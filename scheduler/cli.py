@@ -45,7 +45,30 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config_path: str | No
     sched = Scheduler(cluster, filters, scorers, reservers)
     placements: list[Placement]
     placements, preemptions = plan_jobs(sched, pods)
-    return {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
+    result: dict[str, Any] = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
+    quota = sched.plugin("ElasticQuota")
+    if quota is not None and cluster.elastic_quotas:
+        result.update(quota_report(quota, placements))
+    return result
+
+
+def quota_report(quota: Any, placements: list[Placement]) -> dict[str, Any]:
+    """Per quota: min, max, runtime, used and the pods ElasticQuota refused; and the objects left out."""
+    unplaced = {p.pod for p in placements if p.node is None}
+    refused: dict[str, list[str]] = {}
+    for pod_key, reason in quota.refused.items():
+        if pod_key in unplaced:
+            name = reason.split("quotaName: ", 1)[-1].split(",", 1)[0]
+            refused.setdefault(name, []).append(pod_key)
+    rows = []
+    for name, s in quota.summaries().items():
+        if name in ("koordinator-system-quota", "koordinator-default-quota") and not s["used"] and not refused.get(
+                name):
+            continue
+        rows.append({"name": name, "parent": s["parentName"], "min": s["min"], "max": s["max"],
+                     "runtime": s["runtime"], "used": s["used"], "request": s["request"],
+                     "refused": sorted(refused.get(name, []))})
+    return {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -56,6 +79,15 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"{p['pod']:<40} -> {p['node']}{extra}")
         else:
             lines.append(f"{p['pod']:<40} -> (unschedulable) {p['reason']}")
+    if result.get("quotas"):
+        def fmt(r: dict[str, str]) -> str:
+            return ",".join(f"{k}:{v}" for k, v in r.items()) or "-"
+        lines += ["", f"{'QUOTA':<28} {'PARENT':<24} {'MIN':<20} {'MAX':<20} {'RUNTIME':<20} {'USED':<20} REFUSED"]
+        for q in result["quotas"]:
+            lines.append(f"{q['name']:<28} {q['parent']:<24} {fmt(q['min']):<20} {fmt(q['max']):<20} "
+                         f"{fmt(q['runtime']):<20} {fmt(q['used']):<20} {', '.join(q['refused']) or '-'}")
+    for r in result.get("rejectedQuotas") or []:
+        lines.append(f"ElasticQuota {r['quota']} left out: {r['reason']}")
     return "\n".join(lines) + "\n"
 
 
@@ -104,14 +136,25 @@ def run(ns: argparse.Namespace) -> int:
             log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
             return 2
         profile(ns.config)  # a bad config fails before the first cycle
+        cfg = importlib.import_module("scheduler.config").load_config(ns.config)
         # Fresh plugins per cycle: their device state is derived from the listed pods.
-        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(ns.config)))
+        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(ns.config)),
+                                    default_timeout=cfg.coscheduling.default_timeout,
+                                    enable_preemption=cfg.coscheduling.enable_preemption)
         if ns.once:
             placements = runner.run_once()
             sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
             return 1 if runner.failures else 0
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if ns.addr:
+            from scheduler.extender import parse_addr
+            from scheduler.services import DiagnosisAPI, DiagnosisServer
+
+            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state))
+            server.start()
+            log.info("diagnosis API on %s:%s (/apis/v1/__services__, PUT /debug/flags/s)",
+                     *server.server_address[:2])
         log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
         runner.run(stop, max(interval, 0.0))
     except (KoordletError, OSError, ValueError) as e:
@@ -142,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     run_p.add_argument("--interval", default="1s", help="pause between scheduling cycles (Go duration, default 1s)")
     run_p.add_argument("--once", action="store_true", help="one cycle, print the placements, exit")
+    run_p.add_argument("--addr", default=":10251",
+                       help="diagnosis API and /debug/flags listen address (default :10251, '' for none)")
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
     if ns.command == "extender":

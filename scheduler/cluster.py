@@ -83,6 +83,12 @@ def key(obj: JSON) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+def holds_resources(pod: JSON) -> bool:
+    """Not finished: a terminating pod still holds its node's resources until it is gone (kube-scheduler's cache
+    keeps it, so a preemptor waits for its victims)."""
+    return (pod.get("status") or {}).get("phase") not in _TERMINATED
+
+
 def is_active(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") not in _TERMINATED and not (pod.get("metadata") or {}).get(
         "deletionTimestamp")
@@ -187,6 +193,8 @@ class Cluster:
     topologies: list[JSON] = field(default_factory=list)  # ClusterNetworkTopology objects
     priority_classes: dict[str, int] = field(default_factory=dict)
     pending: list[JSON] = field(default_factory=list)  # pods without spec.nodeName found in the cluster dir
+    elastic_quotas: list[JSON] = field(default_factory=list)  # ElasticQuota objects
+    pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "nodes" and not isinstance(value, NodeMap):
@@ -243,11 +251,15 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.podgroups[key(o)] = o
         elif kind == "ClusterNetworkTopology":
             cluster.topologies.append(o)
+        elif kind == "ElasticQuota":
+            cluster.elastic_quotas.append(o)
+        elif kind == "PodDisruptionBudget":
+            cluster.pdbs.append(o)
         elif kind == "PriorityClass":
             cluster.priority_classes[name] = int(o.get("value") or 0)
         elif kind == "Pod":
             node = (o.get("spec") or {}).get("nodeName")
-            if node and node in cluster.nodes and is_active(o):
+            if node and node in cluster.nodes and holds_resources(o):
                 try:
                     cluster.nodes[node].add_pod(o)
                 except InvalidInput as e:  # one bad pod must not take the cluster down; its requests are unknown

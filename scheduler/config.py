@@ -11,7 +11,9 @@ from typing import Any
 import yaml
 
 from koordlet.errors import InvalidInput
+from scheduler.elasticquota.plugin import ElasticQuota, ElasticQuotaArgs
 from scheduler.framework import FilterPlugin, ScorePlugin
+from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, parse_go_duration
 from scheduler.plugins.fitplus import FitPlusArgs, NodeResourcesFitPlus
 from scheduler.plugins.loadaware import LoadAware, LoadAwareArgs
 from scheduler.plugins.scarce import ScarceArgs, ScarceResourceAvoidance
@@ -20,11 +22,37 @@ log = logging.getLogger(__name__)
 
 LOADAWARE, FITPLUS, SCARCE, DEVICESHARE = ("LoadAwareScheduling", "NodeResourcesFitPlus", "ScarceResourceAvoidance",
                                            "DeviceShare")
-KNOWN = (LOADAWARE, FITPLUS, SCARCE, DEVICESHARE)
+ELASTICQUOTA, COSCHEDULING = "ElasticQuota", "Coscheduling"
+KNOWN = (LOADAWARE, FITPLUS, SCARCE, DEVICESHARE, ELASTICQUOTA, COSCHEDULING)
 BUILTIN = ("NodeResourcesFit",)  # always on in scheduler.framework; accepted and ignored here
-DEFAULT_ENABLED = (LOADAWARE, DEVICESHARE)
+# upstream's config/manager/scheduler-config.yaml enables ElasticQuota; Coscheduling is the gang planner (always on)
+DEFAULT_ENABLED = (LOADAWARE, DEVICESHARE, ELASTICQUOTA, COSCHEDULING)
 _EXTENSION_POINTS = ("preFilter", "filter", "postFilter", "preScore", "score", "reserve", "permit", "preBind",
                      "bind", "postBind", "multiPoint", "queueSort")
+
+
+@dataclass
+class CoschedulingArgs:
+    """CoschedulingArgs: enablePreemption (default false, as upstream; `simulate` always plans preemption) and
+    defaultTimeout (Go duration or seconds, default 600s)."""
+
+    enable_preemption: bool = False
+    default_timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    @classmethod
+    def from_dict(cls, args: Mapping[str, Any]) -> CoschedulingArgs:
+        out = cls()
+        if args.get("enablePreemption") is not None:
+            if not isinstance(args["enablePreemption"], bool):
+                raise InvalidInput("CoschedulingArgs.enablePreemption must be true or false")
+            out.enable_preemption = args["enablePreemption"]
+        raw = args.get("defaultTimeout")
+        if raw is not None:
+            timeout = float(raw) if isinstance(raw, int | float) else parse_go_duration(str(raw))
+            if timeout is None or timeout <= 0:
+                raise InvalidInput(f"CoschedulingArgs.defaultTimeout {raw!r} is not a positive duration")
+            out.default_timeout = timeout
+        return out
 
 
 @dataclass
@@ -37,6 +65,8 @@ class SchedulerConfig:
     fitplus: FitPlusArgs = field(default_factory=FitPlusArgs)
     scarce: ScarceArgs = field(default_factory=ScarceArgs)
     deviceshare: dict[str, Any] = field(default_factory=dict)  # raw DeviceShareArgs, parsed by that plugin
+    elasticquota: ElasticQuotaArgs = field(default_factory=ElasticQuotaArgs)
+    coscheduling: CoschedulingArgs = field(default_factory=lambda: CoschedulingArgs())
 
     def weight(self, name: str) -> int:
         return self.weights.get(name, 1)
@@ -108,6 +138,10 @@ def parse_config(doc: Any) -> SchedulerConfig:
             cfg.scarce = ScarceArgs.from_dict(args)
         elif n == DEVICESHARE:
             cfg.deviceshare = dict(args)
+        elif n == ELASTICQUOTA:
+            cfg.elasticquota = ElasticQuotaArgs.from_dict(args)
+        elif n == COSCHEDULING:
+            cfg.coscheduling = CoschedulingArgs.from_dict(args)
     return cfg
 
 
@@ -149,6 +183,8 @@ def default_profile(cfg: SchedulerConfig | None = None) -> tuple[list[FilterPlug
             plugin = _deviceshare(cfg)
             if plugin is None:
                 continue
+        elif name == ELASTICQUOTA:
+            plugin = ElasticQuota(cfg.elasticquota)
         else:
             continue
         if isinstance(plugin, FilterPlugin):

@@ -7,16 +7,28 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from koordlet.errors import ApiError, KoordletError, NotFound
 from koordlet.kubeapi import Gone, KubeClient
-from scheduler.cluster import JSON, Cluster, NodeInfo, build_cluster, is_active, key, pod_requests, resource_list
+from scheduler.cluster import (
+    JSON,
+    Cluster,
+    NodeInfo,
+    build_cluster,
+    holds_resources,
+    is_active,
+    key,
+    pod_requests,
+    resource_list,
+)
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 from scheduler.framework import Scheduler, Unschedulable
+from scheduler.services import DiagnosisAPI, send
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +173,12 @@ class Extender:
         # Device / NodeMetric objects whose Node is not known yet (a Device CR may come before its Node).
         self._orphans: dict[tuple[str, str], JSON] = {}
         self.stop_event = threading.Event()
+
+    @contextmanager
+    def state(self) -> Iterator[tuple[Scheduler | None, list[JSON]]]:
+        """The live scheduler for the diagnosis API (an extender sees no pending pods)."""
+        with self.lock:
+            yield self.scheduler, []
 
     def refresh(self) -> None:
         """Re-list the cluster and swap it in; pods we bound that the list does not show yet stay assumed."""
@@ -323,7 +341,7 @@ class Extender:
         k = key(pod)
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
         assumed = self.assumed.get(k)
-        if assumed is not None and (deleted or assumed.node != node_name or not is_active(pod)):
+        if assumed is not None and (deleted or assumed.node != node_name or not holds_resources(pod)):
             # deleted, finished, or bound elsewhere by someone else: our assumption no longer holds
             del self.assumed[k]
             held = cluster.nodes.get(assumed.node)
@@ -334,7 +352,7 @@ class Extender:
         if node is None:
             return
         old = node.pods.get(k)
-        if deleted or not is_active(pod):
+        if deleted or not holds_resources(pod):
             if old is not None:
                 self._remove_pod(sched, node, k, old)
             return
@@ -490,8 +508,22 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path in ("/healthz", "/readyz"):
             self._send(200, {"status": "ok"})
+        elif self.server.diagnosis.handles(self.path):
+            self._diagnose("GET")
         else:
             self._send(405 if self.server.verb(self.path) else 404, {"Error": "use POST"})
+
+    def do_PUT(self) -> None:
+        if self.server.diagnosis.handles(self.path):
+            self._diagnose("PUT")
+        else:
+            self._send(404, {"Error": f"no such path: {self.path}"})
+
+    def _diagnose(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or "0")
+        body = self.rfile.read(min(length, MAX_BODY)) if length > 0 else b""
+        status, ctype, payload = self.server.diagnosis.serve(method, self.path, body)
+        send(self, status, ctype, payload)
 
     def _send(self, status: int, payload: Any) -> None:
         data = json.dumps(payload, separators=(",", ":")).encode()
@@ -511,6 +543,7 @@ class ExtenderServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "") -> None:
         super().__init__(address, _Handler)
         self.extender = extender
+        self.diagnosis = DiagnosisAPI(extender.state)
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
 
     def verb(self, path: str) -> str | None:

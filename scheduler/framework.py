@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from koordlet.errors import InvalidInput
+from scheduler import debug
 from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 
@@ -65,6 +66,15 @@ class ReservePlugin(Protocol):
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]: ...
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None: ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    """A node-independent check before any node is looked at (ElasticQuota); a reason rejects the pod outright."""
+
+    name: str
+
+    def prefilter(self, pod: JSON, cluster: Cluster) -> str | None: ...
 
 
 @runtime_checkable
@@ -146,10 +156,44 @@ class Scheduler:
     reservers: list[ReservePlugin]
 
     # -- the extension points as a public API (the extender and the gang planner use these) ---------------------
+    def plugins(self) -> list[Any]:
+        """Every plugin of the profile once, in profile order."""
+        return list(dict.fromkeys([*self.filters, *self.scorers, *self.reservers]))
+
+    def prefilter(self, pod: JSON) -> str | None:
+        """The first PreFilter rejection (a node-independent reason), or None."""
+        for p in self.plugins():
+            check = getattr(p, "prefilter", None)
+            if check is not None:
+                why = check(pod, self.cluster)
+                if why is not None:
+                    return str(why)
+        return None
+
+    def admit_pending(self, pods: list[JSON]) -> None:
+        """Tell plugins which pods are waiting (ElasticQuota counts their requests), as an informer would."""
+        for p in self.plugins():
+            add = getattr(p, "add_pending", None)
+            if add is not None:
+                add(pods, self.cluster)
+
+    def forget(self, pod: JSON) -> None:
+        """The pod was deleted or evicted: plugins drop what they account for it beyond its node."""
+        for p in self.plugins():
+            drop = getattr(p, "forget", None)
+            if drop is not None:
+                drop(pod)
+
+    def plugin(self, name: str) -> Any | None:
+        return next((p for p in self.plugins() if getattr(p, "name", None) == name), None)
+
     def feasible(self, pod: JSON, node_names: list[str] | None = None) -> tuple[list[NodeInfo], dict[str, str]]:
         """Nodes (all, or the named ones) the pod fits, and the reason for every other node."""
         nodes = (self.cluster.nodes.values() if node_names is None else
                  [self.cluster.nodes[n] for n in node_names if n in self.cluster.nodes])
+        rejected = self.prefilter(pod)
+        if rejected is not None:
+            return [], {n.name: rejected for n in nodes}
         fits: list[NodeInfo] = []
         failed: dict[str, str] = {}
         for node in nodes:
@@ -187,6 +231,9 @@ class Scheduler:
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
+        rejected = self.prefilter(pod)
+        if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
+            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
@@ -196,6 +243,7 @@ class Scheduler:
             if m is not None:
                 mask &= m
         total = np.zeros(n, dtype=np.int64)
+        per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
         for s in self.scorers:
             scorer = getattr(s, "score_vector", None)
             v = scorer(pod, index) if scorer is not None else None
@@ -203,7 +251,10 @@ class Scheduler:
                 v = np.zeros(n, dtype=np.int64)
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
-            total += s.weight * np.clip(v, 0, 100)
+            weighted = s.weight * np.clip(v, 0, 100)
+            total += weighted
+            if per_plugin is not None:
+                per_plugin.append(weighted)
         rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
         rank[~mask] = -1
         failed: dict[int, str] = {}
@@ -228,6 +279,8 @@ class Scheduler:
             if failed:
                 mask[list(failed)] = False
             shown = np.flatnonzero(mask)
+            if per_plugin is not None:
+                self._log_scores(pod, index, shown, total, per_plugin)
             return Placement(key(pod), node.name, annotations,
                              scores=dict(zip(index.names_array[shown].tolist(), total[shown].tolist(), strict=True)))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
@@ -239,6 +292,12 @@ class Scheduler:
             failed[i] = why
         reasons.update(failed.values())
         return self._unschedulable(pod, reasons)
+
+    def _log_scores(self, pod: JSON, index: NodeIndex, shown: Any, total: IntArray, per_plugin: list[IntArray]
+                    ) -> None:
+        rows = [(index.names[i], int(total[i]), [int(v[i]) for v in per_plugin]) for i in shown.tolist()]
+        log.info("%s", debug.score_table(key(pod), debug.top_n_scores, [s.name for s in self.scorers], rows,
+                                         len(rows)))
 
     def _schedule_each(self, pod: JSON) -> Placement:
         """The cycle without the vector stage: every filter on every node."""

@@ -5,17 +5,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from koordlet.errors import KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
 from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
+from scheduler.elasticquota.status import status_patch
+from scheduler.eviction import Evictor
 from scheduler.extender import ClusterSource, _pod_path
 from scheduler.framework import Placement, Scheduler
-from scheduler.gang import plan_jobs
-from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of
-from scheduler.gang.planner import _Held, _release
+from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
+from scheduler.gang.planner import _Held, _release, plan_jobs_detail
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,10 @@ EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup"),
     ("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology"),
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
+    ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
+    ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
 )
+QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 
@@ -41,16 +47,18 @@ def _created(pod: JSON) -> str:
     return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def order_pending(pods: list[JSON]) -> list[JSON]:
-    """By creation time (RFC 3339 strings sort chronologically); a gang's members together, at its oldest member."""
-    first: dict[str, str] = {}
+def order_pending(pods: list[JSON], priority: Callable[[JSON], int] | None = None) -> list[JSON]:
+    """PrioritySort: higher priority first, then by creation time (RFC 3339 strings sort chronologically); a
+    gang's members together, at its highest priority and oldest member."""
+    first: dict[str, tuple[int, str]] = {}
     for p in pods:
         unit = gang_id_of(p) or key(p)
-        first[unit] = min(first.get(unit, _created(p)), _created(p))
+        mine = (-(priority(p) if priority else 0), _created(p))
+        first[unit] = min(first.get(unit, mine), mine)
 
-    def rank(p: JSON) -> tuple[str, str, str, str]:
+    def rank(p: JSON) -> tuple[int, str, str, str, str]:
         unit = gang_id_of(p) or key(p)
-        return first[unit], unit, _created(p), key(p)
+        return first[unit][0], first[unit][1], unit, _created(p), key(p)
 
     return sorted(pods, key=rank)
 
@@ -60,8 +68,16 @@ class SecondaryScheduler:
     cycle's (consistent) list already shows everything this cycle bound and no assumed-pod cache is needed."""
 
     def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
-                 default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True) -> None:
+                 default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
+                 enable_preemption: bool = False, write_quota_status: bool = True) -> None:
         self.client = client
+        self.enable_preemption = enable_preemption
+        self.write_quota_status = write_quota_status
+        self.evictor = Evictor(client, scheduler_name)
+        self.lock = threading.Lock()  # held for a whole cycle; the diagnosis API reads under it
+        self.pending_pods: list[JSON] = []  # of the last cycle
+        self.preempted: list[dict[str, Any]] = []  # preemptions carried out in the last cycle
+        self.preemption_errors: list[str] = []
         self.scheduler_name = scheduler_name
         self.profile_factory = profile_factory
         self.default_timeout = default_timeout
@@ -109,18 +125,31 @@ class SecondaryScheduler:
         return cluster, [p for p in pods if key(p) not in bound]
 
     # -- one cycle ------------------------------------------------------------------------------------------------
+    @contextmanager
+    def state(self) -> Iterator[tuple[Scheduler | None, list[JSON]]]:
+        """The last cycle's scheduler and pending pods, for the diagnosis API."""
+        with self.lock:
+            yield self.scheduler, self.pending_pods
+
     def run_once(self) -> list[Placement]:
         """One pass over every pending pod; returns the outcome per pod (node None: not bound, with the reason)."""
+        with self.lock:
+            return self._cycle()
+
+    def _cycle(self) -> list[Placement]:
         cluster, pods = self.load()
-        self.failures = []
-        if not pods:
-            self.scheduler = self.profile_factory(cluster)
-            return []
+        self.failures, self.preempted, self.preemption_errors = [], [], []
         sched = self.profile_factory(cluster)
-        self.scheduler = sched
-        pods = order_pending(pods)
+        self.scheduler, self.pending_pods = sched, pods
+        if not pods:
+            self._write_quota_status(sched)
+            return []
+        pods = order_pending(pods, lambda p: pod_priority(p, cluster))
         by_key = {key(p): p for p in pods}
-        placements, _ = plan_jobs(sched, pods, enable_preemption=False, default_timeout=self.default_timeout)
+        placements, planner = plan_jobs_detail(sched, pods, enable_preemption=self.enable_preemption,
+                                               default_timeout=self.default_timeout)
+        for entry, (preemptor, trigger) in zip(planner.preemptions, planner.preemptors, strict=True):
+            self._preempt(entry, preemptor, trigger, planner.victims, by_key)
         units: dict[str, list[Placement]] = {}
         for p in placements:
             if p.node is not None:
@@ -132,7 +161,48 @@ class SecondaryScheduler:
                 self._unschedulable(by_key[p.pod], p.reason)
             else:
                 self._reported.pop(p.pod, None)
+        self._write_quota_status(sched)
         return placements
+
+    def _preempt(self, entry: dict[str, Any], preemptor: str, trigger: str,
+                 victims: dict[str, tuple[JSON, str]], pods: dict[str, JSON]) -> None:
+        """Evict the planned victims, then nominate every member (prepareCandidates, makeNomination); a refused
+        eviction stops here: the members are not nominated and the job retries next cycle."""
+        for vk in entry["victims"]:
+            why = self.evictor.evict(victims[vk][0], preemptor, trigger)
+            if why is not None:
+                self.preemption_errors.append(why)
+                log.warning("preemption for %s stopped: %s", preemptor, why)
+                return
+        for pk, node in entry["nominatedNodes"].items():
+            why = self.evictor.nominate(pods[pk], node)
+            if why is not None:
+                log.warning("%s", why)
+        self.preempted.append(entry)
+        log.info("%s preempted %s; nominated %s", preemptor, ", ".join(entry["victims"]),
+                 ", ".join(f"{k}->{n}" for k, n in entry["nominatedNodes"].items()))
+
+    def _write_quota_status(self, sched: Scheduler) -> None:
+        """status.used and the runtime/request annotations of every ElasticQuota that changed (the upstream
+        ElasticQuotaController's merge patch on the object itself: the CRD has no status subresource)."""
+        quota = sched.plugin("ElasticQuota")
+        if quota is None or not self.write_quota_status or not sched.cluster.elastic_quotas:
+            return
+        quota.bind(sched.cluster)
+        quota.manager.refresh_all()
+        for obj in sched.cluster.elastic_quotas:
+            meta = obj.get("metadata") or {}
+            name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
+            info = quota.manager.quotas.get(name)
+            if info is None or (info.namespace and info.namespace != ns):
+                continue  # left out by validation, or another namespace's quota of the same name
+            patch = status_patch(obj, quota.summary(name) or {})
+            if patch is None:
+                continue
+            try:
+                self.client.patch(QUOTAS.format(namespace=ns, name=name), patch)
+            except KoordletError as e:
+                log.warning("updating ElasticQuota %s/%s: %s", ns, name, e)
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
         """PATCH every member's annotations, then POST every Binding. A failed PATCH binds nothing; a failed

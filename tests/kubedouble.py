@@ -67,3 +67,38 @@ def emulate_binding(km: kmock.KubernetesEmulator, fail_marker: str = "test/fail-
                                                    "code": 201})
 
     km["post", kmock.resource("v1/pods"), kmock.subresource("binding")] << binding
+
+
+PDBS = "policy/v1/poddisruptionbudgets"
+
+
+def emulate_eviction(km: kmock.KubernetesEmulator) -> None:
+    """POST pods/<name>/eviction as the API server does it: 429 when a matching PodDisruptionBudget
+    (status.disruptionsAllowed, matchLabels only) allows no more, else the pod turns terminating
+    (deletionTimestamp) and the budget is spent; 404 for a pod that is gone."""
+
+    def evict(request: kmock.Request) -> Any:
+        try:
+            obj = km.objects["v1/pods", request.namespace, str(request.name)]
+            pod = obj.raw
+        except KeyError:
+            return kmock.Response(status=404, payload=status_failure(404, "pods not found"))
+        labels = pod["metadata"].get("labels") or {}
+        budgets = []
+        for (res, ns, _), pdb in list(km.objects.items()):
+            if res != PDBS or ns != request.namespace:
+                continue
+            sel = (pdb.raw.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+            if sel and all(labels.get(k) == v for k, v in sel.items()):
+                budgets.append(pdb)
+        for pdb in budgets:
+            if (pdb.raw.get("status") or {}).get("disruptionsAllowed", 0) <= 0:
+                return kmock.Response(status=429, payload=status_failure(
+                    429, "Cannot evict pod as it would violate the pod's disruption budget."))
+        for pdb in budgets:
+            pdb.patch({"status": {"disruptionsAllowed": pdb.raw["status"]["disruptionsAllowed"] - 1}})
+        obj.patch({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}})
+        return kmock.Response(status=201, payload={"apiVersion": "v1", "kind": "Status", "status": "Success",
+                                                   "code": 201})
+
+    km["post", kmock.resource("v1/pods"), kmock.subresource("eviction")] << evict

@@ -10,7 +10,7 @@ from typing import Any
 
 from koordlet.errors import InvalidInput
 from koordlet.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, NodeInfo, is_active, quantity_value
+from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class DeviceState:
     @staticmethod
     def _pod_allocations(st: NodeDeviceState, pod_key: str, pod: JSON) -> Allocations:
         raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATED)
-        if not raw or not is_active(pod):
+        if not raw or not holds_resources(pod):
             return {}
         try:
             return decode_allocations(raw)

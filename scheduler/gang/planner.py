@@ -8,6 +8,7 @@ from typing import Any
 
 from scheduler.cluster import JSON, Cluster, NodeInfo, key
 from scheduler.framework import Placement, Scheduler, Unschedulable, invalid_pod
+from scheduler.gang.disruption import Budgets
 from scheduler.gang.model import (
     ANN_BIND_GANG_GROUP_ID,
     ANN_BIND_GANG_MEMBER_COUNT,
@@ -57,8 +58,8 @@ def _topology_tree(cluster: Cluster) -> TopologyTree | None:
 
 
 def _reserve_on(sched: Scheduler, pod: JSON, node: NodeInfo) -> dict[str, str]:
-    """Filter, Reserve and assume on one given node; raises Unschedulable."""
-    why = sched._filter(pod, node)
+    """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable."""
+    why = sched.prefilter(pod) or sched._filter(pod, node)
     if why is not None:
         raise Unschedulable(why)
     annotations = sched._reserve(pod, node)
@@ -145,6 +146,8 @@ class _Planner:
         self.tree = _topology_tree(sched.cluster)
         self.results: dict[str, Placement] = {}
         self.preemptions: list[dict[str, Any]] = []
+        self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
+        self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
 
     def fail_all(self, pods: list[JSON], reason: str) -> None:
         for p in pods:
@@ -240,11 +243,69 @@ class _Planner:
         if (trigger.get("spec") or {}).get("preemptionPolicy") == "Never":
             return "not eligible due to preemptionPolicy=Never."
         priority = pod_priority(trigger, self.cluster)
+        if self.terminating_on_nominated(pods, priority):
+            return "not eligible due to terminating pod on the nominated node."
+        quota = self.sched.plugin("ElasticQuota")
+        if quota is not None and any(key(p) in quota.refused for p in pods):
+            # **[decision]** a quota refusal is not helped by evicting pods on nodes (upstream's job preemption
+            # would dry-run with Filter only and evict although PreFilter still refuses the job)
+            return "not eligible: the job is refused by ElasticQuota"
+        job = quota.job_quota(pods) if quota is not None else None
+        budgets = Budgets(self.cluster.pdbs)
+        excluded: set[str] = set()
+        blocked_by: list[str] = []
+        for _ in range(len(budgets.items) + 1):
+            outcome = self.plan_preemption(pods, raw_spec, priority, quota, job, excluded)
+            if isinstance(outcome, str):
+                return outcome + (f" (PodDisruptionBudget {', '.join(blocked_by)} allows no more disruptions)"
+                                  if blocked_by else "")
+            plan, victims_chosen = outcome
+            blocked, pdbs = budgets.blocked(v for vs in victims_chosen.values() for v in vs)
+            if not blocked:
+                break
+            excluded |= blocked  # the Eviction API would refuse them: plan again without them
+            blocked_by += [p for p in pdbs if p not in blocked_by]
+        else:
+            return "preemption not helpful"
+        for name, victims in victims_chosen.items():
+            for v in victims:
+                self.cluster.nodes[name].remove_pod(key(v))
+                self.sched.forget(v)
+                self.victims[key(v)] = (v, name)
+        nominated: dict[str, str] = {}
+        for pod, target in plan:
+            pod.setdefault("status", {})["nominatedNodeName"] = target
+            self.cluster.nodes[target].add_pod(pod)  # the nomination holds the resources for later pods
+            nominated[key(pod)] = target
+        victim_keys = sorted(key(v) for vs in victims_chosen.values() for v in vs)
+        self.preemptions.append({"pods": [key(p) for p in pods], "victims": victim_keys,
+                                 "nominatedNodes": nominated})
+        self.preemptors.append((group.id, key(trigger)))
+        return (f"preempting {len(victim_keys)} pod(s), nominated node {nominated[key(trigger)]} "
+                f"for {key(trigger)}")
+
+    def terminating_on_nominated(self, pods: list[JSON], priority: int) -> bool:
+        """A member is already nominated to a node where a lower-priority victim of a scheduler preemption is
+        still terminating (podEligibleToPreemptOthers): wait for it instead of preempting again."""
+        for pod in pods:
+            node = self.cluster.nodes.get(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+            if node is None:
+                continue
+            for p in node.pods.values():
+                if pod_priority(p, self.cluster) < priority and terminating_by_preemption(p):
+                    return True
+        return False
+
+    def plan_preemption(self, pods: list[JSON], raw_spec: str | None, priority: int, quota: Any,
+                        job: tuple[str, dict[str, int]] | None, excluded: set[str]
+                        ) -> tuple[list[tuple[JSON, str]], dict[str, list[JSON]]] | str:
+        """Remove every eligible victim, plan the whole job on that view, pick the victims that must go."""
         possible: dict[str, list[JSON]] = {}
         for name, node in self.cluster.nodes.items():
             victims = [p for p in node.pods.values()
                        if pod_priority(p, self.cluster) < priority and not (p.get("metadata") or {}).get(
-                           "deletionTimestamp")]
+                           "deletionTimestamp") and key(p) not in excluded and _preemptible(p)
+                       and (quota is None or job is None or quota.can_preempt(job[0], job[1], p))]
             if victims:
                 possible[name] = victims
         if not possible:
@@ -257,24 +318,11 @@ class _Planner:
             plan = self.plan_without_victims(pods, raw_spec, costs, possible)
             if plan is None:
                 return "preemption not helpful"
-            victims_chosen = self.select_victims(plan, possible)
+            return plan, self.select_victims(plan, possible)
         finally:
             for name, victims in possible.items():
                 for v in victims:
                     self.cluster.nodes[name].add_pod(v)
-        for name, victims in victims_chosen.items():
-            for v in victims:
-                self.cluster.nodes[name].remove_pod(key(v))
-        nominated: dict[str, str] = {}
-        for pod, target in plan:
-            pod.setdefault("status", {})["nominatedNodeName"] = target
-            self.cluster.nodes[target].add_pod(pod)  # the nomination holds the resources for later pods
-            nominated[key(pod)] = target
-        victim_keys = sorted(key(v) for vs in victims_chosen.values() for v in vs)
-        self.preemptions.append({"pods": [key(p) for p in pods], "victims": victim_keys,
-                                 "nominatedNodes": nominated})
-        return (f"preempting {len(victim_keys)} pod(s), nominated node {nominated[key(trigger)]} "
-                f"for {key(trigger)}")
 
     def plan_without_victims(self, pods: list[JSON], raw_spec: str | None,
                              costs: dict[str, int], possible: dict[str, list[JSON]]) -> list[tuple[JSON, str]] | None:
@@ -340,6 +388,23 @@ class _Planner:
         return ok
 
 
+def _preemptible(pod: JSON) -> bool:
+    """IsEligiblePod: neither scheduling.koordinator.sh/preemptible nor the quota label says "false"."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get("scheduling.koordinator.sh/preemptible") != "false" and labels.get(
+        "quota.scheduling.koordinator.sh/preemptible") != "false"
+
+
+def terminating_by_preemption(pod: JSON) -> bool:
+    """Deleting, with DisruptionTarget=True reason PreemptionByScheduler (podTerminatingByPreemption)."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "DisruptionTarget":
+            return bool(c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler")
+    return False
+
+
 def _job_key(pod: JSON) -> str:
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_KEY) or key(pod))
 
@@ -368,6 +433,14 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
     """Place pods in input order; each gang's GangGroup is placed all-or-nothing when its first pod comes up.
 
     Returns one Placement per input pod (same order) and the job-level preemptions in the `simulate` shape."""
+    placements, planner = plan_jobs_detail(scheduler, pods, enable_preemption=enable_preemption,
+                                           default_timeout=default_timeout)
+    return placements, planner.preemptions
+
+
+def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool = True,
+                     default_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> tuple[list[Placement], _Planner]:
+    """plan_jobs, and the planner itself: its `victims` are what a live scheduler evicts."""
     planner = _Planner(scheduler, enable_preemption)
     valid = []
     for pod in pods:  # a pod whose requests do not parse gets a reason; it never reaches a plugin
@@ -377,6 +450,7 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
         else:
             valid.append(pod)
     pods_in_order, pods = pods, valid
+    scheduler.admit_pending(pods)
     gangs = collect_gangs(pods, scheduler.cluster, default_timeout)
     groups = gang_groups(gangs)
     done: set[str] = set()
@@ -398,4 +472,4 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
         done.add(group.id)
         planner.run_group(group)
     return [planner.results.get(key(p)) or Placement(key(p), None, reason="not scheduled") for p in pods_in_order], \
-        planner.preemptions
+        planner

@@ -1,0 +1,272 @@
+"""The ElasticQuota plugin for the slim framework: PreFilter against runtime quota, Reserve/Unreserve into used.
+
+Quotas come from the cluster's ElasticQuota objects (validated as koord-manager's webhook would; a bad one is
+reported and left out), the cluster total from the nodes' allocatable, and requests from every known pod: the
+assigned pods of the cluster plus the pending ones handed to `add_pending` (the informer's view upstream).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from scheduler.cluster import JSON, Cluster, NodeInfo, is_active, key, pod_requests
+from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager
+from scheduler.elasticquota.model import (
+    DEFAULT_QUOTA,
+    LABEL_PREEMPTIBLE,
+    LABEL_QUOTA_NAME,
+    ROOT_QUOTA,
+    SPECIAL,
+    Resources,
+    add,
+    exceeded,
+    go_list,
+    mask,
+    parse_resources,
+    print_resources,
+    validate_quotas,
+)
+
+log = logging.getLogger(__name__)
+NAME = "ElasticQuota"
+
+
+@dataclass
+class ElasticQuotaArgs:
+    """ElasticQuotaArgs (pkg/scheduler/apis/config/types.go) with upstream's defaults; the revoke controller,
+    queue hints, hook plugins and multi-tree settings are accepted and have no effect here."""
+
+    enable_runtime_quota: bool = True
+    enable_check_parent_quota: bool = False
+    enable_min_quota_scale: bool = True
+    disable_default_quota_preemption: bool = True
+    quota_group_namespace: str = "koordinator-system"
+    default_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
+    system_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
+
+    @classmethod
+    def from_dict(cls, args: Mapping[str, Any]) -> ElasticQuotaArgs:
+        out = cls()
+        for camel, attr in (("enableRuntimeQuota", "enable_runtime_quota"),
+                            ("enableCheckParentQuota", "enable_check_parent_quota"),
+                            ("enableMinQuotaScale", "enable_min_quota_scale"),
+                            ("disableDefaultQuotaPreemption", "disable_default_quota_preemption")):
+            if args.get(camel) is not None:
+                if not isinstance(args[camel], bool):
+                    raise InvalidInput(f"ElasticQuotaArgs.{camel} must be true or false")
+                setattr(out, attr, args[camel])
+        if args.get("quotaGroupNamespace"):
+            out.quota_group_namespace = str(args["quotaGroupNamespace"])
+        for camel, attr in (("defaultQuotaGroupMax", "default_quota_group_max"),
+                            ("systemQuotaGroupMax", "system_quota_group_max")):
+            if args.get(camel):
+                setattr(out, attr, parse_resources(args[camel], f"ElasticQuotaArgs.{camel}"))
+        return out
+
+
+class ElasticQuota:
+    name = NAME
+
+    def __init__(self, args: ElasticQuotaArgs | None = None) -> None:
+        self.args = args or ElasticQuotaArgs()
+        self.manager = GroupQuotaManager()
+        self.rejected: list[tuple[str, str]] = []  # ElasticQuota objects left out, with the reason
+        self.refused: dict[str, str] = {}  # pod key → the PreFilter reason of its last refusal
+        self._cluster: Cluster | None = None
+        self._by_namespace: dict[str, str] = {}  # namespace → quota named after it (in that namespace)
+        self._by_annotation: dict[str, str] = {}  # namespace → quota listing it in its namespaces annotation
+        self._pod_quota: dict[str, str] = {}  # pod key → quota it was accounted to
+        self._nodes_version = -1
+
+    # -- state from the cluster ------------------------------------------------------------------------------
+    def bind(self, cluster: Cluster) -> None:
+        """(Re)build everything from the cluster the first time it is seen."""
+        if cluster is self._cluster:
+            self._sync_total(cluster)
+            return
+        self._cluster = cluster
+        self.manager = GroupQuotaManager(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
+                                         self.args.default_quota_group_max)
+        specs, self.rejected = validate_quotas(cluster.elastic_quotas)
+        self.manager.set_quotas(specs)
+        self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}
+        self._by_annotation = {}
+        for s in specs:
+            for ns in s.namespaces:
+                self._by_annotation.setdefault(ns, s.name)
+        self._pod_quota = {}
+        self._nodes_version = -1
+        self._sync_total(cluster)
+        for pod in cluster.assigned_pods():
+            self._track(pod, assigned=True)
+        self.add_pending(cluster.pending, cluster)
+
+    def sync(self, index: Any) -> None:
+        """Scheduler.prepare(): build the quota tree and account the cluster's pods now (a cache sync)."""
+        self.bind(index.cluster)
+
+    def _sync_total(self, cluster: Cluster) -> None:
+        version = getattr(cluster.nodes, "version", -2)
+        if version == self._nodes_version:
+            return
+        total: Resources = {}
+        for n in cluster.nodes.values():
+            total = add(total, n.allocatable)
+        self.manager.set_cluster_total(total)
+        self._nodes_version = version
+
+    def add_pending(self, pods: Iterable[JSON], cluster: Cluster) -> None:
+        """Pending pods count in their quotas' request (and so in runtime) before any of them is placed."""
+        if cluster is not self._cluster:
+            self.bind(cluster)
+        for pod in pods:
+            self._track(pod, assigned=False)
+
+    def _track(self, pod: JSON, assigned: bool) -> str:
+        k = key(pod)
+        quota = self._pod_quota.get(k)
+        if quota is not None:
+            return quota
+        quota = self.quota_of(pod)
+        if not is_active(pod):
+            return quota
+        try:
+            requests = pod_requests(pod)
+        except InvalidInput:
+            return quota
+        self._pod_quota[k] = quota
+        self.manager.on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
+        return quota
+
+    def quota_of(self, pod: JSON) -> str:
+        """The label quota.scheduling.koordinator.sh/name, else the quota named after the pod's namespace (or
+        listing it in its namespaces annotation), else the default quota; an unknown name means the default."""
+        meta = pod.get("metadata") or {}
+        name = str((meta.get("labels") or {}).get(LABEL_QUOTA_NAME) or "")
+        if not name:
+            ns = str(meta.get("namespace") or "default")
+            name = self._by_namespace.get(ns) or self._by_annotation.get(ns) or DEFAULT_QUOTA
+        return name if name in self.manager.quotas and name != ROOT_QUOTA else DEFAULT_QUOTA
+
+    def forget(self, pod: JSON) -> None:
+        """The pod is gone (deleted or evicted): its request and used leave its quota."""
+        k = key(pod)
+        quota = self._pod_quota.pop(k, None)
+        if quota is not None:
+            self.manager.on_pod_delete(quota, k)
+
+    # -- extension points ------------------------------------------------------------------------------------
+    def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
+        self.bind(cluster)
+        quota = self._track(pod, assigned=False)
+        mgr = self.manager
+        if self.args.enable_runtime_quota:
+            mgr.refresh_runtime(quota)
+        info = mgr.quotas[quota]
+        limit = info.runtime if self.args.enable_runtime_quota else info.max
+        if quota in SPECIAL:
+            limit = info.max
+        request = mask(pod_requests(pod), info.max)
+        used = add(info.used, request)
+        if over := exceeded(used, limit):
+            return self._refuse(pod, f"Insufficient quotas, quotaName: {quota}, runtime: {print_resources(limit)}, "
+                                     f"used: {print_resources(info.used)}, pod's request: {print_resources(request)}, "
+                                     f"exceedDimensions: {go_list(over)}")
+        if _non_preemptible(pod):
+            np_used = add(info.non_preemptible_used, request)
+            if over := exceeded(np_used, info.min):
+                return self._refuse(pod, f"Insufficient non-preemptible quotas, quotaName: {quota}, min: "
+                                         f"{print_resources(info.min)}, nonPreemptibleUsed: "
+                                         f"{print_resources(info.non_preemptible_used)}, pod's request: "
+                                         f"{print_resources(request)}, exceedDimensions: {go_list(over)}")
+        if self.args.enable_check_parent_quota:
+            why = self._check_parents(info.parent, [info.parent, quota], request)
+            if why:
+                return self._refuse(pod, why)
+        self.refused.pop(key(pod), None)
+        return None
+
+    def _check_parents(self, name: str, topo: list[str], request: Resources) -> str | None:
+        """checkQuotaRecursive: every ancestor's used + request within its runtime."""
+        while name != ROOT_QUOTA:
+            info = self.manager.quotas.get(name)
+            if info is None:
+                return f"Could not find the elasticQuota {name}, quotaNameTopo: {go_list(topo)}"
+            limit = self.manager.refresh_runtime(name) if self.args.enable_runtime_quota else info.max
+            used = mask(add(request, info.used), request)
+            if over := exceeded(used, limit):
+                return (f"Insufficient quotas, quotaNameTopo: {go_list(topo)}, runtime: {print_resources(limit)}, "
+                        f"used: {print_resources(info.used)}, pod's request: {print_resources(request)}, "
+                        f"exceedDimensions: {go_list(over)}")
+            topo = [info.parent, *topo]
+            name = info.parent
+        return None
+
+    def _refuse(self, pod: JSON, reason: str) -> str:
+        self.refused[key(pod)] = reason
+        return reason
+
+    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        return None  # all of ElasticQuota's decision is node-independent (PreFilter)
+
+    def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        self.bind(cluster)
+        quota = self._track(pod, assigned=False)
+        self.manager.reserve(quota, key(pod))
+        return {}
+
+    def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
+        quota = self._pod_quota.get(key(pod))
+        if quota is not None:
+            self.manager.unreserve(quota, key(pod))
+
+    # -- preemption ------------------------------------------------------------------------------------------
+    def can_preempt(self, preemptor_quota: str, job_request: Resources, victim: JSON) -> bool:
+        """Quota-aware victim eligibility for job-level preemption (on top of the priority rule):
+        a victim of the same quota may go (ElasticQuota's own PostFilter rule); a victim of another quota only
+        when the preemptor's quota stays within its min with the whole job and the victim's quota uses more than
+        its min (it is borrowing) in a resource both need — so a job over its quota's min never evicts pods of
+        other quotas within their min. Only the resources the preemptor's min names are guaranteed, so only they
+        are compared. Victims in the default quota of another quota's job are spared when
+        disableDefaultQuotaPreemption (the default)."""
+        vq = self._pod_quota.get(key(victim)) or self.quota_of(victim)
+        if vq == preemptor_quota:
+            return True
+        if vq == DEFAULT_QUOTA and self.args.disable_default_quota_preemption:
+            return False
+        mine = self.manager.quotas.get(preemptor_quota)
+        theirs = self.manager.quotas.get(vq)
+        if mine is None or theirs is None or preemptor_quota in SPECIAL:
+            return False
+        guaranteed = [k for k in mine.min if mine.min[k] > 0]
+        if not guaranteed or exceeded(mask(add(mine.used, job_request), guaranteed), mine.auto_min):
+            return False
+        needs = pod_requests(victim)
+        return any(needs.get(k, 0) > 0 and theirs.used.get(k, 0) > theirs.auto_min.get(k, 0) for k in guaranteed)
+
+    def job_quota(self, pods: list[JSON]) -> tuple[str, Resources]:
+        total: Resources = {}
+        for p in pods:
+            total = add(total, pod_requests(p))
+        return self.quota_of(pods[0]), total
+
+    # -- reporting -------------------------------------------------------------------------------------------
+    def summary(self, name: str, include_pods: bool = False) -> dict[str, Any] | None:
+        info = self.manager.quotas.get(name)
+        if info is None:
+            return None
+        if name not in SPECIAL:
+            self.manager.refresh_runtime(name)
+        return info.summary(include_pods)
+
+    def summaries(self, include_pods: bool = False) -> dict[str, dict[str, Any]]:
+        self.manager.refresh_all()
+        return {n: q.summary(include_pods) for n, q in sorted(self.manager.quotas.items()) if n != ROOT_QUOTA}
+
+
+def _non_preemptible(pod: JSON) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_PREEMPTIBLE) == "false"

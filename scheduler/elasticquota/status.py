@@ -1,0 +1,56 @@
+"""What `koord-sched run` writes back to an ElasticQuota: status.used and the runtime/request annotations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from koordlet.errors import InvalidInput
+from scheduler.cluster import JSON
+from scheduler.elasticquota.model import (
+    ANN_ALLOCATED,
+    ANN_CHILD_REQUEST,
+    ANN_GUARANTEED,
+    ANN_NON_PREEMPTIBLE_REQUEST,
+    ANN_NON_PREEMPTIBLE_USED,
+    ANN_REQUEST,
+    ANN_RUNTIME,
+    Resources,
+    equal,
+    parse_resources,
+)
+
+# controller.go updateElasticQuotaStatusIfChanged: summary field → annotation
+ANNOTATIONS = ((ANN_RUNTIME, "runtime"), (ANN_REQUEST, "request"), (ANN_CHILD_REQUEST, "childRequest"),
+               (ANN_GUARANTEED, "guaranteed"), (ANN_ALLOCATED, "allocated"),
+               (ANN_NON_PREEMPTIBLE_REQUEST, "nonPreemptibleRequest"), (ANN_NON_PREEMPTIBLE_USED, "nonPreemptibleUsed"))
+
+
+def _values(doc: Any) -> Resources:
+    try:
+        return parse_resources(doc, "")
+    except InvalidInput:  # a value we cannot read is one we rewrite
+        return {"": -1}
+
+
+def status_patch(obj: JSON, summary: dict[str, Any]) -> JSON | None:
+    """A merge patch bringing the object to the summary, or None when nothing changed (zeros ignored, as
+    quotav1.Equals(RemoveZeros(...)) upstream)."""
+    meta = obj.get("metadata") or {}
+    current = meta.get("annotations") or {}
+    annotations: dict[str, str] = {}
+    for ann, field in ANNOTATIONS:
+        want: dict[str, str] = summary.get(field) or {}
+        try:
+            have = _values(json.loads(current[ann])) if current.get(ann) else {}
+        except ValueError:
+            have = {"": -1}
+        if not equal(have, _values(want)):
+            annotations[ann] = json.dumps(want, separators=(",", ":"))
+    patch: JSON = {}
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
+    used: dict[str, str] = summary.get("used") or {}
+    if not equal(_values((obj.get("status") or {}).get("used")), _values(used)):
+        patch["status"] = {"used": used}
+    return patch or None
