@@ -27,7 +27,8 @@ from koordlet.states.cpupools import (
     share_pools,
 )
 from koordlet.states.model import PodMeta
-from tests.simhost import SimHost
+
+from simhost import SimHost
 
 
 @pytest.mark.parametrize(("text", "want"), [
