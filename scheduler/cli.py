@@ -147,6 +147,10 @@ def run(ns: argparse.Namespace) -> int:
             return 1 if runner.failures else 0
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if ns.with_noderesource:
+            from scheduler.noderesource.cli import start_background
+
+            start_background(kube, ns, stop)
         if ns.addr:
             from scheduler.extender import parse_addr
             from scheduler.services import DiagnosisAPI, DiagnosisServer
@@ -187,13 +191,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_p.add_argument("--once", action="store_true", help="one cycle, print the placements, exit")
     run_p.add_argument("--addr", default=":10251",
                        help="diagnosis API and /debug/flags listen address (default :10251, '' for none)")
+    run_p.add_argument("--with-noderesource", action="store_true",
+                       help="also run the noderesource loop (node allocatable for devices, batch and mid)")
+    from scheduler.noderesource import cli as noderesource_cli
+
+    noderesource_cli.add_flags(run_p, prefix="noderesource-")
+    noderesource_cli.add_parser(sub)
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
     if ns.command == "extender":
         return extender(ns)
     if ns.command == "run":
         return run(ns)
-    cluster = build_cluster(load_objects(ns.cluster))
+    if ns.command == "noderesource":
+        return noderesource_cli.command(ns)
+    from scheduler.noderesource.fill import config_of, fill_missing
+
+    objects = load_objects(ns.cluster)
+    cluster = build_cluster(objects)
+    fill_missing(cluster, config_of(objects))
     pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") == "Pod"]
     for o in load_objects(ns.pods):
         if o.get("kind") == "PodGroup":

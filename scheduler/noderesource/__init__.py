@@ -1,0 +1,1 @@
+"""The node resources koord-manager's noderesource controller writes (devices, batch, mid), slim for koord-sched."""
