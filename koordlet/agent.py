@@ -33,6 +33,8 @@ from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.prediction.predictor import Outcome, predict
+from koordlet.prediction.server import PeakPredictServer, training_pods
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.executor import Executor
@@ -101,6 +103,7 @@ class Agent:
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress)
         self.builder = NodeMetricBuilder(self.cache)
+        self.predict_server = PeakPredictServer(config.prediction, self.cache, config.prediction_checkpoint_dir)
         self.state_writer = StateDirWriter(config.state_dir)
         self.pod_source: PodSource | None = PodsDirSource(config.pods_dir, self.health) if config.pods_dir else None
         self.collected_once = False
@@ -215,11 +218,37 @@ class Agent:
         self.cpu_basic = read_cpu_basic_info(self.config.paths, self.cpu_topology)
         self.numa_memory = read_numa_memory(self.config.paths)
 
+    # -- prediction (pkg/koordlet/prediction) -------------------------------------------------------------------
+    def train_prediction(self, now: float | None = None) -> None:
+        """One training round, after the pods are known (the first one restores the checkpoints of the models
+        still meaningful: the node's and those of the pods listed now)."""
+        if not self.pods.synced:
+            return
+        now = time.time() if now is None else now
+        if not self.predict_server.restored:
+            self.predict_server.restore(p.uid for p in self.pods.pods)
+        self.predict_server.train(training_pods(p.raw for p in self.pods.pods), now)
+
+    def checkpoint_prediction(self, now: float | None = None) -> None:
+        """Every minute: drop expired models and checkpoint the ones due."""
+        now = time.time() if now is None else now
+        self.predict_server.gc(now)
+        self.predict_server.checkpoint(now)
+
+    def _predict(self, pods: list[JSON], now: float) -> Outcome:
+        outcome = predict(self.predict_server, self.config.prediction, self.node_obj, pods, now)
+        self.metrics.prediction = outcome
+        if outcome.error:
+            self.health.skip("prediction", "failed", self.config.node_name, outcome.error)
+        else:
+            self.health.recovered("prediction", "failed", self.config.node_name)
+        return outcome
+
     def build_nodemetric(self, now: float | None = None) -> JSON:
         """The full NodeMetric object this node reports now (status built from the metric cache)."""
         now = time.time() if now is None else now
         status = self.builder.build(self.pods.pods, self.host_apps if self.nodeslo_present else [], self.policy,
-                                    list(self.node.topology.cpus_by_node), now)
+                                    list(self.node.topology.cpus_by_node), now, predict=self._predict)
         obj = {
             "apiVersion": NODEMETRIC_API_VERSION,
             "kind": "NodeMetric",

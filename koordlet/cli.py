@@ -20,6 +20,7 @@ from koordlet import __version__, tables
 from koordlet.config import Config, NriConfig, PodResourcesProxyConfig, parse_feature_gates, parse_go_interval
 from koordlet.errors import InvalidInput
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
+from koordlet.prediction.server import PredictionConfig
 
 log = logging.getLogger("koordlet")
 
@@ -116,6 +117,26 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="how long one kubelet List answer serves later requests (0: ask kubelet each time; ours)")
     p.add_argument("--pod-resources-proxy-kubelet-timeout", default="5s", type=parse_go_interval,
                    help="a kubelet call slower than this is answered UNAVAILABLE (ours)")
+    # peak prediction (pkg/koordlet/prediction/config.go): NodeMetric's prodReclaimableMetric and prodPeakMetric
+    p.add_argument("--prediction-checkpoint-filepath", default="",
+                   help="directory of the prediction models' checkpoints (default: <state-dir>/prediction-checkpoints;"
+                        " upstream /prediction-checkpoints)")
+    p.add_argument("--prediction-cold-start-duration", default="24h", type=parse_go_interval,
+                   help="a pod this young is not predicted: its request counts as its peak")
+    p.add_argument("--prediction-safety-margin-percent", default=10, type=int,
+                   help="the redundancy kept above the predicted peak")
+    p.add_argument("--prediction-memory-histogram-decay-halflife", default="24h", type=parse_go_interval,
+                   help="half-life of memory samples' weight")
+    p.add_argument("--prediction-cpu-histogram-decay-halflife", default="12h", type=parse_go_interval,
+                   help="half-life of CPU samples' weight")
+    p.add_argument("--prediction-training-interval", default="1m", type=parse_go_interval,
+                   help="period of the prediction models' update")
+    p.add_argument("--prediction-model-expiration-duration", default="30m", type=parse_go_interval,
+                   help="a model not updated for this long is dropped")
+    p.add_argument("--prediction-model-checkpoint-interval", default="10m", type=parse_go_interval,
+                   help="a model is checkpointed at most this often")
+    p.add_argument("--prediction-model-checkpoint-max-per-step", default=12, type=int,
+                   help="models checkpointed per round (every minute)")
     p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
 
 
@@ -214,6 +235,16 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
         pod_resources_proxy=PodResourcesProxyConfig(
             path=ns.pod_resources_proxy_path, qps=ns.pod_resources_proxy_qps, burst=ns.pod_resources_proxy_burst,
             max_age=ns.pod_resources_proxy_max_age, kubelet_timeout=ns.pod_resources_proxy_kubelet_timeout),
+        prediction=PredictionConfig(
+            checkpoint_filepath=ns.prediction_checkpoint_filepath,
+            cold_start_duration=ns.prediction_cold_start_duration,
+            safety_margin_percent=ns.prediction_safety_margin_percent,
+            memory_histogram_decay_halflife=ns.prediction_memory_histogram_decay_halflife,
+            cpu_histogram_decay_halflife=ns.prediction_cpu_histogram_decay_halflife,
+            training_interval=ns.prediction_training_interval,
+            model_expiration_duration=ns.prediction_model_expiration_duration,
+            model_checkpoint_interval=ns.prediction_model_checkpoint_interval,
+            model_checkpoint_max_per_step=ns.prediction_model_checkpoint_max_per_step),
     )
 
 

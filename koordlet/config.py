@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from koordlet.errors import InvalidInput
 from koordlet.host.paths import HostPaths
+from koordlet.prediction.server import PredictionConfig
 
 # pkg/features/koordlet_features.go and pkg/koordlet/runtimehooks/config.go: gate → default.
 FEATURE_GATES: dict[str, bool] = {
@@ -153,6 +154,7 @@ class Config:
     gpu_health_recovery_seconds: float = 300.0
     nri: NriConfig = field(default_factory=NriConfig)
     pod_resources_proxy: PodResourcesProxyConfig = field(default_factory=PodResourcesProxyConfig)
+    prediction: PredictionConfig = field(default_factory=PredictionConfig)
     # standalone
     pods_dir: str | None = None
     nodeslo_file: str | None = None
@@ -166,6 +168,11 @@ class Config:
     @property
     def standalone(self) -> bool:
         return self.pods_dir is not None
+
+    @property
+    def prediction_checkpoint_dir(self) -> str:
+        """--prediction-checkpoint-filepath, else <state-dir>/prediction-checkpoints (kept across restarts)."""
+        return self.prediction.checkpoint_filepath or os.path.join(self.state_dir, "prediction-checkpoints")
 
     def gate(self, name: str) -> bool:
         return self.feature_gates.get(name, False)

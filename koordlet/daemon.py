@@ -127,6 +127,13 @@ class Daemon:
     async def _node_info(self) -> None:
         self.agent.refresh_node_info()
 
+    async def _prediction(self) -> None:
+        self.agent.train_prediction()
+
+    async def _prediction_checkpoint(self) -> None:
+        # on the loop, like training (the models are not shared with a thread); at most 12 small files a minute
+        self.agent.checkpoint_prediction()
+
     async def _sync_pods(self) -> None:
         before = self.agent.pods.pods
         waiting, self._pods_waiting = self._pods_waiting, []
@@ -239,6 +246,10 @@ class Daemon:
             self._every("nodeinfo", cfg.collect_node_cpu_info_interval, self._node_info,
                         first_delay=cfg.collect_node_cpu_info_interval),
             self._report_loop(),
+            # prediction models: trained once a training interval has samples, checkpointed every minute
+            self._every("prediction", cfg.prediction.training_interval, self._prediction,
+                        first_delay=cfg.prediction.training_interval),
+            self._every("prediction-checkpoint", 60.0, self._prediction_checkpoint, first_delay=60.0),
         ]
         if cfg.gate("PSICollector"):
             tasks.append(self._every("psi", cfg.psi_collector_interval, self._psi, first_delay=0.1))

@@ -27,6 +27,7 @@ from koordlet.collectors.usage import CgroupUsage
 from koordlet.devices.metrics import DeviceCollector, DeviceView
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
+from koordlet.prediction.predictor import Outcome
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.quantity import parse_quantity
 from koordlet.schedlat.collector import SchedLatency
@@ -70,6 +71,7 @@ class AgentMetrics:
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
     suppress: SuppressStatus | None = None  # gate BECPUSuppress: the planner's last numbers
     device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
+    prediction: Outcome | None = None  # the last NodeMetric report's Prod reclaimable prediction
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
 
@@ -202,6 +204,7 @@ class _InternalCollector(Collector):
         yield from self._bpf_programs()
         if m.suppress is not None:
             yield from _suppress_families(node, m.suppress)
+        yield from _predicted_families(node, m.prediction)
 
     def _bpf_programs(self) -> Iterator[Metric]:
         """The agent's own eBPF cost (fdinfo run_time_ns/run_cnt while the agent holds bpf stats on)."""
@@ -281,6 +284,44 @@ def _suppress_families(node: str, s: SuppressStatus) -> Iterator[Metric]:
         yield g
 
 
+def _cpu_memory_samples(rl: dict[str, int]) -> Iterator[tuple[str, str, float]]:
+    if "cpu" in rl:
+        yield "cpu", "core", rl["cpu"] / 1000
+    if "memory" in rl:
+        yield "memory", "byte", float(rl["memory"])
+
+
+def _predicted_families(node: str, outcome: Outcome | None) -> Iterator[Metric]:
+    """Upstream metrics/prediction.go: each predictor's result and peak, set when that predictor succeeded."""
+    families = (GaugeMetricFamily("koordlet_node_predicted_resource_reclaimable",
+                                  "the node reclaimable resources predicted by koordinator",
+                                  labels=["node", "predictor", "resource", "unit"]),
+                GaugeMetricFamily("koordlet_node_predicted_resource_peak", "the node peak resources predicted by "
+                                  "koordinator", labels=["node", "predictor", "resource", "unit"]))
+    for predictor, values in sorted((outcome.by_predictor if outcome else {}).items()):
+        for fam, rl in zip(families, values, strict=True):
+            for res, unit, value in _cpu_memory_samples(rl or {}):
+                fam.add_metric([node, predictor, res, unit], value)
+    yield from families
+
+
+def _priority_reclaimable_families(node: str, outcome: Outcome | None) -> Iterator[Metric]:
+    """Upstream metrics/resource_summary.go, as states_nodemetric.go records them: the Prod reclaimable of the
+    last report (0 with status 1 when the prediction failed)."""
+    g = GaugeMetricFamily("koordlet_node_priority_resource_reclaimable", "the node reclaimable of different "
+                          "priorities resources updated by koordinator",
+                          labels=["node", "priority", "resource", "unit"])
+    s = GaugeMetricFamily("koordlet_node_resource_priority_reclaimable_status", "status of node reclaimable of "
+                          "different priorities resources updated by koordinator", labels=["node", "priority"])
+    if outcome is not None:
+        rl = outcome.reclaimable if outcome.reclaimable is not None else {"cpu": 0, "memory": 0}
+        for res, unit, value in _cpu_memory_samples(rl):
+            g.add_metric([node, "koord-prod", res, unit], value)
+        s.add_metric([node, "koord-prod"], 0.0 if outcome.reclaimable is not None else 1.0)
+    yield g
+    yield s
+
+
 def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:
     """Gate NodeMetricPromMetrics: mirror the reported node/system/NUMA usage."""
     nm = status.get("nodeMetric", {})
@@ -319,6 +360,7 @@ class _ExternalCollector(Collector):
         for res, value in self.m.node_allocatable.items():
             g.add_metric([node, res, "byte" if res.endswith("memory") else "integer"], value)
         yield g
+        yield from _priority_reclaimable_families(node, self.m.prediction)
         yield from self._requests_limits(latest)
         yield from self._usage(latest)
         yield from self._psi(latest)

@@ -37,6 +37,8 @@ KEY_ROLES: dict[str, tuple[str, str, str]] = {
     "scheduling.koordinator.sh/resource-status": ("read", "Pod annotation",
                                                   "the CPU set koord-scheduler allocated (CPUSetAllocator)"),
     "node.koordinator.sh/reservation": ("read", "Node annotation", "CPUs reserved on the node"),
+    "node.koordinator.sh/raw-allocatable": ("read", "Node annotation", "the allocatable before resource "
+                                            "amplification: the Prod reclaimable prediction is capped by it"),
     "node.koordinator.sh/system-qos-resource": ("read", "Node annotation", "CPUs kept for SYSTEM QoS pods"),
     "node.koordinator.sh/cpu-normalization-ratio": ("read", "Node annotation",
                                                     "CPU normalization ratio applied to batch CPU"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -17,6 +18,7 @@ from koordlet.collectors.hostapps import HostApp
 from koordlet.devices.model import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.errors import InvalidInput
 from koordlet.metriccache import AGGREGATIONS, MetricCache, SeriesKey
+from koordlet.prediction.predictor import Outcome, resource_list
 from koordlet.quantity import format_bytes, format_milli
 from koordlet.states.model import PodMeta
 
@@ -219,7 +221,7 @@ class NodeMetricBuilder:
         return out
 
     def build(self, pods: list[PodMeta], apps: list[HostApp], policy: CollectPolicy, numa_ids: list[int],
-              now: float) -> dict[str, Any]:
+              now: float, predict: Callable[[list[dict[str, Any]], float], Outcome] | None = None) -> dict[str, Any]:
         now_ms = int(now * 1000)
         start = now_ms - policy.window * 1000
         node_usage, node_aggs = self._usage_with_aggregates("node", policy, now_ms)
@@ -236,6 +238,7 @@ class NodeMetricBuilder:
         key = self.cache.key
         gpus = self._gpus(start, now_ms)
         pods_metric = []
+        predicted: list[dict[str, Any]] = []  # pods with metrics: the ones the predictor sees (upstream)
         for pod in pods:
             usage = self._resources(key("pod_cpu_usage", pod_uid=pod.uid),
                                     key(_memory_kind("pod", policy.memory_policy), pod_uid=pod.uid),
@@ -244,6 +247,7 @@ class NodeMetricBuilder:
                 continue  # upstream: AVG over no samples is an error and the pod is left out
             if gpus and (devices := self._gpu_devices(gpus, "pod", (pod.uid,), start, now_ms, "avg")):
                 usage["devices"] = devices
+            predicted.append(pod.raw)
             entry = {"namespace": pod.namespace, "name": pod.name, "podUsage": usage}
             # priority and qos are omitempty upstream (QoSNone and no priority class are "").
             entry.update({k: v for k, v in (("priority", pod.priority_class), ("qos", pod.koord_qos)) if v})
@@ -261,11 +265,16 @@ class NodeMetricBuilder:
                 entry.update({k: v for k, v in (("priority", app.priority), ("qos", app.qos)) if v})
                 apps_metric.append(entry)
 
-        return {
+        status: dict[str, Any] = {
             "updateTime": rfc3339(now),
             "nodeMetric": node_metric,
             "podsMetric": pods_metric,
             "hostApplicationMetric": apps_metric,
-            # The peak predictor is not implemented yet: upstream reports an empty map when prediction fails.
-            "prodReclaimableMetric": {"resource": {}},
+            "prodReclaimableMetric": {"resource": {}},  # what upstream reports when the prediction fails
         }
+        outcome = predict(predicted, now) if predict is not None else None
+        if outcome is not None and outcome.reclaimable is not None:
+            status["prodReclaimableMetric"] = {"resource": {"resources": resource_list(outcome.reclaimable)}}
+        if outcome is not None and outcome.peak is not None:
+            status["prodPeakMetric"] = {"resource": {"resources": resource_list(outcome.peak)}}
+        return status

@@ -1,0 +1,1 @@
+"""Peak prediction over pod and node usage for NodeMetric's prodReclaimableMetric and prodPeakMetric."""
