@@ -10,7 +10,7 @@ import sys
 import threading
 
 from koordlet.errors import KoordletError
-from koordlet.kubeapi import KubeClient, KubeConfig
+from koordlet.kubeapi import KubeClient, KubeConfig, TokenBucket
 from scheduler.noderesource.apply import format_value
 from scheduler.noderesource.controller import NodeResourceController, PassResult, parse_gates
 from scheduler.noderesource.strategy import CONFIG_NAMESPACE
@@ -25,6 +25,10 @@ def add_flags(p: argparse.ArgumentParser, *, prefix: str = "") -> None:
                    help=f"pause between node resource passes (Go duration, default {DEFAULT_INTERVAL})")
     p.add_argument(f"--{prefix}feature-gates", dest="nr_feature_gates", default="",
                    help="koord-manager gates of the loop: EnableSyncGPUSharedResource=true|false (default false)")
+    p.add_argument(f"--{prefix}rest-config-qps", dest="nr_qps", default=30.0, type=float,
+                   help="API requests a second of the loop (koord-manager's --rest-config-qps, default 30)")
+    p.add_argument(f"--{prefix}rest-config-burst", dest="nr_burst", default=50, type=int,
+                   help="burst of that limit (koord-manager's --rest-config-burst, default 50)")
     p.add_argument("--config-namespace", dest="nr_config_namespace", default=CONFIG_NAMESPACE,
                    help=f"namespace of the slo-controller-config ConfigMap (default {CONFIG_NAMESPACE})")
 
@@ -51,6 +55,11 @@ def _interval(text: str) -> float | None:
     return max(seconds, 0.0)
 
 
+def client(kube: KubeConfig, ns: argparse.Namespace) -> KubeClient:
+    """A client of its own, at koord-manager's rate (not the scheduler's)."""
+    return KubeClient(kube, limiter=TokenBucket(ns.nr_qps, ns.nr_burst))
+
+
 def controller(client: KubeClient, ns: argparse.Namespace, *, dry_run: bool = False) -> NodeResourceController:
     """ValueError (one line naming the flag) for a bad --feature-gates."""
     gates = parse_gates(ns.nr_feature_gates)
@@ -63,7 +72,7 @@ def start_background(kube: KubeConfig, ns: argparse.Namespace, stop: threading.E
     interval = _interval(ns.nr_interval)
     if interval is None:
         raise ValueError(f"invalid --noderesource-interval {ns.nr_interval!r} (want a Go duration such as 30s)")
-    ctl = controller(KubeClient(kube), ns)
+    ctl = controller(client(kube, ns), ns)
     thread = threading.Thread(target=ctl.run, args=(stop, interval), name="noderesource", daemon=True)
     thread.start()
     log.info("node resources (devices, batch, mid) written every %gs", interval)
@@ -107,7 +116,7 @@ def command(ns: argparse.Namespace) -> int:
         if kube is None:
             log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
             return 2
-        ctl = controller(KubeClient(kube), ns, dry_run=ns.dry_run)
+        ctl = controller(client(kube, ns), ns, dry_run=ns.dry_run)
     except ValueError as e:
         log.error("noderesource: %s", e)
         return 2
