@@ -150,7 +150,11 @@ def run(ns: argparse.Namespace) -> int:
         if ns.with_noderesource:
             from scheduler.noderesource.cli import start_background
 
-            start_background(kube, ns, stop)
+            try:
+                start_background(kube, ns, stop)
+            except ValueError as e:  # a bad --noderesource-* flag
+                log.error("run: %s", e)
+                return 2
         if ns.addr:
             from scheduler.extender import parse_addr
             from scheduler.services import DiagnosisAPI, DiagnosisServer

@@ -377,3 +377,26 @@ def test_simulate_fills_missing_device_allocatable(tmp_path: Path, capsys: pytes
     result = json.loads(capsys.readouterr().out)
     # gpu-b's allocatable says 100 gpu-core: kept as given, so only gpu-a (filled from its Device) fits both
     assert [p["node"] for p in result["placements"]] == ["gpu-a", "gpu-a"]
+
+
+async def test_run_with_noderesource_starts_the_loop_beside_the_scheduler(km: kmock.KubernetesEmulator) -> None:
+    import argparse
+    import threading
+
+    from scheduler.noderesource.cli import start_background
+
+    ns = argparse.Namespace(nr_interval="10ms", nr_feature_gates="", nr_config_namespace="koordinator-system",
+                            nr_qps=0.0, nr_burst=1)
+    stop = threading.Event()
+    thread = start_background(KubeConfig(server=str(km.url)), ns, stop)
+    for _ in range(200):
+        if status_writes(km):
+            break
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.to_thread(thread.join, 5)
+    assert not thread.is_alive()
+    assert stored(km, "gpu-a")["status"]["allocatable"]["koordinator.sh/gpu-core"] == "800"
+    bad = argparse.Namespace(**{**vars(ns), "nr_interval": "soon"})
+    with pytest.raises(ValueError, match="--noderesource-interval"):
+        start_background(KubeConfig(server=str(km.url)), bad, stop)
