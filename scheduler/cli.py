@@ -12,6 +12,7 @@ from typing import Any
 from scheduler.cluster import Cluster, build_cluster, key, load_objects
 from scheduler.config import ConfigError, SchedulerConfig, build, load_config
 from scheduler.framework import FilterPlugin, Placement, ReservePlugin, Scheduler, ScorePlugin
+from scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger("koord-sched")
 CONFIG_HELP = "KubeSchedulerConfiguration (v1) file, or the koord-scheduler ConfigMap holding one"
@@ -96,7 +97,9 @@ def extender(ns: argparse.Namespace) -> int:
             return 2
         cfg: SchedulerConfig = ns.cfg
         # Fresh plugins per re-list: their device state is derived from the listed pods.
-        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(cfg)))
+        metrics = SchedulerMetrics(cfg.scheduler_name)
+        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(cfg), metrics=metrics))
+        ext.metrics = metrics
         ext.refresh()
         serve(ext, ns.addr, ns.prefix, ns.resync)
     except (KoordletError, OSError, ValueError) as e:
@@ -133,6 +136,7 @@ def run(ns: argparse.Namespace) -> int:
         # Fresh plugins per cycle: their device state is derived from the listed pods.
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption)
+        runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             placements = runner.run_once()
             sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
@@ -143,9 +147,9 @@ def run(ns: argparse.Namespace) -> int:
             from scheduler.extender import parse_addr
             from scheduler.services import DiagnosisAPI, DiagnosisServer
 
-            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state))
+            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state, runner.metrics))
             server.start()
-            log.info("diagnosis API on %s:%s (/apis/v1/__services__, PUT /debug/flags/s)",
+            log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
                      *server.server_address[:2])
         log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
         runner.run(stop, max(interval, 0.0))

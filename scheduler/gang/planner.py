@@ -145,6 +145,7 @@ class _Planner:
         self.preemptions: list[dict[str, Any]] = []
         self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
         self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
+        self.rejected_groups = 0  # GangGroups left waiting this plan
 
     def fail_all(self, pods: list[JSON], reason: str) -> None:
         for p in pods:
@@ -181,12 +182,17 @@ class _Planner:
             short = [g for g in group.gangs if not _satisfied(g, waiting[g.id], once)]
             if not short:
                 self.commit(group, held)
+                if self.sched.metrics is not None:
+                    self.sched.metrics.gang_groups.labels("permitted").inc()
                 return
             g = short[0]
             failure = (f'GangGroup "{group.id}" gets rejected: gang "{g.id}" has {waiting[g.id]} waiting pod(s) '
                        f"and {g.bound} running, minMember {g.min_member} ({g.match_policy}), "
                        f"timed out after {g.wait_seconds:g}s")
         _release(self.sched, held)
+        if self.sched.metrics is not None:
+            self.sched.metrics.gang_groups.labels("rejected").inc()
+        self.rejected_groups += 1
         for p in pending:
             if (placed := self.results.get(key(p))) is not None and placed.node is not None:
                 del self.results[key(p)]
