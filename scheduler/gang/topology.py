@@ -179,6 +179,12 @@ class NetworkTopologySpec:
         except ValueError:
             doc = {}
         rules = doc.get("gatherStrategy") if isinstance(doc, dict) else None
+        other = sorted(set(doc) - {"gatherStrategy"}) if isinstance(doc, dict) else []
+        if other and raw not in _WARNED:
+            # e.g. the v1.7 notes' {"topologyLayers": [...], "topologyPolicy": "BestEffort"}: not upstream's API
+            _WARNED.add(str(raw))
+            log.warning("network-topology-spec: %s not upstream fields (accepted: gatherStrategy); the job is "
+                        "gathered as PreferGather on every layer (the smallest domain that fits)", ", ".join(other))
         for rule in rules if isinstance(rules, list) else []:
             if not isinstance(rule, dict):
                 continue
@@ -192,6 +198,9 @@ class NetworkTopologySpec:
             if rule.get("strategy") == MUST_GATHER and layer in layers and deeper:
                 spec.must_gather_layer = layer
         return spec
+
+
+_WARNED: set[str] = set()  # network-topology-spec values already reported
 
 
 class NoCandidate(Exception):
