@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
@@ -11,38 +10,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler.cluster import Cluster, build_cluster, key, load_objects
-from scheduler.framework import FilterPlugin, NodeResourcesFit, Placement, ReservePlugin, Scheduler, ScorePlugin
+from scheduler.config import ConfigError, SchedulerConfig, build, load_config
+from scheduler.framework import FilterPlugin, Placement, ReservePlugin, Scheduler, ScorePlugin
+from scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger("koord-sched")
+CONFIG_HELP = "KubeSchedulerConfiguration (v1) file, or the koord-scheduler ConfigMap holding one"
 
 
-def profile(config_path: str | None) -> tuple[list[FilterPlugin], list[ScorePlugin], list[ReservePlugin]]:
-    """The plugins of the scheduling profile: NodeResourcesFit always, then what the config enables."""
-    filters: list[FilterPlugin] = [NodeResourcesFit()]
-    scorers: list[ScorePlugin] = []
-    reservers: list[ReservePlugin] = []
-    try:
-        config = importlib.import_module("scheduler.config")
-    except ImportError:  # the plugin set is still being assembled
-        return filters, scorers, reservers
-    extra_filters, extra_scorers = config.default_profile(config.load_config(config_path))
-    for plugin in [*extra_filters, *extra_scorers]:
-        if isinstance(plugin, ReservePlugin) and plugin not in reservers:
-            reservers.append(plugin)
-    filters += [f for f in extra_filters if f not in filters]
-    scorers += extra_scorers
-    return filters, scorers, reservers
+def profile(config: str | SchedulerConfig | None, *, simulate: bool = False
+            ) -> tuple[list[FilterPlugin], list[ScorePlugin], list[ReservePlugin]]:
+    """Fresh plugin instances of the profile: (filters, scorers, reservers) for `Scheduler(cluster, *profile)`.
+
+    `config` is a --config path (read each call), a parsed SchedulerConfig, or None for the defaults."""
+    cfg = config if isinstance(config, SchedulerConfig) else load_config(config)
+    plugins = build(cfg, simulate=simulate)
+    return plugins.filters, plugins.scorers, plugins.reservers
 
 
-def simulate(cluster: Cluster, pods: list[dict[str, Any]], config_path: str | None = None) -> dict[str, Any]:
+def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | SchedulerConfig | None = None
+             ) -> dict[str, Any]:
     """Place the pods in order; gang members as whole jobs (all-or-nothing, network topology, job preemption).
 
-    Preemption planning is on: a simulation answers "what would the scheduler do with preemption enabled"
-    (upstream's CoschedulingArgs.enablePreemption defaults to false in a live scheduler)."""
+    Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
+    answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
     from scheduler.gang import plan_jobs
 
-    filters, scorers, reservers = profile(config_path)
-    sched = Scheduler(cluster, filters, scorers, reservers)
+    sched = Scheduler(cluster, *profile(config, simulate=True))
     placements: list[Placement]
     placements, preemptions = plan_jobs(sched, pods)
     result: dict[str, Any] = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
@@ -101,9 +95,11 @@ def extender(ns: argparse.Namespace) -> int:
         if kube is None:
             log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
             return 2
-        profile(ns.config)  # a bad config fails before listening
+        cfg: SchedulerConfig = ns.cfg
         # Fresh plugins per re-list: their device state is derived from the listed pods.
-        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(ns.config)))
+        metrics = SchedulerMetrics(cfg.scheduler_name)
+        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(cfg), metrics=metrics))
+        ext.metrics = metrics
         ext.refresh()
         serve(ext, ns.addr, ns.prefix, ns.resync)
     except (KoordletError, OSError, ValueError) as e:
@@ -135,12 +131,12 @@ def run(ns: argparse.Namespace) -> int:
         if kube is None:
             log.error("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
             return 2
-        profile(ns.config)  # a bad config fails before the first cycle
-        cfg = importlib.import_module("scheduler.config").load_config(ns.config)
+        cfg: SchedulerConfig = ns.cfg
+        cos = cfg.plugin_args("Coscheduling")
         # Fresh plugins per cycle: their device state is derived from the listed pods.
-        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(ns.config)),
-                                    default_timeout=cfg.coscheduling.default_timeout,
-                                    enable_preemption=cfg.coscheduling.enable_preemption)
+        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(cfg)),
+                                    default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption)
+        runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             placements = runner.run_once()
             sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
@@ -159,9 +155,9 @@ def run(ns: argparse.Namespace) -> int:
             from scheduler.extender import parse_addr
             from scheduler.services import DiagnosisAPI, DiagnosisServer
 
-            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state))
+            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state, runner.metrics))
             server.start()
-            log.info("diagnosis API on %s:%s (/apis/v1/__services__, PUT /debug/flags/s)",
+            log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
                      *server.server_address[:2])
         log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
         runner.run(stop, max(interval, 0.0))
@@ -179,17 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = sub.add_parser("simulate", help="place pods on a cluster described by files")
     sim.add_argument("--cluster", required=True, help="dir (or file) of Node, Device, NodeMetric, Pod, ... objects")
     sim.add_argument("--pods", required=True, help="pods (and PodGroups) to place, in order")
-    sim.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    sim.add_argument("--config", default=None, help=CONFIG_HELP)
     sim.add_argument("-o", "--output", choices=("json", "table"), default="table")
     ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
     ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
-    ext.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    ext.add_argument("--config", default=None, help=CONFIG_HELP)
     ext.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     ext.add_argument("--prefix", default="", help="URL path prefix, e.g. /extender for urlPrefix .../extender")
     ext.add_argument("--resync", type=float, default=30.0, help="re-list the cluster every N seconds (0: never)")
     run_p = sub.add_parser("run", help="secondary scheduler for gang and topology jobs (binds whole gangs)")
     run_p.add_argument("--scheduler-name", required=True, help="schedule pods with this spec.schedulerName")
-    run_p.add_argument("--config", default=None, help="KubeSchedulerConfiguration-style YAML with plugin args")
+    run_p.add_argument("--config", default=None, help=CONFIG_HELP)
     run_p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     run_p.add_argument("--interval", default="1s", help="pause between scheduling cycles (Go duration, default 1s)")
     run_p.add_argument("--once", action="store_true", help="one cycle, print the placements, exit")
@@ -203,6 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     noderesource_cli.add_parser(sub)
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
+    try:  # before anything else: a bad config is reported first, in one line, exit 2
+        ns.cfg = cfg = load_config(ns.config, getattr(ns, "scheduler_name", None))
+    except ConfigError as e:
+        log.error("invalid --config: %s", e)
+        return 2
     if ns.command == "extender":
         return extender(ns)
     if ns.command == "run":
@@ -218,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for o in load_objects(ns.pods):
         if o.get("kind") == "PodGroup":
             cluster.podgroups[key(o)] = o
-    result = simulate(cluster, pods, ns.config)
+    result = simulate(cluster, pods, cfg)
     sys.stdout.write(json.dumps(result, indent=2) + "\n" if ns.output == "json" else table(result))
     return 0
 

@@ -173,6 +173,7 @@ class Extender:
         # Device / NodeMetric objects whose Node is not known yet (a Device CR may come before its Node).
         self._orphans: dict[tuple[str, str], JSON] = {}
         self.stop_event = threading.Event()
+        self.metrics: Any = None  # scheduler.metrics.SchedulerMetrics, set by the CLI
 
     @contextmanager
     def state(self) -> Iterator[tuple[Scheduler | None, list[JSON]]]:
@@ -435,6 +436,8 @@ class Extender:
                 except Unschedulable as e:
                     return {"Error": f"pod {pod_key} does not fit on node {node}: {e}"}
                 self.assumed[pod_key] = _Assumed(pod, node)
+                if self.metrics is not None:
+                    self.metrics.reserved(annotations)
             patched = False
             try:
                 if annotations:
@@ -474,6 +477,9 @@ class Extender:
             log.warning("removing %s from %s/%s after a failed bind: %s", ", ".join(annotations), namespace, name, e)
 
 
+VERB_POINTS = {"filter": "Filter", "prioritize": "Score", "bind": "Bind"}
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ExtenderServer
     protocol_version = "HTTP/1.1"
@@ -495,7 +501,12 @@ class _Handler(BaseHTTPRequestHandler):
             args = json.loads(body)
             if not isinstance(args, dict):
                 raise BadRequest("the body must be a JSON object")
+            started = time.perf_counter()
             result: Any = getattr(self.server.extender, verb)(args)
+            metrics = self.server.extender.metrics
+            if metrics is not None:  # the extension point kube-scheduler delegates to this verb
+                ok = not (isinstance(result, dict) and result.get("Error"))
+                metrics.point(VERB_POINTS[verb], time.perf_counter() - started, ok)
         except (ValueError, BadRequest) as e:
             self._send(400, {"Error": f"malformed {verb} request: {e}"})
             return
@@ -543,7 +554,7 @@ class ExtenderServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "") -> None:
         super().__init__(address, _Handler)
         self.extender = extender
-        self.diagnosis = DiagnosisAPI(extender.state)
+        self.diagnosis = DiagnosisAPI(extender.state, extender.metrics)
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
 
     def verb(self, path: str) -> str | None:

@@ -15,6 +15,7 @@ Only when no node takes the pod are the remaining nodes filtered one by one, so 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -135,6 +136,26 @@ class NodeResourcesFit:
         return None
 
 
+class _Clock:
+    """Lap times of one cycle for scheduler.metrics (a no-op without metrics)."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = metrics
+        self.last = self.lap = time.perf_counter() if metrics is not None else 0.0
+
+    def plugin(self, name: str, point: str) -> None:
+        if self.metrics is not None:
+            now = time.perf_counter()
+            self.metrics.plugin_run(name, point, now - self.last)
+            self.last = now
+
+    def point(self, point: str, ok: bool = True) -> None:
+        if self.metrics is not None:
+            now = time.perf_counter()
+            self.metrics.point(point, now - self.lap, ok)
+            self.last = self.lap = now
+
+
 @dataclass
 class Placement:
     pod: str
@@ -154,6 +175,7 @@ class Scheduler:
     filters: list[FilterPlugin]
     scorers: list[ScorePlugin]
     reservers: list[ReservePlugin]
+    metrics: Any = None  # scheduler.metrics.SchedulerMetrics: recorded only when set (run, extender)
 
     # -- the extension points as a public API (the extender and the gang planner use these) ---------------------
     def plugins(self) -> list[Any]:
@@ -228,10 +250,25 @@ class Scheduler:
         """One cycle; on success the pod is assumed on the node (its annotations included).
 
         `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible."""
+        metrics = self.metrics
+        if metrics is None:
+            return self._cycle(pod, None)
+        start = time.perf_counter()
+        try:
+            placed = self._cycle(pod, metrics)
+        except Exception:
+            metrics.attempt("error", time.perf_counter() - start)
+            raise
+        metrics.attempt("scheduled" if placed.node is not None else "unschedulable", time.perf_counter() - start)
+        return placed
+
+    def _cycle(self, pod: JSON, metrics: Any) -> Placement:
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
+        clock = _Clock(metrics)
         rejected = self.prefilter(pod)
+        clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
             return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
         index = node_index(self.cluster)
@@ -240,8 +277,10 @@ class Scheduler:
         for f in self.filters:
             prefilter = getattr(f, "prefilter_vector", None)  # not isinstance(VectorFilterPlugin): 10× cheaper
             m = prefilter(pod, index) if prefilter is not None else None
+            clock.plugin(f.name, "Filter")
             if m is not None:
                 mask &= m
+        clock.point("Filter")
         total = np.zeros(n, dtype=np.int64)
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
         for s in self.scorers:
@@ -251,6 +290,7 @@ class Scheduler:
                 v = np.zeros(n, dtype=np.int64)
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
+            clock.plugin(s.name, "Score")
             weighted = s.weight * np.clip(v, 0, 100)
             total += weighted
             if per_plugin is not None:
@@ -259,6 +299,7 @@ class Scheduler:
         rank[~mask] = -1
         failed: dict[int, str] = {}
         reasons: Counter[str] = Counter()
+        clock.point("Score")
         while n:
             i = int(np.argmax(rank))
             if rank[i] < 0:
@@ -266,14 +307,19 @@ class Scheduler:
             rank[i] = -1
             node = index.nodes[i]
             why = self._filter(pod, node)
+            clock.point("Filter", why is None)
             if why is not None:
                 failed[i] = why
                 continue
             try:
                 annotations = self._reserve(pod, node)
             except Unschedulable as e:
+                clock.point("Reserve", False)
                 reasons[str(e)] += 1
                 continue
+            clock.point("Reserve")
+            if metrics is not None:
+                metrics.reserved(annotations)
             pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
             self.cluster.assume(pod, node.name)
             if failed:

@@ -19,6 +19,8 @@ from scheduler.extender import ClusterSource, _pod_path
 from scheduler.framework import Placement, Scheduler
 from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
 from scheduler.gang.planner import _Held, _release, plan_jobs_detail
+from scheduler.gang.topology import cluster_tree
+from scheduler.metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
 )
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
+CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 
@@ -69,8 +72,10 @@ class SecondaryScheduler:
 
     def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
-                 enable_preemption: bool = False, write_quota_status: bool = True) -> None:
+                 enable_preemption: bool = False, write_quota_status: bool = True,
+                 write_topology_status: bool = True) -> None:
         self.client = client
+        self.write_topology_status = write_topology_status
         self.enable_preemption = enable_preemption
         self.write_quota_status = write_quota_status
         self.evictor = Evictor(client, scheduler_name)
@@ -87,6 +92,8 @@ class SecondaryScheduler:
         self.failures: list[BindFailure] = []  # of the last cycle
         self._missing: set[str] = set()  # optional collections already reported as not served
         self._reported: dict[str, str] = {}  # pod key → last unschedulable reason logged
+        self.metrics: SchedulerMetrics | None = None  # set to record (cli `run`)
+        self.gated = 0  # pods of ours held back by schedulingGates in the last list
 
     # -- listing ----------------------------------------------------------------------------------------------
     def _optional(self, path: str) -> list[JSON]:
@@ -104,8 +111,12 @@ class SecondaryScheduler:
         """Pods for this scheduler, not bound, not terminating, not gated; the field selector is only a hint."""
         items = self.source._list_all("/api/v1/pods", f"spec.nodeName=,spec.schedulerName={self.scheduler_name}")
         out = []
+        self.gated = 0
         for p in items:
             spec = p.get("spec") or {}
+            if spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p) and \
+                    spec.get("schedulingGates"):
+                self.gated += 1
             if (spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p)
                     and not spec.get("schedulingGates")):
                 p.setdefault("kind", "Pod")
@@ -140,9 +151,12 @@ class SecondaryScheduler:
         cluster, pods = self.load()
         self.failures, self.preempted, self.preemption_errors = [], [], []
         sched = self.profile_factory(cluster)
+        sched.metrics = self.metrics
         self.scheduler, self.pending_pods = sched, pods
+        self._write_topology_status(cluster)
         if not pods:
             self._write_quota_status(sched)
+            self._record(0, 0)
             return []
         pods = order_pending(pods, lambda p: pod_priority(p, cluster))
         by_key = {key(p): p for p in pods}
@@ -162,7 +176,17 @@ class SecondaryScheduler:
             else:
                 self._reported.pop(p.pod, None)
         self._write_quota_status(sched)
+        self._record(sum(1 for p in placements if p.node is None), planner.rejected_groups)
         return placements
+
+    def _record(self, unschedulable: int, waiting_groups: int) -> None:
+        """scheduler_pending_pods and the waiting GangGroups after a cycle: every pod not bound waits for the next
+        cycle (our 'unschedulable' queue); nothing stays in active or backoff between cycles."""
+        if self.metrics is None:
+            return
+        self.metrics.pending.labels("unschedulable").set(unschedulable)
+        self.metrics.pending.labels("gated").set(self.gated)
+        self.metrics.waiting_gangs.set(waiting_groups)
 
     def _preempt(self, entry: dict[str, Any], preemptor: str, trigger: str,
                  victims: dict[str, tuple[JSON, str]], pods: dict[str, JSON]) -> None:
@@ -181,6 +205,27 @@ class SecondaryScheduler:
         self.preempted.append(entry)
         log.info("%s preempted %s; nominated %s", preemptor, ", ".join(entry["victims"]),
                  ", ".join(f"{k}->{n}" for k, n in entry["nominatedNodes"].items()))
+
+    def _write_topology_status(self, cluster: Cluster) -> None:
+        """status.detailStatus of the ClusterNetworkTopology `default` from the nodes' labels, written (UpdateStatus)
+        only when it changed — upstream's tree manager rebuilds it every minute and compares the same way."""
+        if not self.write_topology_status:
+            return
+        cnt = next((t for t in cluster.topologies if (t.get("metadata") or {}).get("name") == "default"), None)
+        tree = cluster_tree(cluster) if cnt is not None else None
+        if cnt is None or tree is None:
+            return
+        detail = tree.status()
+        if (cnt.get("status") or {}).get("detailStatus") == detail:
+            return
+        obj = {**cnt, "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "ClusterNetworkTopology",
+               "status": {"detailStatus": detail}}
+        try:
+            self.client.put(CNT_STATUS.format(name="default"), obj)
+            cnt["status"] = obj["status"]
+            log.info("ClusterNetworkTopology default: status.detailStatus updated (%d domains)", len(detail))
+        except KoordletError as e:
+            log.warning("updating ClusterNetworkTopology default status: %s", e)
 
     def _write_quota_status(self, sched: Scheduler) -> None:
         """status.used and the runtime/request annotations of every ElasticQuota that changed (the upstream

@@ -27,6 +27,7 @@ from scheduler.gang.model import (
     gang_groups,
     gang_id_of,
 )
+from scheduler.metrics import CONTENT_TYPE, SchedulerMetrics
 
 log = logging.getLogger(__name__)
 BASE = "/apis/v1"
@@ -52,16 +53,20 @@ class DiagnosisAPI:
         ("GET", f"{PLUGINS}/ElasticQuota/quotas/:name"),
     )
 
-    def __init__(self, state: StateSource) -> None:
+    def __init__(self, state: StateSource, metrics: SchedulerMetrics | None = None) -> None:
         self.state = state
+        self.metrics = metrics  # served at /metrics when set
 
     def handles(self, path: str) -> bool:
         p = urlsplit(path).path
-        return p.startswith(BASE + "/") or p == "/debug/flags" or p.startswith("/debug/flags/")
+        return p.startswith(BASE + "/") or p == "/debug/flags" or p.startswith("/debug/flags/") or (
+            p == "/metrics" and self.metrics is not None)
 
     def serve(self, method: str, raw_path: str, body: bytes = b"") -> Response:
         url = urlsplit(raw_path)
         path, query = url.path.rstrip("/") or "/", {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if path == "/metrics" and self.metrics is not None:
+            return 200, CONTENT_TYPE, self.metrics.exposition()
         if path == "/debug/flags":
             return 200, "text/plain", "/debug/flags/\nflags:\n" + "".join(f"{f}\n" for f in sorted(debug.SETTERS))
         if path.startswith("/debug/flags/"):

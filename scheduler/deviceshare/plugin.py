@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
@@ -22,13 +24,25 @@ from scheduler.deviceshare.requests import (
     RESOURCE_NAMES,
     InvalidDeviceRequest,
     PodPlan,
+    instances,
     plan_pod,
 )
 from scheduler.deviceshare.state import Allocations, DeviceState, NodeDeviceState, encode_allocations
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 
+if TYPE_CHECKING:
+    from scheduler.config.args import DeviceShareArgs
+
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[GPU])}
+
+
+def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
+    """The request of one device of the type: what upstream's scoreNode adds to the node's used (`scoring.go`,
+    requestsPerInstance), not the pod's total — 2 whole GPUs score as 1 GPU's worth on the summed totals."""
+    if dtype == GPU and plan.gpu is not None:
+        return plan.gpu.per_gpu
+    return instances(plan.requests[dtype], plan.hints.get(dtype), 0)[0]
 
 
 class DeviceShare:
@@ -44,6 +58,7 @@ class DeviceShare:
     def __init__(self, scoring_strategy: str = LEAST_ALLOCATED, weight: int = 1,
                  resource_weights: dict[str, int] | None = None, state: DeviceState | None = None) -> None:
         self.weight = weight
+        self.args: DeviceShareArgs | None = None  # set by from_args
         self.scorer = Scorer(scoring_strategy, resource_weights)
         self.allocator = Allocator(self.scorer)
         self.state = state if state is not None else DeviceState()
@@ -63,6 +78,13 @@ class DeviceShare:
         self._table: BoolArray = np.zeros(0, dtype=np.bool_)  # own gpu-partitions table (any minors per partition)
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
+
+    @classmethod
+    def from_args(cls, args: DeviceShareArgs, weight: int = 1) -> DeviceShare:
+        """The plugin as a KubeSchedulerConfiguration configures it (DeviceShareArgs.scoringStrategy)."""
+        plugin = cls(args.scoring_strategy.type, weight, args.scoring_strategy.weights)
+        plugin.args = args
+        return plugin
 
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
@@ -116,11 +138,7 @@ class DeviceShare:
         st = self.state.node(node)
         scores = []
         for t in self._filter_types(st, plan):
-            if t == GPU and plan.gpu is not None:
-                request = {r: v * plan.gpu.count for r, v in plan.gpu.per_gpu.items()}
-            else:
-                request = plan.requests[t]
-            scores.append(self.scorer.score(request, st.total_sum.get(t, {}), st.free_sum.get(t, {})))
+            scores.append(self.scorer.score(_per_device(plan, t), st.total_sum.get(t, {}), st.free_sum.get(t, {})))
         return sum(scores) // len(scores) if scores else 0
 
     # ---- the same over every node at once (scheduler.framework's vector stage) ----
@@ -211,11 +229,8 @@ class DeviceShare:
         zeros = np.zeros((n, len(self._weighted)), dtype=np.int64)
         scores: dict[str, IntArray] = {}
         for t in plan.requests:
-            if t == GPU and plan.gpu is not None:
-                request = {r: v * plan.gpu.count for r, v in plan.gpu.per_gpu.items()}
-            else:
-                request = plan.requests[t]
-            scores[t] = self.scorer.score_vector(request, self._total.get(t, zeros), self._free.get(t, zeros))
+            scores[t] = self.scorer.score_vector(_per_device(plan, t), self._total.get(t, zeros),
+                                                 self._free.get(t, zeros))
         every = sum(scores.values(), np.zeros(n, dtype=np.int64)) // len(scores)
         return np.where(self._planned, scores[GPU], every) if self._gpu_only(plan) else every
 

@@ -47,6 +47,13 @@ class ElasticQuotaArgs:
     quota_group_namespace: str = "koordinator-system"
     default_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
     system_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
+    # parsed with upstream's defaults, no effect here (no revoke controller, queue hints or hook plugins)
+    delay_evict_time: float = 120.0
+    revoke_pod_interval: float = 1.0
+    monitor_all_quotas: bool = False
+    enable_queue_hint: bool = False
+    quota_snapshot_update_interval: float = 120.0
+    hook_plugins: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, args: Mapping[str, Any]) -> ElasticQuotaArgs:
@@ -71,8 +78,9 @@ class ElasticQuotaArgs:
 class ElasticQuota:
     name = NAME
 
-    def __init__(self, args: ElasticQuotaArgs | None = None) -> None:
+    def __init__(self, args: ElasticQuotaArgs | None = None, *, check: bool = True, account: bool = True) -> None:
         self.args = args or ElasticQuotaArgs()
+        self.check, self.account = check, account  # enabled at preFilter / at reserve (scheduler.config)
         self.manager = GroupQuotaManager()
         self.rejected: list[tuple[str, str]] = []  # ElasticQuota objects left out, with the reason
         self.refused: dict[str, str] = {}  # pod key → the PreFilter reason of its last refusal
@@ -161,6 +169,8 @@ class ElasticQuota:
 
     # -- extension points ------------------------------------------------------------------------------------
     def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
+        if not self.check:
+            return None
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
         mgr = self.manager
@@ -214,6 +224,8 @@ class ElasticQuota:
         return None  # all of ElasticQuota's decision is node-independent (PreFilter)
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        if not self.account:
+            return {}
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
         self.manager.reserve(quota, key(pod))

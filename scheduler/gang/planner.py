@@ -26,12 +26,13 @@ from scheduler.gang.model import (
     pod_priority,
     topology_order,
 )
+from scheduler.gang.plugin import NAME as COSCHEDULING
+from scheduler.gang.plugin import Coscheduling
 from scheduler.gang.topology import (
     NetworkTopologySpec,
     NoCandidate,
-    TopologyError,
     TopologyTree,
-    build_tree,
+    cluster_tree,
     place_pods,
 )
 
@@ -44,17 +45,6 @@ class _Held:
     pod: JSON
     node: str
     annotations: dict[str, str] = field(default_factory=dict)
-
-
-def _topology_tree(cluster: Cluster) -> TopologyTree | None:
-    cnts = [t for t in cluster.topologies if (t.get("metadata") or {}).get("name") == "default"]
-    if not cnts:
-        return None
-    try:
-        return build_tree(cnts[0], {n: info.labels for n, info in cluster.nodes.items()})
-    except TopologyError as e:
-        log.warning("ClusterNetworkTopology default ignored: %s", e)
-        return None
 
 
 def _reserve_on(sched: Scheduler, pod: JSON, node: NodeInfo) -> dict[str, str]:
@@ -129,12 +119,17 @@ def _topology_plan(sched: Scheduler, tree: TopologyTree, spec: NetworkTopologySp
     return plan
 
 
-def _satisfied(gang: Gang, waiting: int) -> bool:
+def _once_satisfied(group: GangGroup) -> bool:
+    """GangGroupInfo.OnceResourceSatisfied as gang_cache.go recovers it: set as soon as any member of any gang of
+    the group is bound (a bound member means the group passed Permit once)."""
+    return any(g.bound > 0 for g in group.gangs)
+
+
+def _satisfied(gang: Gang, waiting: int, once: bool) -> bool:
     if gang.match_policy == ONLY_WAITING:
         return waiting >= gang.min_member
     if gang.match_policy == ONCE_SATISFIED:
-        # "once satisfied" is in-memory upstream; a simulation counts running members as having satisfied it once
-        return waiting >= gang.min_member or gang.bound >= gang.min_member
+        return waiting >= gang.min_member or once
     return waiting + gang.bound >= gang.min_member
 
 
@@ -142,21 +137,27 @@ class _Planner:
     def __init__(self, sched: Scheduler, enable_preemption: bool) -> None:
         self.sched = sched
         self.cluster = sched.cluster
-        self.enable_preemption = enable_preemption
-        self.tree = _topology_tree(sched.cluster)
+        # the profile's Coscheduling switches (a Scheduler built without it: everything on)
+        self.cos: Coscheduling = sched.plugin(COSCHEDULING) or Coscheduling()
+        self.enable_preemption = enable_preemption and self.cos.preemption
+        self.tree = cluster_tree(sched.cluster) if self.cos.aware_network_topology else None
         self.results: dict[str, Placement] = {}
         self.preemptions: list[dict[str, Any]] = []
         self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
         self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
+        self.rejected_groups = 0  # GangGroups left waiting this plan
 
     def fail_all(self, pods: list[JSON], reason: str) -> None:
         for p in pods:
             self.results.setdefault(key(p), Placement(key(p), None, reason=reason))
 
-    def admit(self, group: GangGroup) -> str | None:
+    def admit(self, group: GangGroup, once: bool) -> str | None:
+        """PreFilter's basic gang check; skipped for once-satisfied gangs of a group that was satisfied once."""
         for g in group.gangs:
             if not g.exists:
                 return f'GangGroup "{group.id}": gang "{g.id}" not found'
+            if once and g.match_policy == ONCE_SATISFIED:
+                continue
             if g.children < g.min_member:
                 return (f'GangGroup "{group.id}": gang "{g.id}" child pod not collect enough, '
                         f"minMember {g.min_member}, children {g.children}")
@@ -164,12 +165,13 @@ class _Planner:
 
     def run_group(self, group: GangGroup) -> None:
         pending = group.pending
-        if (why := self.admit(group)) is not None:
-            self.fail_all(pending, why)
-            return
-        if all(g.match_policy == ONCE_SATISFIED and g.bound >= g.min_member for g in group.gangs):
-            for p in pending:  # once satisfied: later members skip all gang checks
+        once = _once_satisfied(group)
+        if not self.cos.permit or (once and all(g.match_policy == ONCE_SATISFIED for g in group.gangs)):
+            for p in pending:  # once satisfied (or no Permit): members pass every gang check one by one
                 self.results[key(p)] = self.sched.schedule(p)
+            return
+        if self.cos.admission and (why := self.admit(group, once)) is not None:
+            self.fail_all(pending, why)
             return
         raw_spec = next((g.topology_spec for g in group.gangs if g.topology_spec), None)
         topo = self.tree is not None and raw_spec is not None
@@ -177,15 +179,20 @@ class _Planner:
         failure = self.place_topology(group, raw_spec, held) if topo else self.place_members(group, held)
         if failure is None:
             waiting = {g.id: sum(1 for h in held if gang_id_of(h.pod) == g.id) for g in group.gangs}
-            short = [g for g in group.gangs if not _satisfied(g, waiting[g.id])]
+            short = [g for g in group.gangs if not _satisfied(g, waiting[g.id], once)]
             if not short:
                 self.commit(group, held)
+                if self.sched.metrics is not None:
+                    self.sched.metrics.gang_groups.labels("permitted").inc()
                 return
             g = short[0]
             failure = (f'GangGroup "{group.id}" gets rejected: gang "{g.id}" has {waiting[g.id]} waiting pod(s) '
                        f"and {g.bound} running, minMember {g.min_member} ({g.match_policy}), "
                        f"timed out after {g.wait_seconds:g}s")
         _release(self.sched, held)
+        if self.sched.metrics is not None:
+            self.sched.metrics.gang_groups.labels("rejected").inc()
+        self.rejected_groups += 1
         for p in pending:
             if (placed := self.results.get(key(p))) is not None and placed.node is not None:
                 del self.results[key(p)]
@@ -451,7 +458,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
             valid.append(pod)
     pods_in_order, pods = pods, valid
     scheduler.admit_pending(pods)
-    gangs = collect_gangs(pods, scheduler.cluster, default_timeout)
+    gangs = collect_gangs(pods, scheduler.cluster, default_timeout, planner.cos.match_policy)
     groups = gang_groups(gangs)
     done: set[str] = set()
     for pod in pods:
@@ -459,7 +466,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
         if k in planner.results:
             continue
         gid = gang_id_of(pod)
-        if gid is None:
+        if gid is None or not planner.cos.permit:  # Coscheduling off: gang members are lone pods
             planner.results[k] = scheduler.schedule(pod)
             continue
         if gid not in gangs:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cluster import JSON
+from scheduler.cluster import JSON, Cluster
+
+log = logging.getLogger(__name__)
 
 CLUSTER_LAYER = "ClusterTopologyLayer"
 NODE_LAYER = "NodeTopologyLayer"
@@ -55,12 +58,14 @@ class TopologyTree:
     leaves: dict[str, Domain]  # node name → its leaf
 
     def domains(self) -> list[Domain]:
-        """Breadth-first from the root, children in name order."""
-        out, queue = [], [self.root]
-        while queue:
-            d = queue.pop(0)
+        """Depth-first from the root (each domain before its children, children in name order): the order of
+        upstream's makeStatus (tree_manager.go) and of the manual's `status.detailStatus`."""
+        out: list[Domain] = []
+        stack = [self.root]
+        while stack:
+            d = stack.pop()
             out.append(d)
-            queue.extend(d.children)
+            stack.extend(reversed(d.children))
         return out
 
     def layer_domains(self, layer: str) -> list[Domain]:
@@ -105,6 +110,18 @@ def layer_chain(cnt: JSON) -> list[tuple[str, list[str]]]:
         if len(chain) > len(specs):
             raise TopologyError("cyclic parentTopologyLayer chain")
     return chain
+
+
+def cluster_tree(cluster: Cluster) -> TopologyTree | None:
+    """The tree of the ClusterNetworkTopology named `default` (the only one upstream reads), or None."""
+    cnts = [t for t in cluster.topologies if (t.get("metadata") or {}).get("name") == "default"]
+    if not cnts:
+        return None
+    try:
+        return build_tree(cnts[0], {n: info.labels for n, info in cluster.nodes.items()})
+    except TopologyError as e:
+        log.warning("ClusterNetworkTopology default ignored: %s", e)
+        return None
 
 
 def build_tree(cnt: JSON, node_labels: Mapping[str, Mapping[str, str]]) -> TopologyTree:
@@ -162,6 +179,12 @@ class NetworkTopologySpec:
         except ValueError:
             doc = {}
         rules = doc.get("gatherStrategy") if isinstance(doc, dict) else None
+        other = sorted(set(doc) - {"gatherStrategy"}) if isinstance(doc, dict) else []
+        if other and raw not in _WARNED:
+            # e.g. the v1.7 notes' {"topologyLayers": [...], "topologyPolicy": "BestEffort"}: not upstream's API
+            _WARNED.add(str(raw))
+            log.warning("network-topology-spec: %s not upstream fields (accepted: gatherStrategy); the job is "
+                        "gathered as PreferGather on every layer (the smallest domain that fits)", ", ".join(other))
         for rule in rules if isinstance(rules, list) else []:
             if not isinstance(rule, dict):
                 continue
@@ -177,6 +200,9 @@ class NetworkTopologySpec:
         return spec
 
 
+_WARNED: set[str] = set()  # network-topology-spec values already reported
+
+
 class NoCandidate(Exception):
     """No topology domain can accommodate the job; the message follows upstream's wording."""
 
@@ -185,7 +211,7 @@ def _floor(value: int, multiple: int) -> int:
     return value - value % multiple if multiple > 1 else value
 
 
-def _aggregate(tree: TopologyTree, spec: NetworkTopologySpec, slots: Mapping[str, int],
+def aggregate(tree: TopologyTree, spec: NetworkTopologySpec, slots: Mapping[str, int],
                existing: Mapping[str, int], scores: Mapping[str, int]) -> None:
     def visit(d: Domain) -> None:
         if d.is_node:
@@ -227,7 +253,7 @@ def place_pods(tree: TopologyTree, spec: NetworkTopologySpec, desired: int, slot
 
     slots: node → OfferSlot (pods of the job that fit there alone); existing: node → pods with the same
     network-topology-selector; scores: node → Score (−preemption cost). Raises NoCandidate."""
-    _aggregate(tree, spec, slots, existing or {}, scores or {})
+    aggregate(tree, spec, slots, existing or {}, scores or {})
     roots = tree.layer_domains(spec.must_gather_layer) if spec.must_gather_layer else [tree.root]
     level = [d for d in roots if d.offer_slot >= desired]
     candidates = level

@@ -6,8 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from koordlet.errors import InvalidInput
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, pod_requests, resource_list
+from scheduler.nodeindex import IntArray, NodeIndex
+from scheduler.plugins.columns import NodeColumns, allocation_score
 
 NAME = "NodeResourcesFitPlus"
 MOST, LEAST = "MostAllocated", "LeastAllocated"
@@ -76,6 +80,8 @@ class NodeResourcesFitPlus:
         self.weight = weight
         self._pod: tuple[JSON | None, dict[str, int], dict[str, int]] = (None, {}, {})  # last pod: requests, nz
         self._nonzero: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}  # node → (stamp, Σ non-zero)
+        self.columns = NodeColumns(self._node_nonzero)  # the same per node row, for score_vector
+        self._pod_nonzero: dict[int, tuple[JSON, dict[str, int]]] = {}  # id(pod) → (pod, its non-zero requests)
 
     def _node_nonzero(self, node: NodeInfo) -> dict[str, int]:
         stamp = (len(node.pods), next(reversed(node.pods), None) if node.pods else None)
@@ -84,10 +90,33 @@ class NodeResourcesFitPlus:
             return cached[1]
         total = {CPU: 0, MEMORY: 0}
         for p in node.pods.values():
-            for r, v in nonzero_requests(p).items():
+            seen = self._pod_nonzero.get(id(p))
+            if seen is None or seen[0] is not p:  # each pod parsed once, not on every change of its node
+                seen = self._pod_nonzero[id(p)] = (p, nonzero_requests(p))
+            for r, v in seen[1].items():
                 total[r] += v
         self._nonzero[node.name] = (stamp, total)
         return total
+
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+        """Exactly `score` for every node."""
+        if self._pod[0] is not pod:
+            self._pod = (pod, pod_requests(pod), nonzero_requests(pod))
+        _, requests, nz = self._pod
+        wanted = [r for r, v in requests.items() if v > 0 and r in self.args.resources]
+        n = len(index)
+        if not wanted:
+            return np.full(n, 100, dtype=np.int64)
+        pod_nz = nz if CPU in wanted or MEMORY in wanted else {}
+        self.columns.sync(index, wanted, bool(pod_nz))
+        total, weights = np.zeros(n, dtype=np.int64), 0
+        for r in wanted:
+            strategy = self.args.resources[r]
+            c = self.columns
+            req = c.nonzero[r] + pod_nz[r] if r in (CPU, MEMORY) else c.req[r] + requests[r]
+            total += allocation_score(req, c.alloc[r], strategy.type == MOST) * strategy.weight
+            weights += strategy.weight
+        return total // weights if weights else np.zeros(n, dtype=np.int64)
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         if self._pod[0] is not pod:  # the incoming pod is scored against every node: parse it once

@@ -6,8 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from koordlet.errors import InvalidInput
 from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, pod_requests
+from scheduler.nodeindex import IntArray, NodeIndex, Tracker
 
 NAME = "ScarceResourceAvoidance"
 
@@ -38,6 +41,36 @@ class ScarceResourceAvoidance:
         self.weight = weight
         self._scarce = frozenset(self.args.resources)
         self._pod: tuple[JSON | None, frozenset[str]] = (None, frozenset())  # last pod: names it requests
+        self._tracker = Tracker()
+        self._names: list[set[str]] = []  # per NodeIndex row: resources with allocatable > 0 (pods aside)
+        self._cache: dict[frozenset[str], IntArray] = {}  # the pod's resource names → scores per row
+
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+        """Exactly `score` for every node: counts of the node's resources the pod does not ask for."""
+        changed = self._tracker.changes(index)
+        if changed is None:
+            self._names = [{r for r, v in n.allocatable.items() if v > 0 and r != PODS} for n in index.nodes]
+            self._cache = {}
+        else:
+            for i in changed:
+                n = index.nodes[i]
+                names = {r for r, v in n.allocatable.items() if v > 0 and r != PODS}
+                if names != self._names[i]:
+                    self._names[i] = names
+                    self._cache = {}  # scores depend on the nodes' resource names only
+        if self._pod[0] is not pod:
+            self._pod = (pod, frozenset(r for r, v in pod_requests(pod).items() if v > 0))
+        pod_res = self._pod[1]
+        cached = self._cache.get(pod_res)
+        if cached is not None:
+            return cached
+        out = np.empty(len(index), dtype=np.int64)
+        for i, names in enumerate(self._names):
+            diff = names - pod_res
+            scarce = len(diff & self._scarce)
+            out[i] = 100 if not diff or not scarce else (len(diff) - scarce) * 100 // len(diff)
+        self._cache[pod_res] = out
+        return out
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         # nodeRes: allocatable > 0 among cpu, memory, ephemeral-storage and scalar resources — `pods` is not one

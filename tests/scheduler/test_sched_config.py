@@ -1,16 +1,31 @@
-"""Scheduler config loading (KubeSchedulerConfiguration-style YAML) and the default profile."""
+"""--config as kube-scheduler reads it: profiles, per-point enable/disable, weights, typed and defaulted args,
+one-line refusals (exit 2), and the release texts' KubeSchedulerConfiguration snippets (tests/scheduler/seeds)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from koordlet.errors import InvalidInput
-from scheduler.config import SchedulerConfig, default_profile, load_config, parse_config
+from scheduler.cli import main, profile, simulate
+from scheduler.cluster import build_cluster
+from scheduler.config import ConfigError, SchedulerConfig, build, load_config, parse_config
+from scheduler.config.args import DEVICE_SCORING_RESOURCES, ScoringStrategy
+from scheduler.framework import Scheduler
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.loadaware import LoadAware
 from scheduler.plugins.scarce import ScarceResourceAvoidance
+
+from conftest import agent_device
+
+SEEDS = Path(__file__).parent / "seeds"
+ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 YAML = """
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -48,53 +63,342 @@ profiles:
 """
 
 
+def profile_of(**plugins: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "koord-scheduler", **plugins}]}
+
+
+def names(plugins: list[Any]) -> list[str]:
+    return [p.name for p in plugins]
+
+
 def test_defaults_when_absent() -> None:
     cfg = load_config(None)
-    assert cfg == SchedulerConfig()
-    assert parse_config({}) == SchedulerConfig()
-    assert cfg.loadaware.usage_thresholds == {"cpu": 65, "memory": 95}
-    filters, scorers = default_profile(cfg)
+    assert cfg.points["score"] == ["LoadAwareScheduling", "DeviceShare", "Coscheduling"]
+    assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "DeviceShare"]
+    assert cfg.points["reserve"] == ["LoadAwareScheduling", "DeviceShare", "ElasticQuota", "Coscheduling"]
+    assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["DefaultBinder"]
+    assert parse_config({}).points == cfg.points
+    assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
+    filters, scorers, _ = profile(None)
     assert [type(p) for p in filters if p.name == "LoadAwareScheduling"] == [LoadAware]
     assert [s.weight for s in scorers if s.name == "LoadAwareScheduling"] == [1]
+
+
+def test_upstream_defaults_of_every_args_type() -> None:
+    """SetDefaults_* of pkg/scheduler/apis/config/v1/defaults.go on an empty args object."""
+    cfg = SchedulerConfig()
+    ds = cfg.plugin_args("DeviceShare")
+    assert ds.scoring_strategy == ScoringStrategy("LeastAllocated", DEVICE_SCORING_RESOURCES)
+    assert [n for n, _ in DEVICE_SCORING_RESOURCES] == ["koordinator.sh/gpu-memory-ratio", "koordinator.sh/gpu-memory",
+                                                       "koordinator.sh/rdma", "koordinator.sh/fpga"]
+    t = ds.gpu_shared_resource_templates_config
+    assert (t.config_map_namespace, t.config_map_name, t.matched_resources) == (
+        "koordinator-system", "gpu-shared-resource-templates", ("huawei.com/npu-core",))
+    co = cfg.plugin_args("Coscheduling")
+    assert (co.default_timeout, co.controller_workers, co.enable_preemption, co.aware_network_topology,
+            co.default_match_policy, co.skip_check_schedule_cycle) == (600.0, 1, False, False, "once-satisfied", False)
+    r = cfg.plugin_args("Reservation")
+    assert (r.enable_preemption, r.min_candidate_nodes_percentage, r.min_candidate_nodes_absolute,
+            r.controller_workers, r.gc_duration_seconds, r.gc_interval_seconds, r.resync_interval_seconds) == (
+        False, 10, 100, 1, 86400, 60, 60)
+    q = cfg.plugin_args("ElasticQuota")
+    assert (q.delay_evict_time, q.revoke_pod_interval, q.quota_group_namespace, q.monitor_all_quotas,
+            q.enable_check_parent_quota, q.enable_runtime_quota, q.enable_min_quota_scale,
+            q.disable_default_quota_preemption, q.enable_queue_hint, q.quota_snapshot_update_interval) == (
+        120.0, 1.0, "koordinator-system", False, False, True, True, True, False, 120.0)
+    la = cfg.plugin_args("LoadAwareScheduling")
+    assert (la.filter_expired_node_metrics, la.node_metric_expiration_seconds, la.resource_weights,
+            la.estimated_scaling_factors) == (True, 180, {"cpu": 1, "memory": 1}, {"cpu": 85, "memory": 70})
+    assert cfg.plugin_args("NodeResourcesFitPlus").resources == {}
+    assert cfg.plugin_args("ScarceResourceAvoidance").resources == []
 
 
 def test_overrides(tmp_path: Path) -> None:
     path = tmp_path / "sched.yaml"
     path.write_text(YAML)
     cfg = load_config(str(path))
-    assert cfg.weights == {"LoadAwareScheduling": 3, "NodeResourcesFitPlus": 2, "ScarceResourceAvoidance": 1}
-    la = cfg.loadaware
+    assert cfg.weights == {"LoadAwareScheduling": 3, "DeviceShare": 1, "Coscheduling": 1, "NodeResourcesFitPlus": 2,
+                           "ScarceResourceAvoidance": 1}
+    la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
-    assert la.enable_schedule_when_node_metrics_expired is True
     assert la.aggregated is not None and la.aggregated.usage_aggregated_duration == 300
-    assert la.aggregated.score_aggregation_type == "p90"
-    assert la.resource_weights == {"cpu": 1, "memory": 1}  # defaulted
-    assert cfg.fitplus.resources["nvidia.com/gpu"].type == "MostAllocated"
-    assert cfg.scarce.resources == ["nvidia.com/gpu"]
-    filters, scorers = default_profile(cfg)
+    assert cfg.plugin_args("NodeResourcesFitPlus").resources["nvidia.com/gpu"].type == "MostAllocated"
+    filters, scorers, _ = profile(cfg)
     by_name = {s.name: s for s in scorers}
     assert isinstance(by_name["LoadAwareScheduling"], LoadAware) and by_name["LoadAwareScheduling"].weight == 3
     assert isinstance(by_name["NodeResourcesFitPlus"], NodeResourcesFitPlus)
-    assert by_name["NodeResourcesFitPlus"].weight == 2
     assert isinstance(by_name["ScarceResourceAvoidance"], ScarceResourceAvoidance)
     assert by_name["LoadAwareScheduling"] in filters  # the same instance filters and scores
 
 
-def test_disable() -> None:
-    cfg = parse_config({"profiles": [{"plugins": {"multiPoint": {"disabled": [{"name": "*"}]},
-                                                  "score": {"enabled": [{"name": "NodeResourcesFitPlus"}]}}}]})
-    assert cfg.enabled == ["NodeResourcesFitPlus"]
-    filters, scorers = default_profile(cfg)
-    assert filters == [] and [s.name for s in scorers] == ["NodeResourcesFitPlus"]
+def test_disabling_at_one_point_disables_it_there_only() -> None:
+    cfg = parse_config(profile_of(plugins={"score": {"disabled": [{"name": "*"}]}}))
+    plugins = build(cfg)
+    assert plugins.scorers == []
+    assert "DeviceShare" in names(plugins.filters) and "DeviceShare" in names(plugins.reservers)
+    cfg = parse_config(profile_of(plugins={"filter": {"disabled": [{"name": "LoadAwareScheduling"}]}}))
+    plugins = build(cfg)
+    assert "LoadAwareScheduling" not in names(plugins.filters) and "LoadAwareScheduling" in names(plugins.scorers)
+    cfg = parse_config(profile_of(plugins={"multiPoint": {"disabled": [{"name": "*"}]},
+                                           "queueSort": {"enabled": [{"name": "PrioritySort"}]},
+                                           "bind": {"enabled": [{"name": "DefaultBinder"}]},
+                                           "score": {"enabled": [{"name": "NodeResourcesFitPlus"}]}}))
+    plugins = build(cfg)
+    assert names(plugins.scorers) == ["NodeResourcesFitPlus"] and plugins.filters == []
+    quota = next(r for r in plugins.reservers if r.name == "ElasticQuota") if "ElasticQuota" in names(
+        plugins.reservers) else None
+    assert quota is None
+    cfg = parse_config(profile_of(plugins={"preFilter": {"disabled": [{"name": "ElasticQuota"}]}}))
+    quota = next(r for r in build(cfg).reservers if r.name == "ElasticQuota")
+    assert not quota.check and quota.account
 
 
-def test_unknown_plugin_names() -> None:
-    with pytest.raises(InvalidInput, match="unknown scheduler plugin 'LoadAware'"):
-        parse_config({"profiles": [{"pluginConfig": [{"name": "LoadAware", "args": {}}]}]})
-    with pytest.raises(InvalidInput, match="unknown scheduler plugin 'Foo'"):
-        parse_config({"profiles": [{"plugins": {"score": {"enabled": [{"name": "Foo", "weight": 1}]}}}]})
-    with pytest.raises(InvalidInput, match="unknown args"):
-        parse_config({"profiles": [{"pluginConfig": [{"name": "LoadAwareScheduling",
-                                                      "args": {"usageThreshold": {"cpu": 1}}}]}]})
-    # kube-scheduler's own NodeResourcesFit is accepted (always on in scheduler.framework)
-    parse_config({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "NodeResourcesFit"}]}}}]})
+def test_enabling_a_default_reconfigures_it_in_place() -> None:
+    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "DeviceShare", "weight": 5}]}}))
+    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "Coscheduling"]
+    assert cfg.weights["DeviceShare"] == 5
+    cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
+    assert cfg.weights["DeviceShare"] == 4
+    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "NodeResourcesBalancedAllocation"}]}}))
+    assert cfg.weights["NodeResourcesBalancedAllocation"] == 1  # weight 0/absent means 1, as kube-scheduler
+
+
+def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
+    """The crash of issue #15: a DeviceShare pluginConfig entry; MostAllocated bin-packs GPU pods."""
+    cfg = parse_config(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DeviceShareArgs",
+        "scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "koordinator.sh/gpu-core", "weight": 2},
+                                                                   {"name": "koordinator.sh/gpu-memory-ratio",
+                                                                    "weight": 1}]}}}]))
+    share = next(p for p in build(cfg).scorers if p.name == "DeviceShare")
+    assert share.scorer.most and share.scorer.weights == {"koordinator.sh/gpu-core": 2,
+                                                          "koordinator.sh/gpu-memory-ratio": 1}
+    assert share.args is cfg.plugin_args("DeviceShare")
+    only_type = parse_config(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
+        "scoringStrategy": {"type": "MostAllocated"}}}]))
+    assert only_type.plugin_args("DeviceShare").scoring_strategy.resources == DEVICE_SCORING_RESOURCES
+    cluster = build_cluster(gpu_cluster_objects())
+    spread = simulate(cluster, [gpu_pod(f"p{i}") for i in range(2)])
+    cluster = build_cluster(gpu_cluster_objects())
+    packed = simulate(cluster, [gpu_pod(f"p{i}") for i in range(2)], only_type)
+    assert len({p["node"] for p in spread["placements"]}) == 2
+    assert len({p["node"] for p in packed["placements"]}) == 1
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"profiles": [{"pluginConfig": [{"name": "LoadAware", "args": {}}]}]},
+     "profiles[0].pluginConfig[0].name: unknown plugin 'LoadAware' (did you mean 'LoadAwareScheduling'?)"),
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "Foo", "weight": 1}]}}}]},
+     "profiles[0].plugins.score.enabled[0].name: unknown plugin 'Foo'; supported: NodeResourcesFit,"),
+    ({"profiles": [{"pluginConfig": [{"name": "LoadAwareScheduling", "args": {"usageThreshold": {"cpu": 1}}}]}]},
+     "profiles[0].pluginConfig[0].args.usageThreshold: unknown field (did you mean 'usageThresholds'?)"),
+    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare", "args": {"scoringStrategy": {"type": "Most"}}}]}]},
+     "args.scoringStrategy.type: 'Most' is not supported; accepted: LeastAllocated, MostAllocated"),
+    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare", "args": {"scoringStrategy": {
+        "resources": [{"name": "koordinator.sh/gpu-core", "weight": 0}]}}}]}]},
+     "scoringStrategy.resources[0].weight: resource weight of koordinator.sh/gpu-core not in valid range (0, 100]"),
+    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"kind": "DeviceShareArgs"}}]}]},
+     "profiles[0].pluginConfig[0].args.kind: 'DeviceShareArgs' does not match the plugin; expected CoschedulingArgs"),
+    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"defaultTimeout": "ten"}}]}]},
+     "args.defaultTimeout: 'ten' is not a duration"),
+    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"enablePreemption": "yes"}}]}]},
+     "args.enablePreemption: must be true or false, got 'yes'"),
+    ({"profiles": [{"pluginConfig": [{"name": "Reservation", "args": {"minCandidateNodesPercentage": 101}}]}]},
+     "args.minCandidateNodesPercentage: 101 is out of range (accepted: 0..100)"),
+    ({"profiles": [{"pluginConfig": [{"name": "ElasticQuota", "args": {"defaultQuotaGroupMax": {"cpu": "-1"}}}]}]},
+     "args.defaultQuotaGroupMax.cpu: must not be negative"),
+    ({"profiles": [{"plugins": {"scores": {}}}]},
+     "profiles[0].plugins.scores: unknown field (did you mean 'score'?)"),
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "TaintToleration", "weight": 3}]}}}]},
+     "TaintToleration is not implemented by koord-sched; supported:"),
+    ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "ScarceResourceAvoidance"}]}}}]},
+     "ScarceResourceAvoidance does not implement filter (it implements: score)"),
+    ({"profiles": [{"plugins": {"preBind": {"disabled": [{"name": "*"}]}}}]},
+     "DeviceShare must be enabled at both reserve and preBind or at neither"),
+    ({"profiles": [{"plugins": {"queueSort": {"disabled": [{"name": "*"}]}}}]},
+     "plugins.queueSort: exactly one queue sort plugin must be enabled"),
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "*"}]}}}]}, "'*' is only valid under disabled"),
+    ({"apiVersion": "kubescheduler.config.k8s.io/v2"}, "apiVersion: 'kubescheduler.config.k8s.io/v2' is not supported"),
+    ({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]}, "schedulerName 'a' is used by more than one"),
+    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare"}, {"name": "DeviceShare"}]}]},
+     "repeated config for plugin DeviceShare"),
+    ({"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "RequestedToCapacityRatio"}}}]}]}, "accepted: LeastAllocated, MostAllocated"),
+])
+def test_refusals_name_the_field(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_upstream_kube_plugin_names() -> None:
+    """Disabling kube-scheduler's plugins is always fine; the ones with our behaviour may be enabled."""
+    cfg = parse_config(profile_of(plugins={
+        "score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}, {"name": "ImageLocality"}]},
+        "postFilter": {"enabled": [{"name": "DefaultPreemption"}]},
+        "preEnqueue": {"enabled": [{"name": "SchedulingGates"}]}},
+        pluginConfig=[{"name": "DefaultPreemption", "args": {"minCandidateNodesPercentage": 20}}]))
+    assert cfg.plugin_args("DefaultPreemption").min_candidate_nodes_percentage == 20
+    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "NodeResourcesBalancedAllocation",
+                                                                  "weight": 2}]}}))
+    assert "NodeResourcesBalancedAllocation" in names(build(cfg).scorers)
+
+
+def test_cli_exits_2_with_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
+        "scoringStrategy": {"type": "BinPack"}}}])))
+    (tmp_path / "c.yaml").write_text("")
+    with caplog.at_level(logging.ERROR):
+        rc = main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--pods", str(tmp_path / "c.yaml"),
+                   "--config", str(bad)])
+    assert rc == 2
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "invalid --config: profiles[0].pluginConfig[0].args.scoringStrategy.type: 'BinPack' is not supported; "
+        "accepted: LeastAllocated, MostAllocated"]
+    for args in (["run", "--scheduler-name", "x", "--once"], ["extender"]):
+        proc = subprocess.run([sys.executable, "-m", "scheduler.cli", *args, "--config", str(bad),
+                               "--kubeconfig", str(tmp_path / "none")], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and "'BinPack' is not supported" in proc.stderr
+    (tmp_path / "broken.yaml").write_text("profiles: [\n")
+    assert main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--pods", str(tmp_path / "c.yaml"),
+                 "--config", str(tmp_path / "broken.yaml")]) == 2
+    assert main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--pods", str(tmp_path / "c.yaml"),
+                 "--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_profile_by_scheduler_name() -> None:
+    doc = {"profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "plugins": {"score": {
+        "disabled": [{"name": "*"}]}}}]}
+    assert parse_config(doc, "b").points["score"] == []
+    assert parse_config(doc, "a").points["score"] != []
+    assert parse_config(doc).scheduler_name == "a"
+
+
+# -- the release texts' snippets (copies in tests/scheduler/seeds, as written) -----------------------------------
+def seed(name: str) -> str:
+    return str(SEEDS / name)
+
+
+def test_seed_v16_native_noderesourcesfit() -> None:
+    """kube's NodeResourcesFit with one LeastAllocated strategy over cpu, memory and nvidia.com/gpu: it scores."""
+    cfg = load_config(seed("v16-noderesourcesfit.yaml"))
+    fit = next(s for s in build(cfg).scorers if s.name == "NodeResourcesFit")
+    assert fit.resources == (("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 1)) and not fit.most
+    cluster = build_cluster([cpu_node("a", 8), cpu_node("b", 8), running("x", "a", "6")])
+    assert Scheduler(cluster, *profile(cfg)).schedule(cpu_pod("p", "1")).node == "b"  # spread
+
+
+def test_seed_v16_fitplus_packs_gpu_spreads_cpu() -> None:
+    """GPU jobs pack onto GPU machines already in use (MostAllocated on nvidia.com/gpu), CPU jobs spread."""
+    cfg = load_config(seed("v16-fitplus.yaml"))
+    assert cfg.scheduler_name == "koord-scheduler" and cfg.weights["NodeResourcesFitPlus"] == 2
+    cluster = build_cluster([*gpu_cluster_objects(), cpu_node("cpu-1", 96), cpu_node("cpu-2", 96),
+                             running("busy", "cpu-1", "48")])
+    sched = Scheduler(cluster, *profile(cfg))
+    first = sched.schedule(gpu_pod("g0"))
+    second = sched.schedule(gpu_pod("g1"))
+    assert first.node == second.node  # packed
+    assert sched.schedule(cpu_pod("c", "1")).node == "cpu-2"
+
+
+def test_seed_v16_scarce_keeps_device_allocation() -> None:
+    """`score.disabled: "*"`: CPU pods avoid GPU nodes, and GPU pods still get their devices (Reserve/PreBind)."""
+    cfg = load_config(seed("v16-scarce.yaml"))
+    assert cfg.points["score"] == ["NodeResourcesFitPlus", "ScarceResourceAvoidance"]
+    assert cfg.plugin_args("NodeResourcesFitPlus").resources == {}  # enabled without args: no preference
+    cluster = build_cluster([*gpu_cluster_objects(), cpu_node("cpu-1", 96)])
+    result = simulate(cluster, [cpu_pod("c", "1"), gpu_pod("g")], cfg)
+    by = {p["pod"]: p for p in result["placements"]}
+    assert by["default/c"]["node"] == "cpu-1"
+    assert by["default/g"]["node"].startswith("gpu-") and ALLOCATED in by["default/g"]["annotations"]
+
+
+def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="koord-sched.config"):
+        cfg = load_config(seed("v16-reservation.yaml"))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "pluginConfigs: read as pluginConfig" in text
+    assert "plugins.postFilter: a list of {enabled}/{disabled} items read as one object" in text
+    assert "kubescheduler.config.k8s.io/v1beta3 read as kubescheduler.config.k8s.io/v1" in text
+    assert "the Reservation plugin is not implemented yet (issue #16)" in text
+    assert cfg.plugin_args("Reservation").enable_preemption is True
+    assert "DefaultPreemption" not in cfg.points["postFilter"] and "Reservation" in cfg.points["postFilter"]
+    filters, scorers, reservers = profile(cfg)
+    assert "Reservation" not in names([*filters, *scorers, *reservers])
+
+
+@pytest.mark.parametrize("name", ["nt-manual-config.yaml", "nt-manual-configmap.yaml"])
+def test_seed_network_topology_manual_config(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The manual's ConfigMap with its indentation lost: re-nested (logged), awareNetworkTopology and
+    enablePreemption reach Coscheduling."""
+    with caplog.at_level(logging.WARNING, logger="koord-sched.config"):
+        cfg = load_config(seed(name))
+    assert any("indentation lost" in r.getMessage() for r in caplog.records)
+    args = cfg.plugin_args("Coscheduling")
+    assert args.aware_network_topology is True and args.enable_preemption is True
+    assert args.explicit == {"awareNetworkTopology", "enablePreemption"}
+
+
+def test_flush_left_that_fits_nowhere_is_refused(tmp_path: Path) -> None:
+    text = (SEEDS / "nt-manual-config.yaml").read_text().replace("enablePreemption: true", "enablePreemtion: true")
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="indentation is lost and cannot be restored unambiguously at line "
+                                          "'enablePreemtion: true'"):
+        load_config(str(path))
+
+
+def test_aware_network_topology_false_turns_topology_off_in_run_only() -> None:
+    off = parse_config(profile_of(pluginConfig=[{"name": "Coscheduling", "args": {"awareNetworkTopology": False}}]))
+    cos = next(r for r in build(off, simulate=True).reservers if r.name == "Coscheduling")
+    assert cos.aware_network_topology is False
+    default = SchedulerConfig()
+    assert next(r for r in build(default, simulate=True).reservers if r.name == "Coscheduling").aware_network_topology
+    assert not next(r for r in build(default).reservers if r.name == "Coscheduling").aware_network_topology
+
+
+# -- small cluster helpers ------------------------------------------------------------------------------------------
+def cpu_node(name: str, cpus: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": str(cpus), "memory": f"{4 * cpus}Gi", "pods": "110"}}}
+
+
+def cpu_pod(name: str, cpu: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}
+
+
+def running(name: str, node: str, cpu: str) -> dict[str, Any]:
+    p = cpu_pod(name, cpu)
+    p["spec"]["nodeName"] = node
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+def gpu_cluster_objects() -> list[dict[str, Any]]:
+    """Two 8-GPU nodes with the Device CR our agent reports (l20-pcie)."""
+    out: list[dict[str, Any]] = []
+    for name in ("gpu-1", "gpu-2"):
+        out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {
+            "cpu": "96", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8", "koordinator.sh/gpu-core": "800",
+            "koordinator.sh/gpu-memory-ratio": "800"}}})
+        out.append(agent_device("l20-pcie", name))
+    return out
+
+
+def gpu_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}
+
+
+def test_simulate_json_with_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([cpu_node("a", 8)]))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([cpu_pod("p", "1")]))
+    assert main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(tmp_path / "pods.yaml"),
+                 "--config", seed("v16-scarce.yaml"), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["placements"][0]["node"] == "a"

@@ -87,6 +87,9 @@ def test_tree_status_matches_the_manual(validate_crd: Callable[[str, dict[str, A
     block0 = next(s for s in status if s["topologyInfo"]["topologyName"] == "block-0")
     assert block0["childTopologyLayer"] == "NodeTopologyLayer" and "childTopologyNames" not in block0
     assert block0["nodeNum"] == 3 and block0["parentTopologyInfo"]["topologyName"] == "spine-0"
+    # the manual's example output lists the domains depth first (upstream makeStatus)
+    assert [s["topologyInfo"]["topologyName"] for s in status] == [
+        "", "spine-0", "block-0", "block-1", "spine-1", "block-2", "block-3", "spine-2", "block-4"]
 
 
 def test_tree_virtual_block_and_dropped_nodes() -> None:

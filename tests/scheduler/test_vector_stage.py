@@ -104,3 +104,23 @@ def test_vector_stage_follows_node_changes() -> None:
                 hot = sorted(s.cluster.nodes)[-1]
                 s.cluster.nodes[hot].nodemetric = {"status": {"updateTime": NOW, "nodeMetric": {
                     "nodeUsage": {"resources": {"cpu": "100", "memory": "1Gi"}}}}}
+
+
+def test_vector_stage_matches_with_the_full_example_config() -> None:
+    """Every score plugin koord-sched ships (examples/scheduler/koord-sched-config.yaml) in both paths."""
+    from pathlib import Path
+
+    from scheduler.config import load_config
+
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / "examples" / "scheduler" / "koord-sched-config.yaml"))
+    for seed in range(3):
+        rng = random.Random(100 + seed)
+        objects = _objects(rng, 40)
+        pods = [_pod(rng, i) for i in range(100)]
+        fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
+        slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
+        assert len(fast.scorers) == 7
+        for pod in pods:
+            a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
+            assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
+            assert a.scores == b.scores, (seed, pod["metadata"]["name"])

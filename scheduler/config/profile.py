@@ -1,0 +1,285 @@
+"""KubeSchedulerConfiguration (v1) → the plugins of one profile per extension point, their score weights and args.
+
+Merge semantics are kube-scheduler's (`pkg/scheduler/apis/config/v1/default_plugins.go` mergePlugins and the
+framework's MultiPoint expansion): our default profile is a MultiPoint set; a point's `disabled` removes defaults
+there only ("*": every default at that point, and MultiPoint expansion is skipped for it); an `enabled` entry naming a
+default plugin re-configures it in place (its weight); other enabled plugins are appended. So `score.disabled: "*"`
+turns off the default scores and nothing else — DeviceShare still allocates in Reserve/PreBind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.config import args as args_mod
+from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
+from scheduler.config.plugins import (
+    BIND,
+    DEFAULT_WEIGHTS,
+    LATER,
+    MULTI_POINT,
+    NOOP,
+    NOT_IMPLEMENTED,
+    PLUGINS,
+    POINTS,
+    PRE_BIND,
+    QUEUE_SORT,
+    RESERVE,
+    SCORE,
+    supported,
+)
+
+log = logging.getLogger("koord-sched.config")
+
+API_VERSION = "kubescheduler.config.k8s.io/v1"
+OLD_API_VERSIONS = ("kubescheduler.config.k8s.io/v1beta3", "kubescheduler.config.k8s.io/v1beta2")
+KIND = "KubeSchedulerConfiguration"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+TOP_FIELDS = ("apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
+              "metricsBindAddress", "enableProfiling", "enableContentionProfiling", "percentageOfNodesToScore",
+              "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive")
+PROFILE_FIELDS = ("schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig")
+
+
+@dataclass
+class SchedulerConfig:
+    """One resolved profile: enabled plugin names per extension point (in order), score weights, typed args."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    points: dict[str, list[str]] = field(default_factory=dict)
+    weights: dict[str, int] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)  # plugin → typed args given by pluginConfig
+    explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            self.points, self.weights = _expand({})
+
+    def enabled_at(self, name: str, point: str) -> bool:
+        return name in self.points.get(point, ())
+
+    def enabled(self, name: str) -> bool:
+        return any(name in names for names in self.points.values())
+
+    def weight(self, name: str) -> int:
+        return self.weights.get(name, 1)
+
+    def plugin_args(self, name: str) -> Any:
+        """The plugin's typed args: the file's pluginConfig, else upstream's defaults."""
+        if name not in self.args:
+            self.args[name] = args_mod.defaults(name)
+        return self.args[name]
+
+
+def _plugin_list(section: Mapping[str, Any], key: str, where: str, point: str) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for i, item in enumerate(object_list(section, key, where)):
+        w = f"{where}.{key}[{i}]"
+        check_keys(item, ("name", "weight"), w)
+        name = string(item, "name", w, "")
+        weight = item.get("weight", 0)
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            raise ConfigError(f"{w}.weight: must be a non-negative integer, got {weight!r}")
+        if name == "*":
+            if key == "enabled":
+                raise ConfigError(f"{w}.name: '*' is only valid under disabled")
+            out.append((name, 0))
+            continue
+        info = PLUGINS.get(name)
+        if info is None:
+            raise ConfigError(f"{w}.name: unknown plugin {name!r}{suggest(name, PLUGINS)}; supported: "
+                              f"{', '.join(supported())}")
+        if key == "enabled":
+            if info.status == NOT_IMPLEMENTED:
+                raise ConfigError(f"{w}.name: {name} is not implemented by koord-sched; supported: "
+                                  f"{', '.join(supported())}")
+            if point != MULTI_POINT and point not in info.points:
+                raise ConfigError(f"{w}.name: {name} does not implement {point} (it implements: "
+                                  f"{', '.join(info.points)})")
+        out.append((name, weight))
+    return out
+
+
+def _merge_set(default_enabled: list[tuple[str, int]], default_disabled: list[str],
+               enabled: list[tuple[str, int]], disabled: list[str]) -> tuple[list[tuple[str, int]], set[str]]:
+    """kube-scheduler's mergePluginSet: defaults minus disabled (all with "*"), re-configured in place, then the
+    other enabled plugins appended."""
+    off = set(disabled) | set(default_disabled)
+    custom = {n: (i, w) for i, (n, w) in enumerate(enabled)}
+    replaced: set[int] = set()
+    out: list[tuple[str, int]] = []
+    if "*" not in off:
+        for n, w in default_enabled:
+            if n in off:
+                continue
+            if n in custom:
+                i, w = custom[n]
+                replaced.add(i)
+            out.append((n, w))
+    out += [(n, w) for i, (n, w) in enumerate(enabled) if i not in replaced]
+    return out, off
+
+
+def _default_multipoint() -> tuple[list[tuple[str, int]], dict[str, list[str]]]:
+    enabled = [(p.name, DEFAULT_WEIGHTS.get(p.name, 0)) for p in PLUGINS.values() if p.default]
+    disabled: dict[str, list[str]] = {}
+    for p in PLUGINS.values():
+        if p.default:
+            for point in p.points:
+                if point not in p.default:
+                    disabled.setdefault(point, []).append(p.name)
+    return enabled, disabled
+
+
+def _expand(custom: dict[str, tuple[list[tuple[str, int]], list[str]]]
+            ) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Per extension point, the enabled plugins in order (MultiPoint expansion), and the score weights."""
+    mp_default, mp_disabled = _default_multipoint()
+    mp_enabled, _ = _merge_set(mp_default, [], *custom.get(MULTI_POINT, ([], [])))
+    points: dict[str, list[str]] = {}
+    weights: dict[str, int] = {}
+    for point in POINTS:
+        enabled, off = _merge_set([], mp_disabled.get(point, []),
+                                  *custom.get(point, ([], [])))
+        names = [n for n, _ in enabled]
+        order: list[str] = list(names)
+        if "*" not in off:
+            override = [n for n, _ in mp_enabled if point in PLUGINS[n].points and n not in off and n in names]
+            added = [n for n, _ in mp_enabled if point in PLUGINS[n].points and n not in off and n not in names]
+            order = override + added + [n for n in names if n not in override]
+        points[point] = list(dict.fromkeys(order))
+        if point == SCORE:
+            given = dict(enabled)
+            multi = dict(mp_enabled)
+            for n in points[point]:
+                w = given.get(n) or multi.get(n) or 0
+                weights[n] = w or 1  # kube-scheduler: a score weight of 0 means 1
+    return points, weights
+
+
+def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
+    check_keys(profile, PROFILE_FIELDS, where)
+    plugins = mapping(profile.get("plugins"), f"{where}.plugins")
+    check_keys(plugins, (*POINTS, MULTI_POINT), f"{where}.plugins")
+    custom: dict[str, tuple[list[tuple[str, int]], list[str]]] = {}
+    explicit: set[str] = set()
+    for point, raw in plugins.items():
+        w = f"{where}.plugins.{point}"
+        section = mapping(raw, w)
+        check_keys(section, ("enabled", "disabled"), w)
+        enabled = _plugin_list(section, "enabled", w, point)
+        disabled = [n for n, _ in _plugin_list(section, "disabled", w, point)]
+        custom[point] = (enabled, disabled)
+        explicit.update(n for n, _ in enabled)
+    points, weights = _expand(custom)
+    cfg = SchedulerConfig(string(profile, "schedulerName", where, "") or DEFAULT_SCHEDULER_NAME, points, weights,
+                          explicit=explicit)
+    if profile.get("percentageOfNodesToScore") is not None:
+        log.info("%s.percentageOfNodesToScore: koord-sched scores every feasible node; ignored", where)
+    seen: set[str] = set()
+    for i, pc in enumerate(object_list(profile, "pluginConfig", where)):
+        w = f"{where}.pluginConfig[{i}]"
+        check_keys(pc, ("name", "args"), w)
+        name = string(pc, "name", w, "")
+        if name not in PLUGINS:
+            raise ConfigError(f"{w}.name: unknown plugin {name!r}{suggest(name, PLUGINS)}; supported: "
+                              f"{', '.join(supported())}")
+        if name in seen:
+            raise ConfigError(f"{w}.name: repeated config for plugin {name}")
+        seen.add(name)
+        entry = args_mod.ARGS.get(name)
+        raw_args = mapping(pc.get("args"), f"{w}.args")
+        if entry is None:
+            if raw_args and PLUGINS[name].status == NOT_IMPLEMENTED:
+                log.info("%s: %s is not implemented by koord-sched; its args are ignored", w, name)
+                continue
+            check_keys(raw_args, ("apiVersion", "kind"), f"{w}.args")
+            continue
+        _check_type(raw_args, entry.kind, f"{w}.args")
+        cfg.args[name] = entry.parse(raw_args, f"{w}.args")
+    _fit_scoring(cfg, profile, custom, where)
+    _validate(cfg, where)
+    return cfg
+
+
+def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: dict[str, Any], where: str) -> None:
+    """[decision] our defaults leave NodeResourcesFit's Score off (koord-sched's default profile is koord-scheduler's
+    plugins, not kube-scheduler's default scores); NodeResourcesFitArgs with a scoringStrategy turns it on at weight 1,
+    as it is in kube-scheduler's default profile, unless the file disables it at score."""
+    if "NodeResourcesFit" in cfg.points[SCORE]:
+        return
+    given = next((pc for pc in profile.get("pluginConfig") or [] if isinstance(pc, Mapping)
+                  and pc.get("name") == "NodeResourcesFit"), None)
+    if not given or not isinstance(given.get("args"), Mapping) or "scoringStrategy" not in given["args"]:
+        return
+    disabled = custom.get(SCORE, ([], []))[1]
+    if "*" in disabled or "NodeResourcesFit" in disabled:
+        return
+    cfg.points[SCORE].append("NodeResourcesFit")
+    cfg.weights["NodeResourcesFit"] = 1
+    log.info("%s: NodeResourcesFit scores with its scoringStrategy (weight 1, as in kube-scheduler's defaults)", where)
+
+
+def _check_type(raw: Mapping[str, Any], kind: str, where: str) -> None:
+    api = raw.get("apiVersion")
+    if api is not None and api != API_VERSION:
+        if api in OLD_API_VERSIONS:
+            log.info("%s.apiVersion: %s read as %s (the same fields)", where, api, API_VERSION)
+        else:
+            raise ConfigError(f"{where}.apiVersion: {api!r} is not supported; accepted: {API_VERSION}")
+    got = raw.get("kind")
+    if got is not None and got != kind:
+        raise ConfigError(f"{where}.kind: {got!r} does not match the plugin; expected {kind}")
+
+
+def _validate(cfg: SchedulerConfig, where: str) -> None:
+    sorts = cfg.points.get(QUEUE_SORT, [])
+    if len(sorts) != 1:
+        raise ConfigError(f"{where}.plugins.queueSort: exactly one queue sort plugin must be enabled (accepted: "
+                          f"PrioritySort), got {sorts or 'none'}")
+    if not cfg.points.get(BIND):
+        raise ConfigError(f"{where}.plugins.bind: at least one bind plugin is needed (accepted: DefaultBinder)")
+    if cfg.enabled_at("DeviceShare", RESERVE) != cfg.enabled_at("DeviceShare", PRE_BIND):
+        raise ConfigError(f"{where}.plugins: DeviceShare must be enabled at both reserve and preBind or at neither "
+                          "(devices reserved in Reserve are written to the pod in PreBind)")
+    for name in sorted(cfg.explicit):
+        info = PLUGINS[name]
+        if info.status == LATER:
+            log.warning("%s: %s", name, info.note)
+        elif info.status == NOOP:
+            log.info("%s: accepted; %s", name, info.note)
+
+
+def parse_config(doc: Any, scheduler_name: str | None = None) -> SchedulerConfig:
+    """A KubeSchedulerConfiguration dict (None or empty: the defaults); the profile for `scheduler_name`, else the
+    first one. Raises ConfigError."""
+    if doc is None:
+        return SchedulerConfig()
+    doc = mapping(doc, "config")
+    check_keys(doc, TOP_FIELDS, "config")
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    if api is not None and api != API_VERSION:
+        if api not in OLD_API_VERSIONS:
+            raise ConfigError(f"apiVersion: {api!r} is not supported; accepted: {API_VERSION}")
+        log.info("apiVersion: %s read as %s (the fields koord-sched reads are the same)", api, API_VERSION)
+    if kind is not None and kind != KIND:
+        raise ConfigError(f"kind: {kind!r} is not supported; accepted: {KIND}")
+    profiles = object_list(doc, "profiles", "config")
+    if not profiles:
+        return SchedulerConfig()
+    parsed = [parse_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    names = [p.scheduler_name for p in parsed]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"profiles: schedulerName {dup!r} is used by more than one profile")
+    if scheduler_name is not None:
+        for p in parsed:
+            if p.scheduler_name == scheduler_name:
+                return p
+        log.warning("no profile has schedulerName %s; using the first one (%s)", scheduler_name, names[0])
+    elif len(parsed) > 1:
+        log.info("%d profiles; using the first (%s)", len(parsed), names[0])
+    return parsed[0]
