@@ -199,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     noderesource_cli.add_parser(sub)
     ns = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
+    if ns.command == "noderesource":  # no scheduler configuration: koord-manager's part
+        return noderesource_cli.command(ns)
     try:  # before anything else: a bad config is reported first, in one line, exit 2
         ns.cfg = cfg = load_config(ns.config, getattr(ns, "scheduler_name", None))
     except ConfigError as e:
@@ -208,8 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return extender(ns)
     if ns.command == "run":
         return run(ns)
-    if ns.command == "noderesource":
-        return noderesource_cli.command(ns)
     from scheduler.noderesource.fill import config_of, fill_missing
 
     objects = load_objects(ns.cluster)
