@@ -184,6 +184,19 @@ class Scheduler:
             if drop is not None:
                 drop(pod)
 
+    def prebind_patches(self, pod_key: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Pod labels and Node annotations plugins want written before the pod's Binding (DeviceShare's device
+        plugin adapters: HAMi's vgpu-node label, Cambricon's node lock); handed out once per reservation."""
+        labels: dict[str, str] = {}
+        node_annotations: dict[str, str] = {}
+        for p in self.plugins():
+            get = getattr(p, "prebind_patches", None)
+            got = get(pod_key) if get is not None else None
+            if got is not None:
+                labels.update(got.labels)
+                node_annotations.update(got.node_annotations)
+        return labels, node_annotations
+
     def plugin(self, name: str) -> Any | None:
         return next((p for p in self.plugins() if getattr(p, "name", None) == name), None)
 

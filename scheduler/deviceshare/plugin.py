@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 
 from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
@@ -25,10 +30,40 @@ from scheduler.deviceshare.requests import (
     plan_pod,
 )
 from scheduler.deviceshare.state import Allocations, DeviceState, NodeDeviceState, encode_allocations
+from scheduler.deviceshare.templates import (
+    ERR_NO_TEMPLATE,
+    Catalog,
+    TemplatesConfig,
+    describe,
+    describe_resources,
+    enforced,
+    match,
+    parse_catalog,
+)
+from scheduler.deviceshare.vendors import (
+    HAMI_CORE,
+    LABEL_ISOLATION_PROVIDER,
+    LOCK_KEYS,
+    VENDOR_CAMBRICON,
+    VENDOR_HUAWEI,
+    Adapted,
+    adapt,
+    check,
+    gpu_model,
+    isolation_provider,
+    lock_held,
+    provider_mismatch,
+)
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 
+log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[GPU])}
+_ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON)  # whose device plugins need the adapter's annotations
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 class DeviceShare:
@@ -42,13 +77,30 @@ class DeviceShare:
     name = "DeviceShare"
 
     def __init__(self, scoring_strategy: str = LEAST_ALLOCATED, weight: int = 1,
-                 resource_weights: dict[str, int] | None = None, state: DeviceState | None = None) -> None:
+                 resource_weights: dict[str, int] | None = None, state: DeviceState | None = None, *,
+                 templates: TemplatesConfig | None = None,
+                 gpu_share_unsupported_models: Iterable[tuple[str, str]] = (),
+                 device_plugin_adaption: bool | None = None,
+                 clock: Callable[[], dt.datetime] = _utcnow) -> None:
+        """`templates` is DeviceShareArgs.gpuSharedResourceTemplatesConfig, `gpu_share_unsupported_models` its
+        gpuShareUnsupportedModels as (vendor, model) pairs; `device_plugin_adaption` is upstream's feature gate
+        DevicePluginAdaption: True adapts every device pod, False none, None (default) the pods on Huawei and
+        Cambricon nodes and HAMi-core pods, whose device plugins cannot work without it."""
         self.weight = weight
+        self.templates = templates or TemplatesConfig()
+        self.unsupported_models = frozenset(gpu_share_unsupported_models)
+        self.adaption = device_plugin_adaption
+        self.clock = clock
+        self._catalog: Catalog = {}
+        self._catalog_source: Any = None  # the ConfigMap object the catalog was parsed from
+        self._catalog_version = 0
+        self._prebind: dict[str, Adapted] = {}  # pod key → pod labels / node annotations to write before binding
+        self._locks: dict[str, tuple[Any, str]] = {}  # node → (its Node object when we locked it, lock value)
         self.scorer = Scorer(scoring_strategy, resource_weights)
         self.allocator = Allocator(self.scorer)
         self.state = state if state is not None else DeviceState()
         self._pod: JSON | None = None
-        self._fingerprint: tuple[str | None, ...] = ()
+        self._fingerprint: tuple[Any, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
         self._fits: dict[str, tuple[int, bool, Allocations]] = {}  # node → (state version, complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
@@ -64,13 +116,39 @@ class DeviceShare:
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
 
+    def sync_templates(self, cluster: Cluster | None) -> None:
+        """Re-read the GPU shared resource templates when their ConfigMap object changed."""
+        cm = cluster.configmaps.get(self.templates.key) if cluster is not None else None
+        if cm is self._catalog_source:
+            return
+        self._catalog_source, self._catalog_version = cm, self._catalog_version + 1
+        try:
+            self._catalog = parse_catalog(cm)
+        except ValueError as e:
+            log.warning("ConfigMap %s: GPU shared resource templates ignored: %s", self.templates.key, e)
+            self._catalog = {}
+
+    def _plan_templates(self, plan: PodPlan) -> None:
+        """parseGPURequirements: a shared request naming a matched resource must equal some template exactly."""
+        if plan.gpu is None or not enforced(self.templates, plan.gpu.per_gpu, plan.gpu.shared):
+            return
+        found = match(self._catalog, plan.gpu.per_gpu)
+        if not found:
+            where = ("" if self._catalog_source is not None else
+                     f" (ConfigMap {self.templates.key} not found)")
+            raise InvalidDeviceRequest(f"{ERR_NO_TEMPLATE} for {{{describe_resources(plan.gpu.per_gpu)}}}; "
+                                       f"templates: {describe(self._catalog)}{where}")
+        plan.templates, plan.template_catalog = found, self._catalog
+
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        fp = tuple(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC))
+        fp = (*(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC)),
+              self._catalog_version)
         if pod is not self._pod or fp != self._fingerprint or self._plan is None:
             try:
                 self._plan = plan_pod(pod, pod_requests(pod))
+                self._plan_templates(self._plan)
             except InvalidDeviceRequest as e:
                 self._plan = e
             self._pod, self._fingerprint, self._fits = pod, fp, {}
@@ -97,16 +175,60 @@ class DeviceShare:
         return allocs
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        self.sync_templates(cluster)
         try:
-            if self.plan(pod).empty:
+            plan = self.plan(pod)
+            if plan.empty:
                 return None
-            self._try(pod, node, complete=False)
+            why = self._vendor_filter(pod, plan, node, cluster)
+            if why is None:
+                why = self._vendor_check(node, self._try(pod, node, complete=False))
         except (InvalidDeviceRequest, Unschedulable) as e:
             return str(e)
-        return None
+        return why
+
+    # ---- vendors: HAMi-core, unsupported models, device plugin locks and adapters ----
+
+    def _model(self, node: NodeInfo) -> tuple[str, str]:
+        return gpu_model(node.labels, self.state.node(node).labels)
+
+    def _adapts(self, pod: JSON, vendor: str) -> bool:
+        if self.adaption is not None:
+            return self.adaption
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return vendor in _ADAPTED_VENDORS or isolation_provider(labels.get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE
+
+    def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster) -> str | None:
+        if plan.gpu is None:
+            return None
+        vendor, model = self._model(node)
+        if plan.gpu.shared:
+            why = provider_mismatch((pod.get("metadata") or {}).get("labels") or {}, node.labels)
+            if why is not None:
+                return why
+            if (vendor, model) in self.unsupported_models:
+                return f"model {model!r} of vendor {vendor!r} does not support GPU Share".replace("'", '"')
+        lock = LOCK_KEYS.get(vendor)
+        if lock is None or not self._adapts(pod, vendor):
+            return None
+        mine = self._locks.get(node.name)
+        value = mine[1] if mine is not None and mine[0] is node.obj else (
+            ((node.obj.get("metadata") or {}).get("annotations") or {}).get(lock))
+        return lock_held(value, self.clock(), lambda k: k in node.pods or any(
+            k in n.pods for n in cluster.nodes.values()))
+
+    def _vendor_check(self, node: NodeInfo, allocs: Allocations) -> str | None:
+        vendor = self._model(node)[0]
+        return check(vendor, allocs) if vendor in _ADAPTED_VENDORS and self.adaption is not False else None
+
+    def prebind_patches(self, pod_key: str) -> Adapted | None:
+        """What must be written before the pod's Binding besides its annotations (pod labels, node locks);
+        handed out once."""
+        return self._prebind.pop(pod_key, None)
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         """Node-level score (1.6): each requested type scored on the node's summed totals/free, averaged over types."""
+        self.sync_templates(cluster)
         try:
             plan = self.plan(pod)
         except InvalidDeviceRequest:
@@ -175,6 +297,7 @@ class DeviceShare:
         per-GPU request than the GPU count — every allocation path (partition, topology, default) takes whole
         fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`."""
         self.sync(index)
+        self.sync_templates(index.cluster)
         n = len(index)
         try:
             plan = self.plan(pod)
@@ -201,6 +324,7 @@ class DeviceShare:
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node."""
         self.sync(index)
+        self.sync_templates(index.cluster)
         n = len(index)
         try:
             plan = self.plan(pod)
@@ -220,6 +344,7 @@ class DeviceShare:
         return np.where(self._planned, scores[GPU], every) if self._gpu_only(plan) else every
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        self.sync_templates(cluster)
         try:
             plan = self.plan(pod)
         except InvalidDeviceRequest as e:
@@ -227,13 +352,29 @@ class DeviceShare:
         if plan.empty:
             return {}
         allocs = self._try(pod, node, complete=True)
+        why = self._vendor_check(node, allocs)
+        if why is not None:
+            raise Unschedulable(why)
         st = self.state.node(node)
         self.state.reserve(node, key(pod), allocs)
         self._fits.pop(node.name, None)
-        return {ANNOTATION_ALLOCATED: encode_allocations(allocs, st.ids)}
+        annotations = {ANNOTATION_ALLOCATED: encode_allocations(allocs, st.ids)}
+        vendor, model = self._model(node)
+        if self._adapts(pod, vendor):
+            adapted = adapt(pod, node.name, allocs, vendor, model, self.clock())
+            annotations.update(adapted.annotations)
+            if adapted.labels or adapted.node_annotations:
+                self._prebind[key(pod)] = adapted
+            for value in adapted.node_annotations.values():
+                self._locks[node.name] = (node.obj, value)
+        return annotations
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self.state.pod_removed(node.name, key(pod))
+        if self._prebind.pop(key(pod), None) is not None:
+            mine = self._locks.get(node.name)
+            if mine is not None and mine[1].endswith(f",{key(pod).replace('/', ',', 1)}"):
+                del self._locks[node.name]
 
     def pod_removed(self, node_name: str, pod_key: str) -> None:
         """Forget a deleted or terminated pod's devices (a pod leaving node.pods is noticed on its own)."""
