@@ -115,6 +115,8 @@ class DeviceShare:
         self._table: BoolArray = np.zeros(0, dtype=np.bool_)  # own gpu-partitions table (any minors per partition)
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
+        self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
+        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # see _by_rows
 
     def sync_templates(self, cluster: Cluster | None) -> None:
         """Re-read the GPU shared resource templates when their ConfigMap object changed."""
@@ -258,20 +260,48 @@ class DeviceShare:
             self._planned, self._table = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
             self._gpu_ok = np.zeros((n, 0), dtype=np.bool_)
             self._gpu_free = np.zeros((n, 0, len(_GPU_COLUMNS)), dtype=np.int64)
+            self._row_version = np.zeros(n, dtype=np.int64)
+            self._row_cache.clear()
             rows: set[int] | range = range(n)
         else:
             rows = set(changed)
             rows.update(index.pos[name] for name in self._dirty if name in index.pos)
         for i in rows:
             self._fill(i, self.state.node(index.nodes[i]))
+            self._row_version[i] += 1
         self._dirty.clear()
 
+    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
+        """`compute(rows)` for every node, kept per request shape and recomputed only for the rows whose device
+        arrays changed since (a placement touches one node): both vector results depend on their row only.
+        The array returned is the cache's own: callers do not modify it."""
+        hit = self._row_cache.get(key)
+        if hit is None:
+            if len(self._row_cache) >= 64:
+                self._row_cache.clear()
+            result = compute(slice(None))
+            self._row_cache[key] = (self._row_version.copy(), result)
+            return result
+        seen, result = hit
+        rows = np.flatnonzero(self._row_version != seen)
+        if rows.size:
+            result[rows] = compute(rows)
+            seen[rows] = self._row_version[rows]
+        return result
+
+    @staticmethod
+    def _shape(plan: PodPlan) -> tuple[Any, ...]:
+        gpu = plan.gpu
+        return (tuple((t, tuple(sorted(r.items()))) for t, r in plan.requests.items()),
+                None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))
+
     def _fill(self, i: int, st: NodeDeviceState) -> None:
+        # rows are assigned from lists: one numpy call per row rather than one per element
         for t in DEVICE_TYPES:
             self._has[t][i] = bool(st.devices.get(t))
             totals, free = st.total_sum.get(t, {}), st.free_sum.get(t, {})
-            for j, r in enumerate(self._weighted):
-                self._total[t][i, j], self._free[t][i, j] = totals.get(r, 0), free.get(r, 0)
+            self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
+            self._free[t][i] = [free.get(r, 0) for r in self._weighted]
         self._planned[i] = st.labels.get(LABEL_WELL_PLANNED) == "true"
         self._table[i] = bool(st.annotations.get(ANNOTATION_PARTITIONS))
         gpus = st.devices.get(GPU, {})
@@ -280,13 +310,16 @@ class DeviceShare:
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
         self._gpu_ok[i], self._gpu_free[i] = False, 0
-        free_gpu = st.free.get(GPU, {})
-        for k, (m, d) in enumerate(gpus.items()):
-            self._gpu_ok[i, k] = bool(d.total)
-            for r, v in free_gpu.get(m, {}).items():
-                c = _GPU_COLUMNS.get(r)
-                if c is not None:
-                    self._gpu_free[i, k, c] = v
+        if gpus:
+            free_gpu = st.free.get(GPU, {})
+            self._gpu_ok[i, :len(gpus)] = [bool(d.total) for d in gpus.values()]
+            rows = [[0] * len(_GPU_COLUMNS) for _ in gpus]
+            for row, m in zip(rows, gpus, strict=True):
+                for r, v in free_gpu.get(m, {}).items():
+                    c = _GPU_COLUMNS.get(r)
+                    if c is not None:
+                        row[c] = v
+            self._gpu_free[i, :len(gpus)] = rows
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""
@@ -305,20 +338,27 @@ class DeviceShare:
             return np.zeros(n, dtype=np.bool_)
         if plan.empty:
             return None
+        ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
+        return ok
+
+    def _prefilter_rows(self, plan: PodPlan, rows: Any) -> BoolArray:
         gpu_only = self._gpu_only(plan)
+        n = len(self._row_version[rows])
         ok = np.ones(n, dtype=np.bool_)
+        planned = self._planned[rows]
         for t in plan.requests:
-            cond = self._has[t].copy() if t in self._has else np.zeros(n, dtype=np.bool_)
+            cond = self._has[t][rows].copy() if t in self._has else np.zeros(n, dtype=np.bool_)
             if t == GPU and plan.gpu is not None:
-                fit = self._gpu_ok.copy()
+                fit = self._gpu_ok[rows].copy()
+                free = self._gpu_free[rows]
                 for r, v in plan.gpu.per_gpu.items():
                     c = _GPU_COLUMNS.get(r)
                     if c is not None:
-                        fit &= self._gpu_free[:, :, c] >= v
+                        fit &= free[:, :, c] >= v
                     elif v > 0:
                         fit[:] = False
-                cond &= self._table | (fit.sum(axis=1) >= plan.gpu.count)
-            ok &= (cond | self._planned) if gpu_only and t != GPU else cond
+                cond &= self._table[rows] | (fit.sum(axis=1) >= plan.gpu.count)
+            ok &= (cond | planned) if gpu_only and t != GPU else cond
         return ok
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
@@ -332,6 +372,11 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         if plan.empty:
             return np.zeros(n, dtype=np.int64)
+        result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows))
+        return result
+
+    def _score_rows(self, plan: PodPlan, rows: Any) -> IntArray:
+        n = len(self._row_version[rows])
         zeros = np.zeros((n, len(self._weighted)), dtype=np.int64)
         scores: dict[str, IntArray] = {}
         for t in plan.requests:
@@ -339,9 +384,11 @@ class DeviceShare:
                 request = {r: v * plan.gpu.count for r, v in plan.gpu.per_gpu.items()}
             else:
                 request = plan.requests[t]
-            scores[t] = self.scorer.score_vector(request, self._total.get(t, zeros), self._free.get(t, zeros))
+            total, free = self._total.get(t), self._free.get(t)
+            scores[t] = self.scorer.score_vector(request, zeros if total is None else total[rows],
+                                                 zeros if free is None else free[rows])
         every = sum(scores.values(), np.zeros(n, dtype=np.int64)) // len(scores)
-        return np.where(self._planned, scores[GPU], every) if self._gpu_only(plan) else every
+        return np.where(self._planned[rows], scores[GPU], every) if self._gpu_only(plan) else every
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
         self.sync_templates(cluster)
