@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import ROUND_HALF_UP, ROUND_UP, Context, Decimal, InvalidOperation, localcontext
@@ -69,6 +70,14 @@ def format_bytes(n: int) -> str:
 
 
 def _parse(value: str | int | float) -> tuple[Decimal, str]:
+    # A cluster repeats the same few quantities everywhere; the type is part of the key (True == 1, 1 == 1.0).
+    if not isinstance(value, str | int | float):
+        _as_text(value)  # raises InvalidInput (and keeps unhashable garbage away from the cache)
+    return _parse_cached(type(value).__name__, value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(_kind: str, value: str | int | float) -> tuple[Decimal, str]:
     text = _as_text(value)
     match = _NUMBER.fullmatch(text)
     if match is None:

@@ -31,6 +31,17 @@ MEMORY = "memory"
 PODS = "pods"
 _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric"})
+# apis/extension/deprecated.go DeprecatedDeviceResourcesMapper: v0.7's `kubernetes.io/` device names. Upstream's
+# informer transformers (pkg/util/transformer) rename them in pods' containers, nodes' allocatable and Device CRs
+# when the new name is absent; we do the same wherever resource lists are read.
+DEPRECATED_DEVICE_RESOURCES = {
+    "kubernetes.io/rdma": "koordinator.sh/rdma",
+    "kubernetes.io/fpga": "koordinator.sh/fpga",
+    "kubernetes.io/gpu": "koordinator.sh/gpu",
+    "kubernetes.io/gpu-core": "koordinator.sh/gpu-core",
+    "kubernetes.io/gpu-memory": "koordinator.sh/gpu-memory",
+    "kubernetes.io/gpu-memory-ratio": "koordinator.sh/gpu-memory-ratio",
+}
 
 
 def quantity_value(resource: str, value: Any) -> int:
@@ -44,16 +55,38 @@ def _quantity_value(milli: bool, text: str) -> int:  # a cluster repeats the sam
     return math.ceil(q * 1000) if milli else math.ceil(q)
 
 
+# **[decision]** the v1.6 release text's HAMi pod asks `koordinator.sh/gpu-shared`; upstream ignores that name (and
+# kubelet drops extended resources a node does not have), so the GPU would not be shared. Read as gpu.shared, logged.
+MISSPELLED_DEVICE_RESOURCES = {"koordinator.sh/gpu-shared": "koordinator.sh/gpu.shared"}
+_RENAMED = DEPRECATED_DEVICE_RESOURCES | MISSPELLED_DEVICE_RESOURCES
+_told: set[str] = set()
+
+
+def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
+    """`resources` with deprecated device names replaced by their koordinator.sh names (replaceAndEraseResource:
+    when both names are present, both stay as they are)."""
+    if _RENAMED.keys().isdisjoint(resources):
+        return resources
+    out = dict(resources)
+    for old, new in _RENAMED.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+            if old in MISSPELLED_DEVICE_RESOURCES and old not in _told:
+                _told.add(old)
+                log.warning("resource %s read as %s (the v1.6 release text's spelling)", old, new)
+    return out
+
+
 def resource_list(obj: Any) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
-    return {str(k): quantity_value(str(k), v) for k, v in obj.items()}
+    return {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(obj).items()}
 
 
 def _tolerant_resources(node: str, obj: Any) -> dict[str, int]:
     """A node's allocatable; an entry that does not parse is left out (logged), the rest still count."""
     out: dict[str, int] = {}
-    for k, v in (obj or {}).items() if isinstance(obj, dict) else ():
+    for k, v in renamed_deprecated(obj).items() if isinstance(obj, dict) else ():
         try:
             out[str(k)] = quantity_value(str(k), v)
         except InvalidInput as e:
@@ -195,6 +228,7 @@ class Cluster:
     pending: list[JSON] = field(default_factory=list)  # pods without spec.nodeName found in the cluster dir
     elastic_quotas: list[JSON] = field(default_factory=list)  # ElasticQuota objects
     pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
+    configmaps: dict[str, JSON] = field(default_factory=dict)  # ns/name → ConfigMap (e.g. GPU share templates)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "nodes" and not isinstance(value, NodeMap):
@@ -255,6 +289,8 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.elastic_quotas.append(o)
         elif kind == "PodDisruptionBudget":
             cluster.pdbs.append(o)
+        elif kind == "ConfigMap":
+            cluster.configmaps[f"{(o.get('metadata') or {}).get('namespace') or 'default'}/{name}"] = o
         elif kind == "PriorityClass":
             cluster.priority_classes[name] = int(o.get("value") or 0)
         elif kind == "Pod":

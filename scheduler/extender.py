@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -44,6 +45,8 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric"),
 )
 OPTIONAL_KINDS = ("Device", "NodeMetric")  # CRDs that may not be installed
+# Listed on every (re)load, not watched: DeviceShare's GPU shared resource templates live in a ConfigMap there.
+CONFIGMAPS = "/api/v1/namespaces/koordinator-system/configmaps"
 LIST_PAGE = 500
 WATCH_TIMEOUT = 300  # seconds per watch request; the server ends it and we re-watch from the last resourceVersion
 MAX_BACKOFF = 30.0
@@ -70,6 +73,8 @@ class ClusterSource:
                 log.warning("%s is not served (CRD not installed?); continuing without %s objects", path, kind)
                 continue
             out.extend(items)
+        with contextlib.suppress(NotFound):  # no such namespace: no templates
+            out.extend(self.list_kind(CONFIGMAPS, "ConfigMap")[0])
         return out
 
     def list_kind(self, path: str, kind: str) -> tuple[list[JSON], str]:
@@ -438,11 +443,16 @@ class Extender:
                 self.assumed[pod_key] = _Assumed(pod, node)
                 if self.metrics is not None:
                     self.metrics.reserved(annotations)
-            patched = False
+            patched = locked = False
+            labels, node_annotations = self.scheduler.prebind_patches(pod_key)
             try:
-                if annotations:
-                    self.client.patch(_pod_path(namespace, name), {"metadata": {"annotations": annotations}})
+                meta = ({"annotations": annotations} if annotations else {}) | ({"labels": labels} if labels else {})
+                if meta:
+                    self.client.patch(_pod_path(namespace, name), {"metadata": meta})
                     patched = True
+                if node_annotations:  # a device plugin's node lock (DeviceShare adapters)
+                    self.client.patch(f"/api/v1/nodes/{node}", {"metadata": {"annotations": node_annotations}})
+                    locked = True
                 self.client.post(f"{_pod_path(namespace, name)}/binding", {
                     "apiVersion": "v1", "kind": "Binding",
                     "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
@@ -451,6 +461,12 @@ class Extender:
                 self._rollback(pod, pod_key, node)
                 if patched:
                     self._unannotate(namespace, name, annotations)
+                if locked:
+                    try:
+                        self.client.patch(f"/api/v1/nodes/{node}",
+                                          {"metadata": {"annotations": dict.fromkeys(node_annotations)}})
+                    except KoordletError as unlock_error:
+                        log.warning("unlocking node %s after a failed bind: %s", node, unlock_error)
                 return {"Error": f"binding {pod_key} to {node}: {e}"}
             with self.lock:
                 if pod_key in self.assumed:

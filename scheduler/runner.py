@@ -254,12 +254,19 @@ class SecondaryScheduler:
         Binding rolls back the members not bound yet (earlier members stay bound: there is no unbind)."""
         patched: list[Placement] = []
         bound: list[Placement] = []
+        locked: dict[str, list[str]] = {}  # pod → node annotations written for it (device plugin locks)
         error = ""
         for p in members:
+            labels, node_annotations = sched.prebind_patches(p.pod)
             try:
-                if p.annotations:
-                    self.client.patch(_path(pods[p.pod]), {"metadata": {"annotations": p.annotations}})
+                meta = ({"annotations": p.annotations} if p.annotations else {}) | ({"labels": labels} if labels
+                                                                                     else {})
+                if meta:
+                    self.client.patch(_path(pods[p.pod]), {"metadata": meta})
                 patched.append(p)
+                if node_annotations:
+                    self.client.patch(_node_path(str(p.node)), {"metadata": {"annotations": node_annotations}})
+                    locked[p.pod] = list(node_annotations)
             except KoordletError as e:
                 error = f"patching {p.pod}: {e}"
                 break
@@ -282,6 +289,8 @@ class SecondaryScheduler:
         for p in undo:
             if p.pod in annotated and p.annotations:
                 self._unannotate(pods[p.pod], p.annotations)
+            if p.pod in locked:
+                self._unlock(str(p.node), locked[p.pod])
             p.reason = f"{'gang ' + unit + ' ' if len(members) > 1 else ''}bind failed: {error}"
             p.node, p.annotations = None, {}
         failure = BindFailure(unit, error, sorted(done), [p.pod for p in undo])
@@ -298,6 +307,13 @@ class SecondaryScheduler:
             self.client.patch(_path(pod), {"metadata": {"annotations": dict.fromkeys(annotations)}})
         except KoordletError as e:
             log.warning("removing %s from %s after a failed bind: %s", ", ".join(annotations), key(pod), e)
+
+    def _unlock(self, node: str, annotations: list[str]) -> None:
+        """Best effort: a device plugin lock taken for a pod that was not bound would hold the node for 5 minutes."""
+        try:
+            self.client.patch(_node_path(node), {"metadata": {"annotations": dict.fromkeys(annotations)}})
+        except KoordletError as e:
+            log.warning("removing %s from node %s after a failed bind: %s", ", ".join(annotations), node, e)
 
     def _unschedulable(self, pod: JSON, reason: str) -> None:
         k = key(pod)
@@ -334,6 +350,10 @@ class SecondaryScheduler:
 def _path(pod: JSON) -> str:
     meta = pod.get("metadata") or {}
     return _pod_path(str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{name}"
 
 
 def _binding(pod: JSON, node: str) -> JSON:

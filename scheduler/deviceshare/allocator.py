@@ -26,6 +26,8 @@ from scheduler.deviceshare.requests import (
     instances,
 )
 from scheduler.deviceshare.state import VF, Allocation, Allocations, NodeDeviceState
+from scheduler.deviceshare.templates import ERR_NO_TEMPLATE, describe, gpu_model_key
+from scheduler.deviceshare.vendors import gpu_model
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import IntArray
 
@@ -132,7 +134,8 @@ HOPPER_MODELS = ("H100", "H800", "H20")
 
 
 def parse_partition_table(raw: str) -> PartitionTable:
-    """The Device CR's gpu-partitions annotation; raises ValueError (allocationScore must be a JSON integer)."""
+    """The Device CR's gpu-partitions annotation; raises ValueError (allocationScore must be an integer; a quoted
+    one is accepted)."""
     doc = json.loads(raw)
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
@@ -141,6 +144,10 @@ def parse_partition_table(raw: str) -> PartitionTable:
         out = []
         for p in parts or []:
             score = p.get("allocationScore", 0)
+            if isinstance(score, str) and score.strip().lstrip("-").isdigit():
+                # **[decision]** the v1.7 release text quotes it ("1"); Go's int field would refuse the whole table.
+                log.info("gpu-partitions: allocationScore %r read as the integer %d", score, int(score))
+                score = int(score)
             if not isinstance(score, int) or isinstance(score, bool):
                 raise ValueError(f"allocationScore {score!r} is not an integer")
             bw = p.get("ringBusBandwidth")
@@ -304,6 +311,18 @@ class Allocator:
 
     def _allocate_gpu(self, st: NodeDeviceState, plan: PodPlan, req: GPURequirement, node_labels: dict[str, str],
                       candidates: set[int], preferred_pcies: set[str]) -> list[Allocation]:
+        if plan.templates is not None:  # allocateByTemplate
+            model = gpu_model_key(*gpu_model(node_labels, st.labels))
+            names = plan.templates.get(model, [])
+            if not names:
+                raise Unschedulable(f"{ERR_NO_TEMPLATE}: GPU model {model} has "
+                                    f"{describe(plan.template_catalog or {}, [model])}")
+            if len(names) == 1:  # exactly one: partitions are skipped (generalAllocate), the allocation tagged
+                allocs = self._general(st, plan, req, candidates, preferred_pcies)
+                for a in allocs:
+                    a.template = names[0]
+                return allocs
+            # several equal templates: upstream leaves the choice open ("volcano style" TODO) and goes on untagged
         table, node_honor = partition_table(st, node_labels)
         honor = node_honor or plan.partition is not None
         if not req.shared:
@@ -313,6 +332,11 @@ class Allocator:
             except Unschedulable:
                 if honor:
                     raise
+        return self._general(st, plan, req, candidates, preferred_pcies)
+
+    def _general(self, st: NodeDeviceState, plan: PodPlan, req: GPURequirement, candidates: set[int],
+                 preferred_pcies: set[str]) -> list[Allocation]:
+        """generalAllocate: the topology scopes, then the default scored walk."""
         hint = plan.hints.get(GPU)
         scope = hint.scope if hint is not None else ""
         try:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,13 +31,43 @@ from scheduler.deviceshare.requests import (
     plan_pod,
 )
 from scheduler.deviceshare.state import Allocations, DeviceState, NodeDeviceState, encode_allocations
+from scheduler.deviceshare.templates import (
+    ERR_NO_TEMPLATE,
+    Catalog,
+    TemplatesConfig,
+    describe,
+    describe_resources,
+    enforced,
+    match,
+    parse_catalog,
+)
+from scheduler.deviceshare.vendors import (
+    HAMI_CORE,
+    LABEL_ISOLATION_PROVIDER,
+    LOCK_KEYS,
+    VENDOR_CAMBRICON,
+    VENDOR_HUAWEI,
+    Adapted,
+    adapt,
+    check,
+    gpu_model,
+    isolation_provider,
+    lock_held,
+    provider_mismatch,
+)
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 
 if TYPE_CHECKING:
     from scheduler.config.args import DeviceShareArgs
 
+log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[GPU])}
+_ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON)  # whose device plugins need the adapter's annotations
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
@@ -56,14 +89,31 @@ class DeviceShare:
     name = "DeviceShare"
 
     def __init__(self, scoring_strategy: str = LEAST_ALLOCATED, weight: int = 1,
-                 resource_weights: dict[str, int] | None = None, state: DeviceState | None = None) -> None:
+                 resource_weights: dict[str, int] | None = None, state: DeviceState | None = None, *,
+                 templates: TemplatesConfig | None = None,
+                 gpu_share_unsupported_models: Iterable[tuple[str, str]] = (),
+                 device_plugin_adaption: bool | None = None,
+                 clock: Callable[[], dt.datetime] = _utcnow) -> None:
+        """`templates` is DeviceShareArgs.gpuSharedResourceTemplatesConfig, `gpu_share_unsupported_models` its
+        gpuShareUnsupportedModels as (vendor, model) pairs; `device_plugin_adaption` is upstream's feature gate
+        DevicePluginAdaption: True adapts every device pod, False none, None (default) the pods on Huawei and
+        Cambricon nodes and HAMi-core pods, whose device plugins cannot work without it."""
         self.weight = weight
         self.args: DeviceShareArgs | None = None  # set by from_args
+        self.templates = templates or TemplatesConfig()
+        self.unsupported_models = frozenset(gpu_share_unsupported_models)
+        self.adaption = device_plugin_adaption
+        self.clock = clock
+        self._catalog: Catalog = {}
+        self._catalog_source: Any = None  # the ConfigMap object the catalog was parsed from
+        self._catalog_version = 0
+        self._prebind: dict[str, Adapted] = {}  # pod key → pod labels / node annotations to write before binding
+        self._locks: dict[str, tuple[Any, str]] = {}  # node → (its Node object when we locked it, lock value)
         self.scorer = Scorer(scoring_strategy, resource_weights)
         self.allocator = Allocator(self.scorer)
         self.state = state if state is not None else DeviceState()
         self._pod: JSON | None = None
-        self._fingerprint: tuple[str | None, ...] = ()
+        self._fingerprint: tuple[Any, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
         self._fits: dict[str, tuple[int, bool, Allocations]] = {}  # node → (state version, complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
@@ -78,21 +128,53 @@ class DeviceShare:
         self._table: BoolArray = np.zeros(0, dtype=np.bool_)  # own gpu-partitions table (any minors per partition)
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
+        self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
+        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # see _by_rows
+
+    def sync_templates(self, cluster: Cluster | None) -> None:
+        """Re-read the GPU shared resource templates when their ConfigMap object changed."""
+        cm = cluster.configmaps.get(self.templates.key) if cluster is not None else None
+        if cm is self._catalog_source:
+            return
+        self._catalog_source, self._catalog_version = cm, self._catalog_version + 1
+        try:
+            self._catalog = parse_catalog(cm)
+        except ValueError as e:
+            log.warning("ConfigMap %s: GPU shared resource templates ignored: %s", self.templates.key, e)
+            self._catalog = {}
+
+    def _plan_templates(self, plan: PodPlan) -> None:
+        """parseGPURequirements: a shared request naming a matched resource must equal some template exactly."""
+        if plan.gpu is None or not enforced(self.templates, plan.gpu.per_gpu, plan.gpu.shared):
+            return
+        found = match(self._catalog, plan.gpu.per_gpu)
+        if not found:
+            where = ("" if self._catalog_source is not None else
+                     f" (ConfigMap {self.templates.key} not found)")
+            raise InvalidDeviceRequest(f"{ERR_NO_TEMPLATE} for {{{describe_resources(plan.gpu.per_gpu)}}}; "
+                                       f"templates: {describe(self._catalog)}{where}")
+        plan.templates, plan.template_catalog = found, self._catalog
 
     @classmethod
     def from_args(cls, args: DeviceShareArgs, weight: int = 1) -> DeviceShare:
-        """The plugin as a KubeSchedulerConfiguration configures it (DeviceShareArgs.scoringStrategy)."""
-        plugin = cls(args.scoring_strategy.type, weight, args.scoring_strategy.weights)
+        """The plugin as a KubeSchedulerConfiguration configures it (DeviceShareArgs: scoringStrategy, the GPU
+        shared resource templates' ConfigMap and matched resources, gpuShareUnsupportedModels)."""
+        t = args.gpu_shared_resource_templates_config
+        plugin = cls(args.scoring_strategy.type, weight, args.scoring_strategy.weights,
+                     templates=TemplatesConfig(t.config_map_namespace, t.config_map_name, tuple(t.matched_resources)),
+                     gpu_share_unsupported_models=args.gpu_share_unsupported_models)
         plugin.args = args
         return plugin
 
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        fp = tuple(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC))
+        fp = (*(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC)),
+              self._catalog_version)
         if pod is not self._pod or fp != self._fingerprint or self._plan is None:
             try:
                 self._plan = plan_pod(pod, pod_requests(pod))
+                self._plan_templates(self._plan)
             except InvalidDeviceRequest as e:
                 self._plan = e
             self._pod, self._fingerprint, self._fits = pod, fp, {}
@@ -119,16 +201,60 @@ class DeviceShare:
         return allocs
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        self.sync_templates(cluster)
         try:
-            if self.plan(pod).empty:
+            plan = self.plan(pod)
+            if plan.empty:
                 return None
-            self._try(pod, node, complete=False)
+            why = self._vendor_filter(pod, plan, node, cluster)
+            if why is None:
+                why = self._vendor_check(node, self._try(pod, node, complete=False))
         except (InvalidDeviceRequest, Unschedulable) as e:
             return str(e)
-        return None
+        return why
+
+    # ---- vendors: HAMi-core, unsupported models, device plugin locks and adapters ----
+
+    def _model(self, node: NodeInfo) -> tuple[str, str]:
+        return gpu_model(node.labels, self.state.node(node).labels)
+
+    def _adapts(self, pod: JSON, vendor: str) -> bool:
+        if self.adaption is not None:
+            return self.adaption
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return vendor in _ADAPTED_VENDORS or isolation_provider(labels.get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE
+
+    def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster) -> str | None:
+        if plan.gpu is None:
+            return None
+        vendor, model = self._model(node)
+        if plan.gpu.shared:
+            why = provider_mismatch((pod.get("metadata") or {}).get("labels") or {}, node.labels)
+            if why is not None:
+                return why
+            if (vendor, model) in self.unsupported_models:
+                return f"model {model!r} of vendor {vendor!r} does not support GPU Share".replace("'", '"')
+        lock = LOCK_KEYS.get(vendor)
+        if lock is None or not self._adapts(pod, vendor):
+            return None
+        mine = self._locks.get(node.name)
+        value = mine[1] if mine is not None and mine[0] is node.obj else (
+            ((node.obj.get("metadata") or {}).get("annotations") or {}).get(lock))
+        return lock_held(value, self.clock(), lambda k: k in node.pods or any(
+            k in n.pods for n in cluster.nodes.values()))
+
+    def _vendor_check(self, node: NodeInfo, allocs: Allocations) -> str | None:
+        vendor = self._model(node)[0]
+        return check(vendor, allocs) if vendor in _ADAPTED_VENDORS and self.adaption is not False else None
+
+    def prebind_patches(self, pod_key: str) -> Adapted | None:
+        """What must be written before the pod's Binding besides its annotations (pod labels, node locks);
+        handed out once."""
+        return self._prebind.pop(pod_key, None)
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         """Node-level score (1.6): each requested type scored on the node's summed totals/free, averaged over types."""
+        self.sync_templates(cluster)
         try:
             plan = self.plan(pod)
         except InvalidDeviceRequest:
@@ -154,20 +280,48 @@ class DeviceShare:
             self._planned, self._table = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
             self._gpu_ok = np.zeros((n, 0), dtype=np.bool_)
             self._gpu_free = np.zeros((n, 0, len(_GPU_COLUMNS)), dtype=np.int64)
+            self._row_version = np.zeros(n, dtype=np.int64)
+            self._row_cache.clear()
             rows: set[int] | range = range(n)
         else:
             rows = set(changed)
             rows.update(index.pos[name] for name in self._dirty if name in index.pos)
         for i in rows:
             self._fill(i, self.state.node(index.nodes[i]))
+            self._row_version[i] += 1
         self._dirty.clear()
 
+    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
+        """`compute(rows)` for every node, kept per request shape and recomputed only for the rows whose device
+        arrays changed since (a placement touches one node): both vector results depend on their row only.
+        The array returned is the cache's own: callers do not modify it."""
+        hit = self._row_cache.get(key)
+        if hit is None:
+            if len(self._row_cache) >= 64:
+                self._row_cache.clear()
+            result = compute(slice(None))
+            self._row_cache[key] = (self._row_version.copy(), result)
+            return result
+        seen, result = hit
+        rows = np.flatnonzero(self._row_version != seen)
+        if rows.size:
+            result[rows] = compute(rows)
+            seen[rows] = self._row_version[rows]
+        return result
+
+    @staticmethod
+    def _shape(plan: PodPlan) -> tuple[Any, ...]:
+        gpu = plan.gpu
+        return (tuple((t, tuple(sorted(r.items()))) for t, r in plan.requests.items()),
+                None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))
+
     def _fill(self, i: int, st: NodeDeviceState) -> None:
+        # rows are assigned from lists: one numpy call per row rather than one per element
         for t in DEVICE_TYPES:
             self._has[t][i] = bool(st.devices.get(t))
             totals, free = st.total_sum.get(t, {}), st.free_sum.get(t, {})
-            for j, r in enumerate(self._weighted):
-                self._total[t][i, j], self._free[t][i, j] = totals.get(r, 0), free.get(r, 0)
+            self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
+            self._free[t][i] = [free.get(r, 0) for r in self._weighted]
         self._planned[i] = st.labels.get(LABEL_WELL_PLANNED) == "true"
         self._table[i] = bool(st.annotations.get(ANNOTATION_PARTITIONS))
         gpus = st.devices.get(GPU, {})
@@ -176,13 +330,16 @@ class DeviceShare:
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
         self._gpu_ok[i], self._gpu_free[i] = False, 0
-        free_gpu = st.free.get(GPU, {})
-        for k, (m, d) in enumerate(gpus.items()):
-            self._gpu_ok[i, k] = bool(d.total)
-            for r, v in free_gpu.get(m, {}).items():
-                c = _GPU_COLUMNS.get(r)
-                if c is not None:
-                    self._gpu_free[i, k, c] = v
+        if gpus:
+            free_gpu = st.free.get(GPU, {})
+            self._gpu_ok[i, :len(gpus)] = [bool(d.total) for d in gpus.values()]
+            rows = [[0] * len(_GPU_COLUMNS) for _ in gpus]
+            for row, m in zip(rows, gpus, strict=True):
+                for r, v in free_gpu.get(m, {}).items():
+                    c = _GPU_COLUMNS.get(r)
+                    if c is not None:
+                        row[c] = v
+            self._gpu_free[i, :len(gpus)] = rows
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""
@@ -193,6 +350,7 @@ class DeviceShare:
         per-GPU request than the GPU count — every allocation path (partition, topology, default) takes whole
         fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`."""
         self.sync(index)
+        self.sync_templates(index.cluster)
         n = len(index)
         try:
             plan = self.plan(pod)
@@ -200,25 +358,33 @@ class DeviceShare:
             return np.zeros(n, dtype=np.bool_)
         if plan.empty:
             return None
+        ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
+        return ok
+
+    def _prefilter_rows(self, plan: PodPlan, rows: Any) -> BoolArray:
         gpu_only = self._gpu_only(plan)
+        n = len(self._row_version[rows])
         ok = np.ones(n, dtype=np.bool_)
+        planned = self._planned[rows]
         for t in plan.requests:
-            cond = self._has[t].copy() if t in self._has else np.zeros(n, dtype=np.bool_)
+            cond = self._has[t][rows].copy() if t in self._has else np.zeros(n, dtype=np.bool_)
             if t == GPU and plan.gpu is not None:
-                fit = self._gpu_ok.copy()
+                fit = self._gpu_ok[rows].copy()
+                free = self._gpu_free[rows]
                 for r, v in plan.gpu.per_gpu.items():
                     c = _GPU_COLUMNS.get(r)
                     if c is not None:
-                        fit &= self._gpu_free[:, :, c] >= v
+                        fit &= free[:, :, c] >= v
                     elif v > 0:
                         fit[:] = False
-                cond &= self._table | (fit.sum(axis=1) >= plan.gpu.count)
-            ok &= (cond | self._planned) if gpu_only and t != GPU else cond
+                cond &= self._table[rows] | (fit.sum(axis=1) >= plan.gpu.count)
+            ok &= (cond | planned) if gpu_only and t != GPU else cond
         return ok
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node."""
         self.sync(index)
+        self.sync_templates(index.cluster)
         n = len(index)
         try:
             plan = self.plan(pod)
@@ -226,15 +392,22 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         if plan.empty:
             return np.zeros(n, dtype=np.int64)
+        result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows))
+        return result
+
+    def _score_rows(self, plan: PodPlan, rows: Any) -> IntArray:
+        n = len(self._row_version[rows])
         zeros = np.zeros((n, len(self._weighted)), dtype=np.int64)
         scores: dict[str, IntArray] = {}
         for t in plan.requests:
-            scores[t] = self.scorer.score_vector(_per_device(plan, t), self._total.get(t, zeros),
-                                                 self._free.get(t, zeros))
+            total, free = self._total.get(t), self._free.get(t)
+            scores[t] = self.scorer.score_vector(_per_device(plan, t), zeros if total is None else total[rows],
+                                                 zeros if free is None else free[rows])
         every = sum(scores.values(), np.zeros(n, dtype=np.int64)) // len(scores)
-        return np.where(self._planned, scores[GPU], every) if self._gpu_only(plan) else every
+        return np.where(self._planned[rows], scores[GPU], every) if self._gpu_only(plan) else every
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        self.sync_templates(cluster)
         try:
             plan = self.plan(pod)
         except InvalidDeviceRequest as e:
@@ -242,13 +415,29 @@ class DeviceShare:
         if plan.empty:
             return {}
         allocs = self._try(pod, node, complete=True)
+        why = self._vendor_check(node, allocs)
+        if why is not None:
+            raise Unschedulable(why)
         st = self.state.node(node)
         self.state.reserve(node, key(pod), allocs)
         self._fits.pop(node.name, None)
-        return {ANNOTATION_ALLOCATED: encode_allocations(allocs, st.ids)}
+        annotations = {ANNOTATION_ALLOCATED: encode_allocations(allocs, st.ids)}
+        vendor, model = self._model(node)
+        if self._adapts(pod, vendor):
+            adapted = adapt(pod, node.name, allocs, vendor, model, self.clock())
+            annotations.update(adapted.annotations)
+            if adapted.labels or adapted.node_annotations:
+                self._prebind[key(pod)] = adapted
+            for value in adapted.node_annotations.values():
+                self._locks[node.name] = (node.obj, value)
+        return annotations
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self.state.pod_removed(node.name, key(pod))
+        if self._prebind.pop(key(pod), None) is not None:
+            mine = self._locks.get(node.name)
+            if mine is not None and mine[1].endswith(f",{key(pod).replace('/', ',', 1)}"):
+                del self._locks[node.name]
 
     def pod_removed(self, node_name: str, pod_key: str) -> None:
         """Forget a deleted or terminated pod's devices (a pod leaving node.pods is noticed on its own)."""

@@ -200,6 +200,9 @@ class PodPlan:
     joint_types: list[str]
     joint_same_pcie: bool
     partition: PartitionSpec | None
+    # GPU model key → the one or more templates the per-GPU request equals, when templates are enforced (vNPU)
+    templates: dict[str, list[str]] | None = None
+    template_catalog: Any = None  # templates.Catalog the match was made against (for reasons)
 
     @property
     def empty(self) -> bool:

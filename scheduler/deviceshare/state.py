@@ -10,7 +10,7 @@ from typing import Any
 
 from koordlet.errors import InvalidInput
 from koordlet.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value
+from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def decode_allocations(raw: str) -> Allocations:
             if not isinstance(resources, dict):
                 raise ValueError(f"{dtype}: resources is not an object")
             try:
-                res = {str(k): quantity_value(str(k), v) for k, v in resources.items()}
+                res = {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(resources).items()}
             except InvalidInput as e:
                 raise ValueError(f"{dtype}: {e}") from e
             ext = a.get("extension") or {}
@@ -119,7 +119,9 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
         if not isinstance(d, dict) or not d.get("type"):
             continue
         try:
-            total = {str(k): quantity_value(str(k), v) for k, v in (d.get("resources") or {}).items()}
+            resources = d.get("resources") or {}
+            total = {str(k): quantity_value(str(k), v)
+                     for k, v in (renamed_deprecated(resources) if isinstance(resources, dict) else {}).items()}
         except InvalidInput as e:
             log.warning("Device %s: ignoring %s minor %s: %s", (device or {}).get("metadata", {}).get("name"),
                         d.get("type"), d.get("minor"), e)

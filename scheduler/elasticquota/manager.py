@@ -208,6 +208,34 @@ class GroupQuotaManager:
         if assigned:
             self.reserve(quota, pod_key)
 
+    def on_pods_add(self, quota: str, pods: list[tuple[str, Mapping[str, int], bool, bool]]) -> None:
+        """on_pod_add for many pods of one quota — (key, requests, assigned, non-preemptible) — with their request
+        and used propagated once as sums (a re-list's bulk load): every delta is non-negative, so the tree ends
+        exactly where one pod after another would leave it."""
+        q = self.quotas.get(quota)
+        if q is None:
+            return
+        request: Resources = {}
+        np_request: Resources = {}
+        used: Resources = {}
+        np_used: Resources = {}
+        for pod_key, requests, assigned, non_preemptible in pods:
+            if pod_key in q.pods:
+                continue
+            req = mask(requests, q.max)
+            q.pods[pod_key] = _Pod(req, assigned, non_preemptible)
+            request = add(request, req)
+            if non_preemptible:
+                np_request = add(np_request, req)
+            if assigned:
+                used = add(used, req)
+                if non_preemptible:
+                    np_used = add(np_used, req)
+        if not is_zero(request):
+            self._propagate_request(self._path(quota), request, np_request, 0)
+        if used:
+            self._propagate_used(quota, used, np_used)
+
     def on_pod_delete(self, quota: str, pod_key: str) -> None:
         q = self.quotas.get(quota)
         if q is None or pod_key not in q.pods:

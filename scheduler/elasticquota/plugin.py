@@ -109,8 +109,19 @@ class ElasticQuota:
         self._pod_quota = {}
         self._nodes_version = -1
         self._sync_total(cluster)
-        for pod in cluster.assigned_pods():
-            self._track(pod, assigned=True)
+        batch: dict[str, list[tuple[str, Mapping[str, int], bool, bool]]] = {}
+        for pod in cluster.assigned_pods():  # _track for every assigned pod, propagated once per quota
+            k = key(pod)
+            if k in self._pod_quota or not is_active(pod):
+                continue
+            try:
+                requests = pod_requests(pod)
+            except InvalidInput:
+                continue
+            quota = self._pod_quota[k] = self.quota_of(pod)
+            batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
+        for quota, pods in batch.items():
+            self.manager.on_pods_add(quota, pods)
         self.add_pending(cluster.pending, cluster)
 
     def sync(self, index: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,10 @@ class LoadAware:
         self._cap: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)
         self._usage: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)  # nodeUsage + nodeDelta
         self._prod: IntArray = np.zeros((0, len(self.resources)), dtype=np.int64)  # prodUsage + prodDelta
+        # Per estimate, the time-independent part of the vector results, refreshed for changed rows only: a
+        # placement changes one node's load, so the next pod of the same shape recomputes one row, not all.
+        self._row_version: IntArray = np.zeros(0, dtype=np.int64)
+        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}
 
     def estimate(self, pod: JSON) -> Vector:
         """Estimated usage of a pod over the resource vector (estimator/default_estimator.go)."""
@@ -137,8 +142,11 @@ class LoadAware:
             self._has_state, self._has_metric = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
             self._custom, self._update = np.zeros(n, dtype=np.bool_), np.full(n, np.nan)
             self._cap, self._usage, self._prod = (np.zeros((n, width), dtype=np.int64) for _ in range(3))
+            self._row_version = np.zeros(n, dtype=np.int64)
+            self._row_cache.clear()
         for i in range(len(index)) if changed is None else changed:
             node = index.nodes[i]
+            self._row_version[i] += 1
             st = self.loads.get(node)
             self._has_state[i] = st is not None
             if st is None:
@@ -150,6 +158,22 @@ class LoadAware:
             for r, j in self._col.items():
                 self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
                     prod.get(r, 0)
+
+    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
+        """`compute(rows)` over every node, cached per key; only rows refilled by `sync` since are recomputed."""
+        hit = self._row_cache.get(key)
+        if hit is None:
+            if len(self._row_cache) >= 64:
+                self._row_cache.clear()
+            result = compute(slice(None))
+            self._row_cache[key] = (self._row_version.copy(), result)
+            return result
+        seen, result = hit
+        rows = np.flatnonzero(self._row_version != seen)
+        if rows.size:
+            result[rows] = compute(rows)
+            seen[rows] = self._row_version[rows]
+        return result
 
     def _expired_vector(self) -> BoolArray:
         age = self.now() - self._update
@@ -180,19 +204,26 @@ class LoadAware:
                 if not a.enable_schedule_when_node_metrics_expired:
                     fail |= self._has_state & expired
                 live &= ~expired
-            used = (self._prod if prod else self._usage) + self._estimate_vector(pod)
-            over = np.zeros(len(index), dtype=np.bool_)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                for r in sorted(thresholds):
-                    t, j = thresholds[r], self._col[r]
-                    if t == 0:
-                        continue
-                    cap = self._cap[:, j]
-                    over |= (cap != 0) & (np.floor(used[:, j] / cap * 100 + 0.5) > t)
+            est = self._estimate_vector(pod)
+            over = self._by_rows(("over", prod, tuple(est.tolist())),
+                                 lambda rows: self._over_rows(rows, prod, est, thresholds))
             fail |= live & over
         for i in np.flatnonzero(self._custom & self._has_state).tolist():
             fail[i] = self.filter(pod, index.nodes[i], cluster) is not None
         return ~fail
+
+    def _over_rows(self, rows: Any, prod: bool, est: IntArray, thresholds: dict[str, int]) -> BoolArray:
+        used = (self._prod if prod else self._usage)[rows] + est
+        cap_all = self._cap[rows]
+        over = np.zeros(len(cap_all), dtype=np.bool_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for r in sorted(thresholds):
+                t, j = thresholds[r], self._col[r]
+                if t == 0:
+                    continue
+                cap = cap_all[:, j]
+                over |= (cap != 0) & (np.floor(used[:, j] / cap * 100 + 0.5) > t)
+        return over
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None:
         """Exactly `score` for every node; None for aggregated scoring (then `score` runs per node)."""
@@ -202,21 +233,27 @@ class LoadAware:
         if not a.resource_weights and a.dominant_resource_weight == 0:
             return np.zeros(n, dtype=np.int64)
         if a.score_according_prod_usage and self._is_prod(pod):
-            base = self._prod
+            prod = True
         elif a.aggregated is not None and a.aggregated.score_aggregation_type:
             return None
         else:
-            base = self._usage
+            prod = False
         weights = np.array([a.resource_weights.get(r, 0) for r in self.resources], dtype=np.int64)
         d = a.dominant_resource_weight
         if int(weights.sum()) + d == 0:
             return np.zeros(n, dtype=np.int64)
-        used, cap = base + self._estimate_vector(pod), self._cap
-        per = np.where((cap == 0) | (used > cap), 0, (cap - used) * 100 // np.where(cap == 0, 1, cap))
-        lowest = np.minimum(per.min(axis=1), 100) if per.shape[1] else np.full(n, 100, dtype=np.int64)
-        score = ((per * weights).sum(axis=1) + d * lowest) // (int(weights.sum()) + d)
+        est = self._estimate_vector(pod)
+        score = self._by_rows(("score", prod, tuple(est.tolist())),
+                              lambda rows: self._score_rows(rows, prod, est, weights, d))
         valid = self._has_state & self._has_metric & ~self._expired_vector()
         return np.where(valid, score, 0).astype(np.int64)
+
+    def _score_rows(self, rows: Any, prod: bool, est: IntArray, weights: IntArray, d: int) -> IntArray:
+        used, cap = (self._prod if prod else self._usage)[rows] + est, self._cap[rows]
+        per = np.where((cap == 0) | (used > cap), 0, (cap - used) * 100 // np.where(cap == 0, 1, cap))
+        lowest = np.minimum(per.min(axis=1), 100) if per.shape[1] else np.full(len(cap), 100, dtype=np.int64)
+        result: IntArray = ((per * weights).sum(axis=1) + d * lowest) // (int(weights.sum()) + d)
+        return result
 
     # ---- Score ----
 

@@ -126,8 +126,11 @@ def test_hami_core_missing_ratio_or_memory_adds_nothing(tmp_path: Path) -> None:
     r = create(hami({"koordinator.sh/gpu-memory-ratio": "25"}), bare_facts(tmp_path))
     assert not r.adjustment
     assert [f.field for f in r.failures] == [f"{FIELD}.gpu[0].resources[koordinator.sh/gpu-memory]"]
-    # the label is compared case-sensitively, as upstream
-    other = pod({"gpu": [{"minor": 0}]}, labels={"koordinator.sh/gpu-isolation-provider": "hami-core"})
+    # [decision] the v1.6 release text's `hami-core` is HAMi-core too (upstream compares case-sensitively)
+    spelled = pod({"gpu": [{"minor": 0}]}, labels={"koordinator.sh/gpu-isolation-provider": "hami-core"})
+    assert [f.field for f in create(spelled, bare_facts(tmp_path)).failures] == [
+        f"{FIELD}.gpu[0].resources[koordinator.sh/gpu-memory-ratio]"]
+    other = pod({"gpu": [{"minor": 0}]}, labels={"koordinator.sh/gpu-isolation-provider": "other"})
     assert create(other, bare_facts(tmp_path)).adjustment == Adjustment(env={"NVIDIA_VISIBLE_DEVICES": "0"})
 
 

@@ -402,3 +402,32 @@ def test_simulate_json_with_config(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(tmp_path / "pods.yaml"),
                  "--config", seed("v16-scarce.yaml"), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["placements"][0]["node"] == "a"
+
+
+def test_deviceshare_args_reach_the_plugin(tmp_path: Path) -> None:
+    """gpuSharedResourceTemplatesConfig and gpuShareUnsupportedModels of a config file configure DeviceShare."""
+    from scheduler.deviceshare.plugin import DeviceShare
+
+    path = tmp_path / "sched.yaml"
+    path.write_text("""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: koord-scheduler
+    pluginConfig:
+      - name: DeviceShare
+        args:
+          apiVersion: kubescheduler.config.k8s.io/v1
+          kind: DeviceShareArgs
+          gpuSharedResourceTemplatesConfig:
+            configMapNamespace: gpu-system
+            configMapName: vnpu-templates
+            matchedResources: [huawei.com/npu-core]
+          gpuShareUnsupportedModels:
+            - vendor: nvidia
+              model: L20
+""")
+    cfg = load_config(str(path))
+    [ds] = {id(p): p for p in profile(cfg)[2] if isinstance(p, DeviceShare)}.values()
+    assert ds.templates.key == "gpu-system/vnpu-templates"
+    assert ds.templates.matched_resources == ("huawei.com/npu-core",)
+    assert ds.unsupported_models == frozenset({("nvidia", "L20")})

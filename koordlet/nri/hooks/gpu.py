@@ -6,7 +6,7 @@ Upstream: pkg/koordlet/runtimehooks/hooks/gpu/gpu.go (spec §5.5).
   `gpu_env_uuid` (flag `--runtime-hooks-gpu-env-uuid`, off by default): the entries' `id`s (GPU UUIDs) instead,
   when every entry carries one, because the NVIDIA toolkit reads numbers as NVML indices, which need not equal the
   device minors (the RTX 4090 `nvidia-smi -q` fixture: bus 01:00.0 is minor 3).
-- HAMi-core, when the pod label `koordinator.sh/gpu-isolation-provider` is exactly `HAMi-core`: the first GPU's
+- HAMi-core, when the pod label `koordinator.sh/gpu-isolation-provider` is `HAMi-core` (any casing): the first GPU's
   resources decide. A missing `koordinator.sh/gpu-memory-ratio` is bad input; below 100: CUDA_DEVICE_MEMORY_LIMIT
   (bytes of `koordinator.sh/gpu-memory`, required), CUDA_DEVICE_SM_LIMIT (`koordinator.sh/gpu-core`, when present),
   LD_PRELOAD of the library and rbind mounts of the library and `/tmp/vgpulock`. With gate HamiCoreVGPUMonitor
@@ -40,7 +40,9 @@ ENV_SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 ENV_PRELOAD = "LD_PRELOAD"
 ENV_SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
-PROVIDER_HAMI_CORE = "HAMi-core"  # compared case-sensitively, as upstream
+# **[decision]** upstream compares case-sensitively; the v1.6 release text labels its pods `hami-core`, so any
+# casing counts (koord-sched's DeviceShare matches node and pod labels the same way).
+PROVIDER_HAMI_CORE = "HAMi-core"
 HAMI_CORE_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"  # upstream --hami-core-library-directory-path default
 VGPU_LOCK_DIR = "/tmp/vgpulock"  # HAMi issue 696: the lock dir is shared with the host
 _FULL_RATIO = 100
@@ -59,7 +61,7 @@ def inject(call: HookCall) -> HookResult:
         visible = ",".join(str(g.minor) for g in gpus)
     adj = Adjustment(env={ENV_VISIBLE_DEVICES: visible})
     out = HookResult(adjustment=adj)
-    if call.pod.labels.get(LABEL_GPU_ISOLATION_PROVIDER) != PROVIDER_HAMI_CORE:
+    if (call.pod.labels.get(LABEL_GPU_ISOLATION_PROVIDER) or "").lower() != PROVIDER_HAMI_CORE.lower():
         return out
     first = gpus[0]
     ratio = first.value(RESOURCE_GPU_MEMORY_RATIO)

@@ -1,0 +1,137 @@
+"""Device plugin adapters: what vendors' device plugins read from a pod bound with koord-scheduler's allocation
+(upstream pkg/scheduler/plugins/deviceshare/device_plugin_adapter.go), HAMi-core isolation matching, node locks."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scheduler.cluster import JSON
+from scheduler.deviceshare.requests import GPU, GPU_CORE, GPU_MEMORY
+from scheduler.deviceshare.state import Allocations
+
+LABEL_VENDOR = "node.koordinator.sh/gpu-vendor"
+LABEL_MODEL = "node.koordinator.sh/gpu-model"
+LABEL_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
+LABEL_HAMI_VGPU_NODE = "hami.io/vgpu-node"
+HAMI_CORE = "HAMi-core"
+
+VENDOR_HUAWEI = "huawei"
+VENDOR_CAMBRICON = "cambricon"
+ASCEND_310P_DUO = "Ascend-310P3-300I-DUO"
+
+ANN_BIND_TIMESTAMP = "scheduling.koordinator.sh/bind-timestamp"
+ANN_GPU_MINORS = "scheduling.koordinator.sh/gpu-minors"
+ANN_PREDICATE_TIME = "predicate-time"
+ANN_NPU_CORE = "huawei.com/npu-core"
+ANN_ASCEND_310P = "huawei.com/Ascend310P"
+ANN_DSMLU_ASSIGNED = "CAMBRICON_DSMLU_ASSIGHED"  # sic: the Cambricon device plugin's spelling
+ANN_DSMLU_PROFILE = "CAMBRICON_DSMLU_PROFILE"
+ANN_DSMLU_LOCK = "cambricon.com/dsmlu.lock"
+CAMBRICON_VMEMORY_UNIT = 256 * 1024 * 1024  # the device plugin's min-dsmlu-unit
+LOCK_TIMEOUT = dt.timedelta(minutes=5)
+
+# Vendors whose device plugin cannot tell two pods apart that are bound to a node at the same time: the scheduler
+# locks the node (annotation `<key>: <RFC 3339 time>,<namespace>,<name>`) until the plugin removes the lock.
+LOCK_KEYS = {VENDOR_CAMBRICON: ANN_DSMLU_LOCK}
+
+
+def gpu_model(node_labels: dict[str, str], device_labels: dict[str, str]) -> tuple[str, str]:
+    """(vendor, model): the Node's labels, else the Device CR's (our agent labels the Device CR)."""
+    return (node_labels.get(LABEL_VENDOR) or device_labels.get(LABEL_VENDOR, ""),
+            node_labels.get(LABEL_MODEL) or device_labels.get(LABEL_MODEL, ""))
+
+
+def isolation_provider(value: str) -> str:
+    """**[decision]** the v1.6 release text spells HAMi-core `hami-core`: any casing of it is HAMi-core."""
+    return HAMI_CORE if value.lower() == HAMI_CORE.lower() else value
+
+
+def provider_mismatch(pod_labels: dict[str, str], node_labels: dict[str, str]) -> str | None:
+    """plugin.go Filter: a shared-GPU pod naming an isolation provider fits only nodes labelled with the same one.
+    **[decision]** a per-node reason (upstream returns an Error status that aborts the whole attempt)."""
+    want = pod_labels.get(LABEL_ISOLATION_PROVIDER, "")
+    if not want or isolation_provider(want) == isolation_provider(node_labels.get(LABEL_ISOLATION_PROVIDER, "")):
+        return None
+    return f"node(s) didn't match gpu-isolation-provider {isolation_provider(want)}"
+
+
+def check(vendor: str, allocs: Allocations) -> str | None:
+    """What the vendor's adapter would refuse at PreBind, found at Filter instead so another node can be tried."""
+    gpus = allocs.get(GPU) or []
+    if vendor != VENDOR_CAMBRICON or not gpus:
+        return None
+    if len(gpus) > 1:
+        return "multiple gpu share is not supported on device side"
+    if GPU_CORE not in gpus[0].resources:
+        return "gpu core resource is required"
+    if gpus[0].resources.get(GPU_MEMORY, 0) < CAMBRICON_VMEMORY_UNIT:
+        return f"gpu memory must not be less than {CAMBRICON_VMEMORY_UNIT} bytes"
+    return None
+
+
+@dataclass
+class Adapted:
+    """What PreBind writes besides device-allocated: pod annotations and labels, and node annotations (locks)."""
+
+    annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    node_annotations: dict[str, str] = field(default_factory=dict)
+
+
+def _minors(allocs: Allocations, prefix: str = "") -> str:
+    return ",".join(f"{prefix}{a.minor}" for a in allocs.get(GPU) or [])
+
+
+def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: str, now: dt.datetime) -> Adapted:
+    """The general adapter (bind-timestamp), the GPU one (gpu-minors, HAMi's vgpu-node label) and the vendor's."""
+    meta = pod.get("metadata") or {}
+    nanos = str(int(now.timestamp() * 1_000_000) * 1000)
+    out = Adapted({ANN_BIND_TIMESTAMP: nanos})
+    gpus = allocs.get(GPU) or []
+    if not gpus:
+        return out
+    out.annotations[ANN_GPU_MINORS] = _minors(allocs)
+    if isolation_provider((meta.get("labels") or {}).get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE:
+        out.labels[LABEL_HAMI_VGPU_NODE] = node_name
+    if vendor == VENDOR_HUAWEI:
+        out.annotations[ANN_PREDICATE_TIME] = nanos
+        if model == ASCEND_310P_DUO:
+            out.annotations[ANN_ASCEND_310P] = _minors(allocs, "Ascend310P-")
+        elif gpus[0].template:
+            out.annotations[ANN_NPU_CORE] = f"{gpus[0].minor}-{gpus[0].template}"  # vNPU
+        else:
+            out.annotations[ANN_NPU_CORE] = _minors(allocs)
+    elif vendor == VENDOR_CAMBRICON:
+        a = gpus[0]
+        out.annotations[ANN_DSMLU_ASSIGNED] = "false"
+        out.annotations[ANN_DSMLU_PROFILE] = (f"{a.minor}_{a.resources.get(GPU_CORE, 0)}_"
+                                              f"{a.resources.get(GPU_MEMORY, 0) // CAMBRICON_VMEMORY_UNIT}")
+    lock = LOCK_KEYS.get(vendor)
+    if lock:
+        out.node_annotations[lock] = lock_value(now, str(meta.get("namespace") or "default"), str(meta.get("name")))
+    return out
+
+
+def lock_value(now: dt.datetime, namespace: str, name: str) -> str:
+    return f"{now.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')},{namespace},{name}"
+
+
+def lock_held(value: str | None, now: dt.datetime, pod_exists: Callable[[str], bool]) -> str | None:
+    """Why a node lock still holds (lockNode): younger than 5 minutes and its pod (`ns/name`) still exists. An
+    unreadable value holds, as upstream refuses to lock over it."""
+    if value is None:
+        return None
+    parts = value.split(",")
+    try:
+        if len(parts) != 3:
+            raise ValueError(value)
+        since = dt.datetime.fromisoformat(parts[0].replace("Z", "+00:00"))
+    except ValueError:
+        return f"node(s) with an invalid device plugin lock {value!r}"
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=dt.UTC)
+    if now - since > LOCK_TIMEOUT or not pod_exists(f"{parts[1]}/{parts[2]}"):
+        return None
+    return f"node(s) locked for the device plugin by pod {parts[1]}/{parts[2]}"
