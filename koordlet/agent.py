@@ -16,6 +16,7 @@ from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.cgroups import CgroupUsageCollector
 from koordlet.collectors.hostapps import HostApp, host_apps
 from koordlet.collectors.node import NodeCollector
+from koordlet.collectors.numamemory import PodNumaMemory
 from koordlet.collectors.psi import PSICollector
 from koordlet.config import Config
 from koordlet.devices.inventory import DeviceInventory
@@ -85,7 +86,8 @@ class Agent:
         self.node = NodeCollector(paths)
         psi = PSICollector(self.backend, self.health) if config.gate("PSICollector") else None
         self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health), psi,
-                               self.health, page_cache=config.enable_pagecache_collector)
+                               self.health, page_cache=config.enable_pagecache_collector,
+                               numa_memory=PodNumaMemory(paths, self.backend.version))
         self.pods = PodState(self.driver, self.health)
         self.nodeslo_spec: dict[str, Any] = merge_nodeslo_spec(None)
         self.nodeslo_present = False

@@ -22,6 +22,7 @@ class SimCgroup:
     file: int = 0
     nr_periods: int = 0
     nr_throttled: int = 0
+    numa_anon: dict[int, int] | None = None  # bytes of anon memory per NUMA node: writes memory.numa_stat
 
 
 @dataclass
@@ -139,6 +140,32 @@ class SimHost:
                 f"total_unevictable 0\n")
             (root / "cpu" / rel / "cpu.stat").write_text(
                 f"nr_periods {cg.nr_periods}\nnr_throttled {cg.nr_throttled}\nthrottled_time 0\n")
+        if cg.numa_anon is not None:
+            self._write_numa_stat(rel, cg.numa_anon)
+
+    def _write_numa_stat(self, rel: str, anon: dict[int, int]) -> None:
+        """memory.numa_stat as the kernel lays it out: v1 in pages, own lines then `hierarchical_` ones (own pages
+        left 0: a pod's pages are its containers'); v2 in bytes, one line per counter."""
+        root = self.cgroup_root()
+        nodes = sorted(anon)
+        if self.version == 2:
+            def line(name: str, values: dict[int, int]) -> str:
+                return name + "".join(f" N{n}={values.get(n, 0)}" for n in nodes)
+            text = "\n".join([line("anon", anon), line("file", {n: 4096 for n in nodes}),
+                              line("kernel_stack", {}), line("unevictable", {})]) + "\n"
+            (root / rel / "memory.numa_stat").write_text(text)
+            return
+        page = os.sysconf("SC_PAGE_SIZE")
+        pages = {n: v // page for n, v in anon.items()}
+
+        def v1(name: str, values: dict[int, int]) -> str:
+            return f"{name}={sum(values.values())}" + "".join(f" N{n}={values.get(n, 0)}" for n in nodes)
+        own = {n: 0 for n in nodes}
+        text = "\n".join([v1("total", own), v1("file", own), v1("anon", own), v1("unevictable", own),
+                          v1("hierarchical_total", {n: pages[n] + 1 for n in nodes}),
+                          v1("hierarchical_file", {n: 1 for n in nodes}), v1("hierarchical_anon", pages),
+                          v1("hierarchical_unevictable", own)]) + "\n"
+        (root / "memory" / rel / "memory.numa_stat").write_text(text)
 
     def pod_dir(self, qos: K8sQoS, uid: str) -> str:
         return pod_dir(self.driver, qos, uid)

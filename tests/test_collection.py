@@ -12,6 +12,7 @@ from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.host.driver import K8sQoS
 from koordlet.metriccache import MetricCache
+from koordlet.quantity import parse_quantity
 
 from simhost import SimCgroup, SimHost, make_pod
 
@@ -179,3 +180,31 @@ def test_hostile_ids_are_skipped_never_read(simhost: SimHost, tmp_path: Path) ->
     assert agent.health.skipped[("pod", "malformed")] == 1
     assert agent.health.skipped[("container", "bad-container-id")] == 1
     assert agent.health.skipped[("hostapp", "bad-cgroup-dir")] == 1
+
+
+def test_numa_system_memory_is_the_nodes_minus_the_pods(simhost: SimHost, tmp_path: Path, validate_crd: Any) -> None:
+    """numaUsages[].systemUsage.memory = the NUMA node's usage − the pods' anon memory on it (memory.numa_stat of
+    the pod dirs, read every EVERY_TICKS ticks; on v1 the pod's subtree, not its own pages as upstream's `total=`)."""
+    from koordlet.collectors.numamemory import EVERY_TICKS
+
+    pod_a = make_pod("a", UID_A, "Burstable", containers=1)
+    agent = _agent(simhost, tmp_path, [pod_a])
+    rel_a, ctrs = _pod_cgroups(simhost, pod_a, K8sQoS.BURSTABLE)
+    mib = 1 << 20
+    simhost.write_cgroup(ctrs[0], SimCgroup(anon=96 * mib))
+    for tick in range(EVERY_TICKS + 1):
+        simhost.write_cgroup(rel_a, SimCgroup(cpu_ns=tick * SEC // 10, anon=96 * mib,
+                                              numa_anon={0: 64 * mib, 1: 32 * mib}))
+        simhost.busy({0: 10 * tick, 2: 5 * tick})
+        agent.collect(now=T0 + tick, mono_ns=tick * SEC)
+    samples = agent.cache.window(MetricCache.key("sys_numa_memory_usage", numa_node_id="0"), 0, int(T0 * 1000) * 2)[1]
+    assert len(samples) == 2  # the first tick and the (EVERY_TICKS+1)-th
+    obj = agent.build_nodemetric(now=T0 + EVERY_TICKS)
+    validate_crd("slo.koordinator.sh_nodemetrics.yaml", obj)
+    per_node_kb = simhost.mem_total_kb // 2
+    node_used = (per_node_kb - (per_node_kb // 2 + 1024 + 1024)) * 1024  # MemTotal − MemFree − file pages
+    by_id = {n["numaNodeID"]: n for n in obj["status"]["nodeMetric"]["numaUsages"]}
+    for nid, pod_bytes in ((0, 64 * mib), (1, 32 * mib)):
+        system = by_id[nid]["systemUsage"]["resources"]
+        assert parse_quantity(system["memory"]) == node_used - pod_bytes
+        assert "cpu" in system

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from koordlet.collectors.cgroups import CgroupUsageCollector, Target, pod_targets
 from koordlet.collectors.hostapps import HostApp, hostapp_targets
 from koordlet.collectors.node import NodeCollector, NodeUsage
+from koordlet.collectors.numamemory import PodNumaMemory
 from koordlet.collectors.psi import PSICollector, PSIReading
 from koordlet.collectors.usage import CgroupUsage, TickUsage, UsageId
 from koordlet.health import Health
@@ -65,7 +66,7 @@ class Latest:
 class Advisor:
     def __init__(self, cache: MetricCache, node: NodeCollector, cgroups: CgroupUsageCollector,
                  psi: PSICollector | None, health: Health, page_cache: bool = False,
-                 gpu: GpuUsageCollector | None = None) -> None:
+                 gpu: GpuUsageCollector | None = None, numa_memory: PodNumaMemory | None = None) -> None:
         self.cache = cache
         self.node = node
         self.cgroups = cgroups
@@ -73,6 +74,7 @@ class Advisor:
         self.health = health
         self.page_cache = page_cache
         self.gpu = gpu  # optional NVIDIA usage hook (upstream: the GPU device collector's Fill*Metric)
+        self.numa_memory = numa_memory  # pods' memory per NUMA node, every few ticks: per-NUMA system memory
         self.latest = Latest()
         self._targets: tuple[list[PodMeta], list[HostApp], list[Target]] | None = None
         self._columns: _Columns | None = None
@@ -109,6 +111,8 @@ class Advisor:
         targets = self._targets_for(pods, apps)
         usage = self.cgroups.collect(targets, now_mono_ns)
         self._store(node, targets, usage, now_ms)
+        if self.numa_memory is not None and node.numa_memory_bytes:
+            self._store_numa_memory(node, pods, now_ms)
         if self.gpu is not None:
             self._store_gpu(self.gpu, pods, now_ms)
         self.latest.node, self.latest.usage = node, usage
@@ -120,6 +124,18 @@ class Advisor:
         for sample in samples:
             append(key(sample.kind, **sample.labels), now_ms, sample.value)
         self.latest.gpu = samples
+
+    def _store_numa_memory(self, node: NodeUsage, pods: list[PodMeta], now_ms: int) -> None:
+        """System memory per NUMA node = the node's − Σ pods', clamped at 0 (upstream sysresource
+        collectSysNUMAResUsed; host applications are not subtracted there either)."""
+        assert self.numa_memory is not None
+        pods_numa = self.numa_memory.sample(pods)
+        if pods_numa is None:
+            return
+        append, key = self.cache.append, self.cache.key
+        for numa, mem in node.numa_memory_bytes.items():
+            append(key("sys_numa_memory_usage", numa_node_id=str(numa)), now_ms,
+                   float(max(mem - pods_numa.get(numa, 0), 0)))
 
     def collect_psi(self, pods: list[PodMeta]) -> None:
         if self.psi is None:

@@ -215,8 +215,14 @@ class NodeMetricBuilder:
                 continue
             entry: dict[str, Any] = {"numaNodeID": nid, "nodeUsage": node}
             sys_cpu = self.cache.aggregate(key("sys_numa_cpu_usage", **lbl), start, end)
+            sys_mem = self.cache.aggregate(key("sys_numa_memory_usage", **lbl), start, end)
+            system: dict[str, str] = {}
             if sys_cpu is not None:
-                entry["systemUsage"] = {"resources": {"cpu": format_milli(int(sys_cpu.avg * 1000))}}
+                system["cpu"] = format_milli(int(sys_cpu.avg * 1000))
+            if sys_mem is not None:
+                system["memory"] = format_bytes(int(sys_mem.avg))
+            if system:
+                entry["systemUsage"] = {"resources": system}
             out.append(entry)
         return out
 
