@@ -54,6 +54,11 @@ class SimHost:
                 (cg / sub).mkdir(parents=True, exist_ok=True)
         for qos in K8sQoS:
             self._mkdir(_qos_dir(self.driver, qos))
+        # the cpuset controller at the kubepods root, as kubelet leaves it: every CPU
+        every = format_cpuset(sorted(c for cpus in self.numa_cpus.values() for c in cpus)) + "\n"
+        kubepods = _qos_dir(self.driver, K8sQoS.GUARANTEED)
+        (cg / kubepods / "cpuset.cpus" if self.version == 2 else cg / "cpuset" / kubepods / "cpuset.cpus").write_text(
+            every)
         for node, cpus in self.numa_cpus.items():
             d = self.root / f"sys/devices/system/node/node{node}"
             d.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from koordlet.errors import InvalidInput, PlanError
+from koordlet.errors import InvalidInput, KoordletError, PlanError
+from koordlet.health import Health
+from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
@@ -129,6 +131,17 @@ class CPUSetFacts:
     rule: CPUSetRule
     sandboxes: Mapping[str, str] = field(default_factory=dict)  # pod UID -> its sandbox container's cgroup dir
     errors: tuple[PlanError, ...] = ()
+    controller: bool = True  # the cpuset controller holds the kubepods tree (else only the quota part is planned)
+
+
+CAPABILITY = "cpuset-allocator"
+
+
+def report_capabilities(health: Health, facts: CPUSetFacts) -> None:
+    """No cpuset controller at the kubepods root: said once (log, koordlet_agent_kernel_capability), and no
+    cpuset writes planned, rather than writes to dirs that are not there every pass."""
+    health.capability(CAPABILITY, facts.controller,
+                      "no cpuset.cpus at the kubepods root: CPUSetAllocator writes no cpusets (CFS quota only)")
 
 
 def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUSetFacts:
@@ -139,7 +152,16 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUSetF
     annotations = _node_annotations(state.node)
     key = (annotations.get(ANNOTATION_NODE_RESERVATION), annotations.get(ANNOTATION_SYSTEM_QOS_RESOURCE),
            repr(sorted((state.kubelet_config or {}).items())))
-    return st.get(f"cpuset/{key!r}", lambda: _read(state, st, annotations))
+    facts = st.get(f"cpuset/{key!r}", lambda: _read(state, st, annotations))
+    controller = st.get("cpuset/controller", lambda: _has_controller(state))
+    return facts if controller else replace(facts, controller=False)
+
+
+def _has_controller(state: QoSState) -> bool:
+    try:
+        return os.path.exists(state.cgroup_file("cpuset.cpus", state.qos_dir(K8sQoS.GUARANTEED)))
+    except KoordletError:
+        return False
 
 
 def _read(state: QoSState, steady: SteadyFacts, annotations: Mapping[str, Any]) -> CPUSetFacts:
@@ -224,7 +246,7 @@ def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disa
         return
     qos = koord_qos_class(pod.raw)  # the raw label: PodMeta.koord_qos falls back to the kube QoS
     value = container_cpuset(facts.rule, status, qos, pod.cgroup_dir, be_cpu_manager=be_cpu_manager)
-    if value:
+    if value and facts.controller:
         try:
             cpus = canonical(value)
         except CPUSetError as e:
