@@ -30,7 +30,7 @@ CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
 _TERMINATED = ("Succeeded", "Failed")
-_WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric"})
+_WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 # apis/extension/deprecated.go DeprecatedDeviceResourcesMapper: v0.7's `kubernetes.io/` device names. Upstream's
 # informer transformers (pkg/util/transformer) rename them in pods' containers, nodes' allocatable and Device CRs
 # when the new name is absent; we do the same wherever resource lists are read.
@@ -136,6 +136,7 @@ class NodeInfo:
     pods: dict[str, JSON] = field(default_factory=dict)  # ns/name → pod
     device: JSON | None = None
     nodemetric: JSON | None = None
+    nrt: JSON | None = None  # NodeResourceTopology (NUMA zones, CPU topology), read by scheduler.numa
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -281,6 +282,8 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.nodes[name].device = o
         elif kind == "NodeMetric" and name in cluster.nodes:
             cluster.nodes[name].nodemetric = o
+        elif kind == "NodeResourceTopology" and name in cluster.nodes:
+            cluster.nodes[name].nrt = o
         elif kind == "PodGroup":
             cluster.podgroups[key(o)] = o
         elif kind == "ClusterNetworkTopology":

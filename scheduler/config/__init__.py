@@ -48,6 +48,7 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
     from scheduler.deviceshare.plugin import DeviceShare
     from scheduler.elasticquota.plugin import ElasticQuota
     from scheduler.framework import NodeResourcesFit
+    from scheduler.numa.plugin import NodeNUMAResource
     from scheduler.plugins.fit_score import NodeResourcesBalancedAllocation, NodeResourcesFitScore
     from scheduler.plugins.fitplus import NodeResourcesFitPlus
     from scheduler.plugins.loadaware import LoadAware
@@ -61,6 +62,8 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
             made[name] = LoadAware(cfg.plugin_args(name), weight=w)
         elif name == "DeviceShare":
             made[name] = DeviceShare.from_args(cfg.plugin_args(name), w)
+        elif name == "NodeNUMAResource":
+            made[name] = NodeNUMAResource(cfg.plugin_args(name).default_cpu_bind_policy)
         elif name == "ElasticQuota":
             made[name] = ElasticQuota(cfg.plugin_args(name), check=at(name, PRE_FILTER), account=at(name, RESERVE))
         elif name == "NodeResourcesFitPlus":
@@ -69,6 +72,10 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
             made[name] = ScarceResourceAvoidance(cfg.plugin_args(name), weight=w)
         elif name == "NodeResourcesBalancedAllocation":
             made[name] = NodeResourcesBalancedAllocation(cfg.plugin_args(name).resources, w)
+    numa, ds = made.get("NodeNUMAResource"), made.get("DeviceShare")
+    aligned = not cfg.plugin_args("DeviceShare").disable_device_numa_topology_alignment
+    if numa is not None and ds is not None and aligned:
+        numa.deviceshare, ds.numa_affinity = ds, numa.affinity
     # Coscheduling is always there so the gang planner can read its switches (all off when it is disabled).
     made["Coscheduling"] = coscheduling(cfg, simulate)
     out = Plugins()

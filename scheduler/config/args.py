@@ -320,6 +320,27 @@ class DefaultPreemptionArgs:
     min_candidate_nodes_absolute: int = 100
 
 
+NUMA_FIELDS = ("defaultCPUBindPolicy", "scoringStrategy", "numaScoringStrategy")
+
+
+@dataclass
+class NodeNUMAResourceArgs:
+    """NodeNUMAResourceArgs; koord-sched uses defaultCPUBindPolicy (upstream default FullPCPUs), the scoring
+    strategies are validated only (NodeNUMAResource does not score here)."""
+
+    default_cpu_bind_policy: str = "FullPCPUs"
+
+
+def node_numa_resource_args(raw: Mapping[str, Any], where: str) -> NodeNUMAResourceArgs:
+    check_keys(raw, (*TYPE_FIELDS, *NUMA_FIELDS), where)
+    policy = choice(raw, "defaultCPUBindPolicy", where, "FullPCPUs", ("FullPCPUs", "SpreadByPCPUs"))
+    for name in ("scoringStrategy", "numaScoringStrategy"):
+        if raw.get(name) is not None:
+            s = mapping(raw[name], f"{where}.{name}")
+            choice(s, "type", f"{where}.{name}", MOST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
+    return NodeNUMAResourceArgs(policy)
+
+
 PREEMPTION_FIELDS = ("minCandidateNodesPercentage", "minCandidateNodesAbsolute")
 
 
@@ -392,6 +413,7 @@ ARGS: dict[str, ArgsType] = {
     "NodeResourcesBalancedAllocation": ArgsType("NodeResourcesBalancedAllocationArgs", ("resources",),
                                                 balanced_allocation_args),
     "DefaultPreemption": ArgsType("DefaultPreemptionArgs", PREEMPTION_FIELDS, default_preemption_args),
+    "NodeNUMAResource": ArgsType("NodeNUMAResourceArgs", NUMA_FIELDS, node_numa_resource_args),
 }
 
 

@@ -32,6 +32,8 @@ _GANG = (PRE_ENQUEUE, PRE_FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT
 _OURS = (
     PluginInfo("NodeResourcesFit", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER)),
     PluginInfo("LoadAwareScheduling", (FILTER, SCORE, RESERVE), (FILTER, SCORE, RESERVE)),
+    PluginInfo("NodeNUMAResource", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
+               (PRE_FILTER, FILTER, RESERVE, PRE_BIND)),
     PluginInfo("DeviceShare", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
                (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
     PluginInfo("ElasticQuota", (PRE_ENQUEUE, PRE_FILTER, POST_FILTER, RESERVE), (PRE_FILTER, POST_FILTER, RESERVE)),
@@ -52,7 +54,7 @@ _OURS = (
 _KUBE = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "VolumeRestrictions",
          "NodeVolumeLimits", "EBSLimits", "GCEPDLimits", "AzureDiskLimits", "CinderLimits", "VolumeBinding",
          "VolumeZone", "PodTopologySpread", "InterPodAffinity", "ImageLocality", "DynamicResources")
-_KOORD = ("NodeNUMAResource", "SchedulingHint", "ElasticQuotaV2")
+_KOORD = ("SchedulingHint", "ElasticQuotaV2")
 
 PLUGINS: dict[str, PluginInfo] = {p.name: p for p in _OURS}
 for _n in (*_KUBE, *_KOORD):

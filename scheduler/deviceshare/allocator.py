@@ -218,6 +218,16 @@ class Allocator:
 
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
+        self._numa: frozenset[int] | None = None  # NUMA nodes the current allocation is confined to
+
+    def allocate_within(self, st: NodeDeviceState, plan: PodPlan, node_labels: dict[str, str],
+                        types: list[str] | None, numa: frozenset[int] | None) -> Allocations:
+        """`allocate` with every device taken from the NUMA nodes `numa` (None: anywhere), for NodeNUMAResource."""
+        self._numa = numa
+        try:
+            return self.allocate(st, plan, node_labels, types)
+        finally:
+            self._numa = None
 
     def allocate(self, st: NodeDeviceState, plan: PodPlan, node_labels: dict[str, str],
                  types: list[str] | None = None) -> Allocations:
@@ -244,6 +254,9 @@ class Allocator:
 
     def _candidates(self, st: NodeDeviceState, dtype: str, hint: DeviceHint | None) -> set[int]:
         devices = st.devices.get(dtype, {})
+        numa = self._numa
+        if numa is not None:
+            devices = {m: d for m, d in devices.items() if d.numa in numa}
         if hint is None or hint.selector is None:
             return set(devices)
         sel = hint.selector

@@ -115,7 +115,7 @@ class DeviceShare:
         self._pod: JSON | None = None
         self._fingerprint: tuple[Any, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
-        self._fits: dict[str, tuple[int, bool, Allocations]] = {}  # node → (state version, complete, result)
+        self._fits: dict[str, tuple[Any, bool, Allocations]] = {}  # node → ((state version, NUMA), complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
         self._tracker = Tracker()
         self._dirty: set[str] = set()  # nodes whose device state changed (DeviceState listener)
@@ -193,12 +193,48 @@ class DeviceShare:
         plan = self.plan(pod)
         st = self.state.node(node)
         types = list(plan.requests) if complete else self._filter_types(st, plan)
+        numa = self.numa_affinity(pod, node) if self.numa_affinity is not None else None
         cached = self._fits.get(node.name)
-        if cached is not None and cached[0] == st.version and (cached[1] or not complete):
+        if cached is not None and cached[0] == (st.version, numa) and (cached[1] or not complete):
             return cached[2]
-        allocs = self.allocator.allocate(st, plan, node.labels, types)
-        self._fits[node.name] = (st.version, len(types) == len(plan.requests), allocs)
+        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa)
+        self._fits[node.name] = ((st.version, numa), len(types) == len(plan.requests), allocs)
         return allocs
+
+    def numa_hints(self, pod: JSON, node: NodeInfo, numa_nodes: list[int]) -> tuple[str, list[Any]] | None:
+        """NodeNUMAResource's hint provider (upstream deviceshare/topology_hint.go): (the requested device types,
+        the NUMA sets the devices can be allocated in now); None when the pod asks no devices. **[decision]** a set
+        is preferred when it has as few NUMA nodes as the narrowest set holding enough devices of each type at all
+        (counted by the devices an unconfined allocation on this node takes)."""
+        from scheduler.numa.hints import generate
+
+        try:
+            plan = self.plan(pod)
+        except InvalidDeviceRequest:
+            return None
+        if plan.empty:
+            return None
+        st = self.state.node(node)
+        types = list(plan.requests)
+
+        def fits(m: frozenset[int] | None) -> Allocations | None:
+            try:
+                return self.allocator.allocate_within(st, plan, node.labels, types, m)
+            except Unschedulable:
+                return None
+
+        anywhere = fits(None)
+        if anywhere is None:
+            return "+".join(types), []
+        needed = {t: len({a.minor for a in anywhere.get(t, [])}) for t in types}
+
+        def ever(m: frozenset[int]) -> bool:
+            return all(sum(1 for d in st.devices.get(t, {}).values() if d.numa in m and d.total) >= n
+                       for t, n in needed.items())
+
+        return "+".join(types), generate(numa_nodes, lambda m: fits(m) is not None, ever)
+
+    numa_affinity: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None  # NodeNUMAResource.affinity
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         self.sync_templates(cluster)

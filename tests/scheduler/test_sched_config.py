@@ -75,8 +75,9 @@ def names(plugins: list[Any]) -> list[str]:
 def test_defaults_when_absent() -> None:
     cfg = load_config(None)
     assert cfg.points["score"] == ["LoadAwareScheduling", "DeviceShare", "Coscheduling"]
-    assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "DeviceShare"]
-    assert cfg.points["reserve"] == ["LoadAwareScheduling", "DeviceShare", "ElasticQuota", "Coscheduling"]
+    assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "NodeNUMAResource", "DeviceShare"]
+    assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "ElasticQuota",
+                                     "Coscheduling"]
     assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["DefaultBinder"]
     assert parse_config({}).points == cfg.points
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}

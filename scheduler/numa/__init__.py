@@ -1,0 +1,1 @@
+"""NUMA-aligned placement: upstream's NodeNUMAResource plugin and the scheduler's topology manager."""

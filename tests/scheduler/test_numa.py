@@ -1,0 +1,220 @@
+"""NodeNUMAResource and the topology manager: hint merge, policies and refusals, cpusets, GPU+CPU+memory on one
+NUMA node, the v1.6 release text's example, and the resource-status the agent reads (upstream-derived cases)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from koordlet.states.cpupools import resource_status
+from scheduler.cli import simulate
+from scheduler.cluster import build_cluster
+from scheduler.numa.hints import BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE, Hint, mask_string, merge
+
+STATUS = "scheduling.koordinator.sh/resource-status"
+SPEC = "scheduling.koordinator.sh/numa-topology-spec"
+NRT_CRD = "topology.node.k8s.io_noderesourcetopologies.yaml"
+
+
+def h(*nodes: int, preferred: bool = True) -> Hint:
+    return Hint(frozenset(nodes), preferred)
+
+
+def nrt(name: str, cores_per_numa: int = 4, mem: str = "64Gi") -> dict[str, Any]:
+    """2 NUMA nodes, one socket each, `cores_per_numa` cores of 2 hyper-threads; CPU i and i+N are siblings."""
+    n = 2 * cores_per_numa
+    detail = [{"id": i, "core": i % n, "socket": (i % n) // cores_per_numa, "node": (i % n) // cores_per_numa}
+              for i in range(2 * n)]
+    zones = [{"name": f"node-{z}", "type": "Node", "resources": [
+        {"name": "cpu", "capacity": str(n), "allocatable": str(n), "available": str(n)},
+        {"name": "memory", "capacity": mem, "allocatable": mem, "available": mem}]} for z in (0, 1)]
+    return {"apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+            "metadata": {"name": name, "annotations": {
+                "node.koordinator.sh/cpu-topology": json.dumps({"detail": detail}),
+                "kubelet.koordinator.sh/cpu-manager-policy": "{}"}},
+            "topologyPolicies": ["None"], "zones": zones}
+
+
+def node(name: str, cpu: int, mem: str, gpus: int = 0, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    alloc = {"cpu": str(cpu), "memory": mem, "pods": "110"}
+    if gpus:
+        alloc |= {"koordinator.sh/gpu": str(100 * gpus), "koordinator.sh/gpu-core": str(100 * gpus),
+                  "koordinator.sh/gpu-memory-ratio": str(100 * gpus),
+                  "koordinator.sh/gpu-memory": f"{48 * gpus}Gi"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}},
+            "status": {"allocatable": alloc}}
+
+
+def device(name: str, gpus: int = 8) -> dict[str, Any]:
+    devs = [{"type": "gpu", "minor": m, "id": f"GPU-{m}", "health": True,
+             "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100",
+                           "koordinator.sh/gpu-memory": "48Gi"},
+             "topology": {"socketID": m * 2 // gpus, "nodeID": m * 2 // gpus, "pcieID": f"pci{m // 2}",
+                          "busID": f"0000:{m:02x}:00.0"}} for m in range(gpus)]
+    return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": name},
+            "spec": {"devices": devs}}
+
+
+def pod(name: str, requests: dict[str, Any], annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None, node_name: str = "") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations or {}),
+                         "labels": dict(labels or {})},
+            "spec": {"nodeName": node_name, "containers": [
+                {"name": "c", "resources": {"requests": requests, "limits": requests}}]},
+            "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+LSR = {"koordinator.sh/qosClass": "LSR"}
+
+
+def run(objs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return list(simulate(build_cluster(objs), pods)["placements"])
+
+
+# ---- the topology manager's merge (topologymanager/policy_*_test.go shapes) ------------------------------------
+
+def test_bitmask_strings_as_kubelet_prints_them() -> None:
+    assert [mask_string(frozenset(m)) for m in ({0}, {1}, {0, 1}, {2})] == ["01", "10", "11", "0100"]
+
+
+def test_merge_picks_the_narrowest_preferred_common_hint() -> None:
+    providers = {"cpu": [h(0), h(1), h(0, 1, preferred=False)], "gpu": [h(1), h(0, 1, preferred=False)]}
+    for policy in (BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE):
+        best, admit, reasons = merge(policy, [0, 1], providers)
+        assert (best.mask, best.preferred, admit, reasons) == (frozenset({1}), True, True, [])
+
+
+def test_restricted_rejects_an_unpreferred_merge_naming_the_resources() -> None:
+    providers = {"cpu": [h(0), h(0, 1, preferred=False)], "gpu": [h(1), h(0, 1, preferred=False)]}
+    best, admit, reasons = merge(RESTRICTED, [0, 1], providers)
+    assert not admit and not best.preferred and best.unsatisfied  # {0} ∩ {0,1} is narrower than one of them
+    assert reasons == ["Unaligned NUMA Hint cause cpu prefer [01] among [01 11] & gpu prefer [10] among [10 11]"]
+    best, admit, _ = merge(BEST_EFFORT, [0, 1], providers)
+    assert admit and best.mask == frozenset({0, 1})
+
+
+def test_a_resource_without_any_hint_is_unsatisfied_by_name() -> None:
+    _, admit, reasons = merge(SINGLE_NUMA_NODE, [0, 1], {"cpu": [h(0)], "memory": []})
+    assert not admit and reasons == ["Unsatisfied NUMA memory"]
+    _, admit, _ = merge(BEST_EFFORT, [0, 1], {"cpu": [h(0)], "memory": []})
+    assert admit
+
+
+def test_single_numa_node_ignores_multi_numa_hints() -> None:
+    _, admit, reasons = merge(SINGLE_NUMA_NODE, [0, 1], {"cpu": [h(0, 1)]})
+    assert not admit and reasons[0].startswith("Unaligned NUMA Hint cause cpu prefer [11]")
+
+
+def test_required_exclusive_keeps_off_numa_nodes_shared_with_multi_numa_pods() -> None:
+    best, admit, _ = merge(SINGLE_NUMA_NODE, [0, 1], {"cpu": [h(0), h(1)]}, "Required", {0: "shared"})
+    assert admit and best.mask == frozenset({1})
+    _, admit, _ = merge(SINGLE_NUMA_NODE, [0, 1], {"cpu": [h(0)]}, "Required", {0: "shared"})
+    assert not admit
+
+
+# ---- the plugin through simulate -------------------------------------------------------------------------------
+
+def test_nrt_objects_are_valid(validate_crd: Any) -> None:
+    validate_crd(NRT_CRD, nrt("n1"))
+
+
+@pytest.mark.parametrize(("policy", "cpuset"), [("FullPCPUs", "0-1,8-9"), ("SpreadByPCPUs", "0-3")])
+def test_cpusets_on_a_hyperthreaded_node(policy: str, cpuset: str) -> None:
+    p = pod("p", {"cpu": "4", "memory": "4Gi"}, {"scheduling.koordinator.sh/resource-spec":
+                                                 json.dumps({"preferredCPUBindPolicy": policy})}, LSR)
+    [placed] = run([node("n1", 16, "128Gi"), nrt("n1")], [p])
+    assert placed["node"] == "n1"
+    status = resource_status(placed["annotations"])  # exactly as the agent's CPUSetAllocator reads it
+    assert status.cpuset == cpuset
+
+
+def test_full_pcpus_needs_whole_cores() -> None:
+    p = pod("p", {"cpu": "3"}, {"scheduling.koordinator.sh/resource-spec": '{"preferredCPUBindPolicy":"FullPCPUs"}'},
+            LSR)
+    [placed] = run([node("n1", 16, "128Gi"), nrt("n1")], [p])
+    assert placed["node"] is None and "node(s) requested cpus not multiple cpus per core" in placed["reason"]
+
+
+def test_bound_cpus_are_not_given_twice() -> None:
+    spec = {"scheduling.koordinator.sh/resource-spec": '{"preferredCPUBindPolicy":"FullPCPUs"}'}
+    pods = [pod(f"p{i}", {"cpu": "4"}, spec, LSR) for i in range(5)]
+    placed = run([node("n1", 16, "128Gi"), nrt("n1")], pods)
+    sets = [resource_status(p["annotations"]).cpus() for p in placed[:4]]
+    assert sorted(c for s in sets for c in s) == list(range(16))
+    assert placed[4]["node"] is None
+
+
+def test_gpu_cpu_and_memory_on_one_numa_node() -> None:
+    """NUMA 0 has its CPUs taken by a bound pod: a SingleNUMANode pod asking GPUs, CPUs and memory gets all three
+    on NUMA 1 (GPU minors 4-7, CPUs 4-7/12-15)."""
+    busy = pod("busy", {"cpu": "8"}, {STATUS: '{"cpuset":"0-3,8-11","numaNodeResources":[{"node":0,"resources":'
+                                      '{"cpu":"8"}}]}'}, LSR, node_name="n1")
+    p = pod("p", {"cpu": "4", "memory": "16Gi", "koordinator.sh/gpu": "200"},
+            {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}'}, LSR)
+    [placed] = run([node("n1", 16, "128Gi", gpus=8), nrt("n1"), device("n1"), busy], [p])
+    assert placed["node"] == "n1", placed
+    status = resource_status(placed["annotations"])
+    assert set(status.cpus()) <= {4, 5, 6, 7, 12, 13, 14, 15} and len(status.cpus()) == 4
+    assert [n.node for n in status.numa_node_resources] == [1]
+    gpus = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["gpu"]
+    assert {g["minor"] for g in gpus} <= {4, 5, 6, 7} and len(gpus) == 2
+
+
+def test_restricted_refuses_when_gpus_and_cpus_sit_on_different_numa_nodes() -> None:
+    busy_cpu = pod("busy", {"cpu": "8"}, {STATUS: '{"cpuset":"0-3,8-11"}'}, LSR, node_name="n1")
+    gpu_used = json.dumps({"gpu": [{"minor": m, "resources": {"koordinator.sh/gpu-core": "100",
+                                                             "koordinator.sh/gpu-memory-ratio": "100",
+                                                             "koordinator.sh/gpu-memory": "48Gi"}}
+                                   for m in (4, 5, 6, 7)]})
+    busy_gpu = pod("gpus", {"koordinator.sh/gpu": "400"}, {"scheduling.koordinator.sh/device-allocated": gpu_used},
+                   node_name="n1")
+    p = pod("p", {"cpu": "4", "koordinator.sh/gpu": "100"}, {SPEC: '{"numaTopologyPolicy":"Restricted"}'}, LSR)
+    [placed] = run([node("n1", 16, "128Gi", gpus=8), nrt("n1"), device("n1"), busy_cpu, busy_gpu], [p])
+    assert placed["node"] is None
+    assert "Unaligned NUMA Hint cause" in placed["reason"] and "cpu prefer [10]" in placed["reason"]
+    assert "gpu prefer [01]" in placed["reason"]
+
+
+def test_without_nrt_a_numa_policy_is_refused() -> None:
+    p = pod("p", {"cpu": "4"}, {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}'})
+    [placed] = run([node("n1", 16, "128Gi")], [p])
+    assert placed["node"] is None and "node(s) missing NUMA resources" in placed["reason"]
+    [placed] = run([node("n1", 16, "128Gi")], [pod("q", {"cpu": "4"}, {SPEC: '{"numaTopologyPolicy":"BestEffort"}'})])
+    assert placed["node"] == "n1"
+
+
+def test_node_and_pod_policies_must_agree() -> None:
+    p = pod("p", {"cpu": "4"}, {SPEC: '{"numaTopologyPolicy":"Restricted"}'})
+    n = node("n1", 16, "128Gi", labels={"node.koordinator.sh/numa-topology-policy": "SingleNUMANode"})
+    [placed] = run([n, nrt("n1")], [p])
+    assert placed["node"] is None and "node(s) NUMA Topology policy not match" in placed["reason"]
+
+
+def test_node_label_policy_applies_to_plain_pods() -> None:
+    n = node("n1", 16, "128Gi", labels={"node.koordinator.sh/numa-topology-policy": "SingleNUMANode"})
+    [fits, too_big] = run([n, nrt("n1")], [pod("a", {"cpu": "6", "memory": "8Gi"}), pod("b", {"cpu": "10"})])
+    assert fits["node"] == "n1"
+    assert [r.node for r in resource_status(fits["annotations"]).numa_node_resources] == [0]
+    assert too_big["node"] is None and "Unaligned NUMA Hint cause cpu" in too_big["reason"]
+
+
+def test_malformed_spec_is_a_reason_not_a_traceback() -> None:
+    [placed] = run([node("n1", 16, "128Gi"), nrt("n1")], [pod("p", {"cpu": "1"}, {SPEC: "{nope"})])
+    assert placed["node"] is None and "invalid pod annotation" in placed["reason"]
+
+
+def test_release_text_v16_gpu_cpu_memory_within_one_numa_node() -> None:
+    """v1.6: 'Allocating GPUs, CPUs, and memory within the same NUMA Node' (the pod as printed, named)."""
+    p = pod("numa", {"koordinator.sh/gpu": 200, "cpu": 64, "memory": "500Gi"},
+            {SPEC: '{"numaTopologyPolicy":"Restricted", "singleNUMANodeExclusive":"Preferred"}'})
+    objs = [node("big", 256, "1200Gi", gpus=8), nrt("big", cores_per_numa=64, mem="600Gi"), device("big")]
+    [placed] = run(objs, [p])
+    assert placed["node"] == "big", placed
+    status = resource_status(placed["annotations"])
+    [numa] = status.numa_node_resources
+    gpus = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["gpu"]
+    assert {g["minor"] // 4 for g in gpus} == {numa.node}
+    assert str(numa.resources["memory"]) == str(500 * 1024**3) and numa.resources["cpu"] == 64
