@@ -31,15 +31,41 @@ def profile(config: str | SchedulerConfig | None, *, simulate: bool = False
 def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | SchedulerConfig | None = None
              ) -> dict[str, Any]:
     """Place the pods in order; gang members as whole jobs (all-or-nothing, network topology, job preemption).
+    Reservation objects among them (and pending ones of the cluster, first) are placed as their template pod.
 
     Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
     answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
     from scheduler.gang import plan_jobs
 
     sched = Scheduler(cluster, *profile(config, simulate=True))
-    placements: list[Placement]
-    placements, preemptions = plan_jobs(sched, pods)
+    resv = sched.plugin("Reservation")
+    if resv is not None:
+        resv.bind(cluster)
+        for r in sorted(resv.book.values(), key=lambda r: r.name):  # --cluster's pending ones first
+            resv.schedule_reservation(sched, r)
+    placements: list[Placement] = []
+    preemptions: list[Any] = []
+    # Pods and Reservations in --pods order: each run of pods is planned as before, each Reservation placed.
+    batch: list[dict[str, Any]] = []
+    for obj in [*pods, None]:
+        if obj is not None and obj.get("kind", "Pod") == "Pod":
+            batch.append(obj)
+            continue
+        if batch:
+            got, pre = plan_jobs(sched, batch)
+            placements += got
+            preemptions += pre
+            batch = []
+        if obj is None:
+            break
+        if resv is None:
+            log.warning("Reservation %s ignored: the Reservation plugin is disabled", key(obj))
+        else:
+            resv.schedule_reservation(sched, resv.add(obj))
     result: dict[str, Any] = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
+    if resv is not None and (resv.book or any(o.get("kind") == "Reservation" for o in pods)):
+        result["reservations"] = resv.report()
+        preemptions += resv.preemptions
     quota = sched.plugin("ElasticQuota")
     if quota is not None and cluster.elastic_quotas:
         result.update(quota_report(quota, placements))
@@ -80,6 +106,11 @@ def table(result: dict[str, Any]) -> str:
         for q in result["quotas"]:
             lines.append(f"{q['name']:<28} {q['parent']:<24} {fmt(q['min']):<20} {fmt(q['max']):<20} "
                          f"{fmt(q['runtime']):<20} {fmt(q['used']):<20} {', '.join(q['refused']) or '-'}")
+    if result.get("reservations"):
+        lines += ["", f"{'RESERVATION':<28} {'NODE':<20} {'PHASE':<10} OWNERS"]
+        for r in result["reservations"]:
+            lines.append(f"{r['name']:<28} {r['node'] or '-':<20} {r['phase']:<10} {', '.join(r['owners']) or '-'}"
+                         f"{'  ' + r['reason'] if r.get('reason') else ''}")
     for r in result.get("rejectedQuotas") or []:
         lines.append(f"ElasticQuota {r['quota']} left out: {r['reason']}")
     return "\n".join(lines) + "\n"
@@ -215,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     objects = load_objects(ns.cluster)
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
-    pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") == "Pod"]
+    pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") in ("Pod", "Reservation")]
     for o in load_objects(ns.pods):
         if o.get("kind") == "PodGroup":
             cluster.podgroups[key(o)] = o

@@ -230,6 +230,7 @@ class Cluster:
     elastic_quotas: list[JSON] = field(default_factory=list)  # ElasticQuota objects
     pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
     configmaps: dict[str, JSON] = field(default_factory=dict)  # ns/name → ConfigMap (e.g. GPU share templates)
+    reservations: list[JSON] = field(default_factory=list)  # Reservation objects (scheduler.reservation)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "nodes" and not isinstance(value, NodeMap):
@@ -294,6 +295,8 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.pdbs.append(o)
         elif kind == "ConfigMap":
             cluster.configmaps[f"{(o.get('metadata') or {}).get('namespace') or 'default'}/{name}"] = o
+        elif kind == "Reservation":
+            cluster.reservations.append(o)
         elif kind == "PriorityClass":
             cluster.priority_classes[name] = int(o.get("value") or 0)
         elif kind == "Pod":

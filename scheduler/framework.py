@@ -300,7 +300,28 @@ class Scheduler:
     def schedule(self, pod: JSON) -> Placement:
         """One cycle; on success the pod is assumed on the node (its annotations included).
 
-        `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible."""
+        `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible.
+        Plugins with `begin_cycle(pod, cluster)` / `end_cycle(pod, placement)` are told around the cycle (the
+        Reservation plugin restores reserved resources for owners there); with `post_filter(scheduler, pod)` they
+        may place an unschedulable pod (preemption), returning its Placement or None."""
+        hooks = [p for p in self.plugins() if hasattr(p, "begin_cycle")]
+        for h in hooks:
+            h.begin_cycle(pod, self.cluster)
+        placed: Placement | None = None
+        try:
+            placed = self._timed(pod)
+        finally:
+            for h in hooks:
+                h.end_cycle(pod, placed)
+        if placed.node is None:
+            for p in self.plugins():
+                post = getattr(p, "post_filter", None)
+                got = post(self, pod) if post is not None else None
+                if isinstance(got, Placement):
+                    return got
+        return placed
+
+    def _timed(self, pod: JSON) -> Placement:
         metrics = self.metrics
         if metrics is None:
             return self._cycle(pod, None)

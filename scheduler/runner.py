@@ -31,7 +31,9 @@ EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
     ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
+    ("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation"),
 )
+RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -154,6 +156,37 @@ class SecondaryScheduler:
         sched.metrics = self.metrics
         self.scheduler, self.pending_pods = sched, pods
         self._write_topology_status(cluster)
+        resv = sched.plugin("Reservation")
+        if resv is not None:
+            resv.bind(cluster)
+            for r in sorted(resv.book.values(), key=lambda r: r.name):
+                tmpl = ((r.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+                if tmpl.get("schedulerName") == self.scheduler_name:
+                    resv.schedule_reservation(sched, r)
+        try:
+            return self._pods(sched, cluster, pods)
+        finally:
+            if resv is not None:
+                self._write_reservations(resv)
+
+    def _write_reservations(self, resv: Any) -> None:
+        """Annotations (devices held) and status of every reservation that changed: a merge patch of the object,
+        then of its status subresource (the CRD declares one)."""
+        for r in resv.book.values():
+            if not r.dirty:
+                continue
+            path = RESERVATION.format(name=r.name)
+            try:
+                extra = {k: v for k, v in r.annotations.items()
+                         if ((r.obj.get("metadata") or {}).get("annotations") or {}).get(k) != v}
+                if extra:
+                    self.client.patch(path, {"metadata": {"annotations": extra}})
+                self.client.patch(f"{path}/status", {"status": r.status()})
+                r.dirty = False
+            except KoordletError as e:
+                log.warning("updating Reservation %s: %s", r.name, e)
+
+    def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
         if not pods:
             self._write_quota_status(sched)
             self._record(0, 0)

@@ -53,6 +53,7 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
     from scheduler.plugins.fitplus import NodeResourcesFitPlus
     from scheduler.plugins.loadaware import LoadAware
     from scheduler.plugins.scarce import ScarceResourceAvoidance
+    from scheduler.reservation.plugin import ReservationPlugin
 
     at = cfg.enabled_at
     made: dict[str, Any] = {}  # one instance per plugin, shared by the lists it is in
@@ -70,6 +71,8 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
             made[name] = NodeResourcesFitPlus(cfg.plugin_args(name), weight=w)
         elif name == "ScarceResourceAvoidance":
             made[name] = ScarceResourceAvoidance(cfg.plugin_args(name), weight=w)
+        elif name == "Reservation":
+            made[name] = ReservationPlugin(cfg.plugin_args(name), w, preemption=at(name, POST_FILTER))
         elif name == "NodeResourcesBalancedAllocation":
             made[name] = NodeResourcesBalancedAllocation(cfg.plugin_args(name).resources, w)
     numa, ds = made.get("NodeNUMAResource"), made.get("DeviceShare")

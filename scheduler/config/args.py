@@ -166,8 +166,8 @@ def coscheduling_args(raw: Mapping[str, Any], where: str) -> CoschedulingArgs:
 
 @dataclass
 class ReservationArgs:
-    """ReservationArgs with SetDefaults_ReservationArgs applied. The Reservation plugin is not implemented yet
-    (issue #16): these are parsed and validated only."""
+    """ReservationArgs with SetDefaults_ReservationArgs applied. scheduler.reservation uses enablePreemption; the
+    controller/GC/pre-allocation/selector-index fields are validated and otherwise not used."""
 
     enable_preemption: bool = False
     min_candidate_nodes_percentage: int = 10

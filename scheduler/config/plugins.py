@@ -36,6 +36,8 @@ _OURS = (
                (PRE_FILTER, FILTER, RESERVE, PRE_BIND)),
     PluginInfo("DeviceShare", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
                (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
+    PluginInfo("Reservation", (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT, PRE_BIND),
+               (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
     PluginInfo("ElasticQuota", (PRE_ENQUEUE, PRE_FILTER, POST_FILTER, RESERVE), (PRE_FILTER, POST_FILTER, RESERVE)),
     PluginInfo("Coscheduling", _GANG, _GANG),
     PluginInfo("NodeResourcesFitPlus", (PRE_SCORE, SCORE)),
@@ -47,8 +49,6 @@ _OURS = (
     PluginInfo("SchedulingGates", (PRE_ENQUEUE,), (PRE_ENQUEUE,), NOOP, "gated pods are never taken"),
     PluginInfo("DefaultPreemption", (POST_FILTER,), (POST_FILTER,), NOOP,
                "pod-level preemption of lone pods is not implemented; gangs use Coscheduling's job preemption"),
-    PluginInfo("Reservation", (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT, PRE_BIND),
-               (), LATER, "the Reservation plugin is not implemented yet (issue #16); its args are validated only"),
 )
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
 _KUBE = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "VolumeRestrictions",
@@ -61,7 +61,7 @@ for _n in (*_KUBE, *_KOORD):
     PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
 
 # score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1)
-DEFAULT_WEIGHTS = {"LoadAwareScheduling": 1, "DeviceShare": 1, "Coscheduling": 1}
+DEFAULT_WEIGHTS = {"LoadAwareScheduling": 1, "DeviceShare": 1, "Reservation": 5000, "Coscheduling": 1}
 
 
 def supported() -> list[str]:

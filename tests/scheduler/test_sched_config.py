@@ -74,10 +74,13 @@ def names(plugins: list[Any]) -> list[str]:
 
 def test_defaults_when_absent() -> None:
     cfg = load_config(None)
-    assert cfg.points["score"] == ["LoadAwareScheduling", "DeviceShare", "Coscheduling"]
-    assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "NodeNUMAResource", "DeviceShare"]
-    assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "ElasticQuota",
-                                     "Coscheduling"]
+    # koord-scheduler's scheduler-config.yaml order (Reservation after DeviceShare, score weight 5000)
+    assert cfg.points["score"] == ["LoadAwareScheduling", "DeviceShare", "Reservation", "Coscheduling"]
+    assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "NodeNUMAResource", "DeviceShare",
+                                    "Reservation"]
+    assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
+                                     "ElasticQuota", "Coscheduling"]
+    assert cfg.weight("Reservation") == 5000
     assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["DefaultBinder"]
     assert parse_config({}).points == cfg.points
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
@@ -119,7 +122,8 @@ def test_overrides(tmp_path: Path) -> None:
     path = tmp_path / "sched.yaml"
     path.write_text(YAML)
     cfg = load_config(str(path))
-    assert cfg.weights == {"LoadAwareScheduling": 3, "DeviceShare": 1, "Coscheduling": 1, "NodeResourcesFitPlus": 2,
+    assert cfg.weights == {"LoadAwareScheduling": 3, "DeviceShare": 1, "Reservation": 5000, "Coscheduling": 1,
+                           "NodeResourcesFitPlus": 2,
                            "ScarceResourceAvoidance": 1}
     la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
@@ -157,7 +161,7 @@ def test_disabling_at_one_point_disables_it_there_only() -> None:
 
 def test_enabling_a_default_reconfigures_it_in_place() -> None:
     cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "DeviceShare", "weight": 5}]}}))
-    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "Coscheduling"]
+    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "Reservation", "Coscheduling"]
     assert cfg.weights["DeviceShare"] == 5
     cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
     assert cfg.weights["DeviceShare"] == 4
@@ -326,11 +330,12 @@ def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixtu
     assert "pluginConfigs: read as pluginConfig" in text
     assert "plugins.postFilter: a list of {enabled}/{disabled} items read as one object" in text
     assert "kubescheduler.config.k8s.io/v1beta3 read as kubescheduler.config.k8s.io/v1" in text
-    assert "the Reservation plugin is not implemented yet (issue #16)" in text
+    assert "not implemented" not in text
     assert cfg.plugin_args("Reservation").enable_preemption is True
     assert "DefaultPreemption" not in cfg.points["postFilter"] and "Reservation" in cfg.points["postFilter"]
     filters, scorers, reservers = profile(cfg)
-    assert "Reservation" not in names([*filters, *scorers, *reservers])
+    resv = next(p for p in reservers if p.name == "Reservation")
+    assert resv in filters and resv in scorers and resv.enable_preemption
 
 
 @pytest.mark.parametrize("name", ["nt-manual-config.yaml", "nt-manual-configmap.yaml"])

@@ -119,7 +119,7 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         pods = [_pod(rng, i) for i in range(100)]
         fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
         slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
-        assert len(fast.scorers) == 7
+        assert len(fast.scorers) == 8  # Reservation (default, weight 5000) included
         for pod in pods:
             a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])

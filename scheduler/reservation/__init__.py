@@ -1,0 +1,1 @@
+"""Reservation objects: scheduled like pods, serving their owners (issue #16)."""

@@ -1,0 +1,163 @@
+"""Which reservations a pod may be served from: owners, reservation-affinity, taints, exact match, pod limit.
+
+Upstream: pkg/util/reservation (MatchReservationOwners), apis/extension/reservation.go (ReservationAffinity,
+ExactMatchReservation, IsReservationIgnored), pkg/scheduler/plugins/reservation (taint tolerance).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.cluster import JSON, pod_requests
+from scheduler.reservation.model import (
+    ANN_AFFINITY,
+    ANN_EXACT_MATCH,
+    AVAILABLE,
+    LABEL_IGNORED,
+    Reservation,
+    repair_exact_match,
+)
+
+
+def _meta(pod: JSON) -> JSON:
+    return pod.get("metadata") or {}
+
+
+def ignored(pod: JSON) -> bool:
+    """IsReservationIgnored: a pod LABEL (the v1.6 text shows it under labels too)."""
+    return (_meta(pod).get("labels") or {}).get(LABEL_IGNORED) == "true"
+
+
+def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
+    if not isinstance(sel, dict):
+        return False
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        k, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and labels.get(k) not in values:
+            return False
+        if op == "NotIn" and k in labels and labels[k] in values:
+            return False
+        if op == "Exists" and k not in labels:
+            return False
+        if op == "DoesNotExist" and k in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def _ref_matches(ref: Any, name: Any, namespace: str, uid: Any, kind: Any = None) -> bool:
+    if not isinstance(ref, dict):
+        return False
+    if ref.get("uid"):
+        return bool(ref["uid"] == uid)
+    if ref.get("namespace") and ref["namespace"] != namespace:
+        return False
+    if ref.get("kind") and kind is not None and ref["kind"] != kind:
+        return False
+    return bool(ref.get("name")) and ref.get("name") == name
+
+
+def owner_of(r: Reservation, pod: JSON) -> bool:
+    """MatchReservationOwners: any owner (object, controller or labelSelector) matches; the terms are ORed."""
+    meta = _meta(pod)
+    ns = meta.get("namespace") or "default"
+    labels = meta.get("labels") or {}
+    controllers = [o for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("controller")]
+    for owner in r.spec.get("owners") or []:
+        if not isinstance(owner, dict):
+            continue
+        if owner.get("object") is not None and _ref_matches(owner["object"], meta.get("name"), ns, meta.get("uid")):
+            return True
+        if owner.get("controller") is not None and any(
+                _ref_matches(owner["controller"], c.get("name"), ns, c.get("uid"), c.get("kind"))
+                for c in controllers):
+            return True
+        if owner.get("labelSelector") is not None and _selector_matches(owner["labelSelector"], labels):
+            return True
+    return False
+
+
+def tolerates(tolerations: list[JSON], taint: JSON) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+@dataclass
+class PodView:
+    """A pod's reservation-related wishes, parsed once per cycle."""
+
+    requests: dict[str, int]
+    ignored: bool = False
+    required: bool = False  # reservation-affinity present: only a reservation may serve it
+    name: str = ""
+    selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[JSON] = field(default_factory=list)
+    exact: list[str] = field(default_factory=list)
+    invalid: str = ""
+
+    def eligible(self, r: Reservation, pod: JSON) -> bool:
+        if r.phase != AVAILABLE or not r.node or r.spec.get("unschedulable") or r.full():
+            return False
+        if self.name and r.name != self.name:
+            return False
+        labels = (r.obj.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in self.selector.items()):
+            return False
+        if any(t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(self.tolerations, t)
+               for t in r.taints):
+            return False
+        if not exact_match(self.requests, r.allocatable, self.exact):
+            return False
+        return owner_of(r, pod)
+
+
+def exact_match(requests: dict[str, int], allocatable: dict[str, int], names: list[str]) -> bool:
+    """ExactMatchReservation: for each named resource both absent, or both present and equal. Upstream returns
+    true at the first resource absent from both (an early return we keep: it is the shipped behaviour)."""
+    for n in names:
+        if n not in allocatable or n not in requests:
+            return n not in allocatable and n not in requests
+        if allocatable[n] != requests[n]:
+            return False
+    return True
+
+
+def view(pod: JSON) -> PodView:
+    annotations = _meta(pod).get("annotations") or {}
+    v = PodView(requests=pod_requests(pod), ignored=ignored(pod))
+    raw = annotations.get(ANN_AFFINITY)
+    if raw:
+        try:
+            a = json.loads(raw)
+            if not isinstance(a, dict):
+                raise ValueError("not an object")
+            v.required = True
+            v.name = str(a.get("name") or "")
+            v.selector = {str(k): str(x) for k, x in (a.get("reservationSelector") or {}).items()}
+            v.tolerations = [t for t in a.get("tolerations") or [] if isinstance(t, dict)]
+        except (ValueError, AttributeError) as e:
+            v.invalid = f"invalid {ANN_AFFINITY}: {e}"
+    raw = annotations.get(ANN_EXACT_MATCH)
+    if raw:
+        try:
+            spec = json.loads(repair_exact_match(raw))
+            names = spec.get("resourceNames") if isinstance(spec, dict) else None
+            if names is not None and not isinstance(names, list):
+                raise ValueError("resourceNames must be a list")
+            v.exact = [str(n) for n in names or []]
+        except (ValueError, AttributeError) as e:
+            v.invalid = f"invalid {ANN_EXACT_MATCH}: {e}"
+    return v

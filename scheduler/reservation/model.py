@@ -1,0 +1,275 @@
+"""Reservation objects (scheduling.koordinator.sh/v1alpha1) as the scheduler keeps them: phase, node, what is left.
+
+Upstream: apis/scheduling/v1alpha1/reservation_types.go, apis/extension/reservation.go, pkg/util/reservation.
+A placed, available reservation is represented on its node by a "reserve pod" (the template pod, named
+`reservation/<name>`, which no real pod can be named) whose requests are what is still unallocated: so every plugin
+sees reserved resources as used, and an owner is served by taking the reserve pod off its node for the cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from scheduler.cluster import JSON, PODS, Cluster, key, pod_requests
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "scheduling.koordinator.sh"
+ANN_ALLOCATED = f"{DOMAIN}/reservation-allocated"
+ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
+ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
+LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
+ANN_RESERVE_POD = f"{DOMAIN}/reserve-pod"  # ours: marks the template pod of a reservation (never written out)
+PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
+DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
+
+
+def _timestamp(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class Reservation:
+    obj: JSON
+    name: str
+    uid: str
+    phase: str
+    node: str | None
+    allocatable: dict[str, int] = field(default_factory=dict)  # reserved (no "pods": that is pod_limit)
+    allocated: dict[str, int] = field(default_factory=dict)
+    owners: list[str] = field(default_factory=list)  # ns/name of pods served
+    owner_refs: list[JSON] = field(default_factory=list)  # status.currentOwners
+    pod_limit: int | None = None  # the template's `pods` request: how many owners at most
+    reason: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)  # written on the object (device-allocated)
+    pod: JSON = field(default_factory=dict)  # the reserve pod
+    dirty: bool = False  # status differs from the object's
+
+    @property
+    def spec(self) -> JSON:
+        return self.obj.get("spec") or {}
+
+    @property
+    def allocate_once(self) -> bool:
+        return self.spec.get("allocateOnce") is not False  # IsReservationAllocateOnce: nil means true
+
+    @property
+    def pod_key(self) -> str:
+        return f"reservation/{self.name}"
+
+    @property
+    def taints(self) -> list[JSON]:
+        return [t for t in self.spec.get("taints") or [] if isinstance(t, dict)]
+
+    def remaining(self) -> dict[str, int]:
+        return {r: max(0, v - self.allocated.get(r, 0)) for r, v in self.allocatable.items()}
+
+    def full(self) -> bool:
+        return self.pod_limit is not None and len(self.owners) >= self.pod_limit
+
+    def status(self) -> JSON:
+        from scheduler.elasticquota.model import resource_json
+
+        out: JSON = {"phase": self.phase}
+        if self.node:
+            out["nodeName"] = self.node
+        alloc = dict(self.allocatable)
+        if self.pod_limit is not None:
+            alloc[PODS] = self.pod_limit
+        if self.node:
+            out["allocatable"] = resource_json(alloc)
+        if self.allocated or self.owners:
+            used = dict(self.allocated)
+            if self.pod_limit is not None:
+                used[PODS] = len(self.owners)
+            out["allocated"] = resource_json(used)
+        if self.owner_refs:
+            out["currentOwners"] = self.owner_refs
+        reason = {PENDING: "Unschedulable", AVAILABLE: "Available", SUCCEEDED: "Succeeded",
+                  FAILED: "Expired"}[self.phase]
+        ctype = "Scheduled" if self.phase == PENDING else "Ready"
+        cond: JSON = {"type": ctype, "status": "False" if self.phase in (PENDING, FAILED) else "True",
+                      "reason": reason}
+        if self.reason:
+            cond["message"] = self.reason
+        if self.phase != PENDING or self.reason:
+            out["conditions"] = [cond]
+        return out
+
+
+def reserve_pod(obj: JSON) -> JSON:
+    """The pod a reservation is scheduled as: spec.template, named reservation/<name>."""
+    meta = obj.get("metadata") or {}
+    tmpl = (obj.get("spec") or {}).get("template") or {}
+    tmeta = tmpl.get("metadata") or {}
+    spec = json.loads(json.dumps(tmpl.get("spec") or {}))
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        for part in ("requests", "limits"):  # the pod-count limit is the reservation's, not a request
+            ((c.get("resources") or {}).get(part) or {}).pop(PODS, None)
+    annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}), ANN_RESERVE_POD: "true"}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"reservation/{meta.get('name')}", "uid": meta.get("uid"),
+                         "labels": dict(tmeta.get("labels") or {}), "annotations": annotations},
+            "spec": spec}
+
+
+def is_reserve_pod(pod: JSON) -> bool:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_RESERVE_POD) == "true"
+
+
+def _pod_limit(obj: JSON) -> int | None:
+    total = 0
+    found = False
+    for c in ((((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []):
+        v = ((c.get("resources") or {}).get("requests") or {}).get(PODS)
+        if v is not None:
+            found = True
+            total += int(str(v))
+    return total if found else None
+
+
+def expired(obj: JSON, now: float) -> bool:
+    """`expires` first, else creationTimestamp + ttl (default 24h, "0" never)."""
+    from scheduler.gang.model import parse_go_duration
+
+    spec = obj.get("spec") or {}
+    at = _timestamp(spec.get("expires"))
+    if at is not None:
+        return now >= at
+    created = _timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
+    if created is None:
+        return False
+    ttl = parse_go_duration(str(spec["ttl"])) if spec.get("ttl") is not None else DEFAULT_TTL
+    return bool(ttl) and ttl is not None and now >= created + ttl
+
+
+def parse(obj: JSON, now: float | None = None) -> Reservation:
+    """One object as the scheduler starts from; a malformed one is Failed with the reason (never raised)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    name = str(meta.get("name") or "")
+    r = Reservation(obj, name, str(meta.get("uid") or ""), str(status.get("phase") or PENDING),
+                    status.get("nodeName") or None, annotations=dict(meta.get("annotations") or {}))
+    if r.phase not in (PENDING, AVAILABLE, SUCCEEDED, FAILED):
+        r.phase = PENDING
+    try:
+        r.pod = reserve_pod(obj)
+        r.pod_limit = _pod_limit(obj)
+        r.allocatable = {k: v for k, v in pod_requests(r.pod).items() if v}
+        if not isinstance((obj.get("spec") or {}).get("owners"), list) or not obj["spec"]["owners"]:
+            raise ValueError("spec.owners is required")
+    except (ValueError, TypeError, AttributeError) as e:
+        r.phase, r.reason, r.dirty = FAILED, f"invalid reservation: {e}", True
+        return r
+    if r.phase in (PENDING, AVAILABLE) and expired(obj, time.time() if now is None else now):
+        r.phase, r.reason, r.dirty = FAILED, "reservation expired", True
+    if r.phase == AVAILABLE and not r.node:
+        r.phase = PENDING
+    if r.node and r.phase == PENDING:  # placed but not yet marked available (another scheduler's bind)
+        r.phase, r.dirty = AVAILABLE, True
+    return r
+
+
+def _requests_masked(r: Reservation, pod: JSON) -> dict[str, int]:
+    return {k: v for k, v in pod_requests(pod).items() if k in r.allocatable}
+
+
+def allocated_to(pod: JSON) -> JSON | None:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_ALLOCATED)
+    try:
+        got = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def account(r: Reservation, pod: JSON) -> None:
+    """The pod is served from the reservation (status.allocated, currentOwners; allocateOnce ends it)."""
+    for k, v in _requests_masked(r, pod).items():
+        r.allocated[k] = r.allocated.get(k, 0) + v
+    r.owners.append(key(pod))
+    meta = pod.get("metadata") or {}
+    ref = {"namespace": meta.get("namespace") or "default", "name": meta.get("name")}
+    if meta.get("uid"):
+        ref["uid"] = meta["uid"]
+    r.owner_refs.append(ref)
+    if r.allocate_once:
+        r.phase = SUCCEEDED
+
+
+def release(r: Reservation, pod: JSON) -> None:
+    """Undo `account` (a preempted owner)."""
+    k = key(pod)
+    if k not in r.owners:
+        return
+    for res, v in _requests_masked(r, pod).items():
+        r.allocated[res] = max(0, r.allocated.get(res, 0) - v)
+    r.allocated = {res: v for res, v in r.allocated.items() if v}
+    r.owners.remove(k)
+    r.owner_refs = [o for o in r.owner_refs if f"{o.get('namespace')}/{o.get('name')}" != k]
+
+
+def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dict[str, Reservation]:
+    """Reservations of the cluster, with running owners accounted (the `reservation-allocated` annotation, v1.7's
+    binding of running pods included) and each available one's reserve pod placed on its node."""
+    book: dict[str, Reservation] = {}
+    for o in objects:
+        r = parse(o, now)
+        if r.name:
+            book[r.name] = r
+    by_uid = {r.uid: r for r in book.values() if r.uid}
+    for pod in list(cluster.assigned_pods()):
+        ref = allocated_to(pod)
+        if ref is None:
+            continue
+        got = by_uid.get(str(ref.get("uid") or "")) or book.get(str(ref.get("name") or ""))
+        if got is None or (ref.get("uid") and got.uid and ref.get("uid") != got.uid):
+            continue
+        r = got
+        if key(pod) not in r.owners:
+            before = r.phase
+            account(r, pod)
+            if r.phase != before or (r.obj.get("status") or {}).get("allocated") is None:
+                r.dirty = True
+    for r in book.values():
+        if r.phase == AVAILABLE:
+            node = cluster.nodes.get(str(r.node))
+            if node is None:
+                r.phase, r.reason, r.dirty = FAILED, f"node {r.node} not found", True
+                continue
+            place(r, cluster)
+        elif r.phase == SUCCEEDED and (r.obj.get("status") or {}).get("phase") != SUCCEEDED:
+            r.dirty = True
+    return book
+
+
+def place(r: Reservation, cluster: Cluster) -> None:
+    """Put the reserve pod, requesting what is still unallocated, on the reservation's node."""
+    pod = r.pod
+    pod.setdefault("metadata", {})["annotations"] = {**(pod["metadata"].get("annotations") or {}),
+                                                     **r.annotations}
+    left = r.remaining()
+    pod["spec"] = {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
+                   "containers": [{"name": "reserved", "resources": {"requests": {
+                       k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}
+    cluster.nodes[str(r.node)].add_pod(pod)
+
+
+def repair_exact_match(raw: str) -> str:
+    """**[decision]** the v1.6 release text writes `{"resourceNames":{"cpu","memory",...}}` (a set, not JSON);
+    its intent is a list, so braces holding only strings are read as brackets (logged once per text)."""
+    fixed = re.sub(r'\{(\s*"[^"{}:]*"(?:\s*,\s*"[^"{}:]*")*\s*)\}', r"[\1]", raw)
+    if fixed != raw:
+        log.info("%s %r read as %r (the v1.6 release text's spelling)", ANN_EXACT_MATCH, raw, fixed)
+    return fixed

@@ -1,0 +1,263 @@
+"""The Reservation plugin: owners are served from reserved resources, everyone else sees them as used.
+
+Upstream pkg/scheduler/plugins/reservation: before the cycle (BeforePreFilter / RestoreReservation) the matched
+reservations' unallocated resources are given back to their nodes for this pod — here by taking the reserve pod
+off the node, so NodeResourcesFit, DeviceShare and the rest see them free; Filter keeps a pod with
+`reservation-affinity` to nodes holding a matched reservation; Score prefers them (weight 5000 as upstream's
+default profile); Reserve picks the reservation and writes `reservation-allocated`; after the cycle the reserve
+pod goes back with what is left (nothing for allocateOnce: the reservation is Succeeded).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
+from scheduler.framework import Placement, Scheduler
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+from scheduler.reservation import matching
+from scheduler.reservation.model import (
+    ANN_ALLOCATED,
+    AVAILABLE,
+    PENDING,
+    Reservation,
+    account,
+    is_reserve_pod,
+    load,
+    place,
+    release,
+)
+
+ERR_AFFINITY = "node(s) no reservations match reservation affinity"  # plugin.go ErrReasonReservationAffinity
+
+
+class ReservationPlugin:
+    name = "Reservation"
+
+    def __init__(self, args: Any = None, weight: int = 5000, *, preemption: bool = True) -> None:
+        self.args = args
+        self.weight = weight
+        # ReservationArgs.enablePreemption, effective only while the plugin is enabled at postFilter
+        self.enable_preemption = bool(getattr(args, "enable_preemption", False)) and preemption
+        self.book: dict[str, Reservation] = {}
+        self._cluster: Cluster | None = None
+        self._view: matching.PodView | None = None
+        self._restored: dict[str, list[Reservation]] = {}  # node → reservations taken off it this cycle
+        self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
+        self._chosen: Reservation | None = None
+        self.preemptions: list[JSON] = []
+        self._preempting = False
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def bind(self, cluster: Cluster, now: float | None = None) -> None:
+        """Load the cluster's Reservation objects once per cluster (idempotent)."""
+        if self._cluster is cluster:
+            return
+        self._cluster = cluster
+        self.book = load(cluster, list(getattr(cluster, "reservations", [])), time.time() if now is None else now)
+
+    def add(self, obj: JSON) -> Reservation:
+        """A Reservation to place (simulate's --pods), pending unless it already names a node."""
+        assert self._cluster is not None
+        extra = load(self._cluster, [obj])
+        self.book.update(extra)
+        return next(iter(extra.values()))
+
+    def schedule_reservation(self, sched: Scheduler, r: Reservation) -> Placement | None:
+        """Place a pending reservation as its template pod; status follows. None when it is not pending."""
+        if r.phase != PENDING:
+            return None
+        pod = r.pod
+        placed = sched.schedule(pod)
+        if placed.node is None:
+            r.reason = placed.reason
+            r.dirty = True
+            return placed
+        node = sched.cluster.nodes[placed.node]
+        node.remove_pod(key(pod))  # re-added by place() with the reservation's accounting
+        r.node, r.phase, r.reason, r.dirty = placed.node, AVAILABLE, "", True
+        r.annotations.update(placed.annotations)
+        r.allocatable = {k: v for k, v in pod_requests(pod).items() if v}
+        place(r, sched.cluster)
+        return placed
+
+    # -- the cycle --------------------------------------------------------------------------------------------
+    def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
+        self.bind(cluster)
+        self._view, self._restored, self._serving, self._chosen = None, {}, {}, None
+        if is_reserve_pod(pod) or not self.book:
+            return
+        v = self._view = matching.view(pod)
+        if v.invalid:
+            return
+        for r in sorted(self.book.values(), key=lambda r: r.name):
+            if r.phase != AVAILABLE or not r.node or r.pod_key not in cluster.nodes[r.node].pods:
+                continue
+            if v.ignored:
+                self._restore(r, cluster)
+            elif r.node not in self._serving and v.eligible(r, pod):
+                self._serving[r.node] = r
+                self._restore(r, cluster)
+
+    def _restore(self, r: Reservation, cluster: Cluster) -> None:
+        cluster.nodes[str(r.node)].remove_pod(r.pod_key)
+        self._restored.setdefault(str(r.node), []).append(r)
+
+    def end_cycle(self, pod: JSON, placed: Placement | None) -> None:
+        cluster = self._cluster
+        if cluster is None:
+            return
+        chosen = self._chosen if placed is not None and placed.node is not None else None
+        for restored in self._restored.values():
+            for r in restored:
+                if r is chosen:
+                    account(r, pod)
+                    r.dirty = True
+                    self._take_devices(r, pod)
+                    if r.phase != AVAILABLE:
+                        continue
+                place(r, cluster)
+        self._view, self._restored, self._serving, self._chosen = None, {}, {}, None
+
+    @staticmethod
+    def _take_devices(r: Reservation, pod: JSON) -> None:
+        """What the owner took of the reservation's devices is no longer the reserve pod's."""
+        from scheduler.deviceshare.state import decode_allocations
+
+        mine = r.annotations.get("scheduling.koordinator.sh/device-allocated")
+        theirs = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            "scheduling.koordinator.sh/device-allocated")
+        if not mine or not theirs:
+            return
+        try:
+            have, took = decode_allocations(mine), decode_allocations(theirs)
+        except Exception:  # an unreadable annotation: keep the reservation's as it is
+            return
+        out: dict[str, list[JSON]] = {}
+        raw = json.loads(mine)
+        for dtype, items in raw.items():
+            used = {a.minor: a.resources for a in took.get(dtype, [])}
+            kept = []
+            for item, a in zip(items, have.get(dtype, []), strict=False):
+                if a.minor in used:
+                    left = {k: v - used[a.minor].get(k, 0) for k, v in a.resources.items()}
+                    if all(v <= 0 for v in left.values()):
+                        continue
+                kept.append(item)
+            if kept:
+                out[dtype] = kept
+        r.annotations["scheduling.koordinator.sh/device-allocated"] = json.dumps(out, separators=(",", ":"))
+
+    # -- extension points -------------------------------------------------------------------------------------
+    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        v = self._view
+        if v is None:
+            return None
+        if v.invalid:
+            return v.invalid
+        if v.required and node.name not in self._serving:
+            return ERR_AFFINITY
+        return None
+
+    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
+        v = self._view
+        if v is None or not v.required or v.invalid:
+            return None
+        mask = np.zeros(len(index), dtype=np.bool_)
+        for i, name in enumerate(index.names):
+            if name in self._serving:
+                mask[i] = True
+        return mask
+
+    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
+        return 100 if node.name in self._serving else 0
+
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+        out = np.zeros(len(index), dtype=np.int64)
+        if self._serving:
+            for i, name in enumerate(index.names):
+                if name in self._serving:
+                    out[i] = 100
+        return out
+
+    def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        r = self._serving.get(node.name)
+        if r is None or (self._view is not None and self._view.ignored):
+            return {}
+        self._chosen = r
+        ref = {"name": r.name, **({"uid": r.uid} if r.uid else {})}
+        return {ANN_ALLOCATED: json.dumps(ref, separators=(",", ":"))}
+
+    def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
+        self._chosen = None
+
+    # -- preemption inside a reservation (ReservationArgs.enablePreemption) -----------------------------------
+    def post_filter(self, sched: Scheduler, pod: JSON) -> Placement | None:
+        """An owner that does not fit may evict lower-priority owners of a matched reservation (never the
+        reservation itself: upstream does not support preempting Reservations)."""
+        if not self.enable_preemption or is_reserve_pod(pod) or self._preempting:
+            return None
+        self._preempting = True
+        try:
+            return self._preempt(sched, pod)
+        finally:
+            self._preempting = False
+
+    def _preempt(self, sched: Scheduler, pod: JSON) -> Placement | None:
+        from scheduler.gang.model import pod_priority
+
+        v = matching.view(pod)
+        if v.invalid or v.ignored:
+            return None
+        prio = pod_priority(pod, sched.cluster)
+        for r in sorted(self.book.values(), key=lambda r: r.name):
+            if r.phase != AVAILABLE or not r.node:
+                continue
+            node = sched.cluster.nodes[r.node]
+            owners = [node.pods[k] for k in r.owners if k in node.pods]
+            victims = sorted((p for p in owners if pod_priority(p, sched.cluster) < prio),
+                             key=lambda p: (pod_priority(p, sched.cluster), key(p)))
+            if not victims:
+                continue
+            limit, r.pod_limit = r.pod_limit, None  # the victims' slots are what is being freed
+            ok = v.eligible(r, pod)
+            r.pod_limit = limit
+            if not ok:
+                continue
+            removed: list[JSON] = []
+            for victim in victims:
+                self._evict(r, node, victim)
+                removed.append(victim)
+                placed = sched.schedule(pod)
+                if placed.node is not None:
+                    self.preemptions.append({"preemptor": key(pod), "reservation": r.name, "node": r.node,
+                                             "victims": [key(p) for p in removed]})
+                    return placed
+            for victim in reversed(removed):  # not enough: put everything back
+                self._unevict(r, node, victim)
+        return None
+
+    def _evict(self, r: Reservation, node: NodeInfo, victim: JSON) -> None:
+        node.remove_pod(r.pod_key)
+        node.remove_pod(key(victim))
+        release(r, victim)
+        place(r, self._cluster) if self._cluster is not None else None
+
+    def _unevict(self, r: Reservation, node: NodeInfo, victim: JSON) -> None:
+        node.remove_pod(r.pod_key)
+        node.add_pod(victim)
+        account(r, victim)
+        if r.phase == AVAILABLE and self._cluster is not None:
+            place(r, self._cluster)
+
+    # -- reporting ----------------------------------------------------------------------------------------------
+    def report(self) -> list[JSON]:
+        from scheduler.elasticquota.model import resource_json
+
+        return [{"name": r.name, "node": r.node, "phase": r.phase, "allocated": resource_json(r.allocated),
+                 "owners": sorted(r.owners), **({"reason": r.reason} if r.reason else {})}
+                for r in sorted(self.book.values(), key=lambda r: r.name)]

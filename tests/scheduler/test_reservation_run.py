@@ -1,0 +1,74 @@
+"""`koord-sched run` against kmock: a pending Reservation is placed and its status written; an owner is bound with
+`reservation-allocated` patched before its Binding, and the reservation's status follows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import kmock
+import pytest
+
+from koordlet.kubeapi import KubeClient, KubeConfig
+from scheduler.cli import profile
+from scheduler.cluster import Cluster
+from scheduler.framework import Scheduler
+from scheduler.runner import SecondaryScheduler
+
+from kubedouble import emulate_binding
+
+NAME = "koord-py"
+RESV = "scheduling.koordinator.sh/v1alpha1/reservations"
+ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
+
+
+@pytest.fixture
+def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    for res in ("v1/nodes", "v1/pods", RESV):
+        kmock.resources[res] = {}
+    kmock.objects["v1/nodes", None, "n1"] = {"apiVersion": "v1", "metadata": {"name": "n1"}, "status": {
+        "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}}
+    emulate_binding(kmock)
+    return kmock
+
+
+def owner() -> dict[str, Any]:
+    return {"apiVersion": "v1", "metadata": {"name": "owner", "namespace": "default", "uid": "uid-owner",
+                                             "labels": {"app": "a"}},
+            "spec": {"schedulerName": NAME, "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+async def test_reservation_placed_then_owner_served(km: kmock.KubernetesEmulator, validate_crd: Any) -> None:
+    r = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+         "metadata": {"name": "r1", "uid": "uid-r1"},
+         "spec": {"template": {"spec": {"schedulerName": NAME, "containers": [
+             {"name": "c", "resources": {"requests": {"cpu": "6"}}}]}},
+             "owners": [{"labelSelector": {"matchLabels": {"app": "a"}}}]}}
+    km.objects[RESV, None, "r1"] = r
+
+    def make(cluster: Cluster) -> Scheduler:
+        return Scheduler(cluster, *profile(None))
+
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
+    await asyncio.to_thread(runner.run_once)
+    status_patches = [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith(
+        "/reservations/r1/status")]
+    assert status_patches and status_patches[-1]["status"]["phase"] == "Available"
+    assert status_patches[-1]["status"]["nodeName"] == "n1"
+    assert status_patches[-1]["status"]["allocatable"] == {"cpu": "6"}
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", {**r, "status": status_patches[-1]["status"]})
+    # the next cycle lists it Available (as the API now holds it) and serves the owner
+    km.objects[RESV, None, "r1"] = {**r, "status": status_patches[-1]["status"]}
+    km.objects["v1/pods", "default", "owner"] = owner()
+    placements = await asyncio.to_thread(runner.run_once)
+    assert [(p.pod, p.node) for p in placements] == [("default/owner", "n1")]
+    pod_patches = [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith(
+        "/pods/owner")]
+    assert json.loads(pod_patches[0]["metadata"]["annotations"][ALLOCATED]) == {"name": "r1", "uid": "uid-r1"}
+    last = [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith(
+        "/reservations/r1/status")][-1]["status"]
+    assert last["phase"] == "Succeeded" and last["allocated"] == {"cpu": "4"}
+    assert last["currentOwners"] == [{"namespace": "default", "name": "owner", "uid": "uid-owner"}]
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", {**r, "status": last})
