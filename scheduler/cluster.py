@@ -147,7 +147,13 @@ class NodeInfo:
         """Call `callback(node)` on every change; one callback per owner (a later one replaces it)."""
         self.__dict__.setdefault("_watchers", {})[id(owner)] = callback
 
+    @property
+    def generation(self) -> int:
+        """Counts `changed()` calls: a pod replaced under the same key (same count) is a change too."""
+        return int(self.__dict__.get("_generation", 0))
+
     def changed(self) -> None:
+        self.__dict__["_generation"] = self.generation + 1
         for callback in list(self.__dict__.get("_watchers", {}).values()):
             callback(self)
 

@@ -79,6 +79,8 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
     aligned = not cfg.plugin_args("DeviceShare").disable_device_numa_topology_alignment
     if numa is not None and ds is not None and aligned:
         numa.deviceshare, ds.numa_affinity = ds, numa.affinity
+    if made.get("Reservation") is not None and ds is not None:
+        ds.reserved_devices = made["Reservation"].reserved_devices
     # Coscheduling is always there so the gang planner can read its switches (all off when it is disabled).
     made["Coscheduling"] = coscheduling(cfg, simulate)
     out = Plugins()

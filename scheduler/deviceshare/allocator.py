@@ -219,15 +219,31 @@ class Allocator:
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
         self._numa: frozenset[int] | None = None  # NUMA nodes the current allocation is confined to
+        self._preferred: Allocations = {}  # a reservation's devices the current allocation prefers
+        self._only_preferred = False  # first pass: the preferred minors alone (types they cover)
 
     def allocate_within(self, st: NodeDeviceState, plan: PodPlan, node_labels: dict[str, str],
-                        types: list[str] | None, numa: frozenset[int] | None) -> Allocations:
-        """`allocate` with every device taken from the NUMA nodes `numa` (None: anywhere), for NodeNUMAResource."""
-        self._numa = numa
+                        types: list[str] | None, numa: frozenset[int] | None,
+                        preferred: Allocations | None = None) -> Allocations:
+        """`allocate` with every device taken from the NUMA nodes `numa` (None: anywhere), for NodeNUMAResource.
+
+        `preferred` (an owner's reservation devices, upstream deviceshare/reservation.go tryAllocateFromReusable
+        with the Default/Aligned policy): **[decision]** first the allocation is tried on the preferred minors
+        alone (and their VFs first), so an owner that fits in its reservation gets exactly its devices; failing
+        that, on every device with the preferred minors and VFs ordered first by the default walk."""
+        self._numa, self._preferred = numa, preferred or {}
         try:
+            if self._preferred:
+                self._only_preferred = True
+                try:
+                    return self.allocate(st, plan, node_labels, types)
+                except Unschedulable:
+                    pass
+                finally:
+                    self._only_preferred = False
             return self.allocate(st, plan, node_labels, types)
         finally:
-            self._numa = None
+            self._numa, self._preferred = None, {}
 
     def allocate(self, st: NodeDeviceState, plan: PodPlan, node_labels: dict[str, str],
                  types: list[str] | None = None) -> Allocations:
@@ -257,6 +273,9 @@ class Allocator:
         numa = self._numa
         if numa is not None:
             devices = {m: d for m, d in devices.items() if d.numa in numa}
+        if self._only_preferred and self._preferred.get(dtype):
+            mine = {a.minor for a in self._preferred[dtype]}
+            devices = {m: d for m, d in devices.items() if m in mine}
         if hint is None or hint.selector is None:
             return set(devices)
         sel = hint.selector
@@ -288,6 +307,9 @@ class Allocator:
         devices, free = st.devices[dtype], st.free[dtype]
         scored = sorted(((-self.scorer.score(per, devices[m].total, free[m]), m) for m in candidates
                          if devices[m].total), key=lambda t: t)
+        mine = {a.minor for a in self._preferred.get(dtype, [])}
+        if mine:  # a reservation's minors first (stable: the score order stays within each group)
+            scored.sort(key=lambda t: t[1] not in mine)
         order: list[int] = []
         if preferred_pcies:
             groups = [[m for _, m in scored if devices[m].pcie == p] for p in sorted(preferred_pcies)]
@@ -314,13 +336,13 @@ class Allocator:
             raise Unschedulable(f"Insufficient {dtype} devices")
         return out
 
-    @staticmethod
-    def _pick_vf(st: NodeDeviceState, dtype: str, minor: int, selector: LabelSelector,
+    def _pick_vf(self, st: NodeDeviceState, dtype: str, minor: int, selector: LabelSelector,
                  taken: set[str]) -> VF | None:
         used = st.used_vfs.get(dtype, set())
         free = [vf for g in st.devices[dtype][minor].vf_groups if selector.matches(g.labels) for vf in g.vfs
                 if vf.bus_id not in used and vf.bus_id not in taken]
-        return min(free, key=lambda v: v.bus_id) if free else None
+        mine = {vf.bus_id for a in self._preferred.get(dtype, []) if a.minor == minor for vf in a.vfs}
+        return min(free, key=lambda v: (v.bus_id not in mine, v.bus_id)) if free else None
 
     def _allocate_gpu(self, st: NodeDeviceState, plan: PodPlan, req: GPURequirement, node_labels: dict[str, str],
                       candidates: set[int], preferred_pcies: set[str]) -> list[Allocation]:

@@ -194,11 +194,13 @@ class DeviceShare:
         st = self.state.node(node)
         types = list(plan.requests) if complete else self._filter_types(st, plan)
         numa = self.numa_affinity(pod, node) if self.numa_affinity is not None else None
+        preferred = self.reserved_devices(pod, node) if self.reserved_devices is not None else None
+        stamp = (st.version, numa, id(preferred) if preferred else None)
         cached = self._fits.get(node.name)
-        if cached is not None and cached[0] == (st.version, numa) and (cached[1] or not complete):
+        if cached is not None and cached[0] == stamp and (cached[1] or not complete):
             return cached[2]
-        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa)
-        self._fits[node.name] = ((st.version, numa), len(types) == len(plan.requests), allocs)
+        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred)
+        self._fits[node.name] = (stamp, len(types) == len(plan.requests), allocs)
         return allocs
 
     def numa_hints(self, pod: JSON, node: NodeInfo, numa_nodes: list[int]) -> tuple[str, list[Any]] | None:
@@ -235,6 +237,8 @@ class DeviceShare:
         return "+".join(types), generate(numa_nodes, lambda m: fits(m) is not None, ever)
 
     numa_affinity: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None  # NodeNUMAResource.affinity
+    # Reservation.reserved_devices: an owner's reservation devices on the node, preferred by the allocator
+    reserved_devices: Callable[[JSON, NodeInfo], Allocations | None] | None = None
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         self.sync_templates(cluster)

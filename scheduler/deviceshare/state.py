@@ -164,7 +164,8 @@ class NodeDeviceState:
         self.inflight: set[str] = set()  # reserved by us, not yet among node.pods
         self.malformed: dict[str, str] = {}  # pod key → why its device-allocated annotation was ignored
         self.version = 0
-        self.synced_pods = -1
+        self.synced_pods: tuple[int, int] = (-1, -1)  # (pod count, NodeInfo.generation) last reconciled
+        self.objs: dict[str, JSON] = {}  # pod key → the pod object its allocations were read from
         self.labels = dict(((node.device or {}).get("metadata") or {}).get("labels") or {})
         self.annotations = dict(((node.device or {}).get("metadata") or {}).get("annotations") or {})
         self.partition_cache: Any = None  # filled lazily by the allocator
@@ -181,6 +182,7 @@ class NodeDeviceState:
 
     def remove(self, pod_key: str) -> None:
         allocs = self.pods.pop(pod_key, None)
+        self.objs.pop(pod_key, None)
         self.inflight.discard(pod_key)
         self.malformed.pop(pod_key, None)
         if allocs:
@@ -243,7 +245,7 @@ class DeviceState:
                 for k in old.inflight:
                     st.add(k, old.pods[k])
                     st.inflight.add(k)
-        if st.synced_pods != len(node.pods):
+        if st.synced_pods != (len(node.pods), node.generation):
             self._reconcile(st, node)
         return st
 
@@ -253,9 +255,11 @@ class DeviceState:
         for k, pod in node.pods.items():
             if k in st.inflight:
                 st.inflight.discard(k)
-            elif k not in st.pods:
+                st.objs[k] = pod
+            elif k not in st.pods or st.objs.get(k) is not pod:  # new, or replaced under its key
                 st.add(k, self._pod_allocations(st, k, pod))
-        st.synced_pods = len(node.pods)
+                st.objs[k] = pod
+        st.synced_pods = (len(node.pods), node.generation)
 
     @staticmethod
     def _pod_allocations(st: NodeDeviceState, pod_key: str, pod: JSON) -> Allocations:
@@ -274,6 +278,8 @@ class DeviceState:
         st.add(pod_key, allocs)
         if pod_key not in node.pods:
             st.inflight.add(pod_key)
+        else:
+            st.objs[pod_key] = node.pods[pod_key]
 
     def pod_removed(self, node_name: str, pod_key: str) -> None:
         """Forget a pod's allocations (deleted, terminated or unreserved)."""

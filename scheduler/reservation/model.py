@@ -25,6 +25,7 @@ ANN_ALLOCATED = f"{DOMAIN}/reservation-allocated"
 ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
 ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
 LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
+ANN_DEVICES = f"{DOMAIN}/device-allocated"
 ANN_RESERVE_POD = f"{DOMAIN}/reserve-pod"  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
@@ -54,6 +55,7 @@ class Reservation:
     reason: str = ""
     annotations: dict[str, str] = field(default_factory=dict)  # written on the object (device-allocated)
     pod: JSON = field(default_factory=dict)  # the reserve pod
+    owner_devices: dict[str, Any] = field(default_factory=dict)  # owner key → its device Allocations
     dirty: bool = False  # status differs from the object's
 
     @property
@@ -74,6 +76,13 @@ class Reservation:
 
     def remaining(self) -> dict[str, int]:
         return {r: max(0, v - self.allocated.get(r, 0)) for r, v in self.allocatable.items()}
+
+    def held_devices(self) -> tuple[str, Any] | None:
+        """(encoded, Allocations) of the devices still held, or None when it reserved none."""
+        from scheduler.reservation.devices import remaining
+
+        reserved = self.annotations.get(ANN_DEVICES)
+        return remaining(reserved, list(self.owner_devices.values())) if reserved else None
 
     def full(self) -> bool:
         return self.pod_limit is not None and len(self.owners) >= self.pod_limit
@@ -204,6 +213,11 @@ def account(r: Reservation, pod: JSON) -> None:
     if meta.get("uid"):
         ref["uid"] = meta["uid"]
     r.owner_refs.append(ref)
+    from scheduler.reservation.devices import pod_devices
+
+    devices = pod_devices(pod)
+    if devices:
+        r.owner_devices[key(pod)] = devices
     if r.allocate_once:
         r.phase = SUCCEEDED
 
@@ -217,6 +231,7 @@ def release(r: Reservation, pod: JSON) -> None:
         r.allocated[res] = max(0, r.allocated.get(res, 0) - v)
     r.allocated = {res: v for res, v in r.allocated.items() if v}
     r.owners.remove(k)
+    r.owner_devices.pop(k, None)
     r.owner_refs = [o for o in r.owner_refs if f"{o.get('namespace')}/{o.get('name')}" != k]
 
 
@@ -255,15 +270,19 @@ def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dic
 
 
 def place(r: Reservation, cluster: Cluster) -> None:
-    """Put the reserve pod, requesting what is still unallocated, on the reservation's node."""
+    """Put the reserve pod, requesting what is still unallocated, on the reservation's node (a new object each
+    time: DeviceShare re-reads a pod replaced under its key)."""
     pod = r.pod
-    pod.setdefault("metadata", {})["annotations"] = {**(pod["metadata"].get("annotations") or {}),
-                                                     **r.annotations}
+    annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
+    held = r.held_devices()
+    if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
+        annotations[ANN_DEVICES] = held[0]
     left = r.remaining()
-    pod["spec"] = {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
-                   "containers": [{"name": "reserved", "resources": {"requests": {
-                       k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}
-    cluster.nodes[str(r.node)].add_pod(pod)
+    r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
+             "spec": {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
+                      "containers": [{"name": "reserved", "resources": {"requests": {
+                          k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}}
+    cluster.nodes[str(r.node)].add_pod(r.pod)
 
 
 def repair_exact_match(raw: str) -> str:

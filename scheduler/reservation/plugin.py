@@ -49,6 +49,7 @@ class ReservationPlugin:
         self._restored: dict[str, list[Reservation]] = {}  # node → reservations taken off it this cycle
         self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
         self._chosen: Reservation | None = None
+        self._held: dict[str, Any] = {}  # node → the devices the serving reservation holds (this cycle)
         self.preemptions: list[JSON] = []
         self._preempting = False
 
@@ -88,7 +89,7 @@ class ReservationPlugin:
     # -- the cycle --------------------------------------------------------------------------------------------
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
         self.bind(cluster)
-        self._view, self._restored, self._serving, self._chosen = None, {}, {}, None
+        self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
         if is_reserve_pod(pod) or not self.book:
             return
         v = self._view = matching.view(pod)
@@ -117,40 +118,21 @@ class ReservationPlugin:
                 if r is chosen:
                     account(r, pod)
                     r.dirty = True
-                    self._take_devices(r, pod)
                     if r.phase != AVAILABLE:
                         continue
                 place(r, cluster)
-        self._view, self._restored, self._serving, self._chosen = None, {}, {}, None
+        self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
 
-    @staticmethod
-    def _take_devices(r: Reservation, pod: JSON) -> None:
-        """What the owner took of the reservation's devices is no longer the reserve pod's."""
-        from scheduler.deviceshare.state import decode_allocations
-
-        mine = r.annotations.get("scheduling.koordinator.sh/device-allocated")
-        theirs = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            "scheduling.koordinator.sh/device-allocated")
-        if not mine or not theirs:
-            return
-        try:
-            have, took = decode_allocations(mine), decode_allocations(theirs)
-        except Exception:  # an unreadable annotation: keep the reservation's as it is
-            return
-        out: dict[str, list[JSON]] = {}
-        raw = json.loads(mine)
-        for dtype, items in raw.items():
-            used = {a.minor: a.resources for a in took.get(dtype, [])}
-            kept = []
-            for item, a in zip(items, have.get(dtype, []), strict=False):
-                if a.minor in used:
-                    left = {k: v - used[a.minor].get(k, 0) for k, v in a.resources.items()}
-                    if all(v <= 0 for v in left.values()):
-                        continue
-                kept.append(item)
-            if kept:
-                out[dtype] = kept
-        r.annotations["scheduling.koordinator.sh/device-allocated"] = json.dumps(out, separators=(",", ":"))
+    def reserved_devices(self, pod: JSON, node: NodeInfo) -> Any:
+        """DeviceShare's preference for an owner on this node: the devices its matched reservation still holds
+        (upstream tryAllocateFromReusable: the reservation's minors preferred, Default/Aligned policy)."""
+        r = self._serving.get(node.name)
+        if r is None or self._view is None or self._view.ignored:
+            return None
+        if node.name not in self._held:  # once per cycle: DeviceShare keys its cache on the object
+            held = r.held_devices()
+            self._held[node.name] = held[1] if held is not None and held[1] else None
+        return self._held[node.name]
 
     # -- extension points -------------------------------------------------------------------------------------
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:

@@ -1,0 +1,69 @@
+"""The devices a reservation still holds: what it reserved (its `device-allocated`) less what its owners took.
+
+Upstream pkg/scheduler/plugins/deviceshare/reservation.go (RestoreReservation): `remained` = the reserve pod's
+devices − the assigned owners' devices on the same minors (appendAllocatedByHints); the Reservation object's
+`device-allocated` annotation is never rewritten (it stays what was reserved), so neither is ours.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from scheduler.cluster import JSON
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
+from scheduler.deviceshare.state import Allocation, Allocations, decode_allocations, encode_allocations
+
+log = logging.getLogger(__name__)
+
+
+def pod_devices(pod: JSON) -> Allocations:
+    """A pod's `device-allocated`, empty when absent or unreadable."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATED)
+    if not raw:
+        return {}
+    try:
+        return decode_allocations(raw)
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _ids(raw: str) -> dict[tuple[str, int], str]:
+    doc = json.loads(raw)
+    return {(str(t), int(a.get("minor", 0))): str(a["id"]) for t, items in doc.items() for a in items or []
+            if isinstance(a, dict) and a.get("id")}
+
+
+def remaining(reserved: str, taken: list[Allocations]) -> tuple[str, Allocations]:
+    """(encoded, decoded) devices left of `reserved` once every allocation in `taken` is subtracted per minor
+    (amounts clipped at 0; VFs taken by bus ID); a device with nothing left is dropped. An unreadable
+    `reserved` is kept as it is (and holds nothing for owners)."""
+    try:
+        have = decode_allocations(reserved)
+        ids = _ids(reserved)
+    except (ValueError, TypeError, AttributeError) as e:
+        log.warning("reservation device-allocated %r unreadable: %s", reserved, e)
+        return reserved, {}
+    if not any(taken):
+        return reserved, have
+    out: Allocations = {}
+    for dtype, items in have.items():
+        used: dict[int, dict[str, int]] = {}
+        used_vfs: set[str] = set()
+        for t in taken:
+            for a in t.get(dtype, []):
+                u = used.setdefault(a.minor, {})
+                for r, v in a.resources.items():
+                    u[r] = u.get(r, 0) + v
+                used_vfs.update(vf.bus_id for vf in a.vfs)
+        kept: list[Allocation] = []
+        for a in items:
+            u = used.get(a.minor, {})
+            left = {r: max(0, v - u.get(r, 0)) for r, v in a.resources.items()}
+            vfs = [vf for vf in a.vfs if vf.bus_id not in used_vfs]
+            if not any(left.values()) or (a.vfs and not vfs):
+                continue
+            kept.append(Allocation(a.minor, {r: v for r, v in left.items() if v}, vfs, a.template))
+        if kept:
+            out[dtype] = kept
+    return encode_allocations(out, ids), out
