@@ -48,14 +48,24 @@ class _Held:
 
 
 def _reserve_on(sched: Scheduler, pod: JSON, node: NodeInfo) -> dict[str, str]:
-    """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable."""
-    why = sched.prefilter(pod) or sched._filter(pod, node)
-    if why is not None:
-        raise Unschedulable(why)
-    annotations = sched._reserve(pod, node)
-    pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
-    sched.cluster.assume(pod, node.name)
-    return annotations
+    """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable. Inside the cycle hooks as
+    Scheduler.schedule (an owner is served from its reservation on that node)."""
+    hooks = [p for p in sched.plugins() if hasattr(p, "begin_cycle")]
+    for h in hooks:
+        h.begin_cycle(pod, sched.cluster)
+    placed: Placement | None = None
+    try:
+        why = sched.prefilter(pod) or sched._filter(pod, node)
+        if why is not None:
+            raise Unschedulable(why)
+        annotations = sched._reserve(pod, node)
+        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        sched.cluster.assume(pod, node.name)
+        placed = Placement(key(pod), node.name, annotations)
+        return annotations
+    finally:
+        for h in hooks:
+            h.end_cycle(pod, placed)
 
 
 def _release(sched: Scheduler, held: list[_Held]) -> None:

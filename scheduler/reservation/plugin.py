@@ -24,6 +24,7 @@ from scheduler.reservation.model import (
     ANN_ALLOCATED,
     AVAILABLE,
     PENDING,
+    SUCCEEDED,
     Reservation,
     account,
     is_reserve_pod,
@@ -175,7 +176,18 @@ class ReservationPlugin:
         return {ANN_ALLOCATED: json.dumps(ref, separators=(",", ":"))}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
+        """Within a cycle: nothing was accounted yet. After it (a rejected gang's members are released): the
+        member is no longer an owner, its share and devices return to the reservation (Available again)."""
         self._chosen = None
+        k = key(pod)
+        for r in self.book.values():
+            if k in r.owners and r.node == node.name:
+                node.remove_pod(r.pod_key)
+                release(r, pod)
+                if r.phase == SUCCEEDED and not r.owners:
+                    r.phase = AVAILABLE
+                r.dirty = True
+                place(r, cluster)
 
     # -- preemption inside a reservation (ReservationArgs.enablePreemption) -----------------------------------
     def post_filter(self, sched: Scheduler, pod: JSON) -> Placement | None:
