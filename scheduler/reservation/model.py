@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.cluster import JSON, PODS, Cluster, key, pod_requests
@@ -29,6 +29,10 @@ ANN_DEVICES = f"{DOMAIN}/device-allocated"
 ANN_RESERVE_POD = f"{DOMAIN}/reserve-pod"  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
+
+
+def _rfc3339(at: float) -> str:
+    return datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _timestamp(text: Any) -> float | None:
@@ -87,7 +91,9 @@ class Reservation:
     def full(self) -> bool:
         return self.pod_limit is not None and len(self.owners) >= self.pod_limit
 
-    def status(self) -> JSON:
+    def status(self, now: float | None = None) -> JSON:
+        """The status subresource; the condition carries lastProbeTime (now) and lastTransitionTime (kept from
+        the object's condition of the same type and status, else now), as upstream's reservation controller."""
         from scheduler.elasticquota.model import resource_json
 
         out: JSON = {"phase": self.phase}
@@ -112,6 +118,12 @@ class Reservation:
                       "reason": reason}
         if self.reason:
             cond["message"] = self.reason
+        stamp = _rfc3339(time.time() if now is None else now)
+        before = next((c for c in (self.obj.get("status") or {}).get("conditions") or []
+                       if isinstance(c, dict) and c.get("type") == ctype), {})
+        cond["lastProbeTime"] = stamp
+        cond["lastTransitionTime"] = (before.get("lastTransitionTime") or stamp
+                                      if before.get("status") == cond["status"] else stamp)
         if self.phase != PENDING or self.reason:
             out["conditions"] = [cond]
         return out

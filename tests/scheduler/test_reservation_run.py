@@ -72,3 +72,29 @@ async def test_reservation_placed_then_owner_served(km: kmock.KubernetesEmulator
     assert last["phase"] == "Succeeded" and last["allocated"] == {"cpu": "4"}
     assert last["currentOwners"] == [{"namespace": "default", "name": "owner", "uid": "uid-owner"}]
     validate_crd("scheduling.koordinator.sh_reservations.yaml", {**r, "status": last})
+
+
+def test_condition_timestamps(validate_crd: Any) -> None:
+    """lastProbeTime is the write's time; lastTransitionTime stays while the condition's status does."""
+    from scheduler.reservation.model import AVAILABLE, SUCCEEDED, parse
+
+    obj = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+           "metadata": {"name": "r1", "uid": "uid-r1"},
+           "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+                    "owners": [{"object": {"name": "p"}}]},
+           "status": {"phase": AVAILABLE, "nodeName": "n1", "conditions": [
+               {"type": "Ready", "status": "True", "reason": "Available",
+                "lastTransitionTime": "2024-05-01T00:00:00Z", "lastProbeTime": "2024-05-01T00:00:00Z"}]}}
+    r = parse(obj, now=1714521600.0)
+    st = r.status(now=1714525200.0)  # an hour later, still Ready=True
+    (cond,) = st["conditions"]
+    assert cond["lastProbeTime"] == "2024-05-01T01:00:00Z"
+    assert cond["lastTransitionTime"] == "2024-05-01T00:00:00Z"
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", {**obj, "status": st})
+    r.phase, r.reason = SUCCEEDED, ""
+    (cond,) = r.status(now=1714528800.0)["conditions"]
+    assert cond["type"] == "Ready" and cond["status"] == "True"  # Succeeded stays Ready=True: no transition
+    assert cond["lastTransitionTime"] == "2024-05-01T00:00:00Z"
+    r.phase, r.reason = "Failed", "reservation expired"
+    (cond,) = r.status(now=1714528800.0)["conditions"]
+    assert cond["status"] == "False" and cond["lastTransitionTime"] == "2024-05-01T02:00:00Z"
