@@ -114,7 +114,7 @@ class NodeNUMAResource:
     def __init__(self, default_cpu_bind_policy: str = FULL_PCPUS) -> None:
         self.default_bind = default_cpu_bind_policy
         self.deviceshare: Any = None  # scheduler.deviceshare.plugin.DeviceShare when enabled (set by config.build)
-        self._topo: dict[str, tuple[int, NodeTopology]] = {}
+        self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
         self._affinity: dict[tuple[str, str], frozenset[int] | None] = {}
         self._pod: JSON | None = None
@@ -125,8 +125,8 @@ class NodeNUMAResource:
     def topology(self, node: NodeInfo) -> NodeTopology:
         nrt = getattr(node, "nrt", None)
         cached = self._topo.get(node.name)
-        if cached is None or cached[0] != id(nrt):
-            cached = self._topo[node.name] = (id(nrt), parse_topology(nrt))
+        if cached is None or cached[0] is not nrt:  # a watch replaces the object: parse the new one
+            cached = self._topo[node.name] = (nrt, parse_topology(nrt))
         return cached[1]
 
     def usage(self, node: NodeInfo) -> _Usage:
