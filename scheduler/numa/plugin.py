@@ -274,9 +274,10 @@ class NodeNUMAResource:
             chosen = got
             from koordlet.states.cpupools import format_cpuset
             status["cpuset"] = format_cpuset(chosen)
-        if k in self._affinity and topo.numa:
-            status["numaNodeResources"] = self._split(s, node, topo, mask, chosen)
-        if not status:
+        split = self._split(s, node, topo, mask, chosen) if k in self._affinity and topo.numa else []
+        if split:  # upstream ResourceStatus: numaNodeResources omitempty; `{}` for an aligned pod asking no cpu/memory
+            status["numaNodeResources"] = split
+        if not status and k not in self._affinity:
             return {}
         return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
 

@@ -218,3 +218,71 @@ def test_release_text_v16_gpu_cpu_memory_within_one_numa_node() -> None:
     gpus = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["gpu"]
     assert {g["minor"] // 4 for g in gpus} == {numa.node}
     assert str(numa.resources["memory"]) == str(500 * 1024**3) and numa.resources["cpu"] == 64
+
+
+def gpu_rdma_device(name: str) -> dict[str, Any]:
+    """Upstream's fakeH800 shape: GPU i and RDMA NIC i+1 share PCIe i; 0-3 on NUMA 0, 4-7 on NUMA 1; every NIC
+    has VFs labelled `fakeG`."""
+    dev = device(name)
+    for i, g in enumerate(dev["spec"]["devices"]):
+        g["topology"]["pcieID"] = str(i)
+    for i in range(8):
+        bus = f"0000:{0x10 + i:02x}:00."
+        dev["spec"]["devices"].append({
+            "type": "rdma", "id": f"{bus}0", "minor": i + 1, "health": True,
+            "resources": {"koordinator.sh/rdma": "100"},
+            "topology": {"socketID": i // 4, "nodeID": i // 4, "pcieID": str(i)},
+            "vfGroups": [{"labels": {"type": "fakeG"}, "vfs": [{"minor": k, "busID": f"{bus}{k + 2}"}
+                                                                for k in range(2)]}]})
+    return dev
+
+
+GPU_RDMA = {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}',
+            "scheduling.koordinator.sh/device-allocate-hint":
+                '{"rdma":{"vfSelector":{"matchLabels":{"type":"fakeG"}}}}',
+            "scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
+
+
+def gpu_rdma_node(name: str) -> dict[str, Any]:
+    n = node(name, 16, "128Gi", gpus=8)
+    n["status"]["allocatable"]["koordinator.sh/rdma"] = "800"
+    return n
+
+
+def numa_of_devices(placed: dict[str, Any]) -> dict[str, set[int]]:
+    doc = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])
+    return {t: {(a["minor"] if t == "gpu" else a["minor"] - 1) // 4 for a in doc[t]} for t in ("gpu", "rdma")}
+
+
+def test_gpus_and_rdma_vfs_on_the_pods_numa_node(validate_crd: Any) -> None:
+    """NUMA 0's CPUs are taken: a SingleNUMANode GPU+RDMA joint pod gets its CPUs, GPUs and VFs all on NUMA 1
+    (an unconfined allocation would start at GPU 0 / NIC 1 on NUMA 0)."""
+    validate_crd("scheduling.koordinator.sh_devices.yaml", gpu_rdma_device("n1"))
+    busy = pod("busy", {"cpu": "8"}, {STATUS: '{"cpuset":"0-3,8-11","numaNodeResources":[{"node":0,"resources":'
+                                      '{"cpu":"8"}}]}'}, LSR, node_name="n1")
+    p = pod("p", {"cpu": "4", "memory": "8Gi", "koordinator.sh/gpu": "200", "koordinator.sh/rdma": "1"}, GPU_RDMA,
+            LSR)
+    [placed] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), busy], [p])
+    assert placed["node"] == "n1", placed
+    assert numa_of_devices(placed) == {"gpu": {1}, "rdma": {1}}
+    assert [n.node for n in resource_status(placed["annotations"]).numa_node_resources] == [1]
+    vfs = [vf for a in json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["rdma"]
+           for vf in a["extension"]["vfs"]]
+    assert len(vfs) == 2  # one VF per GPU's PCIe (joint allocation)
+
+
+def test_rdma_taken_on_one_numa_node_moves_the_gpus_to_the_other() -> None:
+    """Every NIC of NUMA 0 is held by another pod: the GPUs follow the free NICs to NUMA 1 (unaligned, the GPU
+    walk alone would pick GPUs 0-1 on NUMA 0); with NUMA 1's NICs taken as well the pod is refused by name."""
+    held = json.dumps({"rdma": [{"minor": m, "resources": {"koordinator.sh/rdma": "100"}} for m in (1, 2, 3, 4)]})
+    hog = pod("hog", {"koordinator.sh/rdma": "400"}, {"scheduling.koordinator.sh/device-allocated": held},
+              node_name="n1")
+    p = pod("p", {"koordinator.sh/gpu": "200", "koordinator.sh/rdma": "1"}, GPU_RDMA)
+    [placed] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), hog], [p])
+    assert placed["node"] == "n1", placed
+    assert numa_of_devices(placed) == {"gpu": {1}, "rdma": {1}}
+    assert placed["annotations"][STATUS] == "{}"  # aligned, no cpu/memory asked: upstream's empty ResourceStatus
+    held_all = json.dumps({"rdma": [{"minor": m, "resources": {"koordinator.sh/rdma": "100"}} for m in range(1, 9)]})
+    hog_all = pod("hog", {}, {"scheduling.koordinator.sh/device-allocated": held_all}, node_name="n1")
+    [refused] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), hog_all], [p])
+    assert refused["node"] is None and "Unsatisfied NUMA gpu+rdma" in refused["reason"], refused
