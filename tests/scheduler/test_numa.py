@@ -286,3 +286,70 @@ def test_rdma_taken_on_one_numa_node_moves_the_gpus_to_the_other() -> None:
     hog_all = pod("hog", {}, {"scheduling.koordinator.sh/device-allocated": held_all}, node_name="n1")
     [refused] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), hog_all], [p])
     assert refused["node"] is None and "Unsatisfied NUMA gpu+rdma" in refused["reason"], refused
+
+
+# ---- Score (nodenumaresource/scoring.go; scoringStrategy over the NUMA nodes the pod gets) ---------------------
+
+def numa_status(*per: tuple[int, str, str], cpuset: str = "") -> dict[str, str]:
+    doc: dict[str, Any] = {"cpuset": cpuset} if cpuset else {}
+    doc["numaNodeResources"] = [{"node": n, "resources": {"cpu": c, "memory": m}} for n, c, m in per]
+    return {STATUS: json.dumps(doc)}
+
+
+def numa_scores(objs: list[dict[str, Any]], p: dict[str, Any], plugin: Any = None) -> dict[str, int]:
+    from scheduler.cli import profile
+    from scheduler.framework import Scheduler
+
+    sched = Scheduler(build_cluster(objs), *profile(None))
+    numa = plugin or sched.plugin("NodeNUMAResource")
+    return {n: numa.score(p, node, sched.cluster) for n, node in sorted(sched.cluster.nodes.items())}
+
+
+SINGLE = {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}'}
+
+
+def test_score_least_allocated_over_the_chosen_numa_node() -> None:
+    """n1's NUMA 0 holds 4 cpu / 16Gi of a bound pod: the pod gets NUMA 0 there (the first that fits) and scores
+    (cpu (8-8)/8 → 0, memory (64-24)/64 → 62) / 2 = 31; the empty n2 scores (50 + 87) / 2 = 68. Over the whole
+    node n1 would score 65 — NUMA scoring is what tells them apart."""
+    busy = pod("busy", {"cpu": "4", "memory": "16Gi"}, numa_status((0, "4", "16Gi")), node_name="n1")
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), busy]
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)
+    assert numa_scores(objs, p) == {"n1": 31, "n2": 68}
+    plain = pod("q", {"cpu": "4", "memory": "8Gi"})  # no policy: the node's requested over its allocatable
+    assert numa_scores(objs, plain) == {"n1": (50 + 81) // 2, "n2": (75 + 93) // 2}
+    assert numa_scores(objs, pod("z", {})) == {"n1": 0, "n2": 0}  # asks nothing: skipped
+
+
+def test_score_most_allocated_and_weights() -> None:
+    from scheduler.numa.plugin import NodeNUMAResource
+
+    busy = pod("busy", {"cpu": "4", "memory": "16Gi"}, numa_status((0, "4", "16Gi")), node_name="n1")
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), busy]
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)
+    most = NodeNUMAResource(scoring_type="MostAllocated")
+    assert numa_scores(objs, p, most) == {"n1": (100 + 37) // 2, "n2": (50 + 12) // 2}
+    cpu_only = NodeNUMAResource(scoring_type="MostAllocated", resources=(("cpu", 3), ("memory", 1)))
+    assert numa_scores(objs, p, cpu_only) == {"n1": (300 + 37) // 4, "n2": (150 + 12) // 4}
+
+
+def test_score_of_a_cpuset_pod_counts_every_bound_cpu_of_the_node() -> None:
+    """**[quirk]** upstream calculateAllocatableAndRequested: with a cpuset, requested cpu is every CPU bound on the
+    node, though allocatable is the chosen NUMA node's: 8 CPUs bound on NUMA 1, the pod gets NUMA 0, cpu scores
+    (8-(8+4)) < 0 → 0."""
+    busy = pod("busy", {"cpu": "8"}, numa_status((1, "8", "0"), cpuset="4-7,12-15"), LSR, node_name="n1")
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE, LSR)
+    assert numa_scores([node("n1", 16, "128Gi"), nrt("n1"), busy], p) == {"n1": (0 + 87) // 2}
+
+
+def test_numa_score_places_on_the_freer_numa_node() -> None:
+    """n1 is emptier as a whole (4 of 16 cpus) but its NUMA 0, where the pod would go, is half full; n2's NUMA 0
+    has 3 taken (and NUMA 1 another 3, by single-NUMA pods). LeastAllocated over the NUMA node chosen sends the
+    pod to n2 (the whole-node view says n1)."""
+    b1 = pod("b1", {"cpu": "4"}, numa_status((0, "4", "0")), node_name="n1")
+    b2 = [pod(f"b2{i}", {"cpu": "3"}, numa_status((i, "3", "0")), node_name="n2") for i in (0, 1)]
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), b1, *b2]
+    [placed] = run(objs, [pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)])
+    assert placed["node"] == "n2", placed
+    [plain] = run(objs, [pod("q", {"cpu": "4", "memory": "8Gi"})])
+    assert plain["node"] == "n1", plain
