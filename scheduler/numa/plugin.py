@@ -20,6 +20,7 @@ from koordlet.quantity import format_bytes, format_milli
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, key, pod_requests
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
@@ -124,6 +125,8 @@ class NodeNUMAResource:
         self.weight = weight
         self._scores: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}  # node → pod shape → memo (_cached)
         self._shape_of: tuple[JSON | None, tuple[Any, ...]] = (None, ())
+        self._dirty: set[str] = set()  # nodes changed since their memo was last checked
+        self._fp: dict[str, tuple[Any, ...]] = {}  # node → _fingerprint its usage and memo were made from
         self._columns = NodeColumns(lambda _n: {})
         self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
@@ -145,6 +148,8 @@ class NodeNUMAResource:
         return cached[1]
 
     def usage(self, node: NodeInfo) -> _Usage:
+        if node.name in self._dirty:
+            self._revalidate(node)
         u = self._usage.get(node.name)
         if u is None:
             node.watch(self, self._forget_usage)
@@ -166,11 +171,36 @@ class NodeNUMAResource:
                     else:
                         u.status[n.node] = SINGLE
             self._usage[node.name] = u
+            self._fp[node.name] = self._fingerprint(node)
         return u
 
     def _forget_usage(self, node: NodeInfo) -> None:
-        self._usage.pop(node.name, None)
-        self._scores.pop(node.name, None)
+        self._dirty.add(node.name)  # looked at on next use: most changes (a pod without NUMA or device
+        # annotations, a reservation's reserve pod taken off for an owner's cycle) leave every NUMA fact as it was
+
+    @staticmethod
+    def _fingerprint(node: NodeInfo) -> tuple[Any, ...]:
+        """Everything NUMA usage, the hints and the NUMA-path scores depend on: the Node, NRT and Device objects and
+        the pods' resource-status and device-allocated annotations."""
+        held = []
+        for k, p in node.pods.items():
+            ann = (p.get("metadata") or {}).get("annotations") or {}
+            st, dev = ann.get(ANNOTATION_RESOURCE_STATUS), ann.get(ANNOTATION_DEVICE_ALLOCATED)
+            if st is not None or dev is not None:
+                held.append((k, st, dev))
+        return id(node.obj), id(getattr(node, "nrt", None)), id(node.device), tuple(held)
+
+    def _revalidate(self, node: NodeInfo) -> None:
+        self._dirty.discard(node.name)
+        fp = self._fingerprint(node)
+        if self._fp.get(node.name) != fp:
+            self._fp[node.name] = fp
+            self._usage.pop(node.name, None)
+            self._scores.pop(node.name, None)
+            return
+        for memo in self._scores.get(node.name, {}).values():
+            if memo.get("node_level"):
+                memo.pop("score", None)  # scored over the node's requested/allocatable, which may have moved
 
     def spec(self, pod: JSON) -> PodNUMA:
         if pod is not self._pod or self._spec is None:
@@ -289,6 +319,8 @@ class NodeNUMAResource:
     def _cached(self, pod: JSON, node: NodeInfo) -> dict[Any, Any]:
         """This node's memo for pods of this shape: {"why": filter reason, "score": score}, until the node changes."""
         shape = self._shape(pod)
+        if node.name in self._dirty:
+            self._revalidate(node)
         per = self._scores.get(node.name)
         if per is None:
             self.usage(node)  # registers the watch that forgets this node's memo when it changes
@@ -321,24 +353,25 @@ class NodeNUMAResource:
         the node; 0 for a pod asking nothing, or where the NUMA allocation fails (upstream degrades to 0)."""
         memo = self._cached(pod, node)
         if "score" not in memo:
-            memo["score"] = self._score(pod, node)
+            memo["score"], memo["node_level"] = self._score(pod, node)
         return int(memo["score"])
 
-    def _score(self, pod: JSON, node: NodeInfo) -> int:
+    def _score(self, pod: JSON, node: NodeInfo) -> tuple[int, bool]:
+        """(score, whether it is over the whole node)."""
         requests = pod_requests(pod)
         if not any(requests.values()):
-            return 0
+            return 0, False
         s = self.spec(pod)
         if s.bind and not self.topology(node).cpu_topology_valid():
-            return 0
+            return 0, False
         why, aligned, mask = self._decide(pod, node)
         if why is not None:
-            return 0  # infeasible here: never chosen (and upstream scores a failed allocation 0)
+            return 0, False  # infeasible here: never chosen (and upstream scores a failed allocation 0)
         if aligned:
             topo = self.topology(node)
             got = self._allocate(s, node, topo, mask)
             if got is None:
-                return 0
+                return 0, False
             chosen, split = got
             if split:  # scored over the NUMA nodes the pod gets (calculateAllocatableAndRequested)
                 used = self.usage(node)
@@ -352,9 +385,9 @@ class NodeNUMAResource:
                         req[r] = req.get(r, 0) + v
                 if chosen:  # **[quirk]** upstream counts every CPU bound on the node here, whatever its NUMA node
                     req[CPU] = len(used.cpus) * 1000
-                return strategy_score(self.most, self.resources, req, alloc, requests)
+                return strategy_score(self.most, self.resources, req, alloc, requests), False
         # no NUMA policy (upstream scoreWithAmplifiedCPUs, no amplification here): the node's requested/allocatable
-        return strategy_score(self.most, self.resources, node.requested, node.allocatable, requests)
+        return strategy_score(self.most, self.resources, node.requested, node.allocatable, requests), True
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node: the node-level strategy as numpy columns, and `score` itself on the

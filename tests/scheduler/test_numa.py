@@ -353,3 +353,12 @@ def test_numa_score_places_on_the_freer_numa_node() -> None:
     assert placed["node"] == "n2", placed
     [plain] = run(objs, [pod("q", {"cpu": "4", "memory": "8Gi"})])
     assert plain["node"] == "n1", plain
+
+
+def test_benchmark_objects_are_valid(validate_crd: Any) -> None:
+    """benchmarks/numa.py's NodeResourceTopology and Reservation objects, as the CRDs define them."""
+    from benchmarks.numa import nrt as bench_nrt
+    from benchmarks.numa import reservation
+
+    validate_crd(NRT_CRD, bench_nrt("node-0000"))
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", reservation(0, "node-0000"))
