@@ -53,6 +53,7 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.qos_effect
 	-$(BIN)/python -m benchmarks.scheduler
 	-$(BIN)/python -m benchmarks.scheduler_config
+	-$(BIN)/python -m benchmarks.numa
 	-$(BIN)/python -m benchmarks.noderesource
 	-$(BIN)/python -m benchmarks.quota
 	-$(BIN)/python -m benchmarks.nri_wire

@@ -43,8 +43,11 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("/api/v1/pods", "Pod"),
     ("/apis/scheduling.koordinator.sh/v1alpha1/devices", "Device"),
     ("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric"),
+    ("/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies", "NodeResourceTopology"),
 )
-OPTIONAL_KINDS = ("Device", "NodeMetric")  # CRDs that may not be installed
+OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology")  # CRDs that may not be installed
+# Cluster-scoped objects named after their Node, kept on NodeInfo under this attribute.
+NODE_ATTRS = {"Device": "device", "NodeMetric": "nodemetric", "NodeResourceTopology": "nrt"}
 # Listed on every (re)load, not watched: DeviceShare's GPU shared resource templates live in a ConfigMap there.
 CONFIGMAPS = "/api/v1/namespaces/koordinator-system/configmaps"
 LIST_PAGE = 500
@@ -57,7 +60,7 @@ class BadRequest(Exception):
 
 
 class ClusterSource:
-    """Lists Nodes, assigned Pods, Device CRs and NodeMetrics from the API server into a Cluster."""
+    """Lists Nodes, assigned Pods, Device CRs, NodeMetrics and NodeResourceTopologies into a Cluster."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
@@ -285,7 +288,7 @@ class Extender:
                         if k not in listed and k not in self.assumed:
                             self._remove_pod(sched, node, k, pod)
             else:
-                attr = "device" if kind == "Device" else "nodemetric"
+                attr = NODE_ATTRS[kind]
                 for node in cluster.nodes.values():
                     if getattr(node, attr) is not None and node.name not in names:
                         setattr(node, attr, None)
@@ -303,7 +306,7 @@ class Extender:
             else:
                 self._node_upsert(cluster, payload)
         else:
-            attr, name = ("device" if kind == "Device" else "nodemetric"), _name(payload)
+            attr, name = NODE_ATTRS[kind], _name(payload)
             target = cluster.nodes.get(name)
             if target is None:
                 if deleted:
@@ -322,8 +325,8 @@ class Extender:
         node = cluster.nodes.get(name)
         if node is None:
             new = NodeInfo(name, obj, allocatable)
-            new.device = self._orphans.pop(("Device", name), None)
-            new.nodemetric = self._orphans.pop(("NodeMetric", name), None)
+            for kind, attr in NODE_ATTRS.items():
+                setattr(new, attr, self._orphans.pop((kind, name), None))
             cluster.nodes[name] = new  # a NodeMap operation: the node index rebuilds
             return
         if node.obj is not obj:
@@ -335,7 +338,7 @@ class Extender:
         node = cluster.nodes.pop(name, None)
         if node is None:
             return
-        for attr, kind in (("device", "Device"), ("nodemetric", "NodeMetric")):
+        for kind, attr in NODE_ATTRS.items():
             obj = getattr(node, attr)
             if obj is not None:  # the CR may outlive its Node for a while
                 self._orphans[kind, name] = obj

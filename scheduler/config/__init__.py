@@ -64,7 +64,8 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
         elif name == "DeviceShare":
             made[name] = DeviceShare.from_args(cfg.plugin_args(name), w)
         elif name == "NodeNUMAResource":
-            made[name] = NodeNUMAResource(cfg.plugin_args(name).default_cpu_bind_policy)
+            a = cfg.plugin_args(name)
+            made[name] = NodeNUMAResource(a.default_cpu_bind_policy, a.scoring_type, a.scoring_resources, w)
         elif name == "ElasticQuota":
             made[name] = ElasticQuota(cfg.plugin_args(name), check=at(name, PRE_FILTER), account=at(name, RESERVE))
         elif name == "NodeResourcesFitPlus":

@@ -325,20 +325,34 @@ NUMA_FIELDS = ("defaultCPUBindPolicy", "scoringStrategy", "numaScoringStrategy")
 
 @dataclass
 class NodeNUMAResourceArgs:
-    """NodeNUMAResourceArgs; koord-sched uses defaultCPUBindPolicy (upstream default FullPCPUs), the scoring
-    strategies are validated only (NodeNUMAResource does not score here)."""
+    """NodeNUMAResourceArgs (upstream v1 defaults: FullPCPUs; both strategies LeastAllocated over cpu and memory,
+    weight 1). `scoringStrategy` drives the Score; `numaScoringStrategy` (the order NUMA nodes are filled in) is
+    validated only: NUMA nodes are filled in id order here."""
 
     default_cpu_bind_policy: str = "FullPCPUs"
+    scoring_type: str = LEAST_ALLOCATED
+    scoring_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
 
 
 def node_numa_resource_args(raw: Mapping[str, Any], where: str) -> NodeNUMAResourceArgs:
     check_keys(raw, (*TYPE_FIELDS, *NUMA_FIELDS), where)
     policy = choice(raw, "defaultCPUBindPolicy", where, "FullPCPUs", ("FullPCPUs", "SpreadByPCPUs"))
+    out = NodeNUMAResourceArgs(policy)
     for name in ("scoringStrategy", "numaScoringStrategy"):
-        if raw.get(name) is not None:
-            s = mapping(raw[name], f"{where}.{name}")
-            choice(s, "type", f"{where}.{name}", MOST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
-    return NodeNUMAResourceArgs(policy)
+        if raw.get(name) is None:
+            continue
+        w = f"{where}.{name}"
+        s = mapping(raw[name], w)
+        check_keys(s, ("type", "resources"), w)
+        if not s.get("type"):  # upstream New: resourceStrategyTypeMap has no "" entry
+            raise ConfigError(f"{w}.type: {'numa ' if name.startswith('numa') else ''}scoring strategy  is not "
+                              f"supported (accepted: {LEAST_ALLOCATED}, {MOST_ALLOCATED})")
+        kind = choice(s, "type", w, LEAST_ALLOCATED, (LEAST_ALLOCATED, MOST_ALLOCATED))
+        resources = _resource_specs(s, w, out.scoring_resources)
+        if name == "scoringStrategy":
+            out.scoring_type = kind
+            out.scoring_resources = resources if resources is not None else ()
+    return out
 
 
 PREEMPTION_FIELDS = ("minCandidateNodesPercentage", "minCandidateNodesAbsolute")

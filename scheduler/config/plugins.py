@@ -33,7 +33,7 @@ _OURS = (
     PluginInfo("NodeResourcesFit", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER)),
     PluginInfo("LoadAwareScheduling", (FILTER, SCORE, RESERVE), (FILTER, SCORE, RESERVE)),
     PluginInfo("NodeNUMAResource", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
-               (PRE_FILTER, FILTER, RESERVE, PRE_BIND)),
+               (PRE_FILTER, FILTER, SCORE, RESERVE, PRE_BIND)),
     PluginInfo("DeviceShare", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
                (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
     PluginInfo("Reservation", (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT, PRE_BIND),
@@ -61,7 +61,8 @@ for _n in (*_KUBE, *_KOORD):
     PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
 
 # score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1)
-DEFAULT_WEIGHTS = {"LoadAwareScheduling": 1, "DeviceShare": 1, "Reservation": 5000, "Coscheduling": 1}
+DEFAULT_WEIGHTS = {"LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
+                   "Coscheduling": 1}
 
 
 def supported() -> list[str]:

@@ -13,12 +13,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from koordlet.errors import InvalidInput
 from koordlet.quantity import format_bytes, format_milli
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, resource_status
+from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, key, pod_requests
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
 from scheduler.numa.hints import (
     BEST_EFFORT,
@@ -31,7 +35,9 @@ from scheduler.numa.hints import (
     generate,
     merge,
 )
+from scheduler.numa.score import DEFAULT_RESOURCES, LEAST_ALLOCATED, MOST_ALLOCATED, strategy_score
 from scheduler.numa.topology import LABEL_CPU_BIND_POLICY, NodeTopology, node_policy, parse_topology
+from scheduler.plugins.columns import NodeColumns, allocation_score
 
 ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
@@ -111,10 +117,22 @@ class _Usage:
 class NodeNUMAResource:
     name = "NodeNUMAResource"
 
-    def __init__(self, default_cpu_bind_policy: str = FULL_PCPUS) -> None:
+    def __init__(self, default_cpu_bind_policy: str = FULL_PCPUS, scoring_type: str = LEAST_ALLOCATED,
+                 resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES, weight: int = 1) -> None:
         self.default_bind = default_cpu_bind_policy
+        self.most = scoring_type == MOST_ALLOCATED
+        self.resources = resources
+        self.weight = weight
+        self._scores: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}  # node → pod shape → memo (_cached)
+        self._shape_of: tuple[JSON | None, tuple[Any, ...]] = (None, ())
+        self._dirty: set[str] = set()  # nodes changed since their memo was last checked
+        self._fp: dict[str, tuple[Any, ...]] = {}  # node → _fingerprint its usage and memo were made from
+        self._columns = NodeColumns(lambda _n: {})
+        self._flags_tracker = Tracker()
+        self._policy_set: set[int] = set()
+        self._policy_rows: list[int] = []
         self.deviceshare: Any = None  # scheduler.deviceshare.plugin.DeviceShare when enabled (set by config.build)
-        self._topo: dict[str, tuple[int, NodeTopology]] = {}
+        self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
         self._affinity: dict[tuple[str, str], frozenset[int] | None] = {}
         self._pod: JSON | None = None
@@ -125,11 +143,13 @@ class NodeNUMAResource:
     def topology(self, node: NodeInfo) -> NodeTopology:
         nrt = getattr(node, "nrt", None)
         cached = self._topo.get(node.name)
-        if cached is None or cached[0] != id(nrt):
-            cached = self._topo[node.name] = (id(nrt), parse_topology(nrt))
+        if cached is None or cached[0] is not nrt:  # a watch replaces the object: parse the new one
+            cached = self._topo[node.name] = (nrt, parse_topology(nrt))
         return cached[1]
 
     def usage(self, node: NodeInfo) -> _Usage:
+        if node.name in self._dirty:
+            self._revalidate(node)
         u = self._usage.get(node.name)
         if u is None:
             node.watch(self, self._forget_usage)
@@ -151,10 +171,36 @@ class NodeNUMAResource:
                     else:
                         u.status[n.node] = SINGLE
             self._usage[node.name] = u
+            self._fp[node.name] = self._fingerprint(node)
         return u
 
     def _forget_usage(self, node: NodeInfo) -> None:
-        self._usage.pop(node.name, None)
+        self._dirty.add(node.name)  # looked at on next use: most changes (a pod without NUMA or device
+        # annotations, a reservation's reserve pod taken off for an owner's cycle) leave every NUMA fact as it was
+
+    @staticmethod
+    def _fingerprint(node: NodeInfo) -> tuple[Any, ...]:
+        """Everything NUMA usage, the hints and the NUMA-path scores depend on: the Node, NRT and Device objects and
+        the pods' resource-status and device-allocated annotations."""
+        held = []
+        for k, p in node.pods.items():
+            ann = (p.get("metadata") or {}).get("annotations") or {}
+            st, dev = ann.get(ANNOTATION_RESOURCE_STATUS), ann.get(ANNOTATION_DEVICE_ALLOCATED)
+            if st is not None or dev is not None:
+                held.append((k, st, dev))
+        return id(node.obj), id(getattr(node, "nrt", None)), id(node.device), tuple(held)
+
+    def _revalidate(self, node: NodeInfo) -> None:
+        self._dirty.discard(node.name)
+        fp = self._fingerprint(node)
+        if self._fp.get(node.name) != fp:
+            self._fp[node.name] = fp
+            self._usage.pop(node.name, None)
+            self._scores.pop(node.name, None)
+            return
+        for memo in self._scores.get(node.name, {}).values():
+            if memo.get("node_level"):
+                memo.pop("score", None)  # scored over the node's requested/allocatable, which may have moved
 
     def spec(self, pod: JSON) -> PodNUMA:
         if pod is not self._pod or self._spec is None:
@@ -168,35 +214,41 @@ class NodeNUMAResource:
     # ---- Filter ---------------------------------------------------------------------------------------------
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
-        s = self.spec(pod)
         self._affinity.pop((key(pod), node.name), None)
+        why, aligned, mask = self._decide(pod, node)
+        if why is None and aligned:
+            self._affinity[(key(pod), node.name)] = mask
+        return why
+
+    def _decide(self, pod: JSON, node: NodeInfo) -> tuple[str | None, bool, frozenset[int] | None]:
+        """(reason or None, whether a NUMA policy applied, the merged hint's NUMA nodes) — Filter without state."""
+        s = self.spec(pod)
         if s.problem:
-            return s.problem
+            return s.problem, False, None
         if not s.policy and not s.bind and not node.labels.get("node.koordinator.sh/numa-topology-policy"):
-            return None
+            return None, False, None
         topo = self.topology(node)
         policy = node_policy(node.labels, topo)
         if policy and s.policy and policy != s.policy:
-            return ERR_NOT_MATCH_NUMA_TOPOLOGY
+            return ERR_NOT_MATCH_NUMA_TOPOLOGY, False, None
         policy = s.policy or policy
         bind_policy = ""
         if s.bind:
             bind_policy, why = self._bind_policy(s, node, topo)
             if why:
-                return why
+                return why, False, None
         if policy and policy != BEST_EFFORT and (not topo.has_nrt or not topo.numa):
-            return ERR_MISSING_NUMA_RESOURCES
+            return ERR_MISSING_NUMA_RESOURCES, False, None
         if not policy or not topo.numa:
             if s.bind and take_cpus(topo.cpus, self._free_cpus(node, topo, None), s.cpu // 1000, bind_policy) is None:
-                return ERR_NOT_ENOUGH_CPUS
-            return None
+                return ERR_NOT_ENOUGH_CPUS, False, None
+            return None, False, None
         exclusive = s.exclusive or (REQUIRED if s.policy else "")
         providers = self._hints(pod, s, node, topo, bind_policy)
         best, admit, reasons = merge(policy, sorted(topo.numa), providers, exclusive, self.usage(node).status)
         if not admit:
-            return ", ".join(reasons)
-        self._affinity[(key(pod), node.name)] = best.mask
-        return None
+            return ", ".join(reasons), False, None
+        return None, True, best.mask
 
     def _bind_policy(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology) -> tuple[str, str]:
         if not topo.cpu_topology_valid():
@@ -251,6 +303,131 @@ class NodeNUMAResource:
                 out[found[0]] = found[1]
         return out
 
+    # ---- Score ----------------------------------------------------------------------------------------------
+
+    def _shape(self, pod: JSON) -> tuple[Any, ...]:
+        """What the score depends on in the pod: pods of one shape score alike on a node until the node changes."""
+        if pod is not self._shape_of[0]:
+            meta = pod.get("metadata") or {}
+            ann = tuple(sorted((k, str(v)) for k, v in (meta.get("annotations") or {}).items()
+                               if k.startswith("scheduling.koordinator.sh/")))
+            labels = tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
+            self._shape_of = (pod, (tuple(sorted(pod_requests(pod).items())), self.spec(pod), ann, labels,
+                                    (pod.get("spec") or {}).get("priority")))
+        return self._shape_of[1]
+
+    def _cached(self, pod: JSON, node: NodeInfo) -> dict[Any, Any]:
+        """This node's memo for pods of this shape: {"why": filter reason, "score": score}, until the node changes."""
+        shape = self._shape(pod)
+        if node.name in self._dirty:
+            self._revalidate(node)
+        per = self._scores.get(node.name)
+        if per is None:
+            self.usage(node)  # registers the watch that forgets this node's memo when it changes
+            per = self._scores[node.name] = {}
+        memo = per.get(shape)
+        if memo is None:
+            memo = per[shape] = {}
+        return memo
+
+    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
+        """Exactly where `filter` passes: only the nodes where a NUMA policy or CPU binding applies are decided
+        (memoised per pod shape), a plain pod passes every node without a policy label."""
+        s = self.spec(pod)
+        self._sync_flags(index)
+        if not (s.policy or s.bind or s.problem) and not self._policy_rows:
+            return None
+        n = len(index)
+        out = np.ones(n, dtype=np.bool_)
+        rows = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        for i in rows:
+            node = index.nodes[i]
+            memo = self._cached(pod, node)
+            if "why" not in memo:
+                memo["why"] = self._decide(pod, node)[0]
+            out[i] = memo["why"] is None
+        return out
+
+    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
+        """Upstream Score: the strategy over the NUMA nodes the pod would get (a NUMA policy applies), else over
+        the node; 0 for a pod asking nothing, or where the NUMA allocation fails (upstream degrades to 0)."""
+        memo = self._cached(pod, node)
+        if "score" not in memo:
+            memo["score"], memo["node_level"] = self._score(pod, node)
+        return int(memo["score"])
+
+    def _score(self, pod: JSON, node: NodeInfo) -> tuple[int, bool]:
+        """(score, whether it is over the whole node)."""
+        requests = pod_requests(pod)
+        if not any(requests.values()):
+            return 0, False
+        s = self.spec(pod)
+        if s.bind and not self.topology(node).cpu_topology_valid():
+            return 0, False
+        why, aligned, mask = self._decide(pod, node)
+        if why is not None:
+            return 0, False  # infeasible here: never chosen (and upstream scores a failed allocation 0)
+        if aligned:
+            topo = self.topology(node)
+            got = self._allocate(s, node, topo, mask)
+            if got is None:
+                return 0, False
+            chosen, split = got
+            if split:  # scored over the NUMA nodes the pod gets (calculateAllocatableAndRequested)
+                used = self.usage(node)
+                alloc: dict[str, int] = {}
+                req: dict[str, int] = {}
+                for entry in split:
+                    i = int(entry["node"])
+                    for r, v in topo.numa.get(i, {}).items():
+                        alloc[r] = alloc.get(r, 0) + v
+                    for r, v in used.numa.get(i, {}).items():
+                        req[r] = req.get(r, 0) + v
+                if chosen:  # **[quirk]** upstream counts every CPU bound on the node here, whatever its NUMA node
+                    req[CPU] = len(used.cpus) * 1000
+                return strategy_score(self.most, self.resources, req, alloc, requests), False
+        # no NUMA policy (upstream scoreWithAmplifiedCPUs, no amplification here): the node's requested/allocatable
+        return strategy_score(self.most, self.resources, node.requested, node.allocatable, requests), True
+
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+        """Exactly `score` for every node: the node-level strategy as numpy columns, and `score` itself on the
+        nodes where a NUMA policy or CPU binding makes it depend on the NUMA allocation."""
+        n = len(index)
+        requests = pod_requests(pod)
+        if not any(requests.values()):
+            return np.zeros(n, dtype=np.int64)
+        s = self.spec(pod)
+        self._columns.sync(index, [r for r, _ in self.resources], False)
+        self._sync_flags(index)
+        c = self._columns
+        acc, wsum = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for r, w in self.resources:
+            want = requests.get(r, 0)
+            if want == 0 and r not in (CPU, MEMORY, "ephemeral-storage"):
+                continue
+            has = c.alloc[r] > 0
+            acc += allocation_score(c.req[r] + want, c.alloc[r], self.most) * w
+            wsum += has * w
+        out = np.where(wsum > 0, acc // np.maximum(wsum, 1), 0).astype(np.int64)
+        exact = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        for i in exact:
+            out[i] = self.score(pod, index.nodes[i], index.cluster)
+        return out
+
+    def _sync_flags(self, index: NodeIndex) -> None:
+        """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node)."""
+        changed = self._flags_tracker.changes(index)
+        if changed is None:
+            self._policy_set = {i for i, nd in enumerate(index.nodes)
+                                if nd.labels.get("node.koordinator.sh/numa-topology-policy")}
+        else:
+            for i in changed:
+                if index.nodes[i].labels.get("node.koordinator.sh/numa-topology-policy"):
+                    self._policy_set.add(i)
+                else:
+                    self._policy_set.discard(i)
+        self._policy_rows = sorted(self._policy_set)
+
     # ---- Reserve --------------------------------------------------------------------------------------------
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
@@ -262,23 +439,32 @@ class NodeNUMAResource:
             why = self.filter(pod, node, cluster)
             if why is not None:
                 raise Unschedulable(why)
-        mask = self._affinity.get(k)
         topo = self.topology(node)
+        aligned = k in self._affinity
+        got = self._allocate(s, node, topo, self._affinity.get(k), aligned)
+        if got is None:
+            raise Unschedulable(self._bind_policy(s, node, topo)[1] or ERR_NOT_ENOUGH_CPUS)
+        chosen, split = got
         status: dict[str, Any] = {}
+        if chosen:
+            status["cpuset"] = format_cpuset(chosen)
+        if split:  # upstream ResourceStatus: numaNodeResources omitempty; `{}` for an aligned pod asking no cpu/memory
+            status["numaNodeResources"] = split
+        if not status and not aligned:
+            return {}
+        return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+
+    def _allocate(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
+                  aligned: bool = True) -> tuple[list[int], list[dict[str, Any]]] | None:
+        """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits."""
         chosen: list[int] = []
         if s.bind:
             bind_policy, why = self._bind_policy(s, node, topo)
             got = None if why else take_cpus(topo.cpus, self._free_cpus(node, topo, mask), s.cpu // 1000, bind_policy)
             if got is None:
-                raise Unschedulable(why or ERR_NOT_ENOUGH_CPUS)
+                return None
             chosen = got
-            from koordlet.states.cpupools import format_cpuset
-            status["cpuset"] = format_cpuset(chosen)
-        if k in self._affinity and topo.numa:
-            status["numaNodeResources"] = self._split(s, node, topo, mask, chosen)
-        if not status:
-            return {}
-        return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        return chosen, (self._split(s, node, topo, mask, chosen) if aligned and topo.numa else [])
 
     def _split(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
                chosen: list[int]) -> list[dict[str, Any]]:

@@ -218,3 +218,147 @@ def test_release_text_v16_gpu_cpu_memory_within_one_numa_node() -> None:
     gpus = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["gpu"]
     assert {g["minor"] // 4 for g in gpus} == {numa.node}
     assert str(numa.resources["memory"]) == str(500 * 1024**3) and numa.resources["cpu"] == 64
+
+
+def gpu_rdma_device(name: str) -> dict[str, Any]:
+    """Upstream's fakeH800 shape: GPU i and RDMA NIC i+1 share PCIe i; 0-3 on NUMA 0, 4-7 on NUMA 1; every NIC
+    has VFs labelled `fakeG`."""
+    dev = device(name)
+    for i, g in enumerate(dev["spec"]["devices"]):
+        g["topology"]["pcieID"] = str(i)
+    for i in range(8):
+        bus = f"0000:{0x10 + i:02x}:00."
+        dev["spec"]["devices"].append({
+            "type": "rdma", "id": f"{bus}0", "minor": i + 1, "health": True,
+            "resources": {"koordinator.sh/rdma": "100"},
+            "topology": {"socketID": i // 4, "nodeID": i // 4, "pcieID": str(i)},
+            "vfGroups": [{"labels": {"type": "fakeG"}, "vfs": [{"minor": k, "busID": f"{bus}{k + 2}"}
+                                                                for k in range(2)]}]})
+    return dev
+
+
+GPU_RDMA = {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}',
+            "scheduling.koordinator.sh/device-allocate-hint":
+                '{"rdma":{"vfSelector":{"matchLabels":{"type":"fakeG"}}}}',
+            "scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
+
+
+def gpu_rdma_node(name: str) -> dict[str, Any]:
+    n = node(name, 16, "128Gi", gpus=8)
+    n["status"]["allocatable"]["koordinator.sh/rdma"] = "800"
+    return n
+
+
+def numa_of_devices(placed: dict[str, Any]) -> dict[str, set[int]]:
+    doc = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])
+    return {t: {(a["minor"] if t == "gpu" else a["minor"] - 1) // 4 for a in doc[t]} for t in ("gpu", "rdma")}
+
+
+def test_gpus_and_rdma_vfs_on_the_pods_numa_node(validate_crd: Any) -> None:
+    """NUMA 0's CPUs are taken: a SingleNUMANode GPU+RDMA joint pod gets its CPUs, GPUs and VFs all on NUMA 1
+    (an unconfined allocation would start at GPU 0 / NIC 1 on NUMA 0)."""
+    validate_crd("scheduling.koordinator.sh_devices.yaml", gpu_rdma_device("n1"))
+    busy = pod("busy", {"cpu": "8"}, {STATUS: '{"cpuset":"0-3,8-11","numaNodeResources":[{"node":0,"resources":'
+                                      '{"cpu":"8"}}]}'}, LSR, node_name="n1")
+    p = pod("p", {"cpu": "4", "memory": "8Gi", "koordinator.sh/gpu": "200", "koordinator.sh/rdma": "1"}, GPU_RDMA,
+            LSR)
+    [placed] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), busy], [p])
+    assert placed["node"] == "n1", placed
+    assert numa_of_devices(placed) == {"gpu": {1}, "rdma": {1}}
+    assert [n.node for n in resource_status(placed["annotations"]).numa_node_resources] == [1]
+    vfs = [vf for a in json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["rdma"]
+           for vf in a["extension"]["vfs"]]
+    assert len(vfs) == 2  # one VF per GPU's PCIe (joint allocation)
+
+
+def test_rdma_taken_on_one_numa_node_moves_the_gpus_to_the_other() -> None:
+    """Every NIC of NUMA 0 is held by another pod: the GPUs follow the free NICs to NUMA 1 (unaligned, the GPU
+    walk alone would pick GPUs 0-1 on NUMA 0); with NUMA 1's NICs taken as well the pod is refused by name."""
+    held = json.dumps({"rdma": [{"minor": m, "resources": {"koordinator.sh/rdma": "100"}} for m in (1, 2, 3, 4)]})
+    hog = pod("hog", {"koordinator.sh/rdma": "400"}, {"scheduling.koordinator.sh/device-allocated": held},
+              node_name="n1")
+    p = pod("p", {"koordinator.sh/gpu": "200", "koordinator.sh/rdma": "1"}, GPU_RDMA)
+    [placed] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), hog], [p])
+    assert placed["node"] == "n1", placed
+    assert numa_of_devices(placed) == {"gpu": {1}, "rdma": {1}}
+    assert placed["annotations"][STATUS] == "{}"  # aligned, no cpu/memory asked: upstream's empty ResourceStatus
+    held_all = json.dumps({"rdma": [{"minor": m, "resources": {"koordinator.sh/rdma": "100"}} for m in range(1, 9)]})
+    hog_all = pod("hog", {}, {"scheduling.koordinator.sh/device-allocated": held_all}, node_name="n1")
+    [refused] = run([gpu_rdma_node("n1"), nrt("n1"), gpu_rdma_device("n1"), hog_all], [p])
+    assert refused["node"] is None and "Unsatisfied NUMA gpu+rdma" in refused["reason"], refused
+
+
+# ---- Score (nodenumaresource/scoring.go; scoringStrategy over the NUMA nodes the pod gets) ---------------------
+
+def numa_status(*per: tuple[int, str, str], cpuset: str = "") -> dict[str, str]:
+    doc: dict[str, Any] = {"cpuset": cpuset} if cpuset else {}
+    doc["numaNodeResources"] = [{"node": n, "resources": {"cpu": c, "memory": m}} for n, c, m in per]
+    return {STATUS: json.dumps(doc)}
+
+
+def numa_scores(objs: list[dict[str, Any]], p: dict[str, Any], plugin: Any = None) -> dict[str, int]:
+    from scheduler.cli import profile
+    from scheduler.framework import Scheduler
+
+    sched = Scheduler(build_cluster(objs), *profile(None))
+    numa = plugin or sched.plugin("NodeNUMAResource")
+    return {n: numa.score(p, node, sched.cluster) for n, node in sorted(sched.cluster.nodes.items())}
+
+
+SINGLE = {SPEC: '{"numaTopologyPolicy":"SingleNUMANode"}'}
+
+
+def test_score_least_allocated_over_the_chosen_numa_node() -> None:
+    """n1's NUMA 0 holds 4 cpu / 16Gi of a bound pod: the pod gets NUMA 0 there (the first that fits) and scores
+    (cpu (8-8)/8 → 0, memory (64-24)/64 → 62) / 2 = 31; the empty n2 scores (50 + 87) / 2 = 68. Over the whole
+    node n1 would score 65 — NUMA scoring is what tells them apart."""
+    busy = pod("busy", {"cpu": "4", "memory": "16Gi"}, numa_status((0, "4", "16Gi")), node_name="n1")
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), busy]
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)
+    assert numa_scores(objs, p) == {"n1": 31, "n2": 68}
+    plain = pod("q", {"cpu": "4", "memory": "8Gi"})  # no policy: the node's requested over its allocatable
+    assert numa_scores(objs, plain) == {"n1": (50 + 81) // 2, "n2": (75 + 93) // 2}
+    assert numa_scores(objs, pod("z", {})) == {"n1": 0, "n2": 0}  # asks nothing: skipped
+
+
+def test_score_most_allocated_and_weights() -> None:
+    from scheduler.numa.plugin import NodeNUMAResource
+
+    busy = pod("busy", {"cpu": "4", "memory": "16Gi"}, numa_status((0, "4", "16Gi")), node_name="n1")
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), busy]
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)
+    most = NodeNUMAResource(scoring_type="MostAllocated")
+    assert numa_scores(objs, p, most) == {"n1": (100 + 37) // 2, "n2": (50 + 12) // 2}
+    cpu_only = NodeNUMAResource(scoring_type="MostAllocated", resources=(("cpu", 3), ("memory", 1)))
+    assert numa_scores(objs, p, cpu_only) == {"n1": (300 + 37) // 4, "n2": (150 + 12) // 4}
+
+
+def test_score_of_a_cpuset_pod_counts_every_bound_cpu_of_the_node() -> None:
+    """**[quirk]** upstream calculateAllocatableAndRequested: with a cpuset, requested cpu is every CPU bound on the
+    node, though allocatable is the chosen NUMA node's: 8 CPUs bound on NUMA 1, the pod gets NUMA 0, cpu scores
+    (8-(8+4)) < 0 → 0."""
+    busy = pod("busy", {"cpu": "8"}, numa_status((1, "8", "0"), cpuset="4-7,12-15"), LSR, node_name="n1")
+    p = pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE, LSR)
+    assert numa_scores([node("n1", 16, "128Gi"), nrt("n1"), busy], p) == {"n1": (0 + 87) // 2}
+
+
+def test_numa_score_places_on_the_freer_numa_node() -> None:
+    """n1 is emptier as a whole (4 of 16 cpus) but its NUMA 0, where the pod would go, is half full; n2's NUMA 0
+    has 3 taken (and NUMA 1 another 3, by single-NUMA pods). LeastAllocated over the NUMA node chosen sends the
+    pod to n2 (the whole-node view says n1)."""
+    b1 = pod("b1", {"cpu": "4"}, numa_status((0, "4", "0")), node_name="n1")
+    b2 = [pod(f"b2{i}", {"cpu": "3"}, numa_status((i, "3", "0")), node_name="n2") for i in (0, 1)]
+    objs = [node("n1", 16, "128Gi"), nrt("n1"), node("n2", 16, "128Gi"), nrt("n2"), b1, *b2]
+    [placed] = run(objs, [pod("p", {"cpu": "4", "memory": "8Gi"}, SINGLE)])
+    assert placed["node"] == "n2", placed
+    [plain] = run(objs, [pod("q", {"cpu": "4", "memory": "8Gi"})])
+    assert plain["node"] == "n1", plain
+
+
+def test_benchmark_objects_are_valid(validate_crd: Any) -> None:
+    """benchmarks/numa.py's NodeResourceTopology and Reservation objects, as the CRDs define them."""
+    from benchmarks.numa import nrt as bench_nrt
+    from benchmarks.numa import reservation
+
+    validate_crd(NRT_CRD, bench_nrt("node-0000"))
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", reservation(0, "node-0000"))

@@ -75,7 +75,11 @@ def names(plugins: list[Any]) -> list[str]:
 def test_defaults_when_absent() -> None:
     cfg = load_config(None)
     # koord-scheduler's scheduler-config.yaml order (Reservation after DeviceShare, score weight 5000)
-    assert cfg.points["score"] == ["LoadAwareScheduling", "DeviceShare", "Reservation", "Coscheduling"]
+    assert cfg.points["score"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
+                                   "Coscheduling"]
+    assert cfg.weights["NodeNUMAResource"] == 1
+    numa = cfg.plugin_args("NodeNUMAResource")  # upstream v1 defaults
+    assert (numa.scoring_type, numa.scoring_resources) == ("LeastAllocated", (("cpu", 1), ("memory", 1)))
     assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "NodeNUMAResource", "DeviceShare",
                                     "Reservation"]
     assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
@@ -122,8 +126,8 @@ def test_overrides(tmp_path: Path) -> None:
     path = tmp_path / "sched.yaml"
     path.write_text(YAML)
     cfg = load_config(str(path))
-    assert cfg.weights == {"LoadAwareScheduling": 3, "DeviceShare": 1, "Reservation": 5000, "Coscheduling": 1,
-                           "NodeResourcesFitPlus": 2,
+    assert cfg.weights == {"LoadAwareScheduling": 3, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
+                           "Coscheduling": 1, "NodeResourcesFitPlus": 2,
                            "ScarceResourceAvoidance": 1}
     la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
@@ -161,7 +165,8 @@ def test_disabling_at_one_point_disables_it_there_only() -> None:
 
 def test_enabling_a_default_reconfigures_it_in_place() -> None:
     cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "DeviceShare", "weight": 5}]}}))
-    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "Reservation", "Coscheduling"]
+    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "NodeNUMAResource", "Reservation",
+                                   "Coscheduling"]
     assert cfg.weights["DeviceShare"] == 5
     cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
     assert cfg.weights["DeviceShare"] == 4

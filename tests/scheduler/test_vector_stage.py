@@ -40,12 +40,26 @@ def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
                 for m in range(gpus)] + ([{"type": "rdma", "minor": 0, "health": True,
                                            "resources": {"koordinator.sh/rdma": "100"}}]
                                          if rng.random() < 0.3 else [])}})
+        if rng.random() < 0.5:  # NUMA facts: 2 NUMA nodes of 4 cores × 2 threads; sometimes a node policy
+            out.append(_nrt(name))
+            if rng.random() < 0.3:
+                labels["node.koordinator.sh/numa-topology-policy"] = rng.choice(["SingleNUMANode", "BestEffort"])
         if rng.random() < 0.9:
             out.append({"kind": "NodeMetric", "metadata": {"name": name}, "status": {
                 "updateTime": NOW if rng.random() < 0.9 else OLD,
                 "nodeMetric": {"nodeUsage": {"resources": {"cpu": f"{rng.randint(0, 12)}",
                                                            "memory": f"{rng.randint(1, 60)}Gi"}}}}})
     return out
+
+
+def _nrt(name: str) -> dict[str, Any]:
+    detail = [{"id": c, "core": c % 8, "socket": (c % 8) // 4, "node": (c % 8) // 4} for c in range(16)]
+    zones = [{"name": f"node-{z}", "type": "Node", "resources": [
+        {"name": "cpu", "capacity": "8", "allocatable": "8", "available": "8"},
+        {"name": "memory", "capacity": "32Gi", "allocatable": "32Gi", "available": "32Gi"}]} for z in (0, 1)]
+    return {"kind": "NodeResourceTopology", "metadata": {"name": name, "annotations": {
+        "node.koordinator.sh/cpu-topology": json.dumps({"detail": detail})}}, "topologyPolicies": ["None"],
+        "zones": zones}
 
 
 def _pod(rng: random.Random, i: int) -> dict[str, Any]:
@@ -60,7 +74,15 @@ def _pod(rng: random.Random, i: int) -> dict[str, Any]:
     elif kind == "rdma":
         requests.update({"koordinator.sh/gpu": "100", "koordinator.sh/rdma": "1"})
     labels = {"koordinator.sh/priority-class": "koord-prod"} if rng.random() < 0.2 else {}
-    return {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "t", "labels": labels},
+    annotations: dict[str, str] = {}
+    numa = rng.random()
+    if numa < 0.15:
+        annotations["scheduling.koordinator.sh/numa-topology-spec"] = json.dumps(
+            {"numaTopologyPolicy": rng.choice(["SingleNUMANode", "Restricted", "BestEffort"])})
+    elif numa < 0.25 and "." not in requests["cpu"] and "m" not in requests["cpu"]:
+        labels["koordinator.sh/qosClass"] = "LSR"  # a cpuset is chosen (prod priority: the default class)
+    return {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "t", "labels": labels,
+                                        "annotations": annotations},
             "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}}
 
 
@@ -119,7 +141,7 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         pods = [_pod(rng, i) for i in range(100)]
         fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
         slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
-        assert len(fast.scorers) == 8  # Reservation (default, weight 5000) included
+        assert len(fast.scorers) == 9  # Reservation (default, weight 5000) and NodeNUMAResource included
         for pod in pods:
             a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
