@@ -57,6 +57,7 @@ from scheduler.deviceshare.vendors import (
 )
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.rowcache import by_rows
 
 if TYPE_CHECKING:
     from scheduler.config.args import DeviceShareArgs
@@ -332,22 +333,8 @@ class DeviceShare:
         self._dirty.clear()
 
     def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
-        """`compute(rows)` for every node, kept per request shape and recomputed only for the rows whose device
-        arrays changed since (a placement touches one node): both vector results depend on their row only.
-        The array returned is the cache's own: callers do not modify it."""
-        hit = self._row_cache.get(key)
-        if hit is None:
-            if len(self._row_cache) >= 64:
-                self._row_cache.clear()
-            result = compute(slice(None))
-            self._row_cache[key] = (self._row_version.copy(), result)
-            return result
-        seen, result = hit
-        rows = np.flatnonzero(self._row_version != seen)
-        if rows.size:
-            result[rows] = compute(rows)
-            seen[rows] = self._row_version[rows]
-        return result
+        """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
+        return by_rows(self._row_cache, self._row_version, key, compute)
 
     @staticmethod
     def _shape(plan: PodPlan) -> tuple[Any, ...]:

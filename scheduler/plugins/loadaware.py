@@ -30,6 +30,7 @@ from scheduler.plugins.loadaware_facts import (
     is_daemonset_pod,
     round_half_away,
 )
+from scheduler.rowcache import by_rows
 
 __all__ = ["AGGREGATION_TYPES", "NAME", "AggregatedArgs", "LoadAware", "LoadAwareArgs"]
 
@@ -160,20 +161,8 @@ class LoadAware:
                     prod.get(r, 0)
 
     def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
-        """`compute(rows)` over every node, cached per key; only rows refilled by `sync` since are recomputed."""
-        hit = self._row_cache.get(key)
-        if hit is None:
-            if len(self._row_cache) >= 64:
-                self._row_cache.clear()
-            result = compute(slice(None))
-            self._row_cache[key] = (self._row_version.copy(), result)
-            return result
-        seen, result = hit
-        rows = np.flatnonzero(self._row_version != seen)
-        if rows.size:
-            result[rows] = compute(rows)
-            seen[rows] = self._row_version[rows]
-        return result
+        """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
+        return by_rows(self._row_cache, self._row_version, key, compute)
 
     def _expired_vector(self) -> BoolArray:
         age = self.now() - self._update
