@@ -199,7 +199,10 @@ class EbpfBackend:
             slot = HOST_SLOT if uid is None else self._slot_of.get(uid)
             if slot is None:
                 continue
-            self._placements.update(_U32.pack(tid), _U32.pack(slot))
+            try:
+                self._placements.update(_U32.pack(tid), _U32.pack(slot))
+            except OSError:  # refused (memory): the task stays unplaced, its waits come back through `unknown`
+                continue
             values = row.copy()
             carry = self._carry.get(slot)
             self._carry[slot] = values if carry is None else carry + values

@@ -21,7 +21,7 @@ struct task_state { u64 seen; u64 delay; u32 slot; u32 tid; };
 BPF_TABLE("lru_hash", u32, struct task_state, tasks, 65536);
 BPF_PERCPU_ARRAY(stats, struct slot_stats, MAX_SLOTS);
 BPF_TABLE("lru_hash", u32, struct slot_stats, unknown, 8192);
-BPF_HASH(placements, u32, u32, 8192);
+BPF_TABLE("lru_hash", u32, u32, placements, 8192);  /* full: the oldest goes, that task is placed again */
 
 /* `count` waits of `sum` ns in all (count is 1 but where two waits are seen at once: the bucket is their mean)
    to the task's slot, or, unplaced, to its tid. */
