@@ -197,3 +197,36 @@ async def test_watch_follows_reservations(km: kmock.KubernetesEmulator, watching
     await asyncio.to_thread(api.request, "DELETE", "/apis/scheduling.koordinator.sh/v1alpha1/reservations/r1")
     await _eventually(lambda: _fits(watching, other) == ["n1"])
     assert not [p for _, p, _ in _writes(km) if "/reservations/" in p]  # the extender never wrote one it did not serve
+
+
+# --- devices ---------------------------------------------------------------------------------------------------
+async def test_reserved_gpus_go_to_the_owner(kmock: kmock.KubernetesEmulator) -> None:
+    """A reservation holding GPUs 2 and 3 (its `device-allocated`): a non-owner never gets them, the owner does."""
+    from test_reservation_devices import DEV, GPU_RES, device_cr, node, pod
+
+    for res in ("v1/nodes", "v1/pods", RESV, "scheduling.koordinator.sh/v1alpha1/devices"):
+        kmock.resources[res] = {}
+    kmock.objects["v1/nodes", None, "n1"] = node()
+    kmock.objects["scheduling.koordinator.sh/v1alpha1/devices", None, "n1"] = device_cr()
+    held = json.dumps({"gpu": [{"minor": m, "id": f"GPU-{m}", "resources": GPU_RES} for m in (2, 3)]})
+    r = _reservation("r1", "n1", "2")
+    r["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    r["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    r["metadata"]["annotations"] = {DEV: held}
+    kmock.objects[RESV, None, "r1"] = r
+    emulate_binding(kmock)
+    ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(kmock.url)))),
+                   lambda c: Scheduler(c, *profile(None)))
+    await asyncio.to_thread(ext.refresh)
+
+    def minors(name: str) -> list[int]:
+        raw = kmock.objects["v1/pods", "default", name].raw["metadata"]["annotations"][DEV]
+        return sorted(a["minor"] for a in json.loads(raw)["gpu"])
+
+    assert list(ext.filter({"Pod": pod("big", 3), "NodeNames": ["n1"]})["NodeNames"]) == []  # 2 free to it
+    assert (await asyncio.to_thread(_bind, ext, kmock, pod("other", 1), "n1")) == {"Error": ""}
+    assert minors("other") in ([0], [1])
+    assert (await asyncio.to_thread(_bind, ext, kmock, pod("own", 2, owner=True), "n1")) == {"Error": ""}
+    assert minors("own") == [2, 3]
+    patched = [json.loads(q.body) for q in kmock if q.method.value == "PATCH" and q.url.path.endswith("/pods/own")]
+    assert set(patched[0]["metadata"]["annotations"]) == {DEV, ALLOCATED}
