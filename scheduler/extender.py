@@ -16,6 +16,7 @@ from typing import Any
 
 from koordlet.errors import ApiError, KoordletError, NotFound
 from koordlet.kubeapi import Gone, KubeClient
+from scheduler import extender_reservation as served
 from scheduler.cluster import (
     JSON,
     Cluster,
@@ -28,7 +29,7 @@ from scheduler.cluster import (
     resource_list,
 )
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
-from scheduler.framework import Scheduler, Unschedulable
+from scheduler.framework import Placement, Scheduler, Unschedulable
 from scheduler.services import DiagnosisAPI, send
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,9 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.koordinator.sh/v1alpha1/devices", "Device"),
     ("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric"),
     ("/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies", "NodeResourceTopology"),
+    ("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation"),
 )
-OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology")  # CRDs that may not be installed
+OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology", "Reservation")  # CRDs that may not be installed
 # Cluster-scoped objects named after their Node, kept on NodeInfo under this attribute.
 NODE_ATTRS = {"Device": "device", "NodeMetric": "nodemetric", "NodeResourceTopology": "nrt"}
 # Listed on every (re)load, not watched: DeviceShare's GPU shared resource templates live in a ConfigMap there.
@@ -60,7 +62,8 @@ class BadRequest(Exception):
 
 
 class ClusterSource:
-    """Lists Nodes, assigned Pods, Device CRs, NodeMetrics and NodeResourceTopologies into a Cluster."""
+    """Lists Nodes, assigned Pods, Device CRs, NodeMetrics, NodeResourceTopologies and Reservations into a
+    Cluster."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
@@ -174,6 +177,7 @@ class Extender:
         self.bind_lock = threading.Lock()
         self.assumed: dict[str, _Assumed] = {}  # pod key → bound by us, not yet seen bound+annotated
         self.scheduler = make_scheduler(Cluster())
+        served.load(self.scheduler)
         self.refresh_lock = threading.Lock()
         # Watch deliveries made while a re-list is in flight, replayed onto the new cluster before it is swapped in
         # (the list may have been read before them). None when no re-list is running.
@@ -209,6 +213,7 @@ class Extender:
                         del self.assumed[pod_key]  # seen bound, or bound before this list began and gone since
                     else:
                         cluster.assume(a.pod, a.node)
+                served.load(sched)  # after the assumed pods: owners we bound are accounted to their reservation
                 journal, self._journal = self._journal or [], None
                 for op, kind, payload in journal:
                     self._apply(sched, op, kind, payload)
@@ -285,8 +290,12 @@ class Extender:
                 listed = {key(o) for o in items}
                 for node in list(cluster.nodes.values()):
                     for k, pod in list(node.pods.items()):
-                        if k not in listed and k not in self.assumed:
+                        if k not in listed and k not in self.assumed and not served.is_reserve_pod(pod):
                             self._remove_pod(sched, node, k, pod)
+            elif kind == "Reservation":
+                cluster.reservations = list(items)
+                served.load(sched)
+                return
             else:
                 attr = NODE_ATTRS[kind]
                 for node in cluster.nodes.values():
@@ -301,10 +310,19 @@ class Extender:
         if kind == "Pod":
             self._pod_event(sched, payload, deleted)
         elif kind == "Node":
+            name = _name(payload)
+            known = name in cluster.nodes
             if deleted:
-                self._node_deleted(cluster, _name(payload))
+                self._node_deleted(cluster, name)
             else:
                 self._node_upsert(cluster, payload)
+            if known != (name in cluster.nodes) and served.on_node(sched, name):
+                served.load(sched)  # a reservation's node came or went: place or fail it afresh
+        elif kind == "Reservation":
+            cluster.reservations = [o for o in cluster.reservations if _name(o) != _name(payload)]
+            if not deleted:
+                cluster.reservations.append(payload)
+            served.load(sched)
         else:
             attr, name = NODE_ATTRS[kind], _name(payload)
             target = cluster.nodes.get(name)
@@ -370,7 +388,7 @@ class Extender:
         if old is None:
             node.add_pod(pod)
         elif _pod_signature(old) != _pod_signature(pod):
-            self._remove_pod(sched, node, k, old)
+            self._remove_pod(sched, node, k, old, gone=False)
             node.add_pod(pod)
             if node.device is not None:
                 # DeviceShare re-reads a node's pods when their count or the Device object changes; the count is
@@ -378,16 +396,21 @@ class Extender:
                 node.device = dict(node.device)
 
     @staticmethod
-    def _remove_pod(sched: Scheduler, node: NodeInfo, k: str, pod: JSON) -> None:
+    def _remove_pod(sched: Scheduler, node: NodeInfo, k: str, pod: JSON, gone: bool = True) -> None:
+        """Take an assigned pod off its node; when it is `gone` (deleted or finished) an owner's share returns
+        to its reservation (never reviving an allocateOnce one: Succeeded is final)."""
         node.remove_pod(k)
         for r in reversed(sched.reservers):
-            r.unreserve(pod, node, sched.cluster)
+            if getattr(r, "name", None) != "Reservation":
+                r.unreserve(pod, node, sched.cluster)
+        if gone:
+            served.owner_gone(sched, pod)
 
     # -- verbs ------------------------------------------------------------------------------------------------
     def filter(self, args: JSON) -> JSON:
         pod = _pod(args)
         names, items = _node_names(args)
-        with self.lock:
+        with self.lock, served.cycle(self.scheduler, pod):
             known = [n for n in names if n in self.scheduler.cluster.nodes]
             fits, failed = self.scheduler.feasible(pod, known)
         fit_names = [f.name for f in fits]
@@ -404,11 +427,11 @@ class Extender:
     def prioritize(self, args: JSON) -> list[JSON]:
         pod = _pod(args)
         names, _ = _node_names(args)
-        with self.lock:
+        with self.lock, served.cycle(self.scheduler, pod):
             cluster = self.scheduler.cluster
             nodes = [cluster.nodes[n] for n in names if n in cluster.nodes]
             totals = self.scheduler.scores(pod, nodes)
-            weight = sum(s.weight for s in self.scheduler.scorers)
+            weight = sum(s.weight for s in self.scheduler.scorers) - served.idle_weight(self.scheduler, pod, nodes)
         # Plugin scores are 0..100 each, weighted; kube-scheduler wants 0..MaxExtenderPriority.
         top = PLUGIN_MAX_SCORE * weight
         return [{"Host": n, "Score": totals.get(n, 0) * MAX_EXTENDER_PRIORITY // top if top else 0} for n in names]
@@ -440,7 +463,10 @@ class Extender:
                 if pod_key in self.assumed:
                     return {"Error": f"pod {pod_key} is already bound to {self.assumed[pod_key].node}"}
                 try:
-                    annotations = self.scheduler.reserve_on(pod, node)
+                    # an owner is served from its reservation on this node (reservation-allocated, accounted)
+                    with served.cycle(self.scheduler, pod) as outcome:
+                        annotations = self.scheduler.reserve_on(pod, node)
+                        outcome.append(Placement(pod_key, node, annotations))
                 except Unschedulable as e:
                     return {"Error": f"pod {pod_key} does not fit on node {node}: {e}"}
                 self.assumed[pod_key] = _Assumed(pod, node)
@@ -474,6 +500,9 @@ class Extender:
             with self.lock:
                 if pod_key in self.assumed:
                     self.assumed[pod_key].bound_at = time.monotonic()
+                patch = served.status_patch(self.scheduler, annotations)
+            if patch is not None:  # as `run` writes it; the Binding stands even if this write fails
+                served.write(self.client, *patch)
         log.info("bound %s to %s%s", pod_key, node, f" ({', '.join(annotations)})" if annotations else "")
         return {"Error": ""}
 

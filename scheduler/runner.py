@@ -31,8 +31,7 @@ EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
     ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-    ("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation"),
-)
+)  # Reservations come with ClusterSource's (the extender watches them too)
 RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
