@@ -51,6 +51,7 @@ ERR_CPU_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's req
 ERR_MISSING_NUMA_RESOURCES = "node(s) missing NUMA resources"
 NODE_FULL_PCPUS_ONLY, NODE_SPREAD_BY_PCPUS = "FullPCPUsOnly", "SpreadByPCPUs"
 _BIND_POLICIES = ("", "Default", FULL_PCPUS, SPREAD_BY_PCPUS)
+_FEW_ROWS = 16  # changed rows below which the node-level score is recomputed per node in Python
 
 
 @dataclass(frozen=True)
@@ -415,6 +416,10 @@ class NodeNUMAResource:
 
     def _node_level_rows(self, requests: dict[str, int], n: int, rows: Any) -> IntArray:
         """strategy_score over the node's requested/allocatable for the given rows (vector form)."""
+        if isinstance(rows, np.ndarray) and rows.size <= _FEW_ROWS:  # a cycle's placement: numpy costs more here
+            nodes = self._row_index[0].nodes if self._row_index[0] is not None else []
+            return np.array([strategy_score(self.most, self.resources, nodes[i].requested, nodes[i].allocatable,
+                                            requests) for i in rows.tolist()], dtype=np.int64)
         c = self._columns
         acc: Any = 0
         wsum: Any = 0
@@ -446,14 +451,17 @@ class NodeNUMAResource:
         if changed is None:
             self._policy_set = {i for i, nd in enumerate(index.nodes)
                                 if nd.labels.get("node.koordinator.sh/numa-topology-policy")}
-        elif changed:
+        else:
+            moved = False
             for i in changed:
                 if index.nodes[i].labels.get("node.koordinator.sh/numa-topology-policy"):
+                    moved = moved or i not in self._policy_set
                     self._policy_set.add(i)
-                else:
+                elif i in self._policy_set:
                     self._policy_set.discard(i)
-        else:
-            return
+                    moved = True
+            if not moved:
+                return
         self._policy_rows = sorted(self._policy_set)
 
     # ---- Reserve --------------------------------------------------------------------------------------------
