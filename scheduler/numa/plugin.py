@@ -38,6 +38,7 @@ from scheduler.numa.hints import (
 from scheduler.numa.score import DEFAULT_RESOURCES, LEAST_ALLOCATED, MOST_ALLOCATED, strategy_score
 from scheduler.numa.topology import LABEL_CPU_BIND_POLICY, NodeTopology, node_policy, parse_topology
 from scheduler.plugins.columns import NodeColumns, allocation_score
+from scheduler.rowcache import by_rows
 
 ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
 ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
@@ -50,6 +51,7 @@ ERR_CPU_BIND_POLICY_CONFLICT = "node(s) cpu bind policy conflicts with pod's req
 ERR_MISSING_NUMA_RESOURCES = "node(s) missing NUMA resources"
 NODE_FULL_PCPUS_ONLY, NODE_SPREAD_BY_PCPUS = "FullPCPUsOnly", "SpreadByPCPUs"
 _BIND_POLICIES = ("", "Default", FULL_PCPUS, SPREAD_BY_PCPUS)
+_FEW_ROWS = 16  # changed rows below which the node-level score is recomputed per node in Python
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ class NodeNUMAResource:
         self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
         self._policy_rows: list[int] = []
+        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
+        self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
         self.deviceshare: Any = None  # scheduler.deviceshare.plugin.DeviceShare when enabled (set by config.build)
         self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
@@ -390,29 +394,56 @@ class NodeNUMAResource:
         return strategy_score(self.most, self.resources, node.requested, node.allocatable, requests), True
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
-        """Exactly `score` for every node: the node-level strategy as numpy columns, and `score` itself on the
-        nodes where a NUMA policy or CPU binding makes it depend on the NUMA allocation."""
+        """Exactly `score` for every node: the node-level strategy as numpy columns (kept per request shape between
+        cycles, recomputed for the rows that changed), and `score` itself on the nodes where a NUMA policy or CPU
+        binding makes it depend on the NUMA allocation."""
         n = len(index)
         requests = pod_requests(pod)
         if not any(requests.values()):
             return np.zeros(n, dtype=np.int64)
         s = self.spec(pod)
-        self._columns.sync(index, [r for r, _ in self.resources], False)
-        self._sync_flags(index)
+        self.sync(index)
+        shape = tuple((r, requests.get(r, 0)) for r, _ in self.resources)
+        node_level: IntArray = by_rows(self._row_cache, index.versions, shape,
+                                       lambda rows: self._node_level_rows(requests, n, rows))
+        exact = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        if not exact:
+            return node_level  # the cache's own array: the framework only reads it
+        out = node_level.copy()
+        for i in exact:
+            out[i] = self.score(pod, index.nodes[i], index.cluster)
+        return out
+
+    def _node_level_rows(self, requests: dict[str, int], n: int, rows: Any) -> IntArray:
+        """strategy_score over the node's requested/allocatable for the given rows (vector form)."""
+        if isinstance(rows, np.ndarray) and rows.size <= _FEW_ROWS:  # a cycle's placement: numpy costs more here
+            nodes = self._row_index[0].nodes if self._row_index[0] is not None else []
+            return np.array([strategy_score(self.most, self.resources, nodes[i].requested, nodes[i].allocatable,
+                                            requests) for i in rows.tolist()], dtype=np.int64)
         c = self._columns
-        acc, wsum = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        acc: Any = 0
+        wsum: Any = 0
         for r, w in self.resources:
             want = requests.get(r, 0)
             if want == 0 and r not in (CPU, MEMORY, "ephemeral-storage"):
                 continue
-            has = c.alloc[r] > 0
-            acc += allocation_score(c.req[r] + want, c.alloc[r], self.most) * w
-            wsum += has * w
-        out = np.where(wsum > 0, acc // np.maximum(wsum, 1), 0).astype(np.int64)
-        exact = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
-        for i in exact:
-            out[i] = self.score(pod, index.nodes[i], index.cluster)
+            alloc = c.alloc[r][rows]
+            acc = acc + allocation_score(c.req[r][rows] + want, alloc, self.most) * w
+            wsum = wsum + (alloc > 0) * w
+        if isinstance(wsum, int):  # nothing scored
+            none: IntArray = np.zeros(n, dtype=np.int64)[rows]
+            return none
+        out: IntArray = np.where(wsum > 0, acc // np.maximum(wsum, 1), 0).astype(np.int64)
         return out
+
+    def sync(self, index: NodeIndex) -> None:
+        """Bring the columns, the policy-label rows and the score cache up to date (the framework's prepare and every
+        vector call)."""
+        if self._row_index[0] is not index or self._row_index[1] != index.epoch:
+            self._row_cache.clear()  # rows were reassigned
+            self._row_index = (index, index.epoch)
+        self._columns.sync(index, [r for r, _ in self.resources], False)
+        self._sync_flags(index)
 
     def _sync_flags(self, index: NodeIndex) -> None:
         """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node)."""
@@ -421,11 +452,16 @@ class NodeNUMAResource:
             self._policy_set = {i for i, nd in enumerate(index.nodes)
                                 if nd.labels.get("node.koordinator.sh/numa-topology-policy")}
         else:
+            moved = False
             for i in changed:
                 if index.nodes[i].labels.get("node.koordinator.sh/numa-topology-policy"):
+                    moved = moved or i not in self._policy_set
                     self._policy_set.add(i)
-                else:
+                elif i in self._policy_set:
                     self._policy_set.discard(i)
+                    moved = True
+            if not moved:
+                return
         self._policy_rows = sorted(self._policy_set)
 
     # ---- Reserve --------------------------------------------------------------------------------------------

@@ -255,6 +255,8 @@ def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dic
         r = parse(o, now)
         if r.name:
             book[r.name] = r
+    if not book:  # nothing any pod can be allocated to: no need to read every assigned pod
+        return book
     by_uid = {r.uid: r for r in book.values() if r.uid}
     for pod in list(cluster.assigned_pods()):
         ref = allocated_to(pod)

@@ -53,6 +53,7 @@ class ReservationPlugin:
         self._held: dict[str, Any] = {}  # node → the devices the serving reservation holds (this cycle)
         self.preemptions: list[JSON] = []
         self._preempting = False
+        self._zeros: IntArray = np.zeros(0, dtype=np.int64)
 
     # -- state ------------------------------------------------------------------------------------------------
     def bind(self, cluster: Cluster, now: float | None = None) -> None:
@@ -61,6 +62,10 @@ class ReservationPlugin:
             return
         self._cluster = cluster
         self.book = load(cluster, list(getattr(cluster, "reservations", [])), time.time() if now is None else now)
+
+    def sync(self, index: NodeIndex) -> None:
+        """The framework's prepare: load the reservations now rather than in the first cycle."""
+        self.bind(index.cluster)
 
     def add(self, obj: JSON) -> Reservation:
         """A Reservation to place (simulate's --pods), pending unless it already names a node."""
@@ -160,11 +165,15 @@ class ReservationPlugin:
         return 100 if node.name in self._serving else 0
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+        if not self._serving:
+            if len(self._zeros) != len(index):
+                self._zeros = np.zeros(len(index), dtype=np.int64)
+            return self._zeros  # shared: the framework only reads it
         out = np.zeros(len(index), dtype=np.int64)
-        if self._serving:
-            for i, name in enumerate(index.names):
-                if name in self._serving:
-                    out[i] = 100
+        for name in self._serving:
+            i = index.pos.get(name)
+            if i is not None:
+                out[i] = 100
         return out
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
