@@ -129,8 +129,9 @@ def gang_bench(nodes: int, members: int, runs: int) -> None:
     times: list[float] = []
     placed: list[str | None] = []
     for _ in range(runs):
-        # fresh plugins too: DeviceShare carries in-flight reservations over to a new cluster of the same nodes
-        filters, scorers, reservers = profile(None)
+        # fresh plugins too: DeviceShare carries in-flight reservations over to a new cluster of the same nodes;
+        # topology-aware as `simulate` is (a live scheduler needs CoschedulingArgs.awareNetworkTopology: true)
+        filters, scorers, reservers = profile(None, simulate=True)
         cluster = build_cluster(copy.deepcopy(objects))
         sched = Scheduler(cluster, filters, scorers, reservers)
         sched.prepare()
@@ -144,6 +145,8 @@ def gang_bench(nodes: int, members: int, runs: int) -> None:
     hosts = {n for n in placed if n is not None}
     outcome = (f"{len(hosts)} nodes on {', '.join(spines)}" if all(placed)
                else f"NOT placed ({sum(n is None for n in placed)}/{members} pending)")
+    # only spine-2 has no busy nodes: MustGather must put the whole job there
+    outcome += "  ok" if all(placed) and spines == ["spine-2"] else "  WRONG (expected spine-2 only)"
     print(f"\ngang: {members}-pod MustGather(SpineLayer) job of 8-GPU pods, {nodes} nodes in {SPINES} spines x "
           f"{BLOCKS_PER_SPINE} blocks")
     print(f"{'plan_jobs ms':>12} {'min ms':>8} {'runs':>5}  placement")
