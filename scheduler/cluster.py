@@ -9,13 +9,14 @@ calls `node.changed()` afterwards; `cluster.nodes` is a NodeMap that counts addi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,9 +95,35 @@ def _tolerant_resources(node: str, obj: Any) -> dict[str, int]:
     return out
 
 
+_cycle_requests: tuple[JSON | None, dict[str, int]] = (None, {})
+
+
+@contextlib.contextmanager
+def cycle_requests(pod: JSON) -> Iterator[None]:
+    """Within a scheduling cycle, `pod_requests(pod)` of the cycle's pod is parsed once for every plugin (a pod
+    is not changed during its own cycle; a dozen plugins each parsed it before)."""
+    global _cycle_requests
+    before = _cycle_requests
+    try:
+        _cycle_requests = (pod, _pod_requests(pod))
+    except InvalidInput:
+        _cycle_requests = (None, {})  # every caller meets the error on its own
+    try:
+        yield
+    finally:
+        _cycle_requests = before
+
+
 def pod_requests(pod: JSON) -> dict[str, int]:
     """Effective requests as kube-scheduler computes them: Σ containers, at least each init container, plus
     overhead (k8s.io/component-helpers resource.PodRequests)."""
+    remembered, requests = _cycle_requests
+    if pod is remembered:
+        return dict(requests)
+    return _pod_requests(pod)
+
+
+def _pod_requests(pod: JSON) -> dict[str, int]:
     spec = pod.get("spec") or {}
     total: dict[str, int] = {}
     for c in spec.get("containers") or []:

@@ -26,7 +26,7 @@ import numpy as np
 
 from koordlet.errors import InvalidInput
 from scheduler import debug
-from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 
 log = logging.getLogger(__name__)
@@ -162,13 +162,15 @@ class LazyScores(Mapping[str, int]):
     """Placement.scores from the cycle's arrays, made a dict on first use: few callers read it, and building it
     for every feasible node was a third of a cycle at 5 000 nodes."""
 
-    def __init__(self, names: Any, totals: IntArray) -> None:
-        self._names, self._totals = names, totals
+    def __init__(self, names: Any, totals: IntArray, shown: BoolArray) -> None:
+        # the cycle's own arrays, which it no longer touches: nothing is copied until somebody reads
+        self._names, self._totals, self._shown = names, totals, shown
         self._dict: dict[str, int] | None = None
 
     def _get(self) -> dict[str, int]:
         if self._dict is None:
-            self._dict = dict(zip(self._names.tolist(), self._totals.tolist(), strict=True))
+            self._dict = dict(zip(self._names[self._shown].tolist(), self._totals[self._shown].tolist(),
+                                  strict=True))
         return self._dict
 
     def __getitem__(self, k: str) -> int:
@@ -178,7 +180,7 @@ class LazyScores(Mapping[str, int]):
         return iter(self._get())
 
     def __len__(self) -> int:
-        return len(self._totals)
+        return len(self._get())
 
 
 @dataclass
@@ -309,7 +311,8 @@ class Scheduler:
             h.begin_cycle(pod, self.cluster)
         placed: Placement | None = None
         try:
-            placed = self._timed(pod)
+            with cycle_requests(pod):
+                placed = self._timed(pod)
         finally:
             for h in hooks:
                 h.end_cycle(pod, placed)
@@ -363,7 +366,10 @@ class Scheduler:
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
             clock.plugin(s.name, "Score")
-            weighted = s.weight * np.clip(v, 0, 100)
+            weighted = np.minimum(v, 100)  # a fresh array: v may be a plugin's cached one (np.clip is ~3× slower)
+            np.maximum(weighted, 0, out=weighted)
+            if s.weight != 1:
+                weighted *= s.weight
             total += weighted
             if per_plugin is not None:
                 per_plugin.append(weighted)
@@ -396,11 +402,9 @@ class Scheduler:
             self.cluster.assume(pod, node.name)
             if failed:
                 mask[list(failed)] = False
-            shown = np.flatnonzero(mask)
             if per_plugin is not None:
-                self._log_scores(pod, index, shown, total, per_plugin)
-            return Placement(key(pod), node.name, annotations,
-                             scores=LazyScores(index.names_array[shown], total[shown]))
+                self._log_scores(pod, index, np.flatnonzero(mask), total, per_plugin)
+            return Placement(key(pod), node.name, annotations, scores=LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask).tolist():
             why = self._filter(pod, index.nodes[i])
