@@ -19,8 +19,12 @@ BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 
 
+LOG_LIMIT = 8192  # changed rows remembered in order; a tracker further behind compares every row's version
+
+
 class NodeIndex:
-    """`nodes[i]` for i in 0..n−1; `versions[i]` grows whenever node i reports a change (NodeInfo.changed).
+    """`nodes[i]` for i in 0..n−1; `versions[i]` grows whenever node i reports a change (NodeInfo.changed), and
+    `log` lists the changed rows in order (from the `log_start`-th change on) so a tracker reads only what is new.
 
     `epoch` grows when the set of nodes changes: positions are then reassigned and every array must be rebuilt.
     """
@@ -43,6 +47,8 @@ class NodeIndex:
         self.name_rank: IntArray = np.empty(len(self.names), dtype=np.int64)
         self.name_rank[order] = np.arange(len(self.names), dtype=np.int64)
         self.versions: IntArray = np.zeros(len(self.nodes), dtype=np.int64)
+        self.log: list[int] = []
+        self.log_start = 0
         for n in self.nodes:
             n.watch(self, self._changed)
         self._map, self._members = nodes, getattr(nodes, "version", -1)
@@ -52,6 +58,10 @@ class NodeIndex:
         i = self._by_id.get(id(node))
         if i is not None and self.nodes[i] is node:
             self.versions[i] += 1
+            if len(self.log) >= LOG_LIMIT:
+                self.log_start += len(self.log)
+                self.log = []
+            self.log.append(i)
 
     def refresh(self) -> None:
         nodes = self.cluster.nodes
@@ -80,13 +90,24 @@ class Tracker:
         self._index: NodeIndex | None = None
         self._epoch = -1
         self._seen: IntArray = np.zeros(0, dtype=np.int64)
+        self._read = 0  # changes of the index's log read so far
 
     def changes(self, index: NodeIndex) -> list[int] | None:
         if index is not self._index or index.epoch != self._epoch:
             self._index, self._epoch, self._seen = index, index.epoch, index.versions.copy()
+            self._read = index.log_start + len(index.log)
             return None
-        diff = np.flatnonzero(index.versions != self._seen)
-        if not diff.size:
+        end = index.log_start + len(index.log)
+        if self._read == end:
             return []
-        self._seen[diff] = index.versions[diff]
-        return [int(i) for i in diff]
+        if self._read >= index.log_start:  # the usual case: a few rows changed since the last call
+            rows = sorted(set(index.log[self._read - index.log_start:]))
+            versions, seen = index.versions, self._seen
+            for i in rows:
+                seen[i] = versions[i]
+        else:
+            diff = np.flatnonzero(index.versions != self._seen)
+            self._seen[diff] = index.versions[diff]
+            rows = [int(i) for i in diff]
+        self._read = end
+        return rows

@@ -11,12 +11,14 @@ import numpy as np
 from scheduler.nodeindex import IntArray
 
 MAX_SHAPES = 64
+FEW_ROWS = 4  # up to this many changed rows, a plugin's per-node function beats numpy's per-call overhead
 
 
 def by_rows(cache: dict[tuple[Any, ...], tuple[IntArray, Any]], versions: IntArray, key: tuple[Any, ...],
-            compute: Callable[[Any], Any]) -> Any:
+            compute: Callable[[Any], Any], one: Callable[[int], Any] | None = None) -> Any:
     """`compute(rows)` for every node, kept in `cache` under `key` with the row `versions` it was computed at; rows
-    whose version moved since are recomputed. The array returned is the cache's own: callers do not modify it."""
+    whose version moved since are recomputed — by `one(row)` when they are few and the plugin has an exact per-node
+    equivalent. The array returned is the cache's own: callers do not modify it."""
     hit = cache.get(key)
     if hit is None:
         if len(cache) >= MAX_SHAPES:
@@ -27,6 +29,10 @@ def by_rows(cache: dict[tuple[Any, ...], tuple[IntArray, Any]], versions: IntArr
     seen, result = hit
     rows = np.flatnonzero(versions != seen)
     if rows.size:
-        result[rows] = compute(rows)
+        if one is not None and rows.size <= FEW_ROWS:
+            for i in rows.tolist():
+                result[i] = one(i)
+        else:
+            result[rows] = compute(rows)
         seen[rows] = versions[rows]
     return result

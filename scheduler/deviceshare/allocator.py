@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -195,14 +196,20 @@ def _topology_tree(st: NodeDeviceState) -> _Scope | None:
     gpus = st.devices.get(GPU, {})
     if not gpus or not all(d.has_topology for d in gpus.values()):
         return None
+    # nodes of one machine type share one (read-only) tree
+    return _tree_of(tuple((m, d.numa, d.pcie) for m, d in gpus.items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _tree_of(layout: tuple[tuple[int, int, str], ...]) -> _Scope:
     numas: dict[int, dict[str, list[int]]] = {}
-    for m, d in gpus.items():
-        numas.setdefault(d.numa, {}).setdefault(d.pcie, []).append(m)
+    for m, numa, pcie in layout:
+        numas.setdefault(numa, {}).setdefault(pcie, []).append(m)
     children = []
     for numa in sorted(numas):
         pcies = [_Scope(3, sorted(ms)) for _, ms in sorted(numas[numa].items())]
         children.append(_Scope(2, sorted(m for p in pcies for m in p.minors), pcies))
-    return _Scope(1, sorted(gpus), children)
+    return _Scope(1, sorted(m for m, _, _ in layout), children)
 
 
 @dataclass

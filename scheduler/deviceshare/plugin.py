@@ -332,9 +332,10 @@ class DeviceShare:
             self._row_version[i] += 1
         self._dirty.clear()
 
-    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
+    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any],
+                 one: Callable[[int], Any] | None = None) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
-        return by_rows(self._row_cache, self._row_version, key, compute)
+        return by_rows(self._row_cache, self._row_version, key, compute, one)
 
     @staticmethod
     def _shape(plan: PodPlan) -> tuple[Any, ...]:
@@ -419,7 +420,8 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         if plan.empty:
             return np.zeros(n, dtype=np.int64)
-        result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows))
+        result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows),
+                                         lambda i: self.score(pod, index.nodes[i], index.cluster))
         return result
 
     def _score_rows(self, plan: PodPlan, rows: Any) -> IntArray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -84,6 +85,7 @@ def decode_allocations(raw: str) -> Allocations:
     return out
 
 
+@functools.lru_cache(maxsize=1024)  # a cluster writes the same few amounts again and again
 def _quantity(resource: str, value: int) -> str:
     # Memory is written BinarySI as fillGPUTotalMem does; counts and percentages DecimalSI (resource.NewQuantity).
     return format_bytes(value) if resource == GPU_MEMORY else canonical_quantity(str(value))

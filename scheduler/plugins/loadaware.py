@@ -6,6 +6,7 @@ NodeMetric) come from loadaware_facts.py, its arguments from loadaware_args.py.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -160,9 +161,13 @@ class LoadAware:
                 self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
                     prod.get(r, 0)
 
-    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any]) -> Any:
+    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any], one: Callable[[int], Any]) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
-        return by_rows(self._row_cache, self._row_version, key, compute)
+        return by_rows(self._row_cache, self._row_version, key, compute, one)
+
+    def _used_row(self, i: int, prod: bool, est: IntArray) -> list[int]:
+        used: list[int] = ((self._prod if prod else self._usage)[i] + est).tolist()
+        return used
 
     def _expired_vector(self) -> BoolArray:
         age = self.now() - self._update
@@ -195,7 +200,8 @@ class LoadAware:
                 live &= ~expired
             est = self._estimate_vector(pod)
             over = self._by_rows(("over", prod, tuple(est.tolist())),
-                                 lambda rows: self._over_rows(rows, prod, est, thresholds))
+                                 lambda rows: self._over_rows(rows, prod, est, thresholds),
+                                 lambda i: self._over(self._cap[i].tolist(), self._used_row(i, prod, est), thresholds))
             fail |= live & over
         for i in np.flatnonzero(self._custom & self._has_state).tolist():
             fail[i] = self.filter(pod, index.nodes[i], cluster) is not None
@@ -213,6 +219,14 @@ class LoadAware:
                 cap = cap_all[:, j]
                 over |= (cap != 0) & (np.floor(used[:, j] / cap * 100 + 0.5) > t)
         return over
+
+    def _over(self, cap: list[int], used: list[int], thresholds: dict[str, int]) -> bool:
+        """`_over_rows` of one node (cap and used in the order of `self.resources`)."""
+        for r in sorted(thresholds):
+            t, j = thresholds[r], self._col[r]
+            if t != 0 and cap[j] != 0 and math.floor(used[j] / cap[j] * 100 + 0.5) > t:
+                return True
+        return False
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None:
         """Exactly `score` for every node; None for aggregated scoring (then `score` runs per node)."""
@@ -233,7 +247,8 @@ class LoadAware:
             return np.zeros(n, dtype=np.int64)
         est = self._estimate_vector(pod)
         score = self._by_rows(("score", prod, tuple(est.tolist())),
-                              lambda rows: self._score_rows(rows, prod, est, weights, d))
+                              lambda rows: self._score_rows(rows, prod, est, weights, d),
+                              lambda i: self._score_of(self._cap[i].tolist(), self._used_row(i, prod, est)))
         valid = self._has_state & self._has_metric & ~self._expired_vector()
         return np.where(valid, score, 0).astype(np.int64)
 
@@ -261,11 +276,16 @@ class LoadAware:
         else:
             base = st.usage()
         est = self._pod_estimate(pod)
+        return self._score_of([st.capacity.get(r, 0) for r in self.resources],
+                              [base.get(r, 0) + est.get(r, 0) for r in self.resources])
+
+    def _score_of(self, caps: list[int], used: list[int]) -> int:
+        """One node's score from its capacity and used (node usage + estimate) in the order of `self.resources`."""
+        a = self.args
         total = weights = 0
         lowest = 100
-        for r in self.resources:
-            cap, used = st.capacity.get(r, 0), base.get(r, 0) + est.get(r, 0)
-            s = 0 if cap == 0 or used > cap else (cap - used) * 100 // cap
+        for r, cap, u in zip(self.resources, caps, used, strict=True):
+            s = 0 if cap == 0 or u > cap else (cap - u) * 100 // cap
             w = a.resource_weights.get(r, 0)
             total += s * w
             weights += w
