@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -168,6 +169,11 @@ def _quantity(value: object) -> Decimal:
     """A request or limit; a missing or unparsable one counts as zero, like an absent entry."""
     if not isinstance(value, str | int | float):
         return _ZERO
+    return _parsed(value)
+
+
+@functools.lru_cache(maxsize=1024)  # a node's pods repeat the same few quantities
+def _parsed(value: str | int | float) -> Decimal:
     try:
         return parse_quantity(value)
     except InvalidInput:
