@@ -46,8 +46,10 @@ SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric"),
     ("/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies", "NodeResourceTopology"),
     ("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation"),
+    ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
 )
-OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology", "Reservation")  # CRDs that may not be installed
+# CRDs that may not be installed
+OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology", "Reservation", "ElasticQuota")
 # Cluster-scoped objects named after their Node, kept on NodeInfo under this attribute.
 NODE_ATTRS = {"Device": "device", "NodeMetric": "nodemetric", "NodeResourceTopology": "nrt"}
 # Listed on every (re)load, not watched: DeviceShare's GPU shared resource templates live in a ConfigMap there.
@@ -296,6 +298,10 @@ class Extender:
                 cluster.reservations = list(items)
                 served.load(sched)
                 return
+            elif kind == "ElasticQuota":
+                cluster.elastic_quotas = list(items)
+                self._quotas_changed(sched)
+                return
             else:
                 attr = NODE_ATTRS[kind]
                 for node in cluster.nodes.values():
@@ -323,6 +329,11 @@ class Extender:
             if not deleted:
                 cluster.reservations.append(payload)
             served.load(sched)
+        elif kind == "ElasticQuota":
+            cluster.elastic_quotas = [o for o in cluster.elastic_quotas if key(o) != key(payload)]
+            if not deleted:
+                cluster.elastic_quotas.append(payload)
+            self._quotas_changed(sched)
         else:
             attr, name = NODE_ATTRS[kind], _name(payload)
             target = cluster.nodes.get(name)
@@ -335,6 +346,12 @@ class Extender:
                 setattr(target, attr, None)
             elif getattr(target, attr) is not payload:
                 setattr(target, attr, payload)
+
+    @staticmethod
+    def _quotas_changed(sched: Scheduler) -> None:
+        quota = sched.plugin("ElasticQuota")
+        if quota is not None:
+            quota.reload(sched.cluster)
 
     def _node_upsert(self, cluster: Cluster, obj: JSON) -> None:
         name = _name(obj)
@@ -366,6 +383,10 @@ class Extender:
     def _pod_event(self, sched: Scheduler, pod: JSON, deleted: bool) -> None:
         cluster = sched.cluster
         k = key(pod)
+        if deleted or not holds_resources(pod):
+            # pending ones too: a filtered pod counted in its quota's request leaves it (ElasticQuota's
+            # OnPodDelete; a terminated pod leaves as upstream's OnPodUpdate does)
+            sched.forget(pod)
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
         assumed = self.assumed.get(k)
         if assumed is not None and (deleted or assumed.node != node_name or not holds_resources(pod)):

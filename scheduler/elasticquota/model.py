@@ -41,6 +41,20 @@ SPECIAL = (ROOT_QUOTA, SYSTEM_QUOTA, DEFAULT_QUOTA)
 Resources = dict[str, int]  # cpu in millicores, everything else in whole units (scheduler.cluster.quantity_value)
 
 
+def quota_signature(objs: list[JSON]) -> str:
+    """What of the ElasticQuota objects defines the quota tree (names, labels, spec, shared-weight and namespaces
+    annotations), as a comparable string: status and the runtime/request annotations a scheduler writes are left
+    out."""
+    parts = []
+    for o in objs:
+        meta = o.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        parts.append([meta.get("namespace"), meta.get("name"), meta.get("labels"), o.get("spec"),
+                      ann.get(ANN_SHARED_WEIGHT) if isinstance(ann, dict) else None,
+                      ann.get(ANN_NAMESPACES) if isinstance(ann, dict) else None])
+    return json.dumps(sorted(parts, key=lambda p: (str(p[0]), str(p[1]))), sort_keys=True, default=str)
+
+
 # -- resource arithmetic (k8s.io/apiserver/pkg/quota/v1 in the small) ------------------------------------------
 def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
     out = dict(a)

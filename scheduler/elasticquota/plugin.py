@@ -28,6 +28,7 @@ from scheduler.elasticquota.model import (
     mask,
     parse_resources,
     print_resources,
+    quota_signature,
     validate_quotas,
 )
 
@@ -89,6 +90,7 @@ class ElasticQuota:
         self._by_annotation: dict[str, str] = {}  # namespace → quota listing it in its namespaces annotation
         self._pod_quota: dict[str, str] = {}  # pod key → quota it was accounted to
         self._nodes_version = -1
+        self._signature = ""
 
     # -- state from the cluster ------------------------------------------------------------------------------
     def bind(self, cluster: Cluster) -> None:
@@ -96,7 +98,7 @@ class ElasticQuota:
         if cluster is self._cluster:
             self._sync_total(cluster)
             return
-        self._cluster = cluster
+        self._cluster, self._signature = cluster, quota_signature(cluster.elastic_quotas)
         self.manager = GroupQuotaManager(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
                                          self.args.default_quota_group_max)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
@@ -123,6 +125,16 @@ class ElasticQuota:
         for quota, pods in batch.items():
             self.manager.on_pods_add(quota, pods)
         self.add_pending(cluster.pending, cluster)
+
+    def reload(self, cluster: Cluster) -> None:
+        """The cluster's ElasticQuota objects may have changed (the extender's watch). When what defines the tree
+        did (not a status write or a re-list of the same objects), the tree is rebuilt and the assigned pods are
+        accounted afresh; pending pods count again from their next PreFilter."""
+        signature = quota_signature(cluster.elastic_quotas)
+        if cluster is self._cluster and signature == self._signature:
+            return
+        self._cluster = None
+        self.bind(cluster)
 
     def sync(self, index: Any) -> None:
         """Scheduler.prepare(): build the quota tree and account the cluster's pods now (a cache sync)."""

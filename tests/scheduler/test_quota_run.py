@@ -175,3 +175,48 @@ async def test_extender_serves_diagnosis(km: kmock.KubernetesEmulator) -> None:
 
 
 assert DEVICES  # the seeded cluster carries Device CRs
+
+
+async def test_extender_watch_releases_a_deleted_pods_quota(km: kmock.KubernetesEmulator) -> None:
+    """A pending pod the extender filtered counts in its quota's request; deleted (or finished), it leaves it."""
+    from scheduler.extender import ClusterSource, Extender
+
+    api = KubeClient(KubeConfig(server=str(km.url)))
+    ext = Extender(ClusterSource(api), lambda c: Scheduler(c, *profile(None)))
+    await asyncio.to_thread(ext.refresh)
+    ext.start_watches(timeout_seconds=5)
+    try:
+        def team() -> Any:
+            return ext.scheduler.plugin("ElasticQuota").manager.quotas["team"]
+
+        pending, done = team_pod("waits", 6), team_pod("runs", 2)
+        for p in (pending, done):
+            await asyncio.to_thread(api.post, "/api/v1/namespaces/default/pods", p)
+            ext.filter({"Pod": p, "NodeNames": ["gpu-a"]})
+        assert team().request == {"cpu": 8000}
+        # the watch's list of the same quotas, and a status-only change, keep the pending pods' requests
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(api.patch, "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/default/"
+                                "elasticquotas/team", {"status": {"used": {"cpu": "1"}}})
+        await asyncio.sleep(0.3)
+        assert team().request == {"cpu": 8000}
+
+        await asyncio.to_thread(api.request, "DELETE", "/api/v1/namespaces/default/pods/waits")
+        await asyncio.to_thread(api.patch, "/api/v1/namespaces/default/pods/runs",
+                                {"status": {"phase": "Succeeded"}})
+        deadline = asyncio.get_running_loop().time() + 5
+        while any(team().request.values()):
+            assert asyncio.get_running_loop().time() < deadline, team().request
+            await asyncio.sleep(0.02)
+
+        # a new max is read from the watch: the tree is rebuilt
+        await asyncio.to_thread(api.patch, "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/default/"
+                                "elasticquotas/team", {"spec": {"max": {"cpu": 3}, "min": {"cpu": 1}}})
+        deadline = asyncio.get_running_loop().time() + 5
+        while team().max.get("cpu") != 3000:
+            assert asyncio.get_running_loop().time() < deadline, team().max
+            await asyncio.sleep(0.02)
+        refused = ext.filter({"Pod": team_pod("big", 4), "NodeNames": ["gpu-a"]})
+        assert "Insufficient quotas, quotaName: team" in refused["FailedNodes"]["gpu-a"]
+    finally:
+        ext.stop_watches()
