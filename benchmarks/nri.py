@@ -24,7 +24,7 @@ from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks.facts import NodeFactsReader
-from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.metrics import NriMetrics
 from koordlet.nri.plugin import NriPlugin
 from koordlet.nri.runner import StageRunner

@@ -17,6 +17,7 @@ from koordlet.events import EventRecorder
 from koordlet.nri.hooks import stages
 from koordlet.nri.hooks.facts import NodeFacts, NodeFactsReader
 from koordlet.nri.hooks.model import ContainerInfo, HookResult, HostDir, PodInfo
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.metrics import NriMetrics
 from koordlet.qos.executor import Executor
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 class StageRunner:
     """The plugin's HookRunner (koordlet.nri.plugin)."""
 
-    def __init__(self, facts: NodeFactsReader, options: stages.HookOptions, executor: Executor,
+    def __init__(self, facts: NodeFactsReader, options: HookOptions, executor: Executor,
                  events: EventRecorder, metrics: NriMetrics) -> None:
         self.facts = facts
         self.options = options

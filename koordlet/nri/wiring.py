@@ -7,7 +7,7 @@ from typing import Any
 from koordlet.agent import Agent
 from koordlet.nri.connection import Backoff, NriConnection
 from koordlet.nri.hooks.facts import NodeFactsReader
-from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.metrics import NriMetrics
 from koordlet.nri.plugin import NriPlugin
 from koordlet.nri.runner import StageRunner

@@ -11,7 +11,7 @@ from koordlet.nri import convert
 from koordlet.nri.hooks import stages
 from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
-from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, SharePool
 

@@ -31,7 +31,7 @@ from koordlet.nri.hooks.model import (
     Mount,
     PodInfo,
 )
-from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from conftest import require

@@ -16,7 +16,7 @@ from koordlet.nri.hooks import stages
 from koordlet.nri.hooks.facts import GroupIdentityFacts, NodeFacts, NodeFactsReader
 from koordlet.nri.hooks.groupidentity import pod_cgroup_dir
 from koordlet.nri.hooks.model import FACT_RESCTRL, Adjustment, ContainerInfo, PodInfo
-from koordlet.nri.hooks.stages import HookOptions
+from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos.executor import Executor
 from koordlet.qos.model import Write
 from koordlet.qos.resctrl_facts import ResctrlFacts

@@ -16,7 +16,8 @@ from koordlet.nri.hooks import stages
 from koordlet.nri.hooks.context import HookCall
 from koordlet.nri.hooks.facts import GroupIdentityFacts, NodeFacts
 from koordlet.nri.hooks.model import Adjustment, ContainerInfo, DeviceNode, HookResult, PodInfo
-from koordlet.nri.hooks.stages import STAGES, Hook, HookOptions
+from koordlet.nri.hooks.options import HookOptions
+from koordlet.nri.hooks.stages import STAGES, Hook
 from koordlet.qos.resctrl_facts import ResctrlFacts
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.states.nodeslo import merge_nodeslo_spec

@@ -13,7 +13,7 @@ from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationEr
 
 if TYPE_CHECKING:
     from koordlet.nri.hooks.facts import NodeFacts
-    from koordlet.nri.hooks.stages import HookOptions
+    from koordlet.nri.hooks.options import HookOptions
 
 # A pod UID or container name that becomes part of a host path must be a plain name.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

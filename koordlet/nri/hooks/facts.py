@@ -41,7 +41,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
 from koordlet.nri.hooks.model import FACT_DEV, FACT_PCI, FACT_RESCTRL, DeviceNode
-from koordlet.nri.hooks.xpu import DEV_NAME_PREFIXES, detect_vendor
+from koordlet.nri.hooks.xpu_nodes import DEV_NAME_PREFIXES, detect_vendor
 from koordlet.qos import resctrl_facts
 from koordlet.qos.cpuqos import SYSCTL_GROUP_IDENTITY, Rule, bvt_rule
 from koordlet.qos.cpuset import CPUSetRule

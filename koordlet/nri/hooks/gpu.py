@@ -43,7 +43,6 @@ LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
 # **[decision]** upstream compares case-sensitively; the v1.6 release text labels its pods `hami-core`, so any
 # casing counts (koord-sched's DeviceShare matches node and pod labels the same way).
 PROVIDER_HAMI_CORE = "HAMi-core"
-HAMI_CORE_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"  # upstream --hami-core-library-directory-path default
 VGPU_LOCK_DIR = "/tmp/vgpulock"  # HAMi issue 696: the lock dir is shared with the host
 _FULL_RATIO = 100
 

@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from koordlet.config import FEATURE_GATES
 from koordlet.errors import PlanError
 from koordlet.nri.hooks import cpuset, gpu, groupidentity, rdma, resctrl, xpu
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, HookResult, PodInfo
+from koordlet.nri.hooks.options import HookOptions
 
 log = logging.getLogger(__name__)
 
@@ -48,26 +48,6 @@ PRE_CREATE_CONTAINER = "PreCreateContainer"
 PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
 PRE_REMOVE_RUN_POD_SANDBOX = "PreRemoveRunPodSandbox"
 REASON = "RuntimeHookFailed"
-
-
-@dataclass(frozen=True)
-class HookOptions:
-    """What enables and tunes the hooks: upstream's feature gates and flags, plus our options.
-
-    - `gates`: feature gates by name; a gate not listed takes its default (koordlet.config.FEATURE_GATES).
-    - `gpu_env_uuid` (ours, `--runtime-hooks-gpu-env-uuid`): NVIDIA_VISIBLE_DEVICES by GPU UUID when every
-      allocated GPU carries one.
-    - `xpu_device_inject` (ours): Ascend/Cambricon device nodes and visible-devices env (koordlet.nri.hooks.xpu).
-    - `hami_core_library_path`: upstream `--hami-core-library-directory-path`."""
-
-    gates: Mapping[str, bool] = field(default_factory=lambda: dict(FEATURE_GATES))
-    gpu_env_uuid: bool = False
-    xpu_device_inject: bool = False
-    hami_core_library_path: str = gpu.HAMI_CORE_LIBRARY_PATH
-    disable_unset_cpu_quota: bool = False  # upstream --disable-unset-cpu-quota (CPUSetAllocator)
-
-    def gate(self, name: str) -> bool:
-        return bool(self.gates.get(name, FEATURE_GATES.get(name, False)))
 
 
 @dataclass(frozen=True)

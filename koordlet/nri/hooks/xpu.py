@@ -25,10 +25,20 @@ partition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.model import FACT_DEV, Adjustment, DeviceNode, HookResult
+from koordlet.nri.hooks.xpu_nodes import (
+    ASCEND_CARD,
+    ASCEND_MANAGER,
+    ASCEND_OPTIONAL,
+    ASCEND_VISIBLE_DEVICES,
+    CAMBRICON_CARD,
+    CAMBRICON_CARD_OPTIONAL,
+    CAMBRICON_NODE_OPTIONAL,
+    CAMBRICON_VISIBLE_DEVICES,
+    VENDOR_CAMBRICON,
+    VENDOR_HUAWEI,
+)
 from koordlet.states.allocation import (
     RESOURCE_GPU_CORE,
     RESOURCE_GPU_MEMORY_RATIO,
@@ -37,32 +47,7 @@ from koordlet.states.allocation import (
 )
 
 HOOK_NAME = "xpu device inject"
-VENDOR_HUAWEI = "huawei"  # node.koordinator.sh/gpu-vendor values (koordlet.devices.vendors)
-VENDOR_CAMBRICON = "cambricon"
-
-ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
-ASCEND_MANAGER = "/dev/davinci_manager"
-ASCEND_OPTIONAL = ("/dev/hisi_hdc", "/dev/devmm_svm")
-ASCEND_CARD = "/dev/davinci{}"
-
-CAMBRICON_VISIBLE_DEVICES = "CAMBRICON_VISIBLE_DEVICES"
-CAMBRICON_NODE_OPTIONAL = ("/dev/cambricon_ctl", "/dev/cambricon_gdr")
-CAMBRICON_CARD_OPTIONAL = ("/dev/cambr-msgq:{}", "/dev/cambr-rpc:{}", "/dev/cmsg_ctrl{}", "/dev/commu{}",
-                           "/dev/cambricon_ipcm{}")
-CAMBRICON_CARD = "/dev/cambricon_dev{}"
-
-# Names directly under the dev root that NodeFactsReader reads (with every node of /dev/infiniband).
-DEV_NAME_PREFIXES = ("davinci", "hisi_hdc", "devmm_svm", "cambricon_", "cambr-", "cmsg_ctrl", "commu")
 _WHOLE = 100
-
-
-def detect_vendor(dev_nodes: Mapping[str, DeviceNode]) -> str:
-    """The vendor whose management nodes the host has, when no Device inventory says otherwise."""
-    if ASCEND_MANAGER in dev_nodes:
-        return VENDOR_HUAWEI
-    if any(p.startswith("/dev/cambricon_dev") for p in dev_nodes):
-        return VENDOR_CAMBRICON
-    return ""
 
 
 def inject(call: HookCall) -> HookResult:
