@@ -91,15 +91,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-health-recovery-seconds", default=300.0, type=float,
                    help="a GPU marked unhealthy by an XID is healthy again after this long without one")
     # NRI runtime hooks (pkg/koordlet/runtimehooks/config.go); --runtime-hooks-gpu-env-uuid is ours
-    p.add_argument("--enable-nri-runtime-hook", default=True, type=_bool, nargs="?", const=True)
+    p.add_argument("--enable-nri-runtime-hook", default=True, type=_bool, nargs="?", const=True,
+                   help="serve the runtime hooks as an NRI plugin of containerd/CRI-O")
     p.add_argument("--runtime-hooks-nri-socket-path", default="nri/nri.sock",
                    help="NRI socket, under --var-run-root-dir (default nri/nri.sock)")
-    p.add_argument("--runtime-hooks-nri-plugin-name", default="koordlet_nri")
-    p.add_argument("--runtime-hooks-nri-plugin-index", default="00")
-    p.add_argument("--runtime-hooks-nri-connect-timeout", default="6s", type=parse_go_interval)
-    p.add_argument("--runtime-hooks-nri-backoff-duration", default="1s", type=parse_go_interval)
-    p.add_argument("--runtime-hooks-nri-backoff-factor", default=2.0, type=float)
-    p.add_argument("--runtime-hooks-nri-backoff-cap", default="30s", type=parse_go_interval)
+    p.add_argument("--runtime-hooks-nri-plugin-name", default="koordlet_nri",
+                   help="the name the NRI plugin registers with the runtime")
+    p.add_argument("--runtime-hooks-nri-plugin-index", default="00",
+                   help="the plugin's index: the runtime calls plugins in index order")
+    p.add_argument("--runtime-hooks-nri-connect-timeout", default="6s", type=parse_go_interval,
+                   help="how long to wait for the runtime to accept the plugin (a little over containerd's 5s "
+                        "registration timeout)")
+    p.add_argument("--runtime-hooks-nri-backoff-duration", default="1s", type=parse_go_interval,
+                   help="first wait before reconnecting to a runtime that went away")
+    p.add_argument("--runtime-hooks-nri-backoff-factor", default=2.0, type=float,
+                   help="each further reconnect waits this many times longer")
+    p.add_argument("--runtime-hooks-nri-backoff-cap", default="30s", type=parse_go_interval,
+                   help="the longest wait between reconnects")
     p.add_argument("--runtime-hooks-gpu-env-uuid", default=False, type=_bool, nargs="?", const=True,
                    help="NVIDIA_VISIBLE_DEVICES by GPU UUID when the allocation carries UUIDs (ours; see "
                         "docs/runtime-hooks.md)")
