@@ -134,6 +134,17 @@ def test_service_monitor_selects_the_service_on_the_metrics_port() -> None:
     assert {"name": port["targetPort"], "containerPort": 9316} in ctr["ports"]
 
 
+def test_prometheus_rule_carries_the_rules_file_groups() -> None:
+    """prometheus-operator users get the same recording rules as a plain Prometheus (deploy/prometheus/rules.yaml,
+    checked by promtool and queried end to end in test_e2e_prometheus.py)."""
+    [rule] = _docs(DEPLOY / "servicemonitor" / "prometheusrule.yaml")
+    [sm] = _docs(DEPLOY / "servicemonitor" / "servicemonitor.yaml")
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["metadata"]["namespace"] == sm["metadata"]["namespace"]
+    assert rule["metadata"]["labels"] == sm["metadata"]["labels"]
+    assert rule["spec"]["groups"] == yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text())["groups"]
+
+
 def test_kustomization_applies_every_cluster_manifest() -> None:
     kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert sorted(kust["resources"]) == sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
