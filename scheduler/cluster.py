@@ -191,21 +191,24 @@ class NodeInfo:
     def free(self, resource: str) -> int:
         return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
 
-    def add_pod(self, pod: JSON) -> None:
+    def add_pod(self, pod: JSON, requests: dict[str, int] | None = None) -> None:
+        """`requests`: pod_requests(pod) when the caller has it (a reservation's reserve pod, put back each cycle)."""
         k = key(pod)
         if k in self.pods:
             return
-        requests = pod_requests(pod)  # may raise InvalidInput: nothing is recorded then
+        if requests is None:
+            requests = pod_requests(pod)  # may raise InvalidInput: nothing is recorded then
         self.pods[k] = pod
         for r, v in requests.items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
         self.changed()
 
-    def remove_pod(self, pod_key: str) -> JSON | None:
+    def remove_pod(self, pod_key: str, requests: dict[str, int] | None = None) -> JSON | None:
+        """`requests`: pod_requests of the pod under that key when the caller knows them."""
         pod = self.pods.pop(pod_key, None)
         if pod is not None:
-            for r, v in pod_requests(pod).items():
+            for r, v in (pod_requests(pod) if requests is None else requests).items():
                 self.requested[r] = self.requested.get(r, 0) - v
             self.requested[PODS] = self.requested.get(PODS, 0) - 1
             self.changed()

@@ -20,11 +20,13 @@ FloatArray = npt.NDArray[np.float64]
 
 
 LOG_LIMIT = 8192  # changed rows remembered in order; a tracker further behind compares every row's version
+LOG_FEW = 64  # more new log entries than this: a tracker compares every row's version (one numpy pass) instead
 
 
 class NodeIndex:
-    """`nodes[i]` for i in 0..n−1; `versions[i]` grows whenever node i reports a change (NodeInfo.changed), and
-    `log` lists the changed rows in order (from the `log_start`-th change on) so a tracker reads only what is new.
+    """`nodes[i]` for i in 0..n−1; `versions[i]` names node i's state: a number never issued before whenever the
+    node reports a change (NodeInfo.changed), an earlier one again only through `revert`. `log` lists the changed
+    rows in order (from the `log_start`-th change on) so a tracker reads only what is new.
 
     `epoch` grows when the set of nodes changes: positions are then reassigned and every array must be rebuilt.
     """
@@ -32,6 +34,7 @@ class NodeIndex:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.epoch = 0
+        self._issued = 0  # the last version number given out (versions are only compared for equality)
         self._map: Any = None
         self._members = -1
         self._build()
@@ -57,11 +60,28 @@ class NodeIndex:
     def _changed(self, node: NodeInfo) -> None:
         i = self._by_id.get(id(node))
         if i is not None and self.nodes[i] is node:
-            self.versions[i] += 1
-            if len(self.log) >= LOG_LIMIT:
-                self.log_start += len(self.log)
-                self.log = []
-            self.log.append(i)
+            self._issued += 1
+            self._set(i, self._issued)
+
+    def _set(self, i: int, version: int) -> None:
+        self.versions[i] = version
+        if len(self.log) >= LOG_LIMIT:
+            self.log_start += len(self.log)
+            self.log = []
+        self.log.append(i)
+
+    def version(self, node: NodeInfo) -> int | None:
+        """The node's current version (None: not a node of this index)."""
+        i = self._by_id.get(id(node))
+        return int(self.versions[i]) if i is not None and self.nodes[i] is node else None
+
+    def revert(self, node: NodeInfo, version: int) -> None:
+        """The node is again exactly as it was when it had `version` (its changes since were undone, or redone the
+        same way from the same state): every row cached at that version is valid again. Only callers that know
+        this for certain use it (the Reservation plugin lending reserve pods for a cycle)."""
+        i = self._by_id.get(id(node))
+        if i is not None and self.nodes[i] is node:
+            self._set(i, version)
 
     def refresh(self) -> None:
         nodes = self.cluster.nodes
@@ -100,11 +120,13 @@ class Tracker:
         end = index.log_start + len(index.log)
         if self._read == end:
             return []
-        if self._read >= index.log_start:  # the usual case: a few rows changed since the last call
-            rows = sorted(set(index.log[self._read - index.log_start:]))
+        if self._read >= index.log_start and end - self._read <= LOG_FEW:  # usually: a few rows changed since
             versions, seen = index.versions, self._seen
-            for i in rows:
-                seen[i] = versions[i]
+            rows: list[int] = []
+            for i in sorted(set(index.log[self._read - index.log_start:])):
+                if seen[i] != versions[i]:  # not back at the version last seen (NodeIndex.revert)
+                    seen[i] = versions[i]
+                    rows.append(i)
         else:
             diff = np.flatnonzero(index.versions != self._seen)
             self._seen[diff] = index.versions[diff]

@@ -125,10 +125,13 @@ class NodeNUMAResource:
         self.most = scoring_type == MOST_ALLOCATED
         self.resources = resources
         self.weight = weight
-        self._scores: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}  # node → pod shape → memo (_cached)
-        self._shape_of: tuple[JSON | None, tuple[Any, ...]] = (None, ())
+        self._scores: dict[str, dict[int, dict[str, Any]]] = {}  # node → pod shape (its number) → memo (_cached)
+        self._shape_of: tuple[JSON | None, int] = (None, 0)
+        self._shape_ids: dict[tuple[Any, ...], int] = {}  # pod shape → a small number: hashed once per pod, not
+        # once per node (the shape holds the pod's labels and annotations)
         self._dirty: set[str] = set()  # nodes changed since their memo was last checked
         self._fp: dict[str, tuple[Any, ...]] = {}  # node → _fingerprint its usage and memo were made from
+        self._checked: dict[str, int | None] = {}  # node → the NodeIndex version its memo was last checked at
         self._columns = NodeColumns(lambda _n: {})
         self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
@@ -196,6 +199,11 @@ class NodeNUMAResource:
 
     def _revalidate(self, node: NodeInfo) -> None:
         self._dirty.discard(node.name)
+        index = self._row_index[0]
+        version = index.version(node) if index is not None else None
+        if version is not None and self._checked.get(node.name) == version:
+            return  # back in the state the memo was checked at (NodeIndex.revert): nothing to look at
+        self._checked[node.name] = version
         fp = self._fingerprint(node)
         if self._fp.get(node.name) != fp:
             self._fp[node.name] = fp
@@ -309,15 +317,16 @@ class NodeNUMAResource:
 
     # ---- Score ----------------------------------------------------------------------------------------------
 
-    def _shape(self, pod: JSON) -> tuple[Any, ...]:
+    def _shape(self, pod: JSON) -> int:
         """What the score depends on in the pod: pods of one shape score alike on a node until the node changes."""
         if pod is not self._shape_of[0]:
             meta = pod.get("metadata") or {}
             ann = tuple(sorted((k, str(v)) for k, v in (meta.get("annotations") or {}).items()
                                if k.startswith("scheduling.koordinator.sh/")))
             labels = tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
-            self._shape_of = (pod, (tuple(sorted(pod_requests(pod).items())), self.spec(pod), ann, labels,
-                                    (pod.get("spec") or {}).get("priority")))
+            shape = (tuple(sorted(pod_requests(pod).items())), self.spec(pod), ann, labels,
+                     (pod.get("spec") or {}).get("priority"))
+            self._shape_of = (pod, self._shape_ids.setdefault(shape, len(self._shape_ids)))
         return self._shape_of[1]
 
     def _cached(self, pod: JSON, node: NodeInfo) -> dict[Any, Any]:

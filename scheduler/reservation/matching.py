@@ -135,6 +135,26 @@ def exact_match(requests: dict[str, int], allocatable: dict[str, int], names: li
     return True
 
 
+def owner_kinds(r: Reservation) -> frozenset[str]:
+    """Which kinds of owner terms (object, controller, labelSelector) the reservation has."""
+    return frozenset(k for o in r.spec.get("owners") or [] if isinstance(o, dict)
+                     for k in ("object", "controller", "labelSelector") if o.get(k) is not None)
+
+
+def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[Any, ...]:
+    """Everything `PodView.eligible` reads of the pod, for reservations whose owner terms are of `kinds`: pods with
+    one signature match the same reservations (the pod's name and uid count only where an object term exists)."""
+    meta = _meta(pod)
+    ns = meta.get("namespace") or "default"
+    labels = tuple(sorted((str(k), str(x)) for k, x in (meta.get("labels") or {}).items()))
+    ident = (meta.get("name"), meta.get("uid")) if "object" in kinds else None
+    controllers = (json.dumps(meta.get("ownerReferences"), sort_keys=True, default=str)
+                   if "controller" in kinds else None)
+    return (ns, labels, ident, controllers, v.ignored, v.required, v.name, tuple(sorted(v.selector.items())),
+            json.dumps(v.tolerations, sort_keys=True, default=str), tuple(v.exact),
+            tuple(sorted(v.requests.items())) if v.exact else None)
+
+
 def view(pod: JSON) -> PodView:
     annotations = _meta(pod).get("annotations") or {}
     v = PodView(requests=pod_requests(pod), ignored=ignored(pod))

@@ -61,6 +61,11 @@ class Reservation:
     pod: JSON = field(default_factory=dict)  # the reserve pod
     owner_devices: dict[str, Any] = field(default_factory=dict)  # owner key → its device Allocations
     dirty: bool = False  # status differs from the object's
+    placed: JSON | None = None  # the reserve pod `place` made last, and what it was made from
+    placed_shape: tuple[Any, ...] = ()
+    placed_requests: dict[str, int] = field(default_factory=dict)
+    placed_from: tuple[Any, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
+    revision: int = 0  # grows with every account/release
 
     @property
     def spec(self) -> JSON:
@@ -230,6 +235,7 @@ def account(r: Reservation, pod: JSON) -> None:
     devices = pod_devices(pod)
     if devices:
         r.owner_devices[key(pod)] = devices
+    r.revision += 1
     if r.allocate_once:
         r.phase = SUCCEEDED
 
@@ -243,6 +249,7 @@ def release(r: Reservation, pod: JSON) -> None:
         r.allocated[res] = max(0, r.allocated.get(res, 0) - v)
     r.allocated = {res: v for res, v in r.allocated.items() if v}
     r.owners.remove(k)
+    r.revision += 1
     r.owner_devices.pop(k, None)
     r.owner_refs = [o for o in r.owner_refs if f"{o.get('namespace')}/{o.get('name')}" != k]
 
@@ -284,19 +291,32 @@ def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dic
 
 
 def place(r: Reservation, cluster: Cluster) -> None:
-    """Put the reserve pod, requesting what is still unallocated, on the reservation's node (a new object each
-    time: DeviceShare re-reads a pod replaced under its key)."""
+    """Put the reserve pod, requesting what is still unallocated, on the reservation's node: a new object when
+    that changed (DeviceShare re-reads a pod replaced under its key), the same one otherwise (the node is then
+    exactly as before it was taken off: see ReservationPlugin._lend)."""
     pod = r.pod
-    annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
-    held = r.held_devices()
-    if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
-        annotations[ANN_DEVICES] = held[0]
-    left = r.remaining()
-    r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
-             "spec": {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
-                      "containers": [{"name": "reserved", "resources": {"requests": {
-                          k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}}
-    cluster.nodes[str(r.node)].add_pod(r.pod)
+    fast = r.placed_from
+    if r.placed is not pod or not fast or fast[0] != r.revision or fast[1] != r.node or fast[2] is not \
+            r.allocatable or fast[3] != r.annotations:  # else: nothing the reserve pod is made from moved
+        held = r.held_devices()
+        left = r.remaining()
+        shape = (r.node, tuple(left.items()), held[0] if held is not None else None, tuple(r.annotations.items()))
+        if r.placed is not pod or r.placed_shape != shape:
+            annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
+            if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
+                annotations[ANN_DEVICES] = held[0]
+            r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
+                     "spec": {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
+                              "containers": [{"name": "reserved", "resources": {"requests": {
+                                  k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}}
+            r.placed, r.placed_shape, r.placed_requests = r.pod, shape, pod_requests(r.pod)
+        r.placed_from = (r.revision, r.node, r.allocatable, dict(r.annotations))
+    cluster.nodes[str(r.node)].add_pod(r.pod, r.placed_requests)
+
+
+def requests_of(r: Reservation, pod: JSON | None) -> dict[str, int] | None:
+    """pod_requests of the reserve pod `place` made last (None for any other object: the node parses it)."""
+    return r.placed_requests if pod is not None and pod is r.placed else None
 
 
 def repair_exact_match(raw: str) -> str:
