@@ -172,7 +172,9 @@ class NodeInfo:
 
     def watch(self, owner: object, callback: Callable[[NodeInfo], None]) -> None:
         """Call `callback(node)` on every change; one callback per owner (a later one replaces it)."""
-        self.__dict__.setdefault("_watchers", {})[id(owner)] = callback
+        watchers = self.__dict__.setdefault("_watchers", {})
+        watchers[id(owner)] = callback
+        self.__dict__["_callbacks"] = tuple(watchers.values())  # what changed() walks (it runs per pod added)
 
     @property
     def generation(self) -> int:
@@ -180,8 +182,9 @@ class NodeInfo:
         return int(self.__dict__.get("_generation", 0))
 
     def changed(self) -> None:
-        self.__dict__["_generation"] = self.generation + 1
-        for callback in list(self.__dict__.get("_watchers", {}).values()):
+        d = self.__dict__
+        d["_generation"] = d.get("_generation", 0) + 1
+        for callback in d.get("_callbacks", ()):
             callback(self)
 
     @property

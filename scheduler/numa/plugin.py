@@ -22,7 +22,7 @@ from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
 from scheduler.numa.hints import (
     BEST_EFFORT,
@@ -130,6 +130,8 @@ class NodeNUMAResource:
         self._shape_ids: dict[tuple[Any, ...], int] = {}  # pod shape → a small number: hashed once per pod, not
         # once per node (the shape holds the pod's labels and annotations)
         self._dirty: set[str] = set()  # nodes changed since their memo was last checked
+        self._changes = Tracker()  # feeds _dirty: a node the tracker does not report (unchanged, or back at the
+        # version last seen: a reservation's reserve pod lent for an owner's cycle and put back) is not looked at
         self._fp: dict[str, tuple[Any, ...]] = {}  # node → _fingerprint its usage and memo were made from
         self._checked: dict[str, int | None] = {}  # node → the NodeIndex version its memo was last checked at
         self._columns = NodeColumns(lambda _n: {})
@@ -159,7 +161,6 @@ class NodeNUMAResource:
             self._revalidate(node)
         u = self._usage.get(node.name)
         if u is None:
-            node.watch(self, self._forget_usage)
             u = _Usage(set(), {}, {})
             for pod in node.pods.values():
                 try:
@@ -181,9 +182,16 @@ class NodeNUMAResource:
             self._fp[node.name] = self._fingerprint(node)
         return u
 
-    def _forget_usage(self, node: NodeInfo) -> None:
-        self._dirty.add(node.name)  # looked at on next use: most changes (a pod without NUMA or device
-        # annotations, a reservation's reserve pod taken off for an owner's cycle) leave every NUMA fact as it was
+    def _track(self, index: NodeIndex) -> None:
+        """Mark the nodes that changed since the last call, to be looked at on next use (most changes, a pod without
+        NUMA or device annotations, leave every NUMA fact as it was). Every entry point calls it first."""
+        changed = self._changes.changes(index)
+        if changed is None:
+            self._dirty.update(index.names)
+        else:
+            names = index.names
+            for i in changed:
+                self._dirty.add(names[i])
 
     @staticmethod
     def _fingerprint(node: NodeInfo) -> tuple[Any, ...]:
@@ -226,6 +234,7 @@ class NodeNUMAResource:
     # ---- Filter ---------------------------------------------------------------------------------------------
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        self._track(node_index(cluster))
         self._affinity.pop((key(pod), node.name), None)
         why, aligned, mask = self._decide(pod, node)
         if why is None and aligned:
@@ -348,6 +357,7 @@ class NodeNUMAResource:
         (memoised per pod shape), a plain pod passes every node without a policy label."""
         s = self.spec(pod)
         self._sync_flags(index)
+        self._track(index)
         if not (s.policy or s.bind or s.problem) and not self._policy_rows:
             return None
         n = len(index)
@@ -364,6 +374,10 @@ class NodeNUMAResource:
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         """Upstream Score: the strategy over the NUMA nodes the pod would get (a NUMA policy applies), else over
         the node; 0 for a pod asking nothing, or where the NUMA allocation fails (upstream degrades to 0)."""
+        self._track(node_index(cluster))
+        return self._memo_score(pod, node)
+
+    def _memo_score(self, pod: JSON, node: NodeInfo) -> int:
         memo = self._cached(pod, node)
         if "score" not in memo:
             memo["score"], memo["node_level"] = self._score(pod, node)
@@ -420,7 +434,7 @@ class NodeNUMAResource:
             return node_level  # the cache's own array: the framework only reads it
         out = node_level.copy()
         for i in exact:
-            out[i] = self.score(pod, index.nodes[i], index.cluster)
+            out[i] = self._memo_score(pod, index.nodes[i])
         return out
 
     def _node_level_rows(self, requests: dict[str, int], n: int, rows: Any) -> IntArray:
@@ -453,6 +467,7 @@ class NodeNUMAResource:
             self._row_index = (index, index.epoch)
         self._columns.sync(index, [r for r, _ in self.resources], False)
         self._sync_flags(index)
+        self._track(index)
 
     def _sync_flags(self, index: NodeIndex) -> None:
         """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node)."""
@@ -476,6 +491,7 @@ class NodeNUMAResource:
     # ---- Reserve --------------------------------------------------------------------------------------------
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
+        self._track(node_index(cluster))
         s = self.spec(pod)
         k = (key(pod), node.name)
         if k not in self._affinity and not s.bind:
