@@ -194,9 +194,10 @@ class NodeInfo:
     def free(self, resource: str) -> int:
         return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
 
-    def add_pod(self, pod: JSON, requests: dict[str, int] | None = None) -> None:
-        """`requests`: pod_requests(pod) when the caller has it (a reservation's reserve pod, put back each cycle)."""
-        k = key(pod)
+    def add_pod(self, pod: JSON, requests: dict[str, int] | None = None, pod_key: str | None = None) -> None:
+        """`requests`: pod_requests(pod), and `pod_key` its key, when the caller has them (a reservation's reserve
+        pod, put back each cycle)."""
+        k = key(pod) if pod_key is None else pod_key
         if k in self.pods:
             return
         if requests is None:

@@ -8,6 +8,7 @@ sees reserved resources as used, and an owner is served by taking the reserve po
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -75,8 +76,8 @@ class Reservation:
     def allocate_once(self) -> bool:
         return self.spec.get("allocateOnce") is not False  # IsReservationAllocateOnce: nil means true
 
-    @property
-    def pod_key(self) -> str:
+    @functools.cached_property
+    def pod_key(self) -> str:  # the name never changes; read for every reservation in every owner's cycle
         return f"reservation/{self.name}"
 
     @property
@@ -311,7 +312,7 @@ def place(r: Reservation, cluster: Cluster) -> None:
                                   k: (f"{v}m" if k == "cpu" else str(v)) for k, v in left.items()}}}]}}
             r.placed, r.placed_shape, r.placed_requests = r.pod, shape, pod_requests(r.pod)
         r.placed_from = (r.revision, r.node, r.allocatable, dict(r.annotations))
-    cluster.nodes[str(r.node)].add_pod(r.pod, r.placed_requests)
+    cluster.nodes[str(r.node)].add_pod(r.pod, r.placed_requests, r.pod_key)
 
 
 def requests_of(r: Reservation, pod: JSON | None) -> dict[str, int] | None:
