@@ -143,6 +143,15 @@ def key(obj: JSON) -> str:
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
+# A Reservation's template pod as this scheduler keeps it on the reservation's node (scheduler.reservation.model);
+# ours, never written out. Plugins that account real pods only (LoadAware's assign cache) pass over it.
+ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
+
+
+def is_reserve_pod(pod: JSON) -> bool:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVE_POD) == "true"
+
+
 def holds_resources(pod: JSON) -> bool:
     """Not finished: a terminating pod still holds its node's resources until it is gone (kube-scheduler's cache
     keeps it, so a preemptor waits for its victims)."""

@@ -10,9 +10,9 @@ from typing import Any
 
 from koordlet.errors import KoordletError
 from koordlet.kubeapi import KubeClient
-from scheduler.cluster import JSON, NodeInfo, key
+from scheduler.cluster import JSON, NodeInfo, is_reserve_pod, key
 from scheduler.framework import Placement, Scheduler
-from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, is_reserve_pod, place, release
+from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, place, release
 from scheduler.reservation.model import load as load_book
 
 log = logging.getLogger(__name__)

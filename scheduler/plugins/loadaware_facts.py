@@ -16,7 +16,17 @@ from typing import Any
 
 from koordlet.errors import InvalidInput
 from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
-from scheduler.cluster import CPU, JSON, MEMORY, NodeInfo, key, pod_requests, quantity_value, resource_list
+from scheduler.cluster import (
+    CPU,
+    JSON,
+    MEMORY,
+    NodeInfo,
+    is_reserve_pod,
+    key,
+    pod_requests,
+    quantity_value,
+    resource_list,
+)
 from scheduler.plugins.loadaware_args import LoadAwareArgs, parse_duration
 
 ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
@@ -217,6 +227,8 @@ class NodeLoads:
         node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
         ut = update_time if update_time is not None else 0.0
         for k, pod in node.pods.items():
+            if is_reserve_pod(pod):
+                continue  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
             e = self.pods.entry(pod)
             _add(node_est, e.estimated)
             if _is_delta(e, usages.get(k), ut, report_interval):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.cluster import JSON, PODS, Cluster, key, pod_requests
+from scheduler.cluster import ANNOTATION_RESERVE_POD, JSON, PODS, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
 ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
 LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
 ANN_DEVICES = f"{DOMAIN}/device-allocated"
-ANN_RESERVE_POD = f"{DOMAIN}/reserve-pod"  # ours: marks the template pod of a reservation (never written out)
+ANN_RESERVE_POD = ANNOTATION_RESERVE_POD  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
 
@@ -149,10 +149,6 @@ def reserve_pod(obj: JSON) -> JSON:
             "metadata": {"name": f"reservation/{meta.get('name')}", "uid": meta.get("uid"),
                          "labels": dict(tmeta.get("labels") or {}), "annotations": annotations},
             "spec": spec}
-
-
-def is_reserve_pod(pod: JSON) -> bool:
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_RESERVE_POD) == "true"
 
 
 def _pod_limit(obj: JSON) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import JSON, Cluster, NodeInfo, is_reserve_pod, key, pod_requests
 from scheduler.framework import Placement, Scheduler
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 from scheduler.reservation import matching
@@ -27,7 +27,6 @@ from scheduler.reservation.model import (
     SUCCEEDED,
     Reservation,
     account,
-    is_reserve_pod,
     load,
     place,
     release,

@@ -218,3 +218,16 @@ def test_v07_allocate_once_statement() -> None:
     out = simulate(build_cluster([node("n1"), resv("once", 2)]), [pod("a", 1, OWNER), pod("b", 1, OWNER)])
     p = by_pod(out)
     assert ALLOCATED in p["default/a"]["annotations"] and ALLOCATED not in p["default/b"]["annotations"]
+
+
+def test_load_aware_does_not_count_a_reserve_pod_as_running() -> None:
+    """upstream pod_assign_cache.go assign skips reserve pods: a reservation holds resources, it uses no CPU. With
+    10 of 20 cores reserved and 2 in use, a 4-core pod passes LoadAware's 65 % cpu threshold (2 + 3.4 estimated);
+    counted as a running pod, the reservation's estimate (8.5 cores) would refuse it (69.5 %)."""
+    now = "2099-01-01T00:00:00Z"  # a NodeMetric updated "now" for any clock before then
+    metric = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": "n1"},
+              "status": {"updateTime": now, "nodeMetric": {"nodeUsage": {"resources": {"cpu": "2", "memory": "4Gi"}}}}}
+    cluster = build_cluster([node("n1", 20), metric, resv("r1", 10)])
+    out = simulate(cluster, [pod("other", 4)])
+    assert by_resv(out)["r1"]["node"] == "n1"
+    assert by_pod(out)["default/other"]["node"] == "n1", by_pod(out)["default/other"]
