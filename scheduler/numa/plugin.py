@@ -10,6 +10,7 @@ koordlet's CPUSetAllocator reads (koordlet/states/cpupools.py resource_status())
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +182,12 @@ class NodeNUMAResource:
             self._usage[node.name] = u
             self._fp[node.name] = self._fingerprint(node)
         return u
+
+    # Reservation.reserved_cpus when both plugins are on (scheduler.config): an owner's reserved CPUs come first
+    reserved_cpus: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None
+
+    def _preferred(self, pod: JSON, node: NodeInfo) -> frozenset[int] | None:
+        return self.reserved_cpus(pod, node) if self.reserved_cpus is not None else None
 
     def _track(self, index: NodeIndex) -> None:
         """Mark the nodes that changed since the last call, to be looked at on next use (most changes, a pod without
@@ -396,7 +403,7 @@ class NodeNUMAResource:
             return 0, False  # infeasible here: never chosen (and upstream scores a failed allocation 0)
         if aligned:
             topo = self.topology(node)
-            got = self._allocate(s, node, topo, mask)
+            got = self._allocate(s, node, topo, mask, prefer=self._preferred(pod, node))
             if got is None:
                 return 0, False
             chosen, split = got
@@ -502,7 +509,7 @@ class NodeNUMAResource:
                 raise Unschedulable(why)
         topo = self.topology(node)
         aligned = k in self._affinity
-        got = self._allocate(s, node, topo, self._affinity.get(k), aligned)
+        got = self._allocate(s, node, topo, self._affinity.get(k), aligned, self._preferred(pod, node))
         if got is None:
             raise Unschedulable(self._bind_policy(s, node, topo)[1] or ERR_NOT_ENOUGH_CPUS)
         chosen, split = got
@@ -516,12 +523,20 @@ class NodeNUMAResource:
         return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
 
     def _allocate(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
-                  aligned: bool = True) -> tuple[list[int], list[dict[str, Any]]] | None:
-        """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits."""
+                  aligned: bool = True, prefer: frozenset[int] | None = None
+                  ) -> tuple[list[int], list[dict[str, Any]]] | None:
+        """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits. CPUs in
+        `prefer` (an owner's reservation) are taken when they are enough, as upstream's default reservation policy."""
         chosen: list[int] = []
         if s.bind:
             bind_policy, why = self._bind_policy(s, node, topo)
-            got = None if why else take_cpus(topo.cpus, self._free_cpus(node, topo, mask), s.cpu // 1000, bind_policy)
+            got = None
+            if not why:
+                free = self._free_cpus(node, topo, mask)
+                if prefer:
+                    got = take_cpus(topo.cpus, free & prefer, s.cpu // 1000, bind_policy)
+                if got is None:
+                    got = take_cpus(topo.cpus, free, s.cpu // 1000, bind_policy)
             if got is None:
                 return None
             chosen = got

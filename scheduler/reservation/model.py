@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
 from scheduler.cluster import ANNOTATION_RESERVE_POD, JSON, PODS, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Reservation:
     annotations: dict[str, str] = field(default_factory=dict)  # written on the object (device-allocated)
     pod: JSON = field(default_factory=dict)  # the reserve pod
     owner_devices: dict[str, Any] = field(default_factory=dict)  # owner key → its device Allocations
+    owner_cpus: dict[str, Any] = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
     dirty: bool = False  # status differs from the object's
     placed: JSON | None = None  # the reserve pod `place` made last, and what it was made from
     placed_shape: tuple[Any, ...] = ()
@@ -93,6 +95,13 @@ class Reservation:
 
         reserved = self.annotations.get(ANN_DEVICES)
         return remaining(reserved, list(self.owner_devices.values())) if reserved else None
+
+    def held_cpus(self) -> tuple[str, frozenset[int]] | None:
+        """(resource-status, CPUs) of the cpuset and NUMA resources still held, or None when it was given none."""
+        from scheduler.reservation.cpus import remaining
+
+        reserved = self.annotations.get(ANNOTATION_RESOURCE_STATUS)
+        return remaining(reserved, list(self.owner_cpus.values())) if reserved else None
 
     def full(self) -> bool:
         return self.pod_limit is not None and len(self.owners) >= self.pod_limit
@@ -232,6 +241,11 @@ def account(r: Reservation, pod: JSON) -> None:
     devices = pod_devices(pod)
     if devices:
         r.owner_devices[key(pod)] = devices
+    from scheduler.reservation.cpus import pod_held
+
+    cpus = pod_held(pod)
+    if cpus:
+        r.owner_cpus[key(pod)] = cpus
     r.revision += 1
     if r.allocate_once:
         r.phase = SUCCEEDED
@@ -248,6 +262,7 @@ def release(r: Reservation, pod: JSON) -> None:
     r.owners.remove(k)
     r.revision += 1
     r.owner_devices.pop(k, None)
+    r.owner_cpus.pop(k, None)
     r.owner_refs = [o for o in r.owner_refs if f"{o.get('namespace')}/{o.get('name')}" != k]
 
 
@@ -296,12 +311,16 @@ def place(r: Reservation, cluster: Cluster) -> None:
     if r.placed is not pod or not fast or fast[0] != r.revision or fast[1] != r.node or fast[2] is not \
             r.allocatable or fast[3] != r.annotations:  # else: nothing the reserve pod is made from moved
         held = r.held_devices()
+        cpus = r.held_cpus()
         left = r.remaining()
-        shape = (r.node, tuple(left.items()), held[0] if held is not None else None, tuple(r.annotations.items()))
+        shape = (r.node, tuple(left.items()), held[0] if held is not None else None,
+                 cpus[0] if cpus is not None else None, tuple(r.annotations.items()))
         if r.placed is not pod or r.placed_shape != shape:
             annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
             if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
                 annotations[ANN_DEVICES] = held[0]
+            if cpus is not None:
+                annotations[ANNOTATION_RESOURCE_STATUS] = cpus[0]
             r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
                      "spec": {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
                               "containers": [{"name": "reserved", "resources": {"requests": {

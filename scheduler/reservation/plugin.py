@@ -225,6 +225,15 @@ class ReservationPlugin:
             self._held[node.name] = held[1] if held is not None and held[1] else None
         return self._held[node.name]
 
+    def reserved_cpus(self, pod: JSON, node: NodeInfo) -> frozenset[int] | None:
+        """NodeNUMAResource's preference for an owner on this node: the CPUs its matched reservation still holds
+        (upstream nodenumaresource/reservation.go: the reservation's remaining CPUs are allocated first)."""
+        r = self._serving.get(node.name)
+        if r is None or self._view is None or self._view.ignored:
+            return None
+        held = r.held_cpus()
+        return held[1] if held is not None and held[1] else None
+
     # -- extension points -------------------------------------------------------------------------------------
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         v = self._view
