@@ -73,7 +73,8 @@ class ReservationPlugin:
         self._match_memo: _Matches | None = None
         self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
         self._chosen: Reservation | None = None
-        self._held: dict[str, Any] = {}  # node → the devices the serving reservation holds (this cycle)
+        # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
+        self._held: dict[str, Any] = {}
         self.preemptions: list[JSON] = []
         self._preempting = False
         self._zeros: IntArray = np.zeros(0, dtype=np.int64)
@@ -231,8 +232,12 @@ class ReservationPlugin:
         r = self._serving.get(node.name)
         if r is None or self._view is None or self._view.ignored:
             return None
-        held = r.held_cpus()
-        return held[1] if held is not None and held[1] else None
+        k = f"cpus/{node.name}"
+        if k not in self._held:  # once per cycle: the score asks for every node
+            held = r.held_cpus()
+            self._held[k] = held[1] if held is not None and held[1] else None
+        cpus: frozenset[int] | None = self._held[k]
+        return cpus
 
     # -- extension points -------------------------------------------------------------------------------------
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
