@@ -82,8 +82,10 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Plugins:
         numa.deviceshare, ds.numa_affinity = ds, numa.affinity
     if made.get("Reservation") is not None and ds is not None:
         ds.reserved_devices = made["Reservation"].reserved_devices
+        ds.restricted_reservation = made["Reservation"].restricted_on
     if made.get("Reservation") is not None and numa is not None:
         numa.reserved_cpus = made["Reservation"].reserved_cpus
+        numa.restricted_reservation = made["Reservation"].restricted_on
     # Coscheduling is always there so the gang planner can read its switches (all off when it is disabled).
     made["Coscheduling"] = coscheduling(cfg, simulate)
     out = Plugins()

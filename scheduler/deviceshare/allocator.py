@@ -231,13 +231,14 @@ class Allocator:
 
     def allocate_within(self, st: NodeDeviceState, plan: PodPlan, node_labels: dict[str, str],
                         types: list[str] | None, numa: frozenset[int] | None,
-                        preferred: Allocations | None = None) -> Allocations:
+                        preferred: Allocations | None = None, only_preferred: bool = False) -> Allocations:
         """`allocate` with every device taken from the NUMA nodes `numa` (None: anywhere), for NodeNUMAResource.
 
         `preferred` (an owner's reservation devices, upstream deviceshare/reservation.go tryAllocateFromReusable
         with the Default/Aligned policy): **[decision]** first the allocation is tried on the preferred minors
         alone (and their VFs first), so an owner that fits in its reservation gets exactly its devices; failing
-        that, on every device with the preferred minors and VFs ordered first by the default walk."""
+        that, on every device with the preferred minors and VFs ordered first by the default walk. With
+        `only_preferred` (a Restricted reservation) there is no second try: the types it reserved come from it."""
         self._numa, self._preferred = numa, preferred or {}
         try:
             if self._preferred:
@@ -245,7 +246,8 @@ class Allocator:
                 try:
                     return self.allocate(st, plan, node_labels, types)
                 except Unschedulable:
-                    pass
+                    if only_preferred:
+                        raise
                 finally:
                     self._only_preferred = False
             return self.allocate(st, plan, node_labels, types)

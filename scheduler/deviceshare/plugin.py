@@ -196,11 +196,12 @@ class DeviceShare:
         types = list(plan.requests) if complete else self._filter_types(st, plan)
         numa = self.numa_affinity(pod, node) if self.numa_affinity is not None else None
         preferred = self.reserved_devices(pod, node) if self.reserved_devices is not None else None
-        stamp = (st.version, numa, id(preferred) if preferred else None)
+        only = bool(preferred) and self.restricted_reservation is not None and self.restricted_reservation(pod, node)
+        stamp = (st.version, numa, id(preferred) if preferred else None, only)
         cached = self._fits.get(node.name)
         if cached is not None and cached[0] == stamp and (cached[1] or not complete):
             return cached[2]
-        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred)
+        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
         self._fits[node.name] = (stamp, len(types) == len(plan.requests), allocs)
         return allocs
 
@@ -240,6 +241,8 @@ class DeviceShare:
     numa_affinity: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None  # NodeNUMAResource.affinity
     # Reservation.reserved_devices: an owner's reservation devices on the node, preferred by the allocator
     reserved_devices: Callable[[JSON, NodeInfo], Allocations | None] | None = None
+    # Reservation.restricted_on: the owner's reservation is Restricted, so its devices are the only ones it gets
+    restricted_reservation: Callable[[JSON, NodeInfo], bool] | None = None
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         self.sync_templates(cluster)

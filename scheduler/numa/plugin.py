@@ -186,8 +186,13 @@ class NodeNUMAResource:
     # Reservation.reserved_cpus when both plugins are on (scheduler.config): an owner's reserved CPUs come first
     reserved_cpus: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None
 
-    def _preferred(self, pod: JSON, node: NodeInfo) -> frozenset[int] | None:
-        return self.reserved_cpus(pod, node) if self.reserved_cpus is not None else None
+    restricted_reservation: Callable[[JSON, NodeInfo], bool] | None = None  # Reservation.restricted_on
+
+    def _preferred(self, pod: JSON, node: NodeInfo) -> tuple[frozenset[int] | None, bool]:
+        """(the owner's reserved CPUs on this node, whether they are the only ones it may get)."""
+        prefer = self.reserved_cpus(pod, node) if self.reserved_cpus is not None else None
+        only = bool(prefer) and self.restricted_reservation is not None and self.restricted_reservation(pod, node)
+        return prefer, only
 
     def _track(self, index: NodeIndex) -> None:
         """Mark the nodes that changed since the last call, to be looked at on next use (most changes, a pod without
@@ -403,7 +408,7 @@ class NodeNUMAResource:
             return 0, False  # infeasible here: never chosen (and upstream scores a failed allocation 0)
         if aligned:
             topo = self.topology(node)
-            got = self._allocate(s, node, topo, mask, prefer=self._preferred(pod, node))
+            got = self._allocate(s, node, topo, mask, True, *self._preferred(pod, node))
             if got is None:
                 return 0, False
             chosen, split = got
@@ -509,7 +514,7 @@ class NodeNUMAResource:
                 raise Unschedulable(why)
         topo = self.topology(node)
         aligned = k in self._affinity
-        got = self._allocate(s, node, topo, self._affinity.get(k), aligned, self._preferred(pod, node))
+        got = self._allocate(s, node, topo, self._affinity.get(k), aligned, *self._preferred(pod, node))
         if got is None:
             raise Unschedulable(self._bind_policy(s, node, topo)[1] or ERR_NOT_ENOUGH_CPUS)
         chosen, split = got
@@ -523,10 +528,11 @@ class NodeNUMAResource:
         return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
 
     def _allocate(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
-                  aligned: bool = True, prefer: frozenset[int] | None = None
+                  aligned: bool = True, prefer: frozenset[int] | None = None, restricted: bool = False
                   ) -> tuple[list[int], list[dict[str, Any]]] | None:
         """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits. CPUs in
-        `prefer` (an owner's reservation) are taken when they are enough, as upstream's default reservation policy."""
+        `prefer` (an owner's reservation) are taken when they are enough, as upstream's default reservation policy;
+        only they when the reservation is `restricted`."""
         chosen: list[int] = []
         if s.bind:
             bind_policy, why = self._bind_policy(s, node, topo)
@@ -535,7 +541,7 @@ class NodeNUMAResource:
                 free = self._free_cpus(node, topo, mask)
                 if prefer:
                     got = take_cpus(topo.cpus, free & prefer, s.cpu // 1000, bind_policy)
-                if got is None:
+                if got is None and not (prefer and restricted):
                     got = take_cpus(topo.cpus, free, s.cpu // 1000, bind_policy)
             if got is None:
                 return None

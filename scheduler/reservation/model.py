@@ -30,6 +30,8 @@ LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
 ANN_DEVICES = f"{DOMAIN}/device-allocated"
 ANN_RESERVE_POD = ANNOTATION_RESERVE_POD  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
+RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
+REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
 
 
@@ -102,6 +104,20 @@ class Reservation:
 
         reserved = self.annotations.get(ANNOTATION_RESOURCE_STATUS)
         return remaining(reserved, list(self.owner_cpus.values())) if reserved else None
+
+    @property
+    def restricted(self) -> bool:
+        """spec.allocatePolicy Restricted: owners get only what it reserved, for the resources it reserves."""
+        return self.spec.get("allocatePolicy") == RESTRICTED
+
+    def restricted_misfit(self, requests: dict[str, int]) -> str:
+        """Why a Restricted reservation cannot serve these requests, "" when it can: each resource it reserves
+        that the pod asks must fit in what is left of it (upstream reservation/plugin.go fitsReservation)."""
+        for name in sorted(self.allocatable):
+            want = requests.get(name, 0)
+            if want > 0 and want > self.allocatable[name] - self.allocated.get(name, 0):
+                return f"{REASON_PREFIX}Insufficient {name}"
+        return ""
 
     def full(self) -> bool:
         return self.pod_limit is not None and len(self.owners) >= self.pod_limit

@@ -72,6 +72,7 @@ class ReservationPlugin:
         self._lent: dict[str, _Lent] = {}  # node → the versions around its last lending (see _lend)
         self._match_memo: _Matches | None = None
         self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
+        self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
         self._held: dict[str, Any] = {}
@@ -120,6 +121,7 @@ class ReservationPlugin:
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
         self.bind(cluster)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
+        self._misfit = {}
         if is_reserve_pod(pod) or not self.book:
             return
         v = self._view = matching.view(pod)
@@ -132,8 +134,14 @@ class ReservationPlugin:
             if v.ignored:
                 self._restored.setdefault(r.node, []).append(r)
             elif ok and r.node not in self._serving:
+                why = r.restricted_misfit(v.requests) if r.restricted else ""
+                if why:  # upstream filterWithReservations: the node fails unless another reservation fits
+                    self._misfit.setdefault(r.node, why)
+                    continue
                 self._serving[r.node] = r
                 self._restored.setdefault(r.node, []).append(r)
+        for name in self._serving:
+            self._misfit.pop(name, None)
         for name, restored in self._restored.items():
             self._lend(cluster, cluster.nodes[name], restored)
 
@@ -226,6 +234,11 @@ class ReservationPlugin:
             self._held[node.name] = held[1] if held is not None and held[1] else None
         return self._held[node.name]
 
+    def restricted_on(self, pod: JSON, node: NodeInfo) -> bool:
+        """Whether the reservation serving the pod on this node confines it to what it reserved (Restricted)."""
+        r = self._serving.get(node.name)
+        return r is not None and r.restricted and self._view is not None and not self._view.ignored
+
     def reserved_cpus(self, pod: JSON, node: NodeInfo) -> frozenset[int] | None:
         """NodeNUMAResource's preference for an owner on this node: the CPUs its matched reservation still holds
         (upstream nodenumaresource/reservation.go: the reservation's remaining CPUs are allocated first)."""
@@ -246,14 +259,23 @@ class ReservationPlugin:
             return None
         if v.invalid:
             return v.invalid
+        if node.name in self._misfit:
+            return self._misfit[node.name]
         if v.required and node.name not in self._serving:
             return ERR_AFFINITY
         return None
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
         v = self._view
-        if v is None or not v.required or v.invalid:
+        if v is None or not (v.required or self._misfit) or v.invalid:
             return None
+        if not v.required:
+            mask = np.ones(len(index), dtype=np.bool_)
+            for name in self._misfit:
+                i = index.pos.get(name)
+                if i is not None:
+                    mask[i] = False
+            return mask
         mask = np.zeros(len(index), dtype=np.bool_)
         for i, name in enumerate(index.names):
             if name in self._serving:

@@ -276,3 +276,20 @@ def test_rdma_apply_for_all_and_selector() -> None:
     doc = place(DeviceShare(), node, pod("p", {"koordinator.sh/rdma": 1}, ann))
     assert minors(doc, "rdma") == list(range(1, 9))
     assert decode_allocations(json.dumps(doc))["rdma"][0].resources == {"koordinator.sh/rdma": 1}
+
+
+def test_restricted_reservation_devices_are_the_only_ones() -> None:
+    """An owner of a Restricted reservation is allocated on its devices alone; Aligned falls back to the node's."""
+    from scheduler.deviceshare.state import Allocation
+    from scheduler.framework import Unschedulable
+
+    ds = DeviceShare()
+    node = node_with(fake_h800("Prefer"))
+    st = ds.state.node(node)
+    want = pod("owner", {"nvidia.com/gpu": "2"})
+    plan = ds.plan(want)
+    held = {"gpu": [Allocation(3, {"koordinator.sh/gpu-core": 100, "koordinator.sh/gpu-memory-ratio": 100})]}
+    got = ds.allocator.allocate_within(st, plan, node.labels, None, None, held)  # one reserved GPU, two wanted
+    assert len(got["gpu"]) == 2  # Aligned: the node's GPUs as well (here by the H800 partition table)
+    with pytest.raises(Unschedulable):
+        ds.allocator.allocate_within(st, plan, node.labels, None, None, held, only_preferred=True)

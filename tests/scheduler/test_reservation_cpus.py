@@ -75,3 +75,59 @@ def test_an_owner_takes_only_what_it_needs_and_the_rest_stays_reserved() -> None
     assert not cpus(placed["default/big"]) & {0, 1, 8, 9}
     reserve_pod = cluster.nodes["n1"].pods["reservation/r-cpus"]
     assert set(resource_status(reserve_pod["metadata"]["annotations"]).cpus()) == {0, 1, 8, 9} - owner
+
+
+# ---- spec.allocatePolicy: Restricted (upstream reservation/plugin.go fitsReservation) -------------------------------
+
+def cpu_reservation(name: str, cpu: int, policy: str | None, node_name: str = "n1") -> dict[str, Any]:
+    req = {"cpu": str(cpu)}
+    spec: dict[str, Any] = {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": req}}]}},
+                            "owners": [{"labelSelector": {"matchLabels": OWNER}}], "allocateOnce": False}
+    if policy:
+        spec["allocatePolicy"] = policy
+    return {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec,
+            "status": {"phase": "Available", "nodeName": node_name, "allocatable": req}}
+
+
+def plain(name: str, cpu: int) -> dict[str, Any]:
+    return pod(name, {"cpu": str(cpu)}, labels=dict(OWNER))
+
+
+def test_restricted_owner_must_fit_what_the_reservation_has_left(validate_crd: Any) -> None:
+    for policy in ("Restricted", "Aligned"):
+        validate_crd("scheduling.koordinator.sh_reservations.yaml", cpu_reservation("r", 4, policy))
+    # Aligned: an owner may take the reservation's 4 cpu and 2 more of the node's
+    cluster = build_cluster([node("n1", 16, "64Gi"), cpu_reservation("r", 4, "Aligned")])
+    [p] = simulate(cluster, [plain("owner", 6)])["placements"]
+    assert p["node"] == "n1" and json.loads(p["annotations"][ALLOCATED])["name"] == "r"
+    # Restricted: 6 > 4 left in it — the node fails with upstream's reservation reason, though it has room
+    cluster = build_cluster([node("n1", 16, "64Gi"), cpu_reservation("r", 4, "Restricted")])
+    out = simulate(cluster, [plain("big", 6), plain("fits", 3), plain("rest", 2)])
+    placed = {p["pod"]: p for p in out["placements"]}
+    assert placed["default/big"]["node"] is None
+    assert placed["default/big"]["reason"] == "0/1 nodes are available: 1 Reservation(s) Insufficient cpu."
+    assert json.loads(placed["default/fits"]["annotations"][ALLOCATED])["name"] == "r"
+    assert placed["default/rest"]["node"] is None  # 3 of 4 taken: 2 no longer fit in it
+    [resv] = out["reservations"]
+    assert resv["allocated"] == {"cpu": "3"}
+
+
+def test_restricted_owner_gets_only_the_reserved_cpus() -> None:
+    """Reserved cores 4 and 5; a first owner takes one thread of each (SpreadByPCPUs), so what is left (12, 13) holds
+    no whole core: a FullPCPUs owner of an Aligned reservation falls back to the node's free cores, a Restricted
+    one is refused there."""
+    spread = {"scheduling.koordinator.sh/resource-spec": '{"preferredCPUBindPolicy":"SpreadByPCPUs"}'}
+    for policy, expect_placed in (("Aligned", True), ("Restricted", False)):
+        r = placed_reservation("r-cpus", "4-5,12-13", 1)
+        r["spec"]["allocatePolicy"] = policy
+        cluster = build_cluster([node("n1", 16, "128Gi"), nrt("n1"), r])
+        first = pod("first", {"cpu": "2", "memory": "1Gi"}, spread, {**LSR, **OWNER})
+        out = simulate(cluster, [first, lsr("second", 2, owner=True)])
+        placed = {p["pod"]: p for p in out["placements"]}
+        assert cpus(placed["default/first"]) == {4, 5}
+        if expect_placed:
+            assert placed["default/second"]["node"] == "n1"
+            assert not cpus(placed["default/second"]) & {4, 5, 12, 13}
+        else:
+            assert placed["default/second"]["node"] is None, placed["default/second"]
