@@ -75,7 +75,8 @@ def test_every_kubernetes_object_is_valid_against_the_openapi_schemas() -> None:
         except kubernetes_validate.ValidationError as e:
             raise AssertionError(f"{where}: {obj['kind']}/{obj['metadata']['name']}: {e.message} at "
                                  f"{'.'.join(map(str, e.path))}") from None
-    assert kinds == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service"}
+    assert kinds == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                     "DaemonSet", "Service"}
 
 
 def test_a_broken_manifest_is_caught() -> None:

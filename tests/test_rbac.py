@@ -1,5 +1,7 @@
 """Least privilege, proven: deploy/rbac.yaml's ClusterRole grants exactly the (verb, resource) pairs the agent's API
-client issues across the test suite (recorded by the API double), no fewer and no unused verb."""
+client issues across the test suite (recorded by the API double), no fewer and no unused verb; deploy/scheduler/
+rbac.yaml's roles the same for koord-sched across tests/scheduler (a test acting as a user or another controller
+sends its own User-Agent: kubedouble.driver_client)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from apirecord import Call, granted
 from conftest import API_CALLS, TESTS_DIR
 
 ROLE_FILE = TESTS_DIR.parent / "deploy" / "rbac.yaml"
+SCHEDULER_ROLE_FILE = TESTS_DIR.parent / "deploy" / "scheduler" / "rbac.yaml"
 # The API client library's own tests: they send made-up verbs on made-up resources to test the client, not the agent.
 NOT_THE_AGENT = {"test_kubeapi.py"}
 
@@ -29,11 +32,18 @@ def agent_api_test_files() -> list[str]:
                   and "kmock" in p.read_text())
 
 
-def recorded_calls(tmp_path: Path) -> dict[str, set[Call]]:
+def scheduler_api_test_files() -> list[str]:
+    """tests/scheduler files that run koord-sched against the API double."""
+    return sorted(str(p.relative_to(TESTS_DIR)) for p in (TESTS_DIR / "scheduler").glob("test_*.py")
+                  if "kmock" in p.read_text())
+
+
+def recorded_calls(tmp_path: Path, files: list[str] | None = None) -> dict[str, set[Call]]:
     """What this session recorded, plus a run of the API test files it did not include (`pytest tests/test_rbac.py`
     alone, or a -k selection): the proof always covers every file."""
-    calls = {k: set(v) for k, v in API_CALLS.items() if k in agent_api_test_files()}
-    missing = [f for f in agent_api_test_files() if f not in calls]
+    files = agent_api_test_files() if files is None else files
+    calls = {k: set(v) for k, v in API_CALLS.items() if k in files}
+    missing = [f for f in files if f not in calls]
     if missing:
         out = tmp_path / "calls.json"
         env = {**os.environ, "KOORDLET_API_RECORD": str(out)}
@@ -46,8 +56,8 @@ def recorded_calls(tmp_path: Path) -> dict[str, set[Call]]:
     return calls
 
 
-def cluster_role() -> dict:  # type: ignore[type-arg]
-    docs = [d for d in yaml.safe_load_all(ROLE_FILE.read_text()) if d]
+def cluster_role(path: Path = ROLE_FILE) -> dict:  # type: ignore[type-arg]
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     [role] = [d for d in docs if d["kind"] == "ClusterRole"]
     return role
 
@@ -60,16 +70,34 @@ def test_every_api_test_file_is_found() -> None:
 
 @pytest.mark.after_api_tests
 def test_cluster_role_grants_exactly_what_the_agent_uses(tmp_path: Path) -> None:
-    calls = recorded_calls(tmp_path)
+    assert_exact(recorded_calls(tmp_path), granted(cluster_role()), "the agent")
+
+
+@pytest.mark.after_api_tests
+def test_scheduler_roles_grant_exactly_what_koord_sched_uses(tmp_path: Path) -> None:
+    files = scheduler_api_test_files()
+    assert "scheduler/test_runner.py" in files and "scheduler/test_noderesource.py" in files
+    docs = [d for d in yaml.safe_load_all(SCHEDULER_ROLE_FILE.read_text()) if d]
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "koordinator-system" and {r for rule in role["rules"]
+                                                                      for r in rule["resources"]} == {"configmaps"}
+    assert_exact(recorded_calls(tmp_path, files), granted(cluster_role(SCHEDULER_ROLE_FILE)) | granted(role),
+                 "koord-sched")
+    [sa] = [d for d in docs if d["kind"] == "ServiceAccount"]
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                        "namespace": sa["metadata"]["namespace"]}]
+
+
+def assert_exact(calls: dict[str, set[Call]], grants: set[Call], who: str) -> None:
     used = set().union(*calls.values())
-    grants = granted(cluster_role())
     assert not any("*" in (c.group, c.resource, c.verb) for c in grants), "wildcards are not least privilege"
     where = {c: sorted(f for f, cs in calls.items() if c in cs) for c in used}
     missing = sorted(used - grants)
     unused = sorted(grants - used)
-    assert not missing, "the agent issues calls the ClusterRole does not grant:\n" + "\n".join(
+    assert not missing, f"{who} issues calls the role does not grant:\n" + "\n".join(
         f"  {c.verb} {c.group or 'core'}/{c.resource} (in {', '.join(where[c])})" for c in missing)
-    assert not unused, "the ClusterRole grants what the agent never issues:\n" + "\n".join(
+    assert not unused, f"the role grants what {who} never issues:\n" + "\n".join(
         f"  {c.verb} {c.group or 'core'}/{c.resource}" for c in unused)
 
 

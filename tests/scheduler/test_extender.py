@@ -21,6 +21,7 @@ from scheduler.extender import ClusterSource, Extender, ExtenderServer, parse_ad
 from scheduler.framework import Scheduler
 
 from gpu_cluster import ALLOCATED, FAIL_BINDING, device, node, pod, seed
+from kubedouble import driver_client
 
 ROOT = Path(__file__).resolve().parents[2]
 _device, _node, _pod = device, node, pod
@@ -264,7 +265,7 @@ def _fits(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> list[str]:
 
 
 async def test_watch_applies_bound_and_deleted_pods(km: kmock.KubernetesEmulator, watching: Extender) -> None:
-    api = KubeClient(KubeConfig(server=str(km.url)))
+    api = driver_client(km)
     one = _pod("one", {"nvidia.com/gpu": 1})
     assert _fits(watching, one, ["gpu-b"]) == ["gpu-b"]
     every = json.dumps({"gpu": [{"minor": m, "resources": {"koordinator.sh/gpu-core": "100",
@@ -282,7 +283,7 @@ async def test_watch_applies_bound_and_deleted_pods(km: kmock.KubernetesEmulator
 
 
 async def test_watch_adds_new_nodes(km: kmock.KubernetesEmulator, watching: Extender) -> None:
-    api = KubeClient(KubeConfig(server=str(km.url)))
+    api = driver_client(km)
     cpu = _pod("cpu", {"cpu": "64"})
     assert "unknown" in watching.filter({"Pod": cpu, "NodeNames": ["new"]})["FailedNodes"]["new"]
     await asyncio.to_thread(api.post, "/api/v1/nodes", _node("new", 0) | {"kind": "Node"})
@@ -293,7 +294,7 @@ async def test_watch_adds_new_nodes(km: kmock.KubernetesEmulator, watching: Exte
 
 
 async def test_refresh_while_watching_keeps_watched_state(km: kmock.KubernetesEmulator, watching: Extender) -> None:
-    api = KubeClient(KubeConfig(server=str(km.url)))
+    api = driver_client(km)
     await asyncio.to_thread(api.post, "/api/v1/namespaces/default/pods", _pod("c", {"cpu": "90"}, "cpu-only"))
     await _eventually(lambda: "default/c" in watching.scheduler.cluster.nodes["cpu-only"].pods)
     await asyncio.to_thread(watching.refresh)

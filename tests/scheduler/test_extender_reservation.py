@@ -18,7 +18,7 @@ from scheduler.cluster import Cluster
 from scheduler.extender import ClusterSource, Extender
 from scheduler.framework import Scheduler
 
-from kubedouble import emulate_binding
+from kubedouble import driver_client, emulate_binding
 
 RESV = "scheduling.koordinator.sh/v1alpha1/reservations"
 ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
@@ -188,7 +188,7 @@ async def _eventually(check: Any, timeout: float = 5.0) -> None:
 
 
 async def test_watch_follows_reservations(km: kmock.KubernetesEmulator, watching: Extender) -> None:
-    api = KubeClient(KubeConfig(server=str(km.url)))
+    api = driver_client(km)
     other = _pod("other", "4", owner=False)
     await _eventually(lambda: _fits(watching, other) == ["n2"])  # r1 placed whichever came first, node or it
     await asyncio.to_thread(api.post, "/apis/scheduling.koordinator.sh/v1alpha1/reservations",

@@ -20,7 +20,7 @@ from scheduler.extender import ClusterSource, Extender
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler
 
-from kubedouble import emulate_binding
+from kubedouble import driver_client, emulate_binding
 
 NAME = "koord-py"
 NRT = "topology.node.k8s.io/v1alpha1/noderesourcetopologies"
@@ -105,7 +105,7 @@ async def _eventually(check: Any, timeout: float = 5.0) -> None:
 
 
 async def test_extender_follows_nrt_objects(km: kmock.KubernetesEmulator, watching: Extender) -> None:
-    api = KubeClient(KubeConfig(server=str(km.url)))
+    api = driver_client(km)
     p = pending("p", "4", SINGLE, bind=False)
     assert watching.filter({"Pod": p, "NodeNames": ["n1"]})["FailedNodes"] == {
         "n1": "node(s) missing NUMA resources"}

@@ -22,6 +22,7 @@ from scheduler.runner import SecondaryScheduler
 from scheduler.services import DiagnosisAPI, DiagnosisServer
 
 from gpu_cluster import DEVICES, seed
+from kubedouble import driver_client
 
 NAME = "koord-py"
 
@@ -181,8 +182,8 @@ async def test_extender_watch_releases_a_deleted_pods_quota(km: kmock.Kubernetes
     """A pending pod the extender filtered counts in its quota's request; deleted (or finished), it leaves it."""
     from scheduler.extender import ClusterSource, Extender
 
-    api = KubeClient(KubeConfig(server=str(km.url)))
-    ext = Extender(ClusterSource(api), lambda c: Scheduler(c, *profile(None)))
+    api = driver_client(km)
+    ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))), lambda c: Scheduler(c, *profile(None)))
     await asyncio.to_thread(ext.refresh)
     ext.start_watches(timeout_seconds=5)
     try:
