@@ -121,6 +121,18 @@ class PodResourcesProxyConfig:
 
 
 @dataclass(frozen=True)
+class EvictConfig:
+    """The eviction flags (pkg/koordlet/qosmanager/framework/config.go): BECPUEvict/BEMemoryEvict strategy periods,
+    their cool-downs, and how a victim is evicted."""
+
+    cpu_evict_interval_seconds: int = 1  # <= 0 disables the CPU eviction strategy
+    memory_evict_interval_seconds: int = 1  # <= 0 disables the memory eviction strategy
+    cpu_evict_cool_time_seconds: int = 20
+    memory_evict_cool_time_seconds: int = 4
+    only_evict_by_api: bool = False  # True: policy/v1 Eviction; False: stop the victim's containers, keep the Pod
+
+
+@dataclass(frozen=True)
 class Config:
     node_name: str
     paths: HostPaths
@@ -155,6 +167,7 @@ class Config:
     nri: NriConfig = field(default_factory=NriConfig)
     pod_resources_proxy: PodResourcesProxyConfig = field(default_factory=PodResourcesProxyConfig)
     prediction: PredictionConfig = field(default_factory=PredictionConfig)
+    evict: EvictConfig = field(default_factory=EvictConfig)
     # standalone
     pods_dir: str | None = None
     nodeslo_file: str | None = None
