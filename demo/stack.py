@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from koordlet import examplepods
-from koordlet.cli import build_parser, config_from_args, normalize_argv
+from koordlet.cli import config_from_args, parse_args
 from koordlet.health import Health
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
     if prometheus is None:
         raise RuntimeError("Debian's prometheus is not installed (scripts/install.sh dev installs it)")
     work.mkdir(parents=True, exist_ok=True)
-    ns = build_parser().parse_args(normalize_argv(["run", f"--pods-dir={PODS_DIR}", "--host-root=/"]))
+    ns = parse_args(["run", f"--pods-dir={PODS_DIR}", "--host-root=/"])
     made = examplepods.start(config_from_args(ns), Health())
     procs: list[subprocess.Popen[bytes]] = []
     logs = []

@@ -15,7 +15,7 @@ from typing import Any
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.cgroups import CgroupUsageCollector
 from koordlet.collectors.hostapps import HostApp, host_apps
-from koordlet.collectors.node import NodeCollector
+from koordlet.collectors.node import NodeCollector, parse_meminfo
 from koordlet.collectors.numamemory import PodNumaMemory
 from koordlet.collectors.psi import PSICollector
 from koordlet.config import Config
@@ -93,6 +93,7 @@ class Agent:
         self.nodeslo_present = False
         self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
         self.host_apps: list[HostApp] = []
+        self._host_node_obj: JSON | None = None
         self.node_obj: JSON | None = None  # the Node object (cluster mode); QoS budgets read its allocatable
         # CPU topology, CPU basic info and NUMA memory: read with the node info, reported in the NRT
         self.cpu_topology = CPUTopology.read(paths)
@@ -237,10 +238,25 @@ class Agent:
         self.predict_server.gc(now)
         self.predict_server.checkpoint(now)
 
+    def _host_node(self) -> JSON | None:
+        """Standalone there is no Node: the machine itself stands in, its CPUs and MemTotal as allocatable."""
+        if self._host_node_obj is None:
+            try:
+                with open(self.config.paths.proc("meminfo"), "rb") as f:
+                    mem_kib = parse_meminfo(f.read()).get("MemTotal", 0)
+            except OSError:
+                return None
+            self._host_node_obj = {"metadata": {"name": self.config.node_name}, "status": {"allocatable": {
+                "cpu": str(len(self.cpu_topology.cpus)), "memory": f"{mem_kib}Ki"}}}
+        return self._host_node_obj
+
     def _predict(self, pods: list[JSON], now: float) -> Outcome:
-        outcome = predict(self.predict_server, self.config.prediction, self.node_obj, pods, now)
+        node = self.node_obj if self.node_obj is not None or not self.config.standalone else self._host_node()
+        outcome = predict(self.predict_server, self.config.prediction, node, pods, now)
         self.metrics.prediction = outcome
-        if outcome.error:
+        if outcome.warming_up:  # the first training round is a minute away: expected, not a skipped item
+            self.health.expect("prediction", "failed", self.config.node_name, outcome.error)
+        elif outcome.error:
             self.health.skip("prediction", "failed", self.config.node_name, outcome.error)
         else:
             self.health.recovered("prediction", "failed", self.config.node_name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -12,21 +13,21 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
-from koordlet import __version__, tables
-from koordlet.config import Config, NriConfig, PodResourcesProxyConfig, parse_feature_gates, parse_go_interval
+from koordlet import __version__, flagtable, goflag, logsetup, tables
+from koordlet.config import Config, EvictConfig, NriConfig, PodResourcesProxyConfig, parse_feature_gates
 from koordlet.errors import InvalidInput
+from koordlet.flagtable import COMMANDS, options_of
+from koordlet.goflag import FlagError
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 from koordlet.prediction.server import PredictionConfig
 
 log = logging.getLogger("koordlet")
 
-_OUTPUTS = ("json", "yaml", "table")
-
-_PATH_FLAGS = ROOT_FLAGS
 # Roots without which a command would report nothing (an empty report is worse than an error); the others may be
 # absent on a given host (no resctrl, no kubelet dir, no xPU device-info dir) and only disable what reads them.
 REQUIRED_ROOTS: dict[str, frozenset[str]] = {
@@ -38,165 +39,78 @@ REQUIRED_ROOTS: dict[str, frozenset[str]] = {
     "devices": frozenset({"sys_root"}),
     "device-daemon": frozenset({"sys_root"}),
 }
+# Files and directories the user names explicitly and a command reads: a missing one is a command-line mistake.
+_MUST_EXIST = {"pods_dir": ("--pods-dir", os.path.isdir), "nodeslo_file": ("--nodeslo", os.path.isfile),
+               "nvml_snapshot": ("--nvml-snapshot", os.path.isfile), "kubeconfig": ("--kubeconfig", os.path.isfile)}
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command (no command: `run`, as upstream's binary) and every option's value, parsed with Go's flag syntax.
+    FlagError (one line) on a mistake; `ns.help` asks for the command's usage."""
+    args = list(argv)
+    name = "run"
+    if args and not args[0].startswith("-"):
+        name = args.pop(0)
+        if name not in COMMANDS:
+            raise FlagError(f"unknown command {name!r} (commands: {', '.join(COMMANDS)})")
+    command = COMMANDS[name]
+    options = options_of(command)
+    flags = {o.name: o.flag for o in options}
+    aliases = command.aliases or {}
+    parsed = goflag.parse(flags, [_alias(a, aliases) for a in args])
+    if parsed.rest:
+        raise FlagError(f"unexpected argument {parsed.rest[0]!r} ({name} takes flags only; see koordlet {name} -h)")
+    ns = argparse.Namespace(command=name, help=parsed.help, given=dict(parsed.given))
+    for o in flagtable.OPTIONS.values():  # every dest, so one Config builder serves every command
+        setattr(ns, o.dest, parsed.values[o.name] if o.name in parsed.given else o.initial())
+    return ns
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node-name", default=None, help="node name (default: env NODE_NAME, then the hostname)")
-    for dest, flag in _PATH_FLAGS.items():
-        p.add_argument(flag, dest=dest, default=None, help=f"host path root ({dest.replace('_', ' ')})")
-    p.add_argument("--host-root", default=None,
-                   help="set every host path root to the matching path under DIR (a simulated node; '/' = this host)")
-    p.add_argument("--pods-dir", default=None, help="standalone: directory of Pod manifests standing in for kubelet")
-    p.add_argument("--nodeslo", dest="nodeslo_file", default=None, help="standalone: NodeSLO YAML/JSON file")
-    p.add_argument("--state-dir", default="./state", help="standalone: where reports are written")
-    p.add_argument("--addr", default=":9316", help="metrics/HTTP address")
-    p.add_argument("--feature-gates", default="", help="comma-separated Gate=true|false")
-    p.add_argument("--collect-res-used-interval", default="1s", type=parse_go_interval)
-    p.add_argument("--psi-collector-interval", default="10s", type=parse_go_interval)
-    p.add_argument("--collect-node-cpu-info-interval", default="60s", type=parse_go_interval)
-    p.add_argument("--enable-pagecache-collector", default=False, type=_bool, nargs="?", const=True)
-    p.add_argument("--metric-gc-interval-seconds", default=300, type=int)
-    p.add_argument("--kube-api-qps", default=20.0, type=float)
-    p.add_argument("--kube-api-burst", default=30, type=int)
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then $KUBECONFIG)")
-    p.add_argument("--kubelet-preferred-address-type", default="InternalIP")
-    p.add_argument("--kubelet-sync-interval", default="10s", type=parse_go_interval)
-    p.add_argument("--kubelet-sync-timeout", default="3s", type=parse_go_interval)
-    p.add_argument("--kubelet-insecure-tls", default=False, type=_bool, nargs="?", const=True)
-    p.add_argument("--kubelet-read-only-port", default=10255, type=int)
-    p.add_argument("--enable-node-metric-report", default=True, type=_bool, nargs="?", const=True)
-    p.add_argument("--reconcile-interval-seconds", default=1.0, type=float, help="QoS reconcile period")
-    p.add_argument("--resource-force-update-seconds", default=60.0, type=float,
-                   help="rewrite a cgroup file holding the same value after this long")
-    p.add_argument("--node-topology-sync-interval", default="3s", type=parse_go_interval,
-                   help="NodeResourceTopology and Device CR report period")
-    p.add_argument("--disable-query-kubelet-config", default=False, type=_bool, nargs="?", const=True,
-                   help="do not ask kubelet /configz for the CPU manager policy (the config file is still read)")
-    p.add_argument("--disable-unset-cpu-quota", default=False, type=_bool, nargs="?", const=True,
-                   help="keep the CFS quota of pods with a cpuset (CPUSetAllocator)")
-    p.add_argument("--xpu-device-infos-dir", default=None,
-                   help="xPU device-info files (default: <var-run-root-dir>/koordlet/xpu-device-infos/)")
-    p.add_argument("--xpu-enforce-collect-from-device-infos", default=False, type=_bool, nargs="?", const=True)
-    p.add_argument("--nvml-snapshot", default=None, help="replay this NVML snapshot instead of calling NVML")
-    p.add_argument("--gpu-partition-policy", default="Prefer", choices=("Prefer", "Honor"),
-                   help="node.koordinator.sh/gpu-partition-policy for NVLink partitions found through NVML")
-    p.add_argument("--gpu-health-recovery-seconds", default=300.0, type=float,
-                   help="a GPU marked unhealthy by an XID is healthy again after this long without one")
-    # NRI runtime hooks (pkg/koordlet/runtimehooks/config.go); --runtime-hooks-gpu-env-uuid is ours
-    p.add_argument("--enable-nri-runtime-hook", default=True, type=_bool, nargs="?", const=True,
-                   help="serve the runtime hooks as an NRI plugin of containerd/CRI-O")
-    p.add_argument("--runtime-hooks-nri-socket-path", default="nri/nri.sock",
-                   help="NRI socket, under --var-run-root-dir (default nri/nri.sock)")
-    p.add_argument("--runtime-hooks-nri-plugin-name", default="koordlet_nri",
-                   help="the name the NRI plugin registers with the runtime")
-    p.add_argument("--runtime-hooks-nri-plugin-index", default="00",
-                   help="the plugin's index: the runtime calls plugins in index order")
-    p.add_argument("--runtime-hooks-nri-connect-timeout", default="6s", type=parse_go_interval,
-                   help="how long to wait for the runtime to accept the plugin (a little over containerd's 5s "
-                        "registration timeout)")
-    p.add_argument("--runtime-hooks-nri-backoff-duration", default="1s", type=parse_go_interval,
-                   help="first wait before reconnecting to a runtime that went away")
-    p.add_argument("--runtime-hooks-nri-backoff-factor", default=2.0, type=float,
-                   help="each further reconnect waits this many times longer")
-    p.add_argument("--runtime-hooks-nri-backoff-cap", default="30s", type=parse_go_interval,
-                   help="the longest wait between reconnects")
-    p.add_argument("--runtime-hooks-gpu-env-uuid", default=False, type=_bool, nargs="?", const=True,
-                   help="NVIDIA_VISIBLE_DEVICES by GPU UUID when the allocation carries UUIDs (ours; see "
-                        "docs/runtime-hooks.md)")
-    p.add_argument("--runtime-hooks-xpu-device-inject", default=False, type=_bool, nargs="?", const=True,
-                   help="Ascend/Cambricon device nodes and visible-devices env for allocated cards (ours; upstream "
-                        "leaves them to the vendors' device plugins; see docs/runtime-hooks.md)")
-    # PodResources proxy (gate PodResourcesProxy): upstream's path flag, then ours (docs/podresources.md)
-    p.add_argument("--pod-resources-proxy-path", default=None,
-                   help="directory of the proxy's kubelet.sock (default: <var-run-root-dir>/koordlet/pod-resources, "
-                        "upstream's /var/run/koordlet/pod-resources)")
-    p.add_argument("--pod-resources-proxy-qps", default=100.0, type=float,
-                   help="requests a second the proxy accepts, kubelet's own limit (<= 0: no limit; ours)")
-    p.add_argument("--pod-resources-proxy-burst", default=10, type=int, help="burst of that limit (ours)")
-    p.add_argument("--pod-resources-proxy-max-age", default="100ms", type=parse_go_interval,
-                   help="how long one kubelet List answer serves later requests (0: ask kubelet each time; ours)")
-    p.add_argument("--pod-resources-proxy-kubelet-timeout", default="5s", type=parse_go_interval,
-                   help="a kubelet call slower than this is answered UNAVAILABLE (ours)")
-    # peak prediction (pkg/koordlet/prediction/config.go): NodeMetric's prodReclaimableMetric and prodPeakMetric
-    p.add_argument("--prediction-checkpoint-filepath", default="",
-                   help="directory of the prediction models' checkpoints (default: <state-dir>/prediction-checkpoints;"
-                        " upstream /prediction-checkpoints)")
-    p.add_argument("--prediction-cold-start-duration", default="24h", type=parse_go_interval,
-                   help="a pod this young is not predicted: its request counts as its peak")
-    p.add_argument("--prediction-safety-margin-percent", default=10, type=int,
-                   help="the redundancy kept above the predicted peak")
-    p.add_argument("--prediction-memory-histogram-decay-halflife", default="24h", type=parse_go_interval,
-                   help="half-life of memory samples' weight")
-    p.add_argument("--prediction-cpu-histogram-decay-halflife", default="12h", type=parse_go_interval,
-                   help="half-life of CPU samples' weight")
-    p.add_argument("--prediction-training-interval", default="1m", type=parse_go_interval,
-                   help="period of the prediction models' update")
-    p.add_argument("--prediction-model-expiration-duration", default="30m", type=parse_go_interval,
-                   help="a model not updated for this long is dropped")
-    p.add_argument("--prediction-model-checkpoint-interval", default="10m", type=parse_go_interval,
-                   help="a model is checkpointed at most this often")
-    p.add_argument("--prediction-model-checkpoint-max-per-step", default=12, type=int,
-                   help="models checkpointed per round (every minute)")
-    p.add_argument("-v", "--v", dest="verbosity", default=0, type=int, help="log verbosity (klog style)")
+def _alias(arg: str, aliases: Mapping[str, str]) -> str:
+    """`-o json` → `-output json`: a command's short names for its options."""
+    if not arg.startswith("-") or arg == "--":
+        return arg
+    dashes = "--" if arg.startswith("--") else "-"
+    name, sep, value = arg[len(dashes):].partition("=")
+    return f"{dashes}{aliases[name]}{sep}{value}" if name in aliases else arg
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koordlet", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the node agent")
-    _common(run)
-    run.add_argument("--example-pods-cgroups", action="store_true",
-                     help="standalone, as root on this host: give the --pods-dir pods real cgroups with a sleeping "
-                          "process each, removed on exit (`make run` does this for examples/pods)")
-    nm = sub.add_parser("nodemetric", help="sample for a window and print the NodeMetric this node would report")
-    _common(nm)
-    nm.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
-    nm.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
-    sl = sub.add_parser("sched-latency", help="sample for a window and print each pod's CPU run-queue waits "
-                        "(eBPF via bcc, else per-task schedstat)")
-    _common(sl)
-    sl.add_argument("--window", type=float, default=10.0, help="seconds to sample before printing")
-    sl.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
-    dev = sub.add_parser("devices", help="print the Device CR this node would report (every source enabled)")
-    _common(dev)
-    dev.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
-    dev.add_argument("--dump-nvml", default=None, metavar="FILE",
-                     help="also write everything discovery read from NVML as a snapshot ('-' = stdout only)")
-    dd = sub.add_parser("device-daemon", help="write the xPU device-info file from vendor tools (npu-smi, cnmon)")
-    _common(dd)
-    dd.add_argument("--oneshot", default=False, type=_bool, nargs="?", const=True)
-    dd.add_argument("--output", "--prints-output-file", dest="output_file", default=None,
-                    help="default: <var-run-root-dir>/koordlet/xpu-device-infos/ic-device")
-    dd.add_argument("--sleep-interval", default="900s", type=parse_go_interval)
-    pl = sub.add_parser("plan", help="print what one QoS reconcile pass would write, without writing")
-    _common(pl)
-    pl.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
-    qo = sub.add_parser("qos", help="apply QoS (one pass with --once)")
-    _common(qo)
-    qo.add_argument("--once", action="store_true", required=True, help="apply one reconcile pass and exit")
-    qo.add_argument("-o", "--output", choices=_OUTPUTS, default="json")
-    ver = sub.add_parser("version", help="print the version")
-    _common(ver)
-    return parser
+def usage(name: str) -> str:
+    """A command's help: what it does, its options with their defaults (only its own), and the other commands."""
+    command = COMMANDS[name]
+    head = f"koordlet {name}: {command.summary}\n"
+    if name == "run":
+        head = ("koordlet [command] [flags]: Koordinator's node agent; without a command it runs the agent, taking "
+                "upstream koordlet's flags (-flag=value, --flag value, bare booleans).\n\ncommands:\n"
+                + "".join(f"  {c.name:<14} {c.summary}\n" for c in COMMANDS.values())
+                + "\nflags of run (each command's own: koordlet <command> -h):\n")
+    if not command.groups:
+        return head
+    sections = []
+    for group in command.groups:
+        opts = [o for o in options_of(command) if o.group == group]
+        if opts:
+            sections.append(f"{_GROUP_TITLES.get(group, group)}:\n" + goflag.usage(
+                [_with_absent(o) for o in opts]))
+    aliases = command.aliases or {}
+    shorts = "".join(f"  -{k} is -{v}\n" for k, v in aliases.items() if k != v and len(k) == 1)
+    return head + "\n".join(sections) + shorts
 
 
-def normalize_argv(argv: Sequence[str]) -> list[str]:
-    """Go's flag package accepts `-flag=value`; turn single-dash long flags into `--flag` for argparse."""
-    out = []
-    for a in argv:
-        if a.startswith("-") and not a.startswith("--") and len(a.split("=", 1)[0]) > 2:
-            out.append("-" + a)
-        else:
-            out.append(a)
-    return out
+def _with_absent(o: flagtable.Option) -> goflag.Flag:
+    if not o.absent:
+        return o.flag
+    return replace(o.flag, help=f"{o.flag.help} [accepted; {o.absent}]")
+
+
+_GROUP_TITLES = {
+    "host": "node and host paths", "source": "pods, NodeSLO and the API server", "daemon": "the daemon",
+    "states": "kubelet and reports", "collect": "collection", "devices": "devices", "qos": "QoS and evictions",
+    "nri": "runtime hooks (NRI)", "podresources": "PodResources proxy", "audit": "audit", "prediction":
+    "peak prediction", "log": "logging (klog's flags)", "cadvisor": "cadvisor globals (accepted, no effect)",
+    "run-extra": "standalone", "output": "output", "window": "sampling", "dump": "NVML dump",
+    "device-daemon": "device daemon", "once": "apply",
+}
 
 
 def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, *,
@@ -206,7 +120,11 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
     """The Config of a parsed command line; host roots are checked (HostRootMissing names the flag to set) and a
     missing DaemonSet default falls back to the host's own path, logged once."""
     env = dict(os.environ) if env is None else env
-    paths, notes = resolve_roots({k: getattr(ns, k) for k in _PATH_FLAGS}, host_root=ns.host_root or None,
+    for dest, (flag, exists) in _MUST_EXIST.items():
+        value = getattr(ns, dest, None)
+        if value and not exists(value):
+            raise InvalidInput(f"{flag} {value}: no such {'directory' if exists is os.path.isdir else 'file'}")
+    paths, notes = resolve_roots({k: getattr(ns, k) for k in ROOT_FLAGS}, host_root=ns.host_root or None,
                                  env=env, required=REQUIRED_ROOTS.get(ns.command, ()), isdir=isdir,
                                  ds_defaults=ds_defaults, host_defaults=host_defaults)
     for note in notes:
@@ -214,6 +132,11 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
     node_name = ns.node_name or env.get("NODE_NAME") or socket.gethostname()
     return Config(
         node_name=node_name, paths=paths, host_root=ns.host_root, addr=ns.addr,
+        evict=EvictConfig(cpu_evict_interval_seconds=ns.cpu_evict_interval_seconds,
+                          memory_evict_interval_seconds=ns.memory_evict_interval_seconds,
+                          cpu_evict_cool_time_seconds=ns.cpu_evict_cool_time_seconds,
+                          memory_evict_cool_time_seconds=ns.memory_evict_cool_time_seconds,
+                          only_evict_by_api=ns.only_evict_by_api),
         feature_gates=parse_feature_gates(ns.feature_gates),
         collect_res_used_interval=ns.collect_res_used_interval, psi_collector_interval=ns.psi_collector_interval,
         collect_node_cpu_info_interval=ns.collect_node_cpu_info_interval,
@@ -239,12 +162,13 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
                       backoff_duration=ns.runtime_hooks_nri_backoff_duration,
                       backoff_factor=ns.runtime_hooks_nri_backoff_factor,
                       backoff_cap=ns.runtime_hooks_nri_backoff_cap, gpu_env_uuid=ns.runtime_hooks_gpu_env_uuid,
-                      xpu_device_inject=ns.runtime_hooks_xpu_device_inject),
+                      xpu_device_inject=ns.runtime_hooks_xpu_device_inject,
+                      hami_core_library_path=ns.hami_core_library_directory_path),
         pod_resources_proxy=PodResourcesProxyConfig(
             path=ns.pod_resources_proxy_path, qps=ns.pod_resources_proxy_qps, burst=ns.pod_resources_proxy_burst,
             max_age=ns.pod_resources_proxy_max_age, kubelet_timeout=ns.pod_resources_proxy_kubelet_timeout),
         prediction=PredictionConfig(
-            checkpoint_filepath=ns.prediction_checkpoint_filepath,
+            checkpoint_filepath=ns.prediction_checkpoint_filepath or _cluster_checkpoints(ns, isdir),
             cold_start_duration=ns.prediction_cold_start_duration,
             safety_margin_percent=ns.prediction_safety_margin_percent,
             memory_histogram_decay_halflife=ns.prediction_memory_histogram_decay_halflife,
@@ -256,13 +180,15 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
     )
 
 
-def _setup_logging(verbosity: int) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
+def _cluster_checkpoints(ns: argparse.Namespace, isdir: Callable[[str], bool]) -> str:
+    """Upstream's default checkpoint dir, where the chart mounts it (a cluster's agent); else "" (<state-dir>)."""
+    default = flagtable.OPTIONS["prediction-checkpoint-filepath"].flag.default
+    return default if ns.pods_dir is None and ns.host_root is None and isdir(default) else ""
 
 
-def cmd_run(config: Config, example_pods_cgroups: bool = False) -> int:
+def cmd_run(config: Config, example_pods_cgroups: bool = False, given: Mapping[str, str] | None = None) -> int:
     from koordlet import examplepods
+    from koordlet.absent import report_absent
     from koordlet.agent import Agent
     from koordlet.banner import Seen, banner
     from koordlet.daemon import Daemon
@@ -274,21 +200,32 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False) -> int:
     health = Health()
     examples = None
     try:
+        agent = Agent(config, health)
+        daemon = Daemon(agent)
+        try:
+            daemon.bind()
+        except OSError as e:
+            log.error("cannot listen on --addr %s: %s%s", config.addr, e.strerror or e,
+                      " (is another koordlet, e.g. upstream's, still running on this node?)"
+                      if e.errno == errno.EADDRINUSE else "")
+            return 2
+        if not config.standalone:
+            from koordlet.cluster import ClusterLink
+
+            try:
+                daemon.cluster = ClusterLink.connect(config, agent)
+            except (OSError, InvalidInput) as e:
+                log.error("kubeconfig: %s", e)
+                return 2
+            if daemon.cluster is None:
+                log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
+                          "for a node without a cluster use --pods-dir (see `make run`)")
+                return 2
         if example_pods_cgroups:
             # Until the daemon installs its own handlers, SIGTERM unwinds like Ctrl-C so the cgroups are removed.
             signal.signal(signal.SIGTERM, _interrupt)
             examples = examplepods.start(config, health)
-        agent = Agent(config, health)
-        cluster = None
-        if not config.standalone:
-            from koordlet.cluster import ClusterLink
-
-            cluster = ClusterLink.connect(config, agent)
-            if cluster is None:
-                log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
-                          "for a node without a cluster use --pods-dir (see `make run`)")
-                return 2
-        else:
+        if config.standalone:
             if config.nodeslo_file:
                 agent.load_nodeslo_file()
             agent.sync_pods()
@@ -298,7 +235,8 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False) -> int:
         seen = Seen(_first_devices(agent), None if not example_pods_cgroups else
                     examples.names if examples is not None else [])
         log.info("%s", "\n".join(banner(agent, seen)))
-        asyncio.run(Daemon(agent, cluster).run())
+        report_absent(health, given or {}, config.feature_gates)
+        asyncio.run(daemon.run())
         return 0
     except KeyboardInterrupt:  # SIGINT/SIGTERM before the daemon's loop took over the signals
         log.info("stopped during start-up")
@@ -457,19 +395,28 @@ def cmd_plan(config: Config, output: str, apply: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = normalize_argv(sys.argv[1:] if argv is None else argv)
-    ns = build_parser().parse_args(args)
-    _setup_logging(ns.verbosity)
-    if ns.command == "version":
+    try:
+        ns = parse_args(sys.argv[1:] if argv is None else argv)
+        logsetup.setup(vars(ns))
+    except InvalidInput as e:
+        print(f"koordlet: {e}", file=sys.stderr)
+        return 2
+    if ns.help:
+        sys.stdout.write(usage(ns.command))
+        return 0
+    if ns.command == "version" or ns.version:
         print(f"koordlet {__version__}")
         return 0
+    if ns.command == "qos" and not ns.once:
+        log.error("koordlet qos applies one pass and exits: give --once (koordlet plan shows it without applying)")
+        return 2
     try:
         config = config_from_args(ns)
     except InvalidInput as e:
         log.error("%s", e)
         return 2
     if ns.command == "run":
-        return cmd_run(config, ns.example_pods_cgroups)
+        return cmd_run(config, ns.example_pods_cgroups, ns.given)
     if ns.command in ("plan", "qos"):
         return cmd_plan(config, ns.output, apply=ns.command == "qos")
     if ns.command == "devices":

@@ -224,6 +224,11 @@ class Daemon:
             next_at = loop.time() + self.agent.policy.report_period  # re-read after each round (upstream)
 
     # -- run -----------------------------------------------------------------------------------------------
+    def bind(self) -> None:
+        """Listen on --addr (OSError when it is taken); serving starts with run()."""
+        host, port = self.agent.config.listen
+        self.http = HttpServer(host, port, self.agent.metrics, self.healthy, self.ready)
+
     async def run(self) -> None:
         cfg = self.agent.config
         loop = asyncio.get_running_loop()
@@ -233,8 +238,10 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop_event.set)
-        host, port = cfg.listen
-        self.http = HttpServer(host, port, self.agent.metrics, self.healthy, self.ready)
+        if self.http is None:
+            self.bind()
+        assert self.http is not None
+        host, _ = cfg.listen
         self.http.start()
         log.info("koordlet serving metrics on %s:%d for node %s (%s mode)", host, self.http.port, cfg.node_name,
                  "standalone" if self.cluster is None else "cluster")

@@ -251,6 +251,9 @@ class _InternalCollector(Collector):
              ["kind", "reason"], dict(h.skipped)),
             (GaugeMetricFamily, "koordlet_agent_kernel_capability", "1 if the kernel interface is available",
              ["capability"], {k: float(v) for k, v in h.capabilities.items()}),
+            (GaugeMetricFamily, "koordlet_agent_setting_without_effect", "1 for each flag or feature gate set that "
+             "this agent accepts without having its feature (the start-up log says what happens instead)",
+             ["kind", "name"], dict.fromkeys(h.settings_without_effect, 1.0)),
             (GaugeMetricFamily, "koordlet_agent_nodemetric_last_report_timestamp_seconds",
              "unix time of the last successful NodeMetric report", [], {(): h.report_last_success}),
             (CounterMetricFamily, "koordlet_agent_nodemetric_report_failures", "failed NodeMetric reports",

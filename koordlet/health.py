@@ -24,6 +24,7 @@ class Health:
     resource_writes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (file name, result)
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (kind, reason)
     capabilities: dict[str, bool] = field(default_factory=dict)
+    settings_without_effect: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, name) -> why
     loop_last_success: dict[str, float] = field(default_factory=dict)
     report_last_success: float = 0.0
     report_failures: Counter[str] = field(default_factory=Counter)
@@ -64,6 +65,11 @@ class Health:
     @staticmethod
     def _skip_key(kind: str, reason: str, obj: str) -> str:
         return f"skip/{kind}/{reason}/{obj}"
+
+    def without_effect(self, kind: str, name: str, text: str) -> None:
+        """A flag or feature gate the user set whose feature this agent lacks: logged once, kept for the metric."""
+        self.settings_without_effect[(kind, name)] = text
+        self.once(f"absent/{kind}/{name}", logging.WARNING if kind == "feature-gate" else logging.INFO, "%s", text)
 
     def capability(self, name: str, supported: bool, detail: str = "", *, fallback: bool = False) -> None:
         """Record a kernel capability; a missing one is logged once, never per loop: as a warning, or as an info

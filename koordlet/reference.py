@@ -5,7 +5,6 @@ from the source, metric families from the exporters themselves. tests/test_refer
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
@@ -108,35 +107,22 @@ def _md(rows: Iterable[Iterable[str]], header: list[str]) -> str:
 
 
 def flags_table() -> str:
-    from koordlet.cli import build_parser
+    from koordlet.flagtable import COMMANDS, options_of
 
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    run = sub.choices["run"]
     rows = []
-    for action in run._actions:
-        if isinstance(action, argparse._HelpAction) or not action.option_strings:
-            continue
-        flag = max(action.option_strings, key=len)
-        default = action.default
-        if isinstance(action, argparse._StoreTrueAction):
-            shown = "false"
-        elif default is None:
-            shown = ""
-        elif isinstance(default, bool):
-            shown = str(default).lower()
-        else:
-            shown = str(default)
-        rows.append((f"`{flag}`", f"`{shown}`" if shown else "", action.help or ""))
+    for o in options_of(COMMANDS["run"]):
+        meaning = o.flag.help + (f" **Accepted, no effect:** {o.absent}." if o.absent else "")
+        rows.append((f"`-{o.name}`", f"`{o.flag.default}`" if o.flag.default else "", meaning))
     return _md(rows, ["flag", "default", "meaning"])
 
 
 def gates_table() -> str:
-    from koordlet.config import FEATURE_GATES
+    from koordlet.config import FEATURE_GATES, UNIMPLEMENTED_GATES
 
     users = gate_users()
     rows = [(f"`{g}`", str(d).lower(), ", ".join(f"`{u}`" for u in users[g]) or
-             "accepted for upstream compatibility; no effect here") for g, d in sorted(FEATURE_GATES.items())]
+             f"accepted, no effect: {UNIMPLEMENTED_GATES.get(g, 'not read')} (said at start, "
+             "`koordlet_agent_setting_without_effect`)") for g, d in sorted(FEATURE_GATES.items())]
     return _md(rows, ["gate", "default", "read by"])
 
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-from koordlet.cli import normalize_argv
 from koordlet.host.driver import CgroupDriver, K8sQoS
 
 from simhost import SimCgroup, SimHost, make_pod
@@ -68,11 +67,6 @@ def _wait_for(fn: Any, timeout: float = 10.0) -> Any:
 def test_version() -> None:
     out = subprocess.run([*KOORDLET, "version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("koordlet ")
-
-
-def test_go_style_single_dash_flags() -> None:
-    assert normalize_argv(["run", "-addr=:9316", "-v", "4", "--host-root", "/"]) == [
-        "run", "--addr=:9316", "-v", "4", "--host-root", "/"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from koordlet.cli import build_parser, config_from_args, normalize_argv
+from koordlet.cli import config_from_args, parse_args
 
 MANIFEST = Path(__file__).resolve().parents[1] / "deploy" / "daemonset.yaml"
 
@@ -23,7 +23,7 @@ def test_manifest_args_are_accepted_by_the_cli() -> None:
     ds = _daemonset()
     [ctr] = ds["spec"]["template"]["spec"]["containers"]
     assert ctr["command"][-1] == "run"
-    ns = build_parser().parse_args(normalize_argv(["run", *ctr["args"]]))
+    ns = parse_args(["run", *ctr["args"]])
     cfg = config_from_args(ns, env={"NODE_NAME": "n1"}, isdir=lambda _: True)  # the pod has its mounts
     assert cfg.paths.cgroup_root == "/host-cgroup/" and cfg.paths.sys_root == "/host-sys/"
     assert cfg.gate("PSICollector") and cfg.listen == ("0.0.0.0", 9316)
@@ -195,7 +195,7 @@ def test_pod_is_node_critical_privileged_and_mounts_what_bcc_needs() -> None:
         assert volumes[mounts[path]["name"]] == path
     assert mounts["/lib/modules"].get("readOnly") and mounts["/usr/src"].get("readOnly")
     # kubelet's pod-resources socket sits under the kubelet dir mount
-    cfg = config_from_args(build_parser().parse_args(normalize_argv(["run", *ctr["args"]])),
+    cfg = config_from_args(parse_args(["run", *ctr["args"]]),
                            env={"NODE_NAME": "n1"}, isdir=lambda _: True)
     from koordlet.config import PodResourcesProxyConfig
 
@@ -219,7 +219,7 @@ def test_scrape_annotations_point_at_the_metrics_endpoint() -> None:
     tmpl = _daemonset()["spec"]["template"]
     ann = tmpl["metadata"]["annotations"]
     [ctr] = tmpl["spec"]["containers"]
-    cfg = config_from_args(build_parser().parse_args(normalize_argv(["run", *ctr["args"]])),
+    cfg = config_from_args(parse_args(["run", *ctr["args"]]),
                            env={"NODE_NAME": "n1"}, isdir=lambda _: True)
     assert ann == {"prometheus.io/scrape": "true", "prometheus.io/port": str(cfg.listen[1]),
                    "prometheus.io/path": "/metrics"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.cli import build_parser, config_from_args, main
+from koordlet.cli import config_from_args, main, parse_args
 from koordlet.host.paths import ROOT_FLAGS, HostRootMissing, resolve_roots
 
 
@@ -89,7 +89,7 @@ def test_host_root_must_exist_but_its_derived_roots_may_not(tmp_path: Path) -> N
 def test_config_from_args_logs_each_fallback_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ds, host = _tables(tmp_path)
     _mk(host["cgroup_root"], ds["proc_root"])
-    ns = build_parser().parse_args(["run", "--pods-dir", str(tmp_path)])
+    ns = parse_args(["run", "--pods-dir", str(tmp_path)])
     with caplog.at_level(logging.INFO):
         cfg = config_from_args(ns, env={"NODE_NAME": "n"}, ds_defaults=ds, host_defaults=host)
     assert cfg.paths.cgroup_root == host["cgroup_root"]
@@ -100,9 +100,9 @@ def test_config_from_args_logs_each_fallback_once(tmp_path: Path, caplog: pytest
 def test_required_roots_depend_on_the_command(tmp_path: Path) -> None:
     ds, host = _tables(tmp_path)
     _mk(ds["sys_root"])  # no cgroup root anywhere, but /sys is there
-    devices = build_parser().parse_args(["devices"])
+    devices = parse_args(["devices"])
     assert config_from_args(devices, env={}, ds_defaults=ds, host_defaults=host).paths.sys_root == ds["sys_root"]
-    run = build_parser().parse_args(["run", "--pods-dir", str(tmp_path)])
+    run = parse_args(["run", "--pods-dir", str(tmp_path)])
     with pytest.raises(HostRootMissing, match="--cgroup-root-dir"):
         config_from_args(run, env={}, ds_defaults=ds, host_defaults=host)
 

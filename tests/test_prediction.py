@@ -22,6 +22,7 @@ from koordlet.prediction.server import (
     node_item_uid,
     training_pods,
 )
+from koordlet.quantity import parse_quantity
 
 HOUR = 3600.0
 START = 1234567890.0
@@ -207,7 +208,9 @@ def test_nodemetric_carries_the_prediction(simhost: Any, tmp_path: Path, validat
         agent.collect(now=NOW + tick, mono_ns=tick * 1_000_000_000)
     agent.train_prediction(now=NOW + 60)
     status = agent.build_nodemetric(now=NOW + 60)["status"]
-    assert status["prodReclaimableMetric"] == {"resource": {}}  # standalone: no Node object, as upstream
+    # standalone: no Node object; the machine stands in (its CPUs and MemTotal), so no warning and a figure
+    standalone = status["prodReclaimableMetric"]["resource"]["resources"]
+    assert parse_quantity(standalone["cpu"]) <= len(agent.cpu_topology.cpus)
     assert "prodPeakMetric" in status
     agent.node_obj = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
     obj = agent.build_nodemetric(now=NOW + 60)

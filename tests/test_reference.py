@@ -26,7 +26,7 @@ def test_features_of_the_day_are_in_the_references() -> None:
     for gate in ("BECPUSuppress", "BatchResource", "CPUBurst", "CPUSetAllocator", "NodeTopologyReport",
                  "CPUSchedLatency"):
         assert f"| `{gate}` | {str(FEATURE_GATES[gate]).lower()} |" in text
-    for flag in ("--disable-unset-cpu-quota", "--node-topology-sync-interval", "--disable-query-kubelet-config"):
+    for flag in ("-disable-unset-cpu-quota", "-node-topology-sync-interval", "-disable-query-kubelet-config"):
         assert f"| `{flag}` |" in text
     for key in ("koordinator.sh/cpuBurst", "node.koordinator.sh/extended-resource-spec",
                 "scheduling.koordinator.sh/resource-status", "node.koordinator.sh/cpu-shared-pools"):

@@ -23,7 +23,8 @@ def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
                             cpuset_rule=lambda: agent.cpuset_rule)
     options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid,
                           xpu_device_inject=cfg.nri.xpu_device_inject,
-                          disable_unset_cpu_quota=cfg.disable_unset_cpu_quota)
+                          disable_unset_cpu_quota=cfg.disable_unset_cpu_quota,
+                          hami_core_library_path=cfg.nri.hami_core_library_path)
     runner = StageRunner(facts, options, qos.executor, qos.events, metrics)
     nri = cfg.nri
     return NriConnection(nri.socket(cfg.paths), NriPlugin(runner, metrics), metrics, name=nri.plugin_name,

@@ -32,6 +32,10 @@ class PredictionError(Exception):
     """The prediction failed: prodReclaimableMetric is reported empty (and the peak left out), as upstream."""
 
 
+class NotTrainedYet(PredictionError):
+    """The node's system or priority models have had no training round yet (the first minutes after start)."""
+
+
 def _quantity(name: str, value: Any) -> int:
     q = parse_quantity(value)
     return math.ceil(q * 1000) if name == "cpu" else math.ceil(q)
@@ -115,6 +119,7 @@ class Outcome:
     reclaimable: RL | None = None
     peak: RL | None = None
     error: str = ""
+    warming_up: bool = False  # the error only says the models have not had a training round yet
     by_predictor: dict[str, tuple[RL | None, RL | None]] = field(default_factory=dict)
 
 
@@ -166,7 +171,7 @@ class ProdReclaimablePredictor:
             got = self.server.percentiles(node_item_uid(item), "p95", "p98")
             if got is None:
                 what = "sys" if item == SYSTEM_ITEM else f"priority {item}"
-                raise PredictionError(f"failed to get prediction of {what}: not trained yet")
+                raise NotTrainedYet(f"failed to get prediction of {what}: not trained yet")
             total = _add(total, {"cpu": int(got[0] * 1000), "memory": int(got[1])})
         return {"cpu": int(total["cpu"] * self.ratio), "memory": int(total["memory"] * self.ratio)}
 
@@ -179,10 +184,12 @@ class ProdReclaimablePredictor:
             unreclaimable: RL | None = self._priority_unreclaimable()
         except PredictionError as e:
             unreclaimable, out.error = None, f"failed to get predictor {PRIORITY_PREDICTOR} result, error: {e}"
+            out.warming_up = isinstance(e, NotTrainedYet)
         try:
             alloc: RL | None = node_allocatable(self.node)
         except PredictionError as e:
             alloc, out.error = None, f"failed to get predictor {POD_PREDICTOR} result, error: {e}"
+            out.warming_up = False
         pod_result = _min(_sub_floor(alloc, self.pod_unreclaimable), self.pod_reclaimable) if alloc else None
         out.by_predictor[POD_PREDICTOR] = (pod_result, pod_peak)
         if unreclaimable is None:

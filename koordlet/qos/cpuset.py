@@ -141,7 +141,8 @@ def report_capabilities(health: Health, facts: CPUSetFacts) -> None:
     """No cpuset controller at the kubepods root: said once (log, koordlet_agent_kernel_capability), and no
     cpuset writes planned, rather than writes to dirs that are not there every pass."""
     health.capability(CAPABILITY, facts.controller,
-                      "no cpuset.cpus at the kubepods root: CPUSetAllocator writes no cpusets (CFS quota only)")
+                      "no cpuset.cpus at the kubepods root: CPUSetAllocator writes no cpusets (CFS quota only)",
+                      fallback=True)  # kubelet always makes one: only a node without kubelet (standalone) lacks it
 
 
 def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUSetFacts:

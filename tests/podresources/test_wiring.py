@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from koordlet.agent import Agent
-from koordlet.cli import build_parser, config_from_args, normalize_argv
+from koordlet.cli import config_from_args, parse_args
 from koordlet.config import Config, PodResourcesProxyConfig
 from koordlet.errors import InvalidInput
 from koordlet.host.driver import CgroupDriver
@@ -38,11 +38,11 @@ def test_flags(tmp_path: Path) -> None:
     argv = ["run", "--host-root", str(tmp_path), "-pod-resources-proxy-path=/x/pr", "--pod-resources-proxy-qps", "0",
             "--pod-resources-proxy-burst", "20", "--pod-resources-proxy-max-age", "250ms",
             "--pod-resources-proxy-kubelet-timeout", "2s", "--feature-gates", "PodResourcesProxy=true"]
-    cfg = config_from_args(build_parser().parse_args(normalize_argv(argv)), env={})
+    cfg = config_from_args(parse_args(argv), env={})
     assert cfg.gate("PodResourcesProxy")
     assert cfg.pod_resources_proxy == PodResourcesProxyConfig("/x/pr", 0.0, 20, 0.25, 2.0)
     assert cfg.pod_resources_proxy.socket(cfg.paths, cfg.host_root) == f"{tmp_path}/x/pr/kubelet.sock"
-    default = config_from_args(build_parser().parse_args(["run", "--host-root", str(tmp_path)]), env={})
+    default = config_from_args(parse_args(["run", "--host-root", str(tmp_path)]), env={})
     assert not default.gate("PodResourcesProxy")  # off by default, as upstream
     assert default.pod_resources_proxy == PodResourcesProxyConfig()
     with pytest.raises(InvalidInput, match="burst"):
