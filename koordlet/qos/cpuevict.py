@@ -44,6 +44,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE
 
 GATE = "BECPUEvict"
+STRATEGY = GATE.removeprefix("BE")  # upstream's CPUEvictName (also the name of a gate we do not serve)
 SATISFACTION_LOWER_MAX = 60  # beCPUSatisfactionLowPercentMax
 SATISFACTION_UPPER_MAX = 100  # beCPUSatisfactionUpperPercentMax
 USAGE_THRESHOLD_PERCENT = 90  # beCPUUsageThresholdPercent

@@ -38,6 +38,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE
 
 GATE = "BEMemoryEvict"
+STRATEGY = "memoryEvict"  # upstream's MemoryEvictName
 RELEASE_BUFFER_PERCENT = 2  # memoryReleaseBufferPercent
 
 
