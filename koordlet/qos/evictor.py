@@ -98,6 +98,7 @@ class Evictor:
         self.clock = clock
         self._evicted: dict[str, float] = {}  # pod uid -> when the Eviction was accepted
         self._lock = threading.Lock()
+        self._round = threading.Lock()
 
     @property
     def mode(self) -> str:
@@ -106,7 +107,12 @@ class Evictor:
         return "api" if self.only_evict_by_api else "kill"
 
     def carry_out(self, plan: EvictionPlan) -> RoundResult:
-        """Take the plan's candidates in order until what was credited reaches its need (KillAndEvictPods)."""
+        """Take the plan's candidates in order until what was credited reaches its need (KillAndEvictPods). One
+        round at a time: the memory and CPU rounds run in threads, and one must see the other's UID cache."""
+        with self._round:
+            return self._carry_out(plan)
+
+    def _carry_out(self, plan: EvictionPlan) -> RoundResult:
         credited, evicted = 0.0, []
         for victim in plan.candidates:
             if credited >= plan.need:

@@ -134,7 +134,7 @@ class QoSManager:
             self.steady.drop()
             again = self.plan(state)
             results += self.executor.apply(again)
-            plan = Plan(plan.writes + again.writes, again.errors)
+            plan = Plan(plan.writes + again.writes, again.errors, again.evictions)
         for err in plan.errors:
             self.events.report(err)
         if report is not None:
