@@ -1,5 +1,7 @@
-"""BECPUEvict: BE pods starved of CPU (real limit / request below the lower satisfaction percent) while using what they
-get → evict BE pods until the request fits the upper satisfaction percent.
+"""BECPUEvict: BE pods starved of CPU while using what they get → evict BE pods until their requests fit.
+
+BE satisfaction = real limit / request; below the lower satisfaction percent, BE pods are evicted until it would
+reach the upper one.
 
 Upstream: pkg/koordlet/qosmanager/plugins/cpuevict/cpu_evict.go (v1.7; the BE-satisfaction mode only: the gates
 CPUEvict and CPUAllocatableEvict are not implemented). Spec dropin.md §d.2. All CPU amounts are milli-cores.

@@ -1,6 +1,7 @@
-"""Carrying out an EvictionPlan: through the Eviction API, by killing the victims' containers, or (standalone) only
-reporting them. Spec dropin.md §d.3a; upstream pkg/koordlet/qosmanager/plugins/util/evict.go (KillAndEvictPods),
-evictor.go (EvictPodIfNotEvicted), qosmanager/helpers/operation.go (KillContainers), metrics/common.go.
+"""Carrying out an EvictionPlan: Eviction API, killing the victims' containers, or (standalone) only reporting.
+
+Spec dropin.md §d.3a; upstream pkg/koordlet/qosmanager/plugins/util/evict.go (KillAndEvictPods), evictor.go
+(EvictPodIfNotEvicted), qosmanager/helpers/operation.go (KillContainers), metrics/common.go.
 
 - `only_evict_by_api`: POST a policy/v1 Eviction with `deleteOptions.preconditions.uid`; a success caches the UID
   for 2 minutes (a cached pod is passed over without credit, as v1.7), posts Warning Event `evictPodSuccess`
@@ -120,7 +121,12 @@ class Evictor:
             if self.mode == "api" and self.is_evicted(victim.pod.uid):
                 log.debug("pod %s was evicted less than %.0fs ago; passed over", victim.key, EVICTED_CACHE_SECONDS)
                 continue
-            if self._evict(victim):
+            try:
+                done = self._evict(victim)
+            except Exception as e:  # one pod must not stop the round: the next candidate is taken
+                self.health.skip("eviction", "failed", victim.key, f"{type(e).__name__}: {e}")
+                continue
+            if done:
                 evicted.append(victim)
                 credited += victim.credit
         log.info("%s: %s %d pod(s), released %.0f of %.0f", plan.gate,

@@ -1,5 +1,4 @@
-"""BEMemoryEvict: node memory at or over NodeSLO `memoryEvictThresholdPercent` → evict BE pods down to the lower
-percent.
+"""BEMemoryEvict: node memory at or over its NodeSLO threshold → evict BE pods down to the lower percent.
 
 Upstream: pkg/koordlet/qosmanager/plugins/memoryevict/memory_evict.go (v1.7; the BE mode only: the gates
 MemoryEvict and MemoryAllocatableEvict are not implemented). Spec dropin.md §d.3.

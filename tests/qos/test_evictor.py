@@ -365,3 +365,22 @@ def test_cool_down_from_the_last_round_that_evicted() -> None:
     assert s.cooling()
     clock.now += 0.1
     assert not s.cooling()
+
+
+def test_one_pod_failing_unexpectedly_does_not_stop_the_round() -> None:
+    sent: list[str] = []
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("kind") == "Eviction" and body["metadata"]["name"] == "a":
+            raise RuntimeError("boom")
+        sent.append(path)
+        return {}
+
+    health = Health()
+    evictor = Evictor(node_name=NODE, paths=HostPaths.under("/nonexistent"), cgroup_version=1, health=health,
+                      stats=EvictionStats(), events=EventRecorder(health, NODE, post), post=post,
+                      only_evict_by_api=True, standalone=False)
+    result = evictor.carry_out(plan_of([meta(be("a", 1)), meta(be("b", 2))], [10, 10], 5))
+    assert [e.pod.name for e in result.evicted] == ["b"]
+    assert health.skipped[("eviction", "failed")] == 1
+    assert sent[0] == "/api/v1/namespaces/batch/pods/b/eviction"
