@@ -50,10 +50,9 @@ class EvictStrategy:
         facts = self.planner.read_facts(state, collect_interval=self.collect_interval, now_ms=now_ms,
                                         standalone=self.standalone)
         plan: EvictionPlan = self.planner.plan(state, facts)
-        self._say(plan.skip)
+        over_without_victims = plan.need > 0 and not plan.candidates
+        self._say(plan.skip or (f"{plan.summary}, but there is no BE pod to evict" if over_without_victims else None))
         if plan.need <= 0 or not plan.candidates:
-            if plan.need > 0:
-                self._say("no BE pod to evict")
             return None
         log.info("%s: %s", self.name, plan.summary)
         return plan

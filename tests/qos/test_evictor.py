@@ -384,3 +384,21 @@ def test_one_pod_failing_unexpectedly_does_not_stop_the_round() -> None:
     assert [e.pod.name for e in result.evicted] == ["b"]
     assert health.skipped[("eviction", "failed")] == 1
     assert sent[0] == "/api/v1/namespaces/batch/pods/b/eviction"
+
+
+def test_over_threshold_without_be_pods_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from koordlet.metriccache import MetricCache
+    from koordlet.qos.state import QoSState
+    from koordlet.states.nodeslo import merge_nodeslo_spec
+
+    cache = MetricCache(lambda kind: 3600)
+    now = int(time.time() * 1000)
+    cache.append(cache.key("node_memory_usage"), now, 90 * GI)
+    s = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [meta(make_pod("ls", "uid-ls"))],
+                 merge_nodeslo_spec({"resourceUsedThresholdWithBE": {"enable": True}}), [], True, cache=cache,
+                 node={"status": {"capacity": {"memory": "100Gi"}}})
+    strategy = EvictStrategy("memoryEvict", "BEMemoryEvict", memoryevict, 1, 4, 1, False, Health())
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert strategy.plan(s, now) is None
+    assert caplog.text.count("but there is no BE pod to evict") == 1
