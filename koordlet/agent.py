@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from koordlet.collectors.advisor import Advisor
+from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
 from koordlet.collectors.hostapps import HostApp, host_apps
 from koordlet.collectors.node import NodeCollector, parse_meminfo
@@ -38,6 +39,8 @@ from koordlet.prediction.predictor import Outcome, predict
 from koordlet.prediction.server import PeakPredictServer, training_pods
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
+from koordlet.qos.evictor import EvictionStats, Evictor
+from koordlet.qos.evictstrategy import strategies as eviction_strategies
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
@@ -103,8 +106,15 @@ class Agent:
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
         self.cpuset_rule: CPUSetRule | None = None  # the NRT's share pools, for the CPUSetAllocator runtime hook
         self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
+        # BECPUEvict reads the besteffort cgroup's usage and limit and the BE requests, collected every tick
+        self.be_resource = BEResourceCollector(self.backend, self.driver, self.health) \
+            if config.gate("BECPUEvict") else None
+        self.eviction_stats = EvictionStats()  # koordlet_pod_eviction{,_detail}
+        self.evict_strategies = eviction_strategies(config, self.health)  # their cool-downs live here
+        self._evictor: Evictor | None = None
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
-                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress)
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress,
+                                    evictions=self.eviction_stats)
         self.builder = NodeMetricBuilder(self.cache)
         self.predict_server = PeakPredictServer(config.prediction, self.cache, config.prediction_checkpoint_dir)
         self.state_writer = StateDirWriter(config.state_dir)
@@ -205,6 +215,8 @@ class Agent:
         now = time.time() if now is None else now
         mono_ns = time.monotonic_ns() if mono_ns is None else mono_ns
         self.advisor.collect_usage(self.pods.pods, self.host_apps, int(now * 1000), mono_ns)
+        if self.be_resource is not None:
+            self.be_resource.collect(self.pods.pods, self.cache, int(now * 1000), mono_ns)
         if self.schedlat is not None:
             self.schedlat.collect(self.pods.pods, int(now * 1000), self.cache)
         self.collected_once = True
@@ -376,11 +388,24 @@ class Agent:
                                                                              "qos.jsonl"),
                                 force_seconds=self.config.resource_force_update_seconds)
             manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
-                                 EventRecorder(self.health, self.config.node_name, post_event), self.health)
+                                 EventRecorder(self.health, self.config.node_name, post_event), self.health,
+                                 eviction_strategies(self.config, self.health) if dry_run else None)
             if dry_run:
                 return manager
             self._qos = manager
         return self._qos
+
+    def evictor(self, post: Any = None) -> Evictor:
+        """The one evictor of the eviction strategies (its evicted-UID cache is shared): Evictions and Events through
+        `post` (KubeClient.post) in a cluster; standalone, or without a client, it only reports."""
+        if self._evictor is None:
+            cfg = self.config
+            self._evictor = Evictor(node_name=cfg.node_name, paths=cfg.paths, cgroup_version=self.backend.version,
+                                    health=self.health, stats=self.eviction_stats,
+                                    events=EventRecorder(self.health, cfg.node_name, post), post=post,
+                                    only_evict_by_api=cfg.evict.only_evict_by_api,
+                                    standalone=cfg.standalone or post is None, state_dir=cfg.state_dir)
+        return self._evictor
 
     def close(self) -> None:
         """Release the descriptors the collectors keep between ticks."""

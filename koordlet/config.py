@@ -35,10 +35,8 @@ _BETA = frozenset(g for g, on in FEATURE_GATES.items() if on)
 UNIMPLEMENTED_GATES: dict[str, str] = {
     "AuditEvents": "no audit log: QoS writes are in `koordlet plan` and /metrics",
     "AuditEventsHTTPHandler": "no audit log, so no /events",
-    "BECPUEvict": "BE CPU satisfaction eviction is not implemented yet",
     "CPUEvict": "node-CPU-usage eviction is not implemented",
     "CPUAllocatableEvict": "allocatable-based CPU eviction is not implemented",
-    "BEMemoryEvict": "BE memory eviction is not implemented yet",
     "MemoryEvict": "priority-based memory eviction is not implemented",
     "MemoryAllocatableEvict": "allocatable-based memory eviction is not implemented",
     "SystemConfig": "node sysctls (min_free_kbytes, ...) are not managed",

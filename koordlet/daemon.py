@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -20,6 +21,7 @@ from koordlet.agent import Agent
 from koordlet.cluster import ClusterLink
 from koordlet.exporter import HttpServer
 from koordlet.host.files import descriptor_cap, raise_nofile_limit
+from koordlet.qos.evictstrategy import EvictStrategy
 
 if TYPE_CHECKING:
     from koordlet.nri.connection import NriConnection
@@ -203,6 +205,18 @@ class Daemon:
         if self.agent.pods.synced:
             self.agent.qos_manager().reconcile(self.agent.qos_state())
 
+    async def _evict(self, strategy: EvictStrategy) -> None:
+        """One round of an eviction strategy once pods are synced: planned on the loop (it reads the metric cache),
+        carried out in a thread (Eviction API calls block; killing waits for the kernel)."""
+        if not self.agent.pods.synced:
+            return
+        plan = strategy.plan(self.agent.qos_state())
+        if plan is None:
+            return
+        post = self.cluster.client.post if self.cluster is not None else None
+        result = await asyncio.to_thread(self.agent.evictor(post).carry_out, plan)
+        strategy.finish(result)
+
     async def _report(self) -> None:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.report, self.agent)
@@ -286,6 +300,9 @@ class Daemon:
 
         self.agent.on_change = changed
         tasks.append(self._every("qos", cfg.reconcile_interval_seconds, self._qos, first_delay=0.2, kick=qos_kick))
+        for strategy in self.agent.evict_strategies:  # BEMemoryEvict / BECPUEvict, each at its own interval
+            tasks.append(self._every(strategy.name, strategy.interval, functools.partial(self._evict, strategy),
+                                     first_delay=strategy.interval))
         if self.cluster is not None:
             self.cluster.start_watches(self.agent)
         running = [asyncio.ensure_future(t) for t in tasks]

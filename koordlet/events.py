@@ -49,22 +49,33 @@ class EventRecorder:
             self._sent = {k: t for k, t in self._sent.items() if now - t < self.dedupe_seconds}
         self._sent[key] = now
         namespace, _, name = err.name.rpartition("/") if err.kind == "Pod" else ("default", "", err.name)
+        self.emit(err.kind, namespace, name, err.uid, err.reason, f"{err.field}: {err.message}")
+
+    def emit(self, kind: str, namespace: str, name: str, uid: str | None, reason: str, message: str, *,
+             component: str = "koordlet") -> bool:
+        """Post one Warning Event on an object, as client-go's recorder would (no dedupe); True when posted.
+        Standalone (no API) nothing is posted."""
+        if self._post is None:
+            return False
         stamp = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             # client-go's recorder names events <object>.<unix nanos in hex>
             "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-            "involvedObject": {"kind": err.kind, "name": name, "uid": err.uid,
-                               **({"namespace": namespace} if err.kind == "Pod" else {}),
-                               **({"apiVersion": "v1"} if err.kind in ("Pod", "Node") else
+            "involvedObject": {"kind": kind, "name": name, "uid": uid,
+                               **({"namespace": namespace} if kind == "Pod" else {}),
+                               **({"apiVersion": "v1"} if kind in ("Pod", "Node") else
                                   {"apiVersion": "slo.koordinator.sh/v1alpha1"})},
-            "reason": err.reason, "message": f"{err.field}: {err.message}", "type": "Warning",
-            "source": {"component": "koordlet", "host": self.node_name},
+            "reason": reason, "message": message, "type": "Warning",
+            "source": {"component": component, "host": self.node_name},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            "reportingComponent": "koordlet", "reportingInstance": self.node_name,
+            "reportingComponent": component, "reportingInstance": self.node_name,
         }
         try:
             self._post(f"/api/v1/namespaces/{namespace}/events", event)
             self.posted += 1
+            return True
         except ApiError as e:
-            self.health.skip("event", "post-failed", key[0], str(e))
+            obj = f"{kind}/{namespace}/{name}" if kind == "Pod" else f"{kind}/{name}"
+            self.health.skip("event", "post-failed", obj, str(e))
+            return False

@@ -29,6 +29,7 @@ from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.predictor import Outcome
 from koordlet.qos.cpusuppress import SuppressStatus
+from koordlet.qos.evictor import EvictionStats
 from koordlet.quantity import parse_quantity
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
@@ -70,6 +71,7 @@ class AgentMetrics:
     nodemetric_prom: bool = False
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
     suppress: SuppressStatus | None = None  # gate BECPUSuppress: the planner's last numbers
+    evictions: EvictionStats | None = None  # the eviction strategies' koordlet_pod_eviction{,_detail}
     device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
     prediction: Outcome | None = None  # the last NodeMetric report's Prod reclaimable prediction
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
@@ -128,7 +130,9 @@ def render_text(registry: CollectorRegistry) -> bytes:
     pending: list[Metric] = []  # consecutive families left to generate_latest, rendered in order
     label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
     for fam in registry.collect():
-        text = _gauge_text(fam, label_text) if fam.type == "gauge" else None
+        # a counter with samples named as the family (no `_total`) is an upstream Go counter: as Go writes it
+        text = _gauge_text(fam, label_text) if fam.type == "gauge" or (fam.type == "counter" and fam.samples) \
+            else None
         if text is None:
             pending.append(fam)
             continue
@@ -148,12 +152,12 @@ def _escape_label_value(v: str) -> str:
 
 
 def _gauge_text(fam: Metric, label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str]) -> str | None:
-    """One gauge family as text, or None when a sample needs generate_latest's general path."""
+    """One gauge family (or Go-named counter) as text, or None when a sample needs generate_latest's general path."""
     name = fam.name
     if not _LEGACY_NAME.match(name):
         return None
     doc = fam.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-    lines = [f"# HELP {name} {doc}\n# TYPE {name} gauge\n"]
+    lines = [f"# HELP {name} {doc}\n# TYPE {name} {fam.type}\n"]
     keys: tuple[str, ...] = ()
     order: list[str] = []
     for sample in fam.samples:
@@ -204,6 +208,8 @@ class _InternalCollector(Collector):
         yield from self._bpf_programs()
         if m.suppress is not None:
             yield from _suppress_families(node, m.suppress)
+        if m.evictions is not None:
+            yield from _eviction_families(node, m.evictions)
         yield from _predicted_families(node, m.prediction)
 
     def _bpf_programs(self) -> Iterator[Metric]:
@@ -285,6 +291,24 @@ def _suppress_families(node: str, s: SuppressStatus) -> Iterator[Metric]:
         if value is not None:
             g.add_metric([node], value)
         yield g
+
+
+def _eviction_families(node: str, stats: EvictionStats) -> Iterator[Metric]:
+    """Upstream metrics/common.go PodEviction and internal_metrics.go PodEvictionDetail (GC'd after 5 min): Go
+    counters, so the samples keep the family's name (no `_total`); a family without a series is not written."""
+    total, detail = stats.snapshot()
+    for name, doc, series in (
+            ("koordlet_pod_eviction", "Number of eviction launched by koordlet",
+             [({"node": node, "reason": r}, v) for r, v in sorted(total.items())]),
+            ("koordlet_pod_eviction_detail", "evict detail launched by koordlet",
+             [({"node": node, "pod_namespace": ns, "pod_name": pod, "reason": r}, v)
+              for (ns, pod, r), v in sorted(detail.items())])):
+        if not series:
+            continue
+        fam = CounterMetricFamily(name, doc, labels=list(series[0][0]))
+        for labels, value in series:
+            fam.add_sample(name, labels, value)  # not add_metric: that names the sample <name>_total
+        yield fam
 
 
 def _cpu_memory_samples(rl: dict[str, int]) -> Iterator[tuple[str, str, float]]:

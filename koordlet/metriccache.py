@@ -54,6 +54,11 @@ KIND_PROPERTIES: dict[str, tuple[str, ...]] = {
     "pod_cpu_schedule_latency_sum": ("pod_uid",),
     "pod_cpu_schedule_latency_count": ("pod_uid",),
     "pod_cpu_schedule_latency_p99": ("pod_uid",),
+    # upstream NodeBEMetric (be_resource=cpu; be_allocation usage/request/realLimit), milli-cores
+    # (koordlet/collectors/beresource.py)
+    "be_cpu_usage": (),
+    "be_cpu_request": (),
+    "be_cpu_real_limit": (),
 }
 
 AGGREGATIONS = ("avg", "p50", "p90", "p95", "p99")

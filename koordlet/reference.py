@@ -147,7 +147,10 @@ def _families(registry: CollectorRegistry) -> Iterator[tuple[str, str, str, tupl
             continue
         for fam in collector.collect():
             labels = tuple(getattr(fam, "_labelnames", ()))
-            yield fam.name + _TYPE_SUFFIX.get(fam.type, ""), fam.type, fam.documentation, labels
+            # a family whose samples carry its own name is an upstream Go counter (no `_total`)
+            go_named = bool(fam.samples) and all(s.name == fam.name for s in fam.samples)
+            suffix = "" if go_named else _TYPE_SUFFIX.get(fam.type, "")
+            yield fam.name + suffix, fam.type, fam.documentation, labels
 
 
 def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
@@ -168,6 +171,11 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
         m.schedlat = SimpleNamespace(program_stats=lambda: {"p": (1, 1)}, latest=[])  # type: ignore[assignment]
     if "BECPUSuppress" in parts:
         m.suppress = SuppressStatus()
+    if "BEMemoryEvict, BECPUEvict" in parts:
+        from koordlet.qos.evictor import EvictionStats
+
+        m.evictions = EvictionStats()
+        m.evictions.record("ns", "pod", "evicted")  # Go counter families exist once they have a series
     if "Accelerators, RDMADevices" in parts:
         m.device_view = DeviceView
     regs = [m.internal, m.external]
@@ -180,7 +188,8 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
     return regs
 
 
-OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "NodeMetricPromMetrics", "Accelerators, RDMADevices",
+OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "NodeMetricPromMetrics", "BEMemoryEvict, BECPUEvict",
+                  "Accelerators, RDMADevices",
                   "--enable-nri-runtime-hook", "PodResourcesProxy")
 # families always present whose series need a gate (their families are built regardless)
 _SERIES_GATES = {"koordlet_pod_psi": "PSICollector", "koordlet_container_psi": "PSICollector"}

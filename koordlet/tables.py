@@ -118,11 +118,16 @@ def _sum(devices: Any, resource: str) -> str | None:
 
 
 def plan_table(plan: Mapping[str, Any]) -> str:
-    """`koordlet plan -o table`: one line per write, in the order they would happen, then the errors."""
+    """`koordlet plan -o table`: one line per write, in the order they would happen, then the pods the eviction
+    strategies would evict (in their order), then the errors."""
     writes = render(("op", "path", "value", "reason"),
                     [(w.get("op", "write"), w.get("path"), w.get("value"), w.get("reason"))
                      for w in plan.get("writes") or []])
-    return sections(writes, _errors(plan))
+    evictions = plan.get("evictions") or []
+    evicts = render(("evict", "feature", "reason", "message"),
+                    [(e.get("pod"), e.get("feature"), e.get("reason"), e.get("message")) for e in evictions]) \
+        if evictions else ""
+    return sections(writes, evicts, _errors(plan))
 
 
 def qos_table(result: Mapping[str, Any]) -> str:

@@ -73,9 +73,10 @@ PDBS = "policy/v1/poddisruptionbudgets"
 
 
 def emulate_eviction(km: kmock.KubernetesEmulator) -> None:
-    """POST pods/<name>/eviction as the API server does it: 429 when a matching PodDisruptionBudget
-    (status.disruptionsAllowed, matchLabels only) allows no more, else the pod turns terminating
-    (deletionTimestamp) and the budget is spent; 404 for a pod that is gone."""
+    """POST pods/<name>/eviction as the API server does it: 409 when deleteOptions.preconditions.uid names another
+    pod of that name; 429 when a matching PodDisruptionBudget (status.disruptionsAllowed, matchLabels only) allows
+    no more, else the pod turns terminating (deletionTimestamp) and the budget is spent; 404 for a pod that is
+    gone."""
 
     def evict(request: kmock.Request) -> Any:
         try:
@@ -83,6 +84,11 @@ def emulate_eviction(km: kmock.KubernetesEmulator) -> None:
             pod = obj.raw
         except KeyError:
             return kmock.Response(status=404, payload=status_failure(404, "pods not found"))
+        want_uid = (((request.data or {}).get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+        if want_uid and want_uid != pod["metadata"].get("uid"):
+            return kmock.Response(status=409, payload=status_failure(
+                409, f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: "
+                     f"{pod['metadata'].get('uid')}"))
         labels = pod["metadata"].get("labels") or {}
         budgets = []
         for (res, ns, _), pdb in list(km.objects.items()):

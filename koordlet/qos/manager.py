@@ -5,7 +5,8 @@ groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the cor
 NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
 share pools, on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch resources, on), `CPUBurst`
 (cfs burst and the cfs-quota burst, on), `BECPUSuppress` (BE CPU suppress, on; acts when NodeSLO
-`resourceUsedThresholdWithBE.enable`).
+`resourceUsedThresholdWithBE.enable`). A dry run also shows what `BEMemoryEvict` / `BECPUEvict` would evict now
+(koordlet/qos/evictstrategy.py; the daemon runs them in loops of their own).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.qos.cpusuppress import SuppressStatus
+from koordlet.qos.evictstrategy import EvictStrategy
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
@@ -73,8 +75,10 @@ def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> 
 
 
 class QoSManager:
-    def __init__(self, features: list[Feature], executor: Executor, events: EventRecorder, health: Health) -> None:
+    def __init__(self, features: list[Feature], executor: Executor, events: EventRecorder, health: Health,
+                 evictions: list[EvictStrategy] | None = None) -> None:
         self.features = features
+        self.evictions = evictions or []  # shown by a dry run only: the daemon runs them in their own loops
         self.executor = executor
         self.events = events
         self.health = health
@@ -110,6 +114,15 @@ class QoSManager:
                 self.health.recovered("qos", "feature-failed", f.name)
             except Exception as e:  # one feature's bug must not stop the others
                 self.health.skip("qos", "feature-failed", f.name, f"{type(e).__name__}: {e}")
+        if self.executor.dry_run:
+            for strategy in self.evictions:  # what a round would evict now, cool-down aside
+                try:
+                    planned = strategy.plan(state, ignore_cool_down=True)
+                except Exception as e:
+                    self.health.skip("qos", "feature-failed", strategy.name, f"{type(e).__name__}: {e}")
+                    continue
+                if planned is not None:
+                    total.evictions.extend(planned.evictions)
         return total
 
     def reconcile(self, state: QoSState, report: Callable[[Plan], None] | None = None) -> list[Result]:
@@ -121,7 +134,7 @@ class QoSManager:
             self.steady.drop()
             again = self.plan(state)
             results += self.executor.apply(again)
-            plan = Plan(plan.writes + again.writes, again.errors)
+            plan = Plan(plan.writes + again.writes, again.errors, again.evictions)
         for err in plan.errors:
             self.events.report(err)
         if report is not None:
@@ -130,11 +143,13 @@ class QoSManager:
 
 
 def plan_json(results: list[Result], plan: Plan, executor: Executor) -> dict[str, Any]:
-    """`koordlet plan -o json`: the writes one pass would make (dry-run results 'planned'), and the errors."""
+    """`koordlet plan -o json`: the writes one pass would make (dry-run results 'planned'), the pods the eviction
+    strategies would evict now, and the errors."""
     return {
         "writes": [{"path": executor.paths.host_relative(r.write.path), "value": r.write.value,
                     "reason": r.write.reason, **({"op": r.write.op} if r.write.op != "write" else {})}
                    for r in results if r.result == "planned"],
+        "evictions": [e.as_json() for e in plan.evictions],
         "errors": [e.as_json() for e in plan.errors]
                   + [{"object": r.write.path, "field": r.write.reason, "message": r.detail, "reason": r.result}
                      for r in results if r.result in ("invalid", "error")],

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from koordlet.errors import PlanError
+from koordlet.qos.eviction import Eviction
 
 Op = Literal["write", "mkdir", "rmdir", "tids", "mount"]
 Compare = Literal["exact", "line", "always"]
@@ -46,8 +47,11 @@ class Write:
 class Plan:
     writes: list[Write] = field(default_factory=list)
     errors: list[PlanError] = field(default_factory=list)
+    # what the eviction strategies would evict now (`koordlet plan` only; the daemon runs them in their own loops)
+    evictions: list[Eviction] = field(default_factory=list)
 
     def extend(self, other: Plan) -> Plan:
         self.writes.extend(other.writes)
         self.errors.extend(other.errors)
+        self.evictions.extend(other.evictions)
         return self

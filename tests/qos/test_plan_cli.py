@@ -41,7 +41,8 @@ def _run(cmd: str, args: list[str], *extra: str) -> dict[str, Any]:
 def test_plan_apply_then_nothing_to_do(tmp_path: Path) -> None:
     host, args = _node(tmp_path)
     plan = _run("plan", args, "-o", "json")
-    assert set(plan) == {"writes", "errors"}
+    assert set(plan) == {"writes", "evictions", "errors"}
+    assert plan["evictions"] == []  # no eviction gate on
     be_idle = f"sys/fs/cgroup/cpu/kubepods/besteffort/pod{BE_UID}/cpu.idle"
     assert {"path": be_idle, "value": "1"}.items() <= next(w for w in plan["writes"] if w["path"] == be_idle).items()
     assert all(set(w) >= {"path", "value", "reason"} and not w["path"].startswith("/") for w in plan["writes"])
