@@ -77,18 +77,24 @@ def is_batch_labels(labels: Mapping[str, str]) -> bool:
     return koord_qos_class({"metadata": {"labels": dict(labels)}}) == QOS_BE
 
 
+def spec_containers(pod: PodMeta) -> dict[str, ContainerBatch]:
+    """The pod spec's containers that name a batch resource (GetContainerBatchMemoryByte*: the spec only); raises
+    BatchSpecError for a malformed quantity."""
+    out: dict[str, ContainerBatch] = {}
+    for i, c in enumerate(_list(_obj(pod.raw.get("spec")).get("containers"))):
+        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
+        if got is not None:
+            out[str(c.get("name", ""))] = got
+    return out
+
+
 def pod_batch(pod: PodMeta) -> PodBatch | None:
     """The pod's batch resources, or None when it declares none.
 
     Raises BatchSpecError for a malformed quantity in the pod spec, or for a malformed annotation when the spec
     declares nothing (upstream logs it and leaves the cgroups alone, which is what skipping the pod does). A malformed
     annotation next to a spec that declares batch resources is returned in `annotation_error` (upstream logs it)."""
-    spec = _obj(pod.raw.get("spec"))
-    from_spec: dict[str, ContainerBatch] = {}
-    for i, c in enumerate(_list(spec.get("containers"))):
-        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
-        if got is not None:
-            from_spec[str(c.get("name", ""))] = got
+    from_spec = spec_containers(pod)
     try:
         from_annotation, error = _from_annotation(pod), None
     except BatchSpecError as e:
