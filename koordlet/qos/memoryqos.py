@@ -105,15 +105,18 @@ def _read(state: QoSState) -> MemoryQoSFacts:
         v1_supported = ({r for r in RESOURCES if resource_supported(1, state.paths, r, root)}
                         if state.cgroup_version == 1 else set())
         for t in targets:
-            for resource in t.values:
-                planned.add(resource)
+            planned.update(t.values)
+            # every file of the dir, not only those planned now: memory.high may be planned once a Node arrives,
+            # which does not renew the steady facts
+            for resource in RESOURCES:
                 path = state.cgroup_file(resource, t.rel)
                 if state.cgroup_version == 1 and resource not in v1_supported:
                     continue
                 if state.cgroup_version == 2 and not os.path.exists(path):
                     continue
                 present.add(path)
-                found.add(resource)
+                if resource in t.values:
+                    found.add(resource)
                 if resource in MERGEABLE:
                     try:
                         with open(path, encoding="ascii", errors="replace") as f:

@@ -122,15 +122,21 @@ def test_koordlet_plan_shows_nothing_for_the_chart_on_v2(tmp_path: Path) -> None
     pods_dir = tmp_path / "pods"
     pods_dir.mkdir()
     (pods_dir / "p.yaml").write_text(yaml.safe_dump(p.raw))
-    nodeslo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "sim"},
-               "spec": {"resourceQOSStrategy": {}}}
-    (tmp_path / "nodeslo.yaml").write_text(yaml.safe_dump(nodeslo))
-    args = ["--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo", str(tmp_path / "nodeslo.yaml"),
-            "--node-name", "sim", "--state-dir", str(tmp_path / "state"), "--feature-gates=CgroupReconcile=true"]
-    out = subprocess.run([sys.executable, "-m", "koordlet", "plan", *args, "-o", "json"], capture_output=True,
-                         text=True, timeout=60, check=True)
-    writes = json.loads(out.stdout)["writes"]
-    assert [w for w in writes if "/memory." in w["path"] or w["path"].startswith("memory")] == []
+
+    def memory_writes(strategy: dict[str, Any]) -> list[str]:
+        nodeslo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "sim"},
+                   "spec": {"resourceQOSStrategy": strategy}}
+        (tmp_path / "nodeslo.yaml").write_text(yaml.safe_dump(nodeslo))
+        args = ["--host-root", str(host.root), "--pods-dir", str(pods_dir), "--nodeslo",
+                str(tmp_path / "nodeslo.yaml"), "--node-name", "sim", "--state-dir", str(tmp_path / "state"),
+                "--feature-gates=CgroupReconcile=true"]
+        out = subprocess.run([sys.executable, "-m", "koordlet", "plan", *args, "-o", "json"], capture_output=True,
+                             text=True, timeout=60, check=True)
+        return [w["path"] for w in json.loads(out.stdout)["writes"] if os.path.basename(w["path"]) in KUBELET]
+
+    assert memory_writes({}) == []
+    enabled = memory_writes({"lsClass": {"memoryQOS": {"enable": True, "minLimitPercent": 100}}})  # the control
+    assert f"sys/fs/cgroup/{p.cgroup_dir}/memory.min" in enabled
 
 
 # ---- values ---------------------------------------------------------------------------------------------------
@@ -167,7 +173,12 @@ def test_memory_high_without_a_limit_and_without_throttling(tmp_path: Path) -> N
     assert c is not None
     st = state(host, [p], slo(ls={"throttlingPercent": 50}))
     assert planned(st)[f"{c}/memory.high"] == str((GI + (16 * GI - GI) // 2) // PAGE * PAGE)  # node allocatable
-    assert f"{c}/memory.high" not in planned(state(host, [p], slo(ls={"throttlingPercent": 50}), node_obj=None))
+    no_node = state(host, [p], slo(ls={"throttlingPercent": 50}), node_obj=None)
+    facts = memoryqos.read_facts(no_node)
+    assert f"{c}/memory.high" not in planned(no_node)
+    # the Node arrives later, with the facts read before it (kept while pods and NodeSLO stay): memory.high follows
+    later = state(host, [p], slo(ls={"throttlingPercent": 50}))
+    assert any(w.path.endswith(f"{c}/memory.high") for w in memoryqos.plan(later, facts).writes)
     assert planned(state(host, [p], slo(ls={}))).get(f"{c}/memory.high") == "max"  # throttlingPercent 0
 
 

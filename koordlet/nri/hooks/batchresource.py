@@ -85,8 +85,9 @@ def set_pod(call: HookCall) -> HookResult:
 def set_container(call: HookCall) -> HookResult:
     """CreateContainer / UpdateContainer: the container's shares, quota and memory limit in the adjustment."""
     batch = _batch(call)
-    assert call.container is not None
-    spec: ContainerBatch | None = batch.container(call.container.name) if batch is not None else None
+    if batch is None or call.container is None:
+        return HookResult()
+    spec: ContainerBatch | None = batch.container(call.container.name)
     if spec is None:
         return HookResult()
     values = _checked(container_values(spec, cfs_quota=_cfs_quota(call),
