@@ -18,6 +18,7 @@ from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
+from koordlet.host.paths import HostPaths
 from koordlet.qos import memoryqos
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
@@ -26,6 +27,7 @@ from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
+from conftest import real_v1_root
 from simhost import SimHost, make_pod
 
 GI = 1 << 30
@@ -300,3 +302,26 @@ def test_through_the_manager_and_executor(tmp_path: Path) -> None:
     assert all(r.result in ("cached", "unchanged") for r in manager.reconcile(st))
     off = Config(node_name="n", paths=host.paths)
     assert "memoryqos" not in [f.name for f in enabled_features(off)]  # off by default, as upstream
+
+
+@pytest.mark.realhost
+def test_real_cgroup_v1_memory_hierarchy(tmp_path: Path) -> None:
+    """On this kernel's own v1 memory hierarchy: a stock kernel has no memory.min (the Anolis memcg files), so an
+    enabled class writes nothing and says so once; an Anolis kernel gets the values."""
+    with real_v1_root(tmp_path, ("memory",)) as (root, _):
+        p = pod()
+        for rel_dir in ("kubepods", "kubepods/burstable", "kubepods/besteffort", p.cgroup_dir,
+                        *(str(c.cgroup_dir) for c in p.containers)):
+            (root / "memory" / rel_dir).mkdir(parents=True, exist_ok=True)
+        paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
+        st = QoSState(paths, 1, CgroupDriver.CGROUPFS, [p], slo(ls={"minLimitPercent": 100}), node=NODE)
+        health = Health()
+        facts = memoryqos.read_facts(st)
+        memoryqos.report_capabilities(health, facts)
+        results = Executor(paths, 1, health).apply(memoryqos.plan(st, facts))
+        anolis = (root / "memory/kubepods/memory.min").exists()
+        assert health.capabilities["memory-qos/memory.min"] is anolis
+        if anolis:
+            assert (root / "memory" / p.cgroup_dir / "memory.min").read_text().strip() == str(GI)
+        else:
+            assert results == []
