@@ -82,7 +82,8 @@ def _nri_line(agent: Agent) -> str:
     nri = agent.config.nri
     if not nri.enabled:
         return "  NRI         off (--enable-nri-runtime-hook=false)"
-    hooks = [g for g in ("GPUEnvInject", "RDMADeviceInject", "GroupIdentity", "CPUSetAllocator", "Resctrl")
+    hooks = [g for g in ("GPUEnvInject", "RDMADeviceInject", "GroupIdentity", "CPUSetAllocator", "BatchResource",
+                         "Resctrl")
              if agent.config.gate(g)]
     return (f"  NRI         plugin {nri.plugin_index}-{nri.plugin_name} on {nri.socket(agent.config.paths)} "
             f"(hooks: {', '.join(hooks) or 'none gated on'}; koordlet_nri_connected in /metrics)")

@@ -42,7 +42,6 @@ UNIMPLEMENTED_GATES: dict[str, str] = {
     "SystemConfig": "node sysctls (min_free_kbytes, ...) are not managed",
     "PerCPUMetric": "per-CPU share-pool metrics are not exported",
     "ResctrlCollector": "resctrl LLC/MB is not collected",
-    "CgroupReconcile": "memory QoS cgroup reconcile is not implemented yet",
     "CPICollector": "no CPI collector (perf counters)",
     "Libpfm4": "no libpfm4 CPI collector",
     "ColdPageCollector": "no cold-page collector",

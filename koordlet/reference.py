@@ -25,6 +25,7 @@ KEY_ROLES: dict[str, tuple[str, str, str]] = {
     "koordinator.sh/priority-class": ("read", "Pod label", "the Koordinator priority class"),
     "koordinator.sh/cpuQOS": ("read", "Pod annotation", "the pod's CPU QoS (group identity) over the NodeSLO's"),
     "koordinator.sh/blkioQOS": ("read", "Pod annotation", "the pod's blkio/io throttles and weights"),
+    "koordinator.sh/memoryQOS": ("read", "Pod annotation", "the pod's memory QoS policy and values (CgroupReconcile)"),
     "koordinator.sh/cpuBurst": ("read", "Pod annotation", "CPUBurst policy and percentages of the pod"),
     "koordinator.sh/gpu-isolation-provider": ("read", "Pod label", "HAMi-core GPU isolation (runtime hook)"),
     "node.koordinator.sh/resctrl": ("read", "Pod annotation", "the pod's own resctrl group (gate Resctrl)"),

@@ -178,7 +178,7 @@ def test_banner_names_what_was_found_and_the_urls(tmp_path: Path) -> None:
     assert "devices     3 found" in text
     assert "metrics     http://localhost:9400/metrics" in text
     assert (f"NRI         plugin 00-koordlet_nri on {host.root}/var/run/nri/nri.sock (hooks: GroupIdentity, "
-            "CPUSetAllocator;") in text
+            "CPUSetAllocator, BatchResource;") in text
     assert "http://localhost:9400/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies/n1" in text
     assert "run-queue   per-pod CPU wait" in text
     assert "http://localhost:9400/apis/slo.koordinator.sh/v1alpha1/nodemetrics/n1" in text

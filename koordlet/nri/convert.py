@@ -50,11 +50,15 @@ def _cpu(resources: api.LinuxResources, adj: Adjustment) -> None:
         resources.cpu.cpus = adj.cpuset_cpus
     if adj.cpu_quota is not None:
         resources.cpu.quota.value = adj.cpu_quota
+    if adj.cpu_shares is not None:
+        resources.cpu.shares.value = adj.cpu_shares
+    if adj.memory_limit is not None:
+        resources.memory.limit.value = adj.memory_limit
 
 
 def container_updates(container_id: str, adj: Adjustment) -> list[api.ContainerUpdate]:
     """An UpdateContainer answer: only cgroup resources can change on a running container (NRI's rule)."""
-    if adj.rdt_class is None and not adj.cpuset_cpus and adj.cpu_quota is None:
+    if not adj.resources:
         return []
     update = api.ContainerUpdate(container_id=container_id)
     if adj.rdt_class is not None:

@@ -31,22 +31,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from koordlet.errors import HostReadError, PlanError
-from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, shares_to_weight
+from koordlet.host.paths import HostPaths
+from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
 from koordlet.qos import cpuqos
 from koordlet.qos.batchspec import (
     UNLIMITED,
     BatchSpecError,
-    ContainerBatch,
+    BatchValues,
     PodBatch,
-    container_memory_limit,
-    container_quota,
-    container_shares,
+    container_values,
     is_batch_pod,
     pod_batch,
-    pod_memory_limit,
-    pod_quota,
-    pod_shares,
-    scale_quota,
+    pod_values,
 )
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
@@ -135,46 +131,37 @@ def plan(state: QoSState, facts: BatchFacts, *, group_identity: bool = True, nod
 def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: float | None, idled: bool,
               out: Plan) -> None:
     who = f"batchresource: pod {pod.namespace}/{pod.name}"
-    rel = pod.cgroup_dir
-    if not idled:
-        out.writes.append(_shares(state, rel, pod_shares(batch), who))
-    quota = scale_quota(pod_quota(batch), ratio) if cfs else UNLIMITED
-    pod_quota_write = _quota(state, rel, quota, who if cfs else f"{who} (cfsQuota suppress policy)")
-    out.writes.append(pod_quota_write)
-    out.writes.append(_memory(state, rel, pod_memory_limit(batch), who))
+    values = pod_values(batch, cfs_quota=cfs, ratio=ratio)
+    writes = cgroup_writes(state.cgroup_version, state.paths, pod.cgroup_dir, values,
+                           who if cfs else f"{who} (cfsQuota suppress policy)", shares=not idled)
+    out.writes += writes
     containers = 0
     for c in pod.containers:
         spec = batch.container(c.name)
         if spec is None or c.cgroup_dir is None:
             continue
         containers += 1
-        _plan_container(state, c.cgroup_dir, spec, cfs, ratio, f"{who} container {c.name}", out)
-    if state.cgroup_version == 1 and quota != UNLIMITED and containers:
-        out.writes.append(pod_quota_write)  # see the module notes: v1 quota order without reading the files
+        out.writes += cgroup_writes(state.cgroup_version, state.paths, c.cgroup_dir,
+                                    container_values(spec, cfs_quota=cfs, ratio=ratio),
+                                    f"{who} container {c.name}")
+    if state.cgroup_version == 1 and values.quota != UNLIMITED and containers:
+        # see the module notes: v1 quota order without reading the files
+        out.writes.append(next(w for w in writes if w.resource == "cpu.cfs_quota_us"))
 
 
-def _plan_container(state: QoSState, rel: str, spec: ContainerBatch, cfs: bool, ratio: float | None, who: str,
-                    out: Plan) -> None:
-    out.writes.append(_shares(state, rel, container_shares(spec), who))
-    quota = scale_quota(container_quota(spec), ratio) if cfs else UNLIMITED
-    out.writes.append(_quota(state, rel, quota, who))
-    out.writes.append(_memory(state, rel, container_memory_limit(spec), who))
-
-
-def _shares(state: QoSState, rel: str, shares: int, who: str) -> Write:
-    value = shares if state.cgroup_version == 1 else shares_to_weight(shares)
-    return Write(state.cgroup_file("cpu.shares", rel), str(value), f"{who} cpu.shares={shares}",
-                 resource="cpu.shares")
-
-
-def _quota(state: QoSState, rel: str, quota: int, who: str) -> Write:
-    value = str(quota) if state.cgroup_version == 1 else cpu_max(quota, CFS_BASE_PERIOD_US)
-    return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, f"{who} cfs_quota={quota}",
-                 resource="cpu.cfs_quota_us")
-
-
-def _memory(state: QoSState, rel: str, limit: int, who: str) -> Write:
-    value = "max" if state.cgroup_version == 2 and limit == UNLIMITED else str(limit)
-    return Write(state.cgroup_file("memory.limit_in_bytes", rel), value, f"{who} memory limit={limit}",
-                 resource="memory.limit_in_bytes")
-
+def cgroup_writes(version: int, paths: HostPaths, rel: str, values: BatchValues, who: str, *,
+                  shares: bool = True) -> list[Write]:
+    """cpu.shares (unless `shares` is False), the CFS quota and the memory limit of one cgroup dir, in the cgroup
+    version's files and units; what the RunPodSandbox hook writes at the pod's dir too."""
+    out = []
+    if shares:
+        value = values.shares if version == 1 else shares_to_weight(values.shares)
+        out.append(Write(resource_path(version, paths, "cpu.shares", rel), str(value),
+                         f"{who} cpu.shares={values.shares}", resource="cpu.shares"))
+    quota = str(values.quota) if version == 1 else cpu_max(values.quota, CFS_BASE_PERIOD_US)
+    out.append(Write(resource_path(version, paths, "cpu.cfs_quota_us", rel), quota,
+                     f"{who} cfs_quota={values.quota}", resource="cpu.cfs_quota_us"))
+    memory = "max" if version == 2 and values.memory_limit == UNLIMITED else str(values.memory_limit)
+    out.append(Write(resource_path(version, paths, "memory.limit_in_bytes", rel), memory,
+                     f"{who} memory limit={values.memory_limit}", resource="memory.limit_in_bytes"))
+    return out

@@ -72,18 +72,29 @@ def is_batch_pod(pod: PodMeta) -> bool:
     return koord_qos_class(pod.raw) == QOS_BE
 
 
+def is_batch_labels(labels: Mapping[str, str]) -> bool:
+    """is_batch_pod from the pod's labels alone (the runtime hooks' GetQoSClassByAttrs)."""
+    return koord_qos_class({"metadata": {"labels": dict(labels)}}) == QOS_BE
+
+
+def spec_containers(pod: PodMeta) -> dict[str, ContainerBatch]:
+    """The pod spec's containers that name a batch resource (GetContainerBatchMemoryByte*: the spec only); raises
+    BatchSpecError for a malformed quantity."""
+    out: dict[str, ContainerBatch] = {}
+    for i, c in enumerate(_list(_obj(pod.raw.get("spec")).get("containers"))):
+        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
+        if got is not None:
+            out[str(c.get("name", ""))] = got
+    return out
+
+
 def pod_batch(pod: PodMeta) -> PodBatch | None:
     """The pod's batch resources, or None when it declares none.
 
     Raises BatchSpecError for a malformed quantity in the pod spec, or for a malformed annotation when the spec
     declares nothing (upstream logs it and leaves the cgroups alone, which is what skipping the pod does). A malformed
     annotation next to a spec that declares batch resources is returned in `annotation_error` (upstream logs it)."""
-    spec = _obj(pod.raw.get("spec"))
-    from_spec: dict[str, ContainerBatch] = {}
-    for i, c in enumerate(_list(spec.get("containers"))):
-        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
-        if got is not None:
-            from_spec[str(c.get("name", ""))] = got
+    from_spec = spec_containers(pod)
     try:
         from_annotation, error = _from_annotation(pod), None
     except BatchSpecError as e:
@@ -158,6 +169,28 @@ def container_memory_limit(c: ContainerBatch) -> int:
     return c.memory_limit if c.memory_limit is not None else UNLIMITED
 
 
+@dataclass(frozen=True)
+class BatchValues:
+    """The three values BatchResource sets on one cgroup (the pod's or a container's), before unit conversion."""
+
+    shares: int  # cpu.shares
+    quota: int  # cpu.cfs_quota_us over the 100 ms base period; -1 unlimited
+    memory_limit: int  # bytes; -1 unlimited
+
+
+def pod_values(batch: PodBatch, *, cfs_quota: bool, ratio: float | None) -> BatchValues:
+    """The pod cgroup's values: `cfs_quota` False (the cfsQuota suppress policy) leaves the quota unlimited, else it
+    is divided by the CPU normalization `ratio`. The one rule for the reconciler and the runtime hook."""
+    quota = scale_quota(pod_quota(batch), ratio) if cfs_quota else UNLIMITED
+    return BatchValues(pod_shares(batch), quota, pod_memory_limit(batch))
+
+
+def container_values(c: ContainerBatch, *, cfs_quota: bool, ratio: float | None) -> BatchValues:
+    """A container cgroup's values, as pod_values."""
+    quota = scale_quota(container_quota(c), ratio) if cfs_quota else UNLIMITED
+    return BatchValues(container_shares(c), quota, container_memory_limit(c))
+
+
 def batch_pod_shares(pod: PodMeta) -> int | None:
     """The pod-level cpu.shares BatchResource gives this pod, or None when it gives none (not BE, no batch
     resources, unreadable spec): what CPU QoS restores after taking the pod out of cpu.idle."""
@@ -205,9 +238,14 @@ class _Pairs(list[tuple[str, Any]]):
 
 
 def _from_annotation(pod: PodMeta) -> dict[str, ContainerBatch]:
+    return annotation_containers(_obj(_obj(pod.raw.get("metadata")).get("annotations")))
+
+
+def annotation_containers(annotations: Mapping[str, Any]) -> dict[str, ContainerBatch]:
     """GetExtendedResourceSpec: the annotation decoded as Go decodes ExtendedResourceSpec (struct fields matched
-    case-insensitively, the last duplicate wins, null is absent; ResourceList keys are exact)."""
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
+    case-insensitively, the last duplicate wins, null is absent; ResourceList keys are exact); {} without it.
+    BatchSpecError names the field when it is malformed. What the runtime hooks read (NRI carries no pod spec)."""
+    text = annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
     where = f"annotations[{ANNOTATION_EXTENDED_RESOURCE_SPEC}]"
     if text is None:
         return {}

@@ -5,8 +5,9 @@ groups from the annotation, off), `GroupIdentity` (CPU QoS, on; includes the cor
 NodeSLO selects it and gate `CoreSched` is on), `CPUSetAllocator` (cpusets from the scheduler's allocation and the
 share pools, on), `BlkIOReconcile` (off), `BatchResource` (BE pods' limits from batch resources, on), `CPUBurst`
 (cfs burst and the cfs-quota burst, on), `BECPUSuppress` (BE CPU suppress, on; acts when NodeSLO
-`resourceUsedThresholdWithBE.enable`). A dry run also shows what `BEMemoryEvict` / `BECPUEvict` would evict now
-(koordlet/qos/evictstrategy.py; the daemon runs them in loops of their own).
+`resourceUsedThresholdWithBE.enable`), `CgroupReconcile` (memory QoS from NodeSLO `memoryQOS`, off). A dry run also
+shows what `BEMemoryEvict` / `BECPUEvict` would evict now (koordlet/qos/evictstrategy.py; the daemon runs them in
+loops of their own).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> 
     if config.gate("BatchResource"):  # after cpuqos: the same pass's cpu.idle decisions (koordlet/qos/batchresource.py)
         out.append(Feature("batchresource", "koordlet.qos.batchresource",
                            {"group_identity": config.gate("GroupIdentity"), "node_name": config.node_name}))
+    if config.gate("CgroupReconcile"):  # memory QoS (koordlet/qos/memoryqos.py)
+        out.append(Feature("memoryqos", "koordlet.qos.memoryqos", {}))
     if config.gate("CPUBurst"):
         out.append(Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": config.node_name},
                            memory={"collect_interval": config.collect_res_used_interval,

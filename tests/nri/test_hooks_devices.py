@@ -143,7 +143,7 @@ def test_no_allocation_adds_nothing(tmp_path: Path) -> None:
 
 def test_gates_off_run_nothing(tmp_path: Path) -> None:
     r = stages.create_container(pod({"gpu": [{"minor": 0}]}), CONTAINER, bare_facts(tmp_path),
-                                HookOptions(gates={"CPUSetAllocator": False}))
+                                HookOptions(gates={"CPUSetAllocator": False, "BatchResource": False}))
     assert not r.adjustment and r.timings == []
 
 
@@ -154,9 +154,9 @@ def test_a_malformed_allocation_is_one_failure_naming_the_field(tmp_path: Path) 
     (f,) = r.failures  # three hooks read the same bad field: one Event
     assert f.field == f"{FIELD}.rdma[0].minor"
     assert f.message == "gpu env inject, rdma device inject, xpu device inject: must be an integer, not a string"
-    assert [name for name, ok, _ in r.timings] == ["Resctrl", "gpu env inject", "rdma device inject",
+    assert [name for name, ok, _ in r.timings] == ["BatchResource", "Resctrl", "gpu env inject", "rdma device inject",
                                                     "xpu device inject"]
-    assert [ok for _, ok, _ in r.timings] == [True, False, False, False]
+    assert [ok for _, ok, _ in r.timings] == [True, True, False, False, False]
 
 
 # ---- RDMA on a simulated sysfs and /dev -----------------------------------------------------------------------

@@ -162,7 +162,8 @@ def test_nothing_without_group_identity_a_nodeslo_or_any_switch(tmp_path: Path) 
     assert bvt_of(p, gi_facts(tmp_path, ALL_ON, gi=GroupIdentityFacts(False, 1))) == "-1"
     # the gate
     r = stages.run_pod_sandbox(p, gi_facts(tmp_path, ALL_ON),
-                               HookOptions(gates={"GroupIdentity": False, "CPUSetAllocator": False}))
+                               HookOptions(gates={"GroupIdentity": False, "CPUSetAllocator": False,
+                                                     "BatchResource": False}))
     assert r.plan.writes == [] and r.timings == []
 
 

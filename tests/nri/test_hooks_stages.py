@@ -45,10 +45,11 @@ def node_facts(root: str = "/node", vendor: str = "huawei") -> NodeFacts:
 
 
 def test_hooks_run_in_upstreams_byte_order() -> None:
-    assert [h.name for h in STAGES[stages.PRE_RUN_POD_SANDBOX]] == ["CPUSetAllocator", "GroupIdentity", "Resctrl"]
+    assert [h.name for h in STAGES[stages.PRE_RUN_POD_SANDBOX]] == [
+        "BatchResource", "CPUSetAllocator", "GroupIdentity", "Resctrl"]
     assert [h.name for h in STAGES[stages.PRE_CREATE_CONTAINER]] == [
-        "CPUSetAllocator", "Resctrl", "gpu env inject", "rdma device inject", "xpu device inject"]
-    assert [h.name for h in STAGES[stages.PRE_UPDATE_CONTAINER_RESOURCES]] == ["CPUSetAllocator"]
+        "BatchResource", "CPUSetAllocator", "Resctrl", "gpu env inject", "rdma device inject", "xpu device inject"]
+    assert [h.name for h in STAGES[stages.PRE_UPDATE_CONTAINER_RESOURCES]] == ["BatchResource", "CPUSetAllocator"]
     assert [h.name for h in STAGES[stages.PRE_REMOVE_RUN_POD_SANDBOX]] == ["Resctrl"]
 
 
@@ -70,7 +71,8 @@ def test_every_stage_with_everything_enabled() -> None:
                  DeviceNode("/dev/infiniband/uverbs1", "c", 200, 2, 0o666),
                  dev["/dev/davinci_manager"], dev["/dev/davinci0"], dev["/dev/davinci1"]],
         rdt_class=f"koordlet-{UID}")
-    assert [ok for _, ok, _ in r.timings] == [True] * 5  # CPUSetAllocator: no rule yet, BE: nothing
+    # BatchResource: no batch resources declared; CPUSetAllocator: no rule yet, BE: nothing
+    assert [ok for _, ok, _ in r.timings] == [True] * 6
     r = stages.run_pod_sandbox(pod, facts, EVERYTHING)
     assert r.failures == [] and not r.adjustment
     assert [(os.path.basename(w.path), w.value) for w in r.plan.writes] == [
@@ -92,8 +94,8 @@ def test_a_hook_that_raises_does_not_stop_the_others(monkeypatch: Any) -> None:
         ANNOTATION_DEVICE_ALLOCATED: '{"gpu":[{"minor":0}],"rdma":[{"id":"0000:01:00.0"}]}'})
     r = stages.create_container(pod, CONTAINER, node_facts(vendor=""), EVERYTHING)
     assert [(name, ok) for name, ok, _ in r.timings] == [
-        ("CPUSetAllocator", True), ("Resctrl", True), ("gpu env inject", False), ("rdma device inject", True),
-        ("xpu device inject", True)]
+        ("BatchResource", True), ("CPUSetAllocator", True), ("Resctrl", True), ("gpu env inject", False),
+        ("rdma device inject", True), ("xpu device inject", True)]
     assert "NVIDIA_VISIBLE_DEVICES" not in r.adjustment.env
     assert [d.path for d in r.adjustment.devices] == ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
     (f,) = r.failures

@@ -299,3 +299,66 @@ async def test_pod_level_qos_through_the_wire(gopeer_bin: Path, tmp_path: Path, 
         assert reply.adjust == expect
         await call(peer, "RemovePodSandbox", api.RemovePodSandboxRequest(pod=pod), api.RemovePodSandboxResponse)
         assert not group.exists()
+
+
+async def test_batch_resources_through_the_wire(gopeer_bin: Path, tmp_path: Path, socket_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """BatchResource (on by default): RunPodSandbox writes the BE pod's shares, quota and memory limit at its cgroup
+    dir; CreateContainer and UpdateContainer carry the container's in the adjustment and the update; an LS pod with
+    the same annotation gets nothing; a malformed annotation is an empty answer (never an error status), a log line,
+    an Event and the hook's failed metric."""
+    root = tmp_path / "node"
+    paths = HostPaths.under(str(root))
+    pod_cg = {sub: root / f"sys/fs/cgroup/{sub}/kubepods/besteffort/pod{UID}" for sub in ("cpu", "memory")}
+    for d in pod_cg.values():
+        d.mkdir(parents=True)
+    (pod_cg["cpu"] / "cpu.shares").write_text("2\n")
+    (pod_cg["cpu"] / "cpu.cfs_quota_us").write_text("-1\n")
+    (pod_cg["memory"] / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    agent = build_agent(paths, socket_path, {})
+    spec = {"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "2000",
+                                                 "kubernetes.io/batch-memory": "1Gi"},
+                                    "limits": {"kubernetes.io/batch-cpu": "4000",
+                                               "kubernetes.io/batch-memory": "2Gi"}}}}
+    be = pod_msg(labels={"koordinator.sh/qosClass": "BE"},
+                 annotations={"node.koordinator.sh/extended-resource-spec": json.dumps(spec)})
+    be.linux.cgroup_parent = f"/kubepods/besteffort/pod{UID}"
+    want = api.ContainerAdjustment()
+    want.linux.resources.cpu.shares.value = 2048
+    want.linux.resources.cpu.quota.value = 400_000
+    want.linux.resources.memory.limit.value = 2 << 30
+    async with GoPeer.start(gopeer_bin, "runtime", "-socket", str(socket_path)) as peer, running(agent):
+        await registered(peer)
+        await configure(peer)
+        await call(peer, "RunPodSandbox", api.RunPodSandboxRequest(pod=be), api.RunPodSandboxResponse)
+        assert (pod_cg["cpu"] / "cpu.shares").read_text() == "2048"
+        assert (pod_cg["cpu"] / "cpu.cfs_quota_us").read_text() == "400000"
+        assert (pod_cg["memory"] / "memory.limit_in_bytes").read_text() == str(2 << 30)
+        reply = await call(peer, "CreateContainer", create_request(be), api.CreateContainerResponse)
+        assert reply.adjust == want
+        req = api.UpdateContainerRequest(pod=be, container=create_request(be).container)
+        reply = await call(peer, "UpdateContainer", req, api.UpdateContainerResponse)
+        assert [(u.container_id, u.linux.resources) for u in reply.update] == [
+            (f"{be.id}-main", want.linux.resources)]
+
+        ls = pod_msg(uid="6" + UID[1:], labels={"koordinator.sh/qosClass": "LS"},
+                     annotations={"node.koordinator.sh/extended-resource-spec": json.dumps(spec)})
+        reply = await call(peer, "CreateContainer", create_request(ls), api.CreateContainerResponse)
+        assert reply == api.CreateContainerResponse()
+
+        broken = pod_msg(uid="7" + UID[1:], name="broken", labels={"koordinator.sh/qosClass": "BE"},
+                         annotations={"node.koordinator.sh/extended-resource-spec": '{"containers": {'})
+        with caplog.at_level(logging.WARNING):
+            reply = await call(peer, "CreateContainer", create_request(broken), api.CreateContainerResponse)
+            update = await call(peer, "UpdateContainer",
+                                api.UpdateContainerRequest(pod=broken, container=create_request(broken).container),
+                                api.UpdateContainerResponse)
+        assert reply == api.CreateContainerResponse() and list(update.update) == []
+        assert any("team-a/broken" in r.getMessage() and "extended-resource-spec" in r.getMessage()
+                   for r in caplog.records)
+        assert [(e["involvedObject"]["name"], e["reason"]) for _, e in agent.posted][:1] == [
+            ("broken", "RuntimeHookFailed")]
+        assert agent.sample("koordlet_runtime_hook_invoked_duration_milliseconds_count", node="node-1",
+                            hook="BatchResource", stage="PreCreateContainer", status="failed") == 1
+        assert agent.sample("koordlet_nri_calls_total", method="CreateContainer", outcome="hook_failed") == 1
+        assert agent.sample("koordlet_nri_calls_total", method="CreateContainer", outcome="error") == 0

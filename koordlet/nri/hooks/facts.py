@@ -20,8 +20,8 @@ What is read, and when:
   root, the `kernel.sched_group_identity_enabled` sysctl);
 - the CPU's resctrl flags and the mount's capabilities (cache ids, cbm, MBA): once per mount (a remount is read
   afresh on refresh);
-- on every `facts()` call, from memory: the merged NodeSLO, the cgroup driver and the cpuset rule (the share pools
-  the NodeResourceTopology loop last computed), through the getters given.
+- on every `facts()` call, from memory: the merged NodeSLO, the cgroup driver, the cpuset rule (the share pools
+  the NodeResourceTopology loop last computed) and the Node's CPU normalization ratio, through the getters given.
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ class NodeFacts:
     nodeslo: Mapping[str, Any] | None = None  # merged NodeSLO spec; None until one was received
     gpu_vendor: str = ""  # node.koordinator.sh/gpu-vendor of this node's GPUs: nvidia, huawei, cambricon or ""
     cpuset_rule: CPUSetRule | None = None  # share pools etc. from the node's CPU facts; None until computed
+    # the Node's node.koordinator.sh/cpu-normalization-ratio (BatchResource divides quotas by it when > 1); None:
+    # no Node, no annotation, or a malformed one (the QoS reconciler reports that)
+    cpu_normalization_ratio: float | None = None
 
     @cached_property
     def bvt_rule(self) -> Rule | None:
@@ -119,6 +122,7 @@ class NodeFactsReader:
                  nodeslo: Callable[[], Mapping[str, Any] | None] | None = None, health: Health | None = None, *,
                  gpu_vendor: Callable[[], str] | None = None,
                  cpuset_rule: Callable[[], CPUSetRule | None] | None = None,
+                 cpu_normalization_ratio: Callable[[], float | None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  min_refresh_interval: float = MIN_REFRESH_INTERVAL) -> None:
         self.paths = paths
@@ -127,6 +131,7 @@ class NodeFactsReader:
         self._nodeslo = nodeslo or (lambda: None)
         self._gpu_vendor = gpu_vendor or (lambda: "")
         self._cpuset_rule = cpuset_rule or (lambda: None)
+        self._ratio = cpu_normalization_ratio or (lambda: None)
         self.health = health
         self.clock = clock
         self.min_refresh_interval = min_refresh_interval
@@ -145,16 +150,19 @@ class NodeFactsReader:
     def facts(self) -> NodeFacts:
         """The current facts (memory only; the same object while nothing changed)."""
         driver, nodeslo, vendor, rule = self._driver(), self._nodeslo(), self._gpu_vendor(), self._cpuset_rule()
+        ratio = self._ratio()
         cached = self._cached
         if (cached is not None and cached.driver == driver and cached.nodeslo is nodeslo
-                and (not vendor or cached.gpu_vendor == vendor) and cached.cpuset_rule == rule):
+                and (not vendor or cached.gpu_vendor == vendor) and cached.cpuset_rule == rule
+                and cached.cpu_normalization_ratio == ratio):
             return cached
         if self._gi_driver != driver:  # the kubepods root moves with the driver (detected once, at start-up)
             self._gi, self._gi_driver = self._read_group_identity(driver), driver
         self._cached = NodeFacts(
             paths=self.paths, cgroup_version=self.cgroup_version, driver=driver, dev_nodes=self._dev_nodes,
             uverbs=self._uverbs, resctrl=self._resctrl, resctrl_groups=self._groups, group_identity=self._gi,
-            nodeslo=nodeslo, gpu_vendor=vendor or detect_vendor(self._dev_nodes), cpuset_rule=rule)
+            nodeslo=nodeslo, gpu_vendor=vendor or detect_vendor(self._dev_nodes), cpuset_rule=rule,
+            cpu_normalization_ratio=ratio)
         return self._cached
 
     # -- reading -----------------------------------------------------------------------------------------------

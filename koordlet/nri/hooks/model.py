@@ -69,10 +69,17 @@ class Adjustment:
     rdt_class: str | None = None
     cpuset_cpus: str | None = None  # linux.resources.cpu.cpus; None (or "") leaves it to the runtime
     cpu_quota: int | None = None  # linux.resources.cpu.quota (-1: unlimited)
+    cpu_shares: int | None = None  # linux.resources.cpu.shares (v1 units: the runtime converts for cgroup v2)
+    memory_limit: int | None = None  # linux.resources.memory.limit in bytes (-1: unlimited)
+
+    @property
+    def resources(self) -> bool:
+        """Whether it sets any cgroup resource (what an UpdateContainer answer may carry)."""
+        return (self.rdt_class is not None or bool(self.cpuset_cpus) or self.cpu_quota is not None
+                or self.cpu_shares is not None or self.memory_limit is not None)
 
     def __bool__(self) -> bool:
-        return bool(self.env or self.mounts or self.devices or self.rdt_class is not None or self.cpuset_cpus
-                    or self.cpu_quota is not None)
+        return bool(self.env or self.mounts or self.devices or self.resources)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ Usage (the NRI plugin; see koordlet.nri.hooks.facts for the facts and their refr
 Upstream: pkg/koordlet/runtimehooks/hooks/hooks.go, runtimehooks/config.go (spec §5.1, §5.4). Within a stage the
 hooks run sorted by name in byte order (upper case first):
 
-- PreRunPodSandbox (RunPodSandbox): CPUSetAllocator (gate CPUSetAllocator: the pod's CFS quota -1 when it has a
-  cpuset), GroupIdentity (gate GroupIdentity), Resctrl (gate Resctrl)
-- PreCreateContainer (CreateContainer): CPUSetAllocator (the container's cpuset and quota), Resctrl (Resctrl), gpu
-  env inject (GPUEnvInject), rdma device inject (RDMADeviceInject), xpu device inject (ours: option
-  xpu_device_inject)
-- PreUpdateContainerResources (UpdateContainer): CPUSetAllocator (upstream's BatchResource and CPUNormalization are
+- PreRunPodSandbox (RunPodSandbox): BatchResource (gate BatchResource: a BE pod's shares, quota and memory limit),
+  CPUSetAllocator (gate CPUSetAllocator: the pod's CFS quota -1 when it has a cpuset), GroupIdentity (gate
+  GroupIdentity), Resctrl (gate Resctrl)
+- PreCreateContainer (CreateContainer): BatchResource (the container's), CPUSetAllocator (the container's cpuset
+  and quota: its -1 wins over BatchResource's quota, as upstream's later hook), Resctrl (Resctrl), gpu env inject
+  (GPUEnvInject), rdma device inject (RDMADeviceInject), xpu device inject (ours: option xpu_device_inject)
+- PreUpdateContainerResources (UpdateContainer): BatchResource, CPUSetAllocator (upstream's CPUNormalization is
   not implemented here)
 - PreRemoveRunPodSandbox (RemovePodSandbox): Resctrl (Resctrl)
 
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from koordlet.errors import PlanError
-from koordlet.nri.hooks import cpuset, gpu, groupidentity, rdma, resctrl, xpu
+from koordlet.nri.hooks import batchresource, cpuset, gpu, groupidentity, rdma, resctrl, xpu
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, HookResult, PodInfo
@@ -67,11 +68,13 @@ def _by_name(hooks: list[Hook]) -> tuple[Hook, ...]:
 
 STAGES: dict[str, tuple[Hook, ...]] = {
     PRE_RUN_POD_SANDBOX: _by_name([
+        Hook(batchresource.HOOK_NAME, _gated(batchresource.GATE), batchresource.set_pod),
         Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.unset_pod_quota),
         Hook(groupidentity.HOOK_NAME, _gated(groupidentity.GATE), groupidentity.set_pod_bvt),
         Hook(resctrl.HOOK_NAME, _gated(resctrl.GATE), resctrl.run_pod_sandbox),
     ]),
     PRE_CREATE_CONTAINER: _by_name([
+        Hook(batchresource.HOOK_NAME, _gated(batchresource.GATE), batchresource.set_container),
         Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.set_container),
         Hook(resctrl.HOOK_NAME, _gated(resctrl.GATE), resctrl.create_container),
         Hook(gpu.HOOK_NAME, _gated(gpu.GATE), gpu.inject),
@@ -79,6 +82,7 @@ STAGES: dict[str, tuple[Hook, ...]] = {
         Hook(xpu.HOOK_NAME, lambda options: options.xpu_device_inject, xpu.inject),
     ]),
     PRE_UPDATE_CONTAINER_RESOURCES: _by_name([
+        Hook(batchresource.HOOK_NAME, _gated(batchresource.GATE), batchresource.set_container),
         Hook(cpuset.HOOK_NAME, _gated(cpuset.GATE), cpuset.set_container),
     ]),
     PRE_REMOVE_RUN_POD_SANDBOX: _by_name([
@@ -88,17 +92,19 @@ STAGES: dict[str, tuple[Hook, ...]] = {
 
 
 def run_pod_sandbox(pod: PodInfo, facts: NodeFacts, options: HookOptions) -> HookResult:
-    """RunPodSandbox: host writes for the pod (its bvt, its resctrl group); the adjustment stays empty."""
+    """RunPodSandbox: host writes for the pod (its bvt, batch limits, resctrl group); the adjustment stays
+    empty."""
     return run_stage(PRE_RUN_POD_SANDBOX, HookCall(pod, facts, options))
 
 
 def create_container(pod: PodInfo, container: ContainerInfo, facts: NodeFacts, options: HookOptions) -> HookResult:
-    """CreateContainer: the container's adjustment (env, mounts, devices, RDT class)."""
+    """CreateContainer: the container's adjustment (env, mounts, devices, RDT class, cgroup resources)."""
     return run_stage(PRE_CREATE_CONTAINER, HookCall(pod, facts, options, container))
 
 
 def update_container(pod: PodInfo, container: ContainerInfo, facts: NodeFacts, options: HookOptions) -> HookResult:
-    """UpdateContainer: the container's cpuset and quota again (the scheduler's allocation may have changed)."""
+    """UpdateContainer: the container's cpuset, quota, shares and memory limit again (kubelet's update would
+    otherwise reset what the hooks set; the scheduler's allocation may have changed)."""
     return run_stage(PRE_UPDATE_CONTAINER_RESOURCES, HookCall(pod, facts, options, container))
 
 
@@ -162,6 +168,10 @@ def _merge(out: HookResult, part: HookResult) -> None:
         adj.cpuset_cpus = new.cpuset_cpus
     if new.cpu_quota is not None:
         adj.cpu_quota = new.cpu_quota
+    if new.cpu_shares is not None:
+        adj.cpu_shares = new.cpu_shares
+    if new.memory_limit is not None:
+        adj.memory_limit = new.memory_limit
     out.plan.extend(part.plan)
     out.host_dirs += part.host_dirs
     out.stale_facts |= part.stale_facts

@@ -1,0 +1,210 @@
+"""Memory QoS config of a pod: its class's NodeSLO `memoryQOS`, the `koordinator.sh/memoryQOS` annotation on top,
+and which fields koordlet writes for it; plus the memory requests and limits the values derive from."""
+
+# Upstream: pkg/koordlet/qosmanager/plugins/cgreconcile/cgroup_reconcile.go (getMergedPodResourceQoS,
+# mergePodResourceQoSForMemoryQoS), qosmanager/helpers (GetPodResourceQoSByQoSClass, GetKubeQoSResourceQoSByQoSClass),
+# apis/slo/v1alpha1 GetPodMemoryQoSConfig (the annotation), pkg/util (GetPodRequest, GetPodBEMemoryByteRequest-
+# IgnoreUnlimited, GetContainerMemoryByteLimit, GetContainerBatchMemoryByte{Request,Limit}).
+#
+# [quirk] upstream writes every memoryQOS field for every pod, whether its class's memoryQOS is enabled or not: a
+# disabled class carries the "None" values (min/low 0, memory.high max, wmark 0/50/0, priority 0, oom.group 0), which
+# then overwrite what kubelet set (memory.oom.group=1 on cgroup v2 since Kubernetes 1.28; min/high under kubelet's
+# MemoryQoS gate). Here a pod's fields are written only when memory QoS is asked for (docs/decisions.md): all of them
+# when its class's memoryQOS has `enable: true` or its annotation says `policy: auto`; only the fields its annotation
+# names when the class is disabled; none for `policy: none`.
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.errors import InvalidInput, PlanError
+from koordlet.qos.batchspec import BatchSpecError, spec_containers
+from koordlet.qos.state import QoSState
+from koordlet.quantity import parse_quantity
+from koordlet.states.model import PodMeta
+from koordlet.states.nodeslo import default_nodeslo_spec
+from koordlet.states.qos import QOS_BE, koord_qos_class, koord_qos_class_with_default
+
+ANNOTATION = "koordinator.sh/memoryQOS"
+POLICY_DEFAULT, POLICY_NONE, POLICY_AUTO = "default", "none", "auto"
+# memoryQOS field -> its bounds (CRD and Go API validation)
+FIELDS: dict[str, tuple[int, int]] = {
+    "minLimitPercent": (0, 100), "lowLimitPercent": (0, 100), "throttlingPercent": (0, 100),
+    "wmarkRatio": (0, 100), "wmarkScalePermill": (1, 1000), "wmarkMinAdj": (-25, 50),
+    "priorityEnable": (0, 1), "priority": (0, 12), "oomKillGroup": (0, 1),
+}
+KUBE_QOS_CLASS_KEYS = {"Guaranteed": "lsrClass", "Burstable": "lsClass", "BestEffort": "beClass"}
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """A pod's (or kube-QoS dir's) merged memoryQOS fields, and the fields koordlet writes for it."""
+
+    values: Mapping[str, int]
+    asked: frozenset[str]
+
+
+def class_config(state: QoSState, class_key: str) -> tuple[dict[str, int], bool]:
+    """(the class's memoryQOS fields, whether it is enabled) from the merged NodeSLO."""
+    block = (state.strategy().get(class_key) or {}).get("memoryQOS")
+    block = block if isinstance(block, dict) else {}
+    values = {k: v for k, v in block.items() if k in FIELDS and isinstance(v, int) and not isinstance(v, bool)}
+    return values, block.get("enable") is True
+
+
+def kube_qos_config(state: QoSState, k8s_qos: str) -> MemoryConfig:
+    """GetKubeQoSResourceQoSByQoSClass: Guaranteed (the kubepods root) -> lsrClass, Burstable -> lsClass,
+    BestEffort -> beClass."""
+    values, enabled = class_config(state, KUBE_QOS_CLASS_KEYS[k8s_qos])
+    return MemoryConfig(values, frozenset(values) if enabled else frozenset())
+
+
+def pod_config(state: QoSState, pod: PodMeta) -> tuple[MemoryConfig, PlanError | None]:
+    """The pod's merged config; a malformed annotation is reported and ignored (as upstream: node config only)."""
+    qos = koord_qos_class_with_default(pod.raw)
+    class_key = {"LSE": "lsrClass", "LSR": "lsrClass", "LS": "lsClass", "BE": "beClass",
+                 "SYSTEM": "systemClass"}.get(qos, "")
+    values, enabled = class_config(state, class_key) if class_key else ({}, False)
+    error = None
+    try:
+        policy, own = _annotation(pod)
+    except InvalidInput as e:
+        error = PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION}]", str(e), uid=pod.uid)
+        policy, own = POLICY_DEFAULT, {}
+    if policy == POLICY_NONE:
+        return MemoryConfig(values, frozenset()), error
+    asked = frozenset(FIELDS) if enabled else frozenset()
+    if policy == POLICY_AUTO:  # the default strategy's values for the pod's class
+        defaults = default_nodeslo_spec()["resourceQOSStrategy"].get(class_key, {}).get("memoryQOS", {})
+        values = {k: v for k, v in defaults.items() if k in FIELDS}
+        asked = frozenset(FIELDS)
+    merged = {**values, **own}
+    return MemoryConfig(merged, asked | frozenset(own)), error
+
+
+def _annotation(pod: PodMeta) -> tuple[str, dict[str, int]]:
+    """PodMemoryQOSConfig: `policy` plus MemoryQOS fields (null is absent); InvalidInput when malformed."""
+    annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    if text is None:
+        return POLICY_DEFAULT, {}
+    try:
+        doc = json.loads(text) if isinstance(text, str) else None
+    except ValueError as e:
+        raise InvalidInput(f"invalid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput("expected a JSON object")
+    policy = doc.get("policy") or POLICY_DEFAULT
+    if not isinstance(policy, str):
+        raise InvalidInput(f"policy: expected a string, got {policy!r}")
+    own: dict[str, int] = {}
+    for key, (lo, hi) in FIELDS.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise InvalidInput(f"{key}: {value!r} is not an integer in [{lo}, {hi}]")
+        own[key] = value
+    return policy, own
+
+
+# ---- requests and limits --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerMemory:
+    request: int  # bytes; 0 when not set
+    limit: int  # bytes; -1 when not set
+
+
+def is_be(pod: PodMeta) -> bool:
+    """GetPodQoSClassRaw == BE: the label alone decides whether batch-memory counts."""
+    return koord_qos_class(pod.raw) == QOS_BE
+
+
+def pod_request(pod: PodMeta) -> int:
+    """The pod's memory request in bytes: batch-memory requests for BE pods (absent ones ignored), else
+    resource.PodRequests (pod-level resources, else containers and init containers, plus the overhead). Raises
+    InvalidInput for a malformed quantity."""
+    spec = _obj(pod.raw.get("spec"))
+    if is_be(pod):
+        return sum(c.memory_request or 0 for c in _batch(pod).values())
+    pod_level = _obj(spec.get("resources"))
+    if "memory" in _obj(pod_level.get("requests")) or "memory" in _obj(pod_level.get("limits")):
+        total = _request(pod_level)
+    else:
+        regular = sum(_request(_obj(c.get("resources"))) for c in _list(spec.get("containers")))
+        sidecars = init_peak = 0
+        for c in _list(spec.get("initContainers")):
+            value = _request(_obj(c.get("resources")))
+            if c.get("restartPolicy") == "Always":
+                sidecars += value
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, sidecars + value)
+        total = max(regular + sidecars, init_peak)
+    return total + _bytes(_obj(spec.get("overhead")).get("memory"))
+
+
+def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMemory:
+    """A container's request and limit (batch-memory for BE pods); InvalidInput for a malformed quantity."""
+    if is_be(pod):
+        batch = _batch(pod).get(str(container.get("name", "")))
+        if batch is None:
+            return ContainerMemory(0, -1)
+        return ContainerMemory(batch.memory_request or 0,
+                               batch.memory_limit if batch.memory_limit is not None else -1)
+    resources = _obj(container.get("resources"))
+    limit = _obj(resources.get("limits")).get("memory")
+    return ContainerMemory(_request(resources), _bytes(limit) if limit is not None else -1)
+
+
+def spec_container(pod: PodMeta, name: str) -> Mapping[str, Any] | None:
+    for c in _list(_obj(pod.raw.get("spec")).get("containers")):
+        if c.get("name") == name:
+            return c
+    return None
+
+
+def _batch(pod: PodMeta) -> dict[str, Any]:
+    try:
+        return spec_containers(pod)
+    except BatchSpecError as e:
+        raise InvalidInput(str(e)) from None
+
+
+def _request(resources: Mapping[str, Any]) -> int:
+    """requests.memory, else limits.memory (the API server's defaulting), else 0."""
+    request = _obj(resources.get("requests")).get("memory")
+    return _bytes(request if request is not None else _obj(resources.get("limits")).get("memory"))
+
+
+def _bytes(value: object) -> int:
+    """Quantity.Value() (rounded up); absent is 0."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidInput(f"expected a quantity, got {value!r}")
+    return math.ceil(parse_quantity(value))
+
+
+def node_allocatable_memory(node: Mapping[str, Any] | None) -> int | None:
+    """status.allocatable.memory of the Node in bytes; None without a Node or a readable value."""
+    alloc = _obj(_obj(node).get("status")).get("allocatable")
+    try:
+        value = _obj(alloc).get("memory")
+        return _bytes(value) if value is not None else None
+    except InvalidInput:
+        return None
+
+
+def _obj(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
