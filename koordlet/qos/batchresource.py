@@ -137,11 +137,11 @@ def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: 
     who = f"batchresource: pod {pod.namespace}/{pod.name}"
     rel = pod.cgroup_dir
     if not idled:
-        out.writes.append(_shares(state, rel, pod_shares(batch), who))
+        out.writes.append(_shares(state, rel, pod_shares(batch), who, "pod"))
     quota = scale_quota(pod_quota(batch), ratio) if cfs else UNLIMITED
-    pod_quota_write = _quota(state, rel, quota, who if cfs else f"{who} (cfsQuota suppress policy)")
+    pod_quota_write = _quota(state, rel, quota, who if cfs else f"{who} (cfsQuota suppress policy)", "pod")
     out.writes.append(pod_quota_write)
-    out.writes.append(_memory(state, rel, pod_memory_limit(batch), who))
+    out.writes.append(_memory(state, rel, pod_memory_limit(batch), who, "pod"))
     containers = 0
     for c in pod.containers:
         spec = batch.container(c.name)
@@ -155,26 +155,28 @@ def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: 
 
 def _plan_container(state: QoSState, rel: str, spec: ContainerBatch, cfs: bool, ratio: float | None, who: str,
                     out: Plan) -> None:
-    out.writes.append(_shares(state, rel, container_shares(spec), who))
+    out.writes.append(_shares(state, rel, container_shares(spec), who, "container"))
     quota = scale_quota(container_quota(spec), ratio) if cfs else UNLIMITED
-    out.writes.append(_quota(state, rel, quota, who))
-    out.writes.append(_memory(state, rel, container_memory_limit(spec), who))
+    out.writes.append(_quota(state, rel, quota, who, "container"))
+    out.writes.append(_memory(state, rel, container_memory_limit(spec), who, "container"))
 
 
-def _shares(state: QoSState, rel: str, shares: int, who: str) -> Write:
+# `level`: upstream's runtime-hook reconciler level (batch_resource.go registers pod and container shares, quota and
+# memory limit)
+def _shares(state: QoSState, rel: str, shares: int, who: str, level: str) -> Write:
     value = shares if state.cgroup_version == 1 else shares_to_weight(shares)
     return Write(state.cgroup_file("cpu.shares", rel), str(value), f"{who} cpu.shares={shares}",
-                 resource="cpu.shares")
+                 resource="cpu.shares", level=level)
 
 
-def _quota(state: QoSState, rel: str, quota: int, who: str) -> Write:
+def _quota(state: QoSState, rel: str, quota: int, who: str, level: str) -> Write:
     value = str(quota) if state.cgroup_version == 1 else cpu_max(quota, CFS_BASE_PERIOD_US)
     return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, f"{who} cfs_quota={quota}",
-                 resource="cpu.cfs_quota_us")
+                 resource="cpu.cfs_quota_us", level=level)
 
 
-def _memory(state: QoSState, rel: str, limit: int, who: str) -> Write:
+def _memory(state: QoSState, rel: str, limit: int, who: str, level: str) -> Write:
     value = "max" if state.cgroup_version == 2 and limit == UNLIMITED else str(limit)
     return Write(state.cgroup_file("memory.limit_in_bytes", rel), value, f"{who} memory limit={limit}",
-                 resource="memory.limit_in_bytes")
+                 resource="memory.limit_in_bytes", level=level)
 
