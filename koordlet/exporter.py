@@ -215,7 +215,7 @@ class _InternalCollector(Collector):
                                       labels=["node"])
                 g.add_metric([node], latest.node.cpu_cores)
                 yield g
-            g = GaugeMetricFamily("koordlet_node_used_memory_bytes", "Number of memory used by node in realtime",
+            g = GaugeMetricFamily("koordlet_node_used_memory_bytes", "Memory used by node in realtime",
                                   labels=["node"])
             g.add_metric([node], latest.node.memory_bytes)
             yield g
