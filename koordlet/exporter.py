@@ -93,7 +93,8 @@ class AgentMetrics:
             "koordlet_agent_loop_cpu_seconds", "CPU time of the event-loop thread spent in an agent loop.", ["loop"],
             registry=self.internal)
         self.kubelet_request_duration = Histogram(
-            "koordlet_kubelet_request_duration_seconds", "Kubelet request latency.", ["verb", "path", "code"],
+            "koordlet_kubelet_request_duration_seconds", "kubelet http request duration in seconds",
+            ["verb", "path", "code"],
             buckets=tuple(0.001 * 4**k for k in range(7)), registry=self.internal)
         self.internal.register(_InternalCollector(self))
         # The agent's own CPU/RSS/fds (upstream's internal registry exposes Go's process collector likewise).
@@ -266,7 +267,8 @@ class _InternalCollector(Collector):
         yield n
 
     def _host_apps(self, latest: Latest) -> Iterator[Metric]:
-        g = GaugeMetricFamily("koordlet_host_application_resource_usage", "resource usage of host application",
+        g = GaugeMetricFamily("koordlet_host_application_resource_usage",
+                              "Host application resource usage collected by koordlet",
                               labels=["node", "host_application_name", "resource", "priority_class", "qos"])
         for app in latest.host_apps:
             u = latest.usage.get(("hostapp", app.name))
