@@ -28,7 +28,7 @@ from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
 from koordlet.devices.report import changed, desired
-from koordlet.errors import InvalidInput, KoordletError, PlanError
+from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
@@ -43,6 +43,7 @@ from koordlet.qos.evictor import EvictionStats, Evictor
 from koordlet.qos.evictstrategy import strategies as eviction_strategies
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
+from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.state import QoSState
 from koordlet.reporters import nrt
 from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
@@ -115,6 +116,14 @@ class Agent:
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress,
                                     evictions=self.eviction_stats)
+        self._count_node_info("cpu", bool(self.cpu_topology.cpus))  # the first node info collection
+        if self.cpu_topology.cpus:  # upstream reads the NUMA info only after the CPU info
+            self._count_node_info("numa", True)
+        if config.gate("CPUSetAllocator"):  # upstream's cpuset hook records its share pools as it parses the rule
+            self.metrics.cpuset_rule = lambda: self.cpuset_rule
+            self.metrics.per_cpu_metric = config.gate("PerCPUMetric")
+        # the QoS executor's update and reconciler latencies and CPU burst's scaled values
+        self.qos_metrics = QoSMetrics(config.node_name, self.metrics.internal, cpu_burst=config.gate("CPUBurst"))
         self.builder = NodeMetricBuilder(self.cache)
         self.predict_server = PeakPredictServer(config.prediction, self.cache, config.prediction_checkpoint_dir)
         self.state_writer = StateDirWriter(config.state_dir)
@@ -228,10 +237,33 @@ class Agent:
         return self.cache.gc(int((time.time() if now is None else now) * 1000))
 
     def refresh_node_info(self) -> None:
-        self.node.refresh_topology()
-        self.cpu_topology = CPUTopology.read(self.config.paths)
-        self.cpu_basic = read_cpu_basic_info(self.config.paths, self.cpu_topology)
-        self.numa_memory = read_numa_memory(self.config.paths)
+        """Upstream's node info collector (nodeinfo/node_info_collector.go): the CPU info, then, only when that was
+        read, the NUMA info; each counted by outcome. A read that fails or finds no online CPU keeps the last info."""
+        paths = self.config.paths
+        try:
+            topology = CPUTopology.read(paths)
+            if not topology.cpus:
+                raise HostReadError(f"no online CPU under {paths.sys('devices', 'system', 'cpu')}")
+            basic = read_cpu_basic_info(paths, topology)
+        except Exception as e:  # the readers tolerate missing files; anything else must not stop the loop
+            self.health.skip("nodeinfo", "cpu-info-failed", self.config.node_name, f"{type(e).__name__}: {e}")
+            self._count_node_info("cpu", False)
+            return
+        self.cpu_topology, self.cpu_basic = topology, basic
+        self.health.recovered("nodeinfo", "cpu-info-failed", self.config.node_name)
+        self._count_node_info("cpu", True)
+        try:
+            self.node.refresh_topology()
+            self.numa_memory = read_numa_memory(paths)
+        except Exception as e:
+            self.health.skip("nodeinfo", "numa-info-failed", self.config.node_name, f"{type(e).__name__}: {e}")
+            self._count_node_info("numa", False)
+            return
+        self.health.recovered("nodeinfo", "numa-info-failed", self.config.node_name)
+        self._count_node_info("numa", True)
+
+    def _count_node_info(self, info: str, ok: bool) -> None:
+        self.metrics.node_info_status[(info, "succeeded" if ok else "failed")] += 1
 
     # -- prediction (pkg/koordlet/prediction) -------------------------------------------------------------------
     def train_prediction(self, now: float | None = None) -> None:
@@ -383,13 +415,14 @@ class Agent:
     def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""
         if dry_run or self._qos is None:
+            metrics = None if dry_run else self.qos_metrics
             executor = Executor(self.config.paths, self.backend.version, self.health, dry_run=dry_run,
                                 audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
                                                                              "qos.jsonl"),
-                                force_seconds=self.config.resource_force_update_seconds)
+                                force_seconds=self.config.resource_force_update_seconds, observer=metrics)
             manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
                                  EventRecorder(self.health, self.config.node_name, post_event), self.health,
-                                 eviction_strategies(self.config, self.health) if dry_run else None)
+                                 metrics, evictions=eviction_strategies(self.config, self.health) if dry_run else None)
             if dry_run:
                 return manager
             self._qos = manager

@@ -40,7 +40,6 @@ UNIMPLEMENTED_GATES: dict[str, str] = {
     "MemoryEvict": "priority-based memory eviction is not implemented",
     "MemoryAllocatableEvict": "allocatable-based memory eviction is not implemented",
     "SystemConfig": "node sysctls (min_free_kbytes, ...) are not managed",
-    "PerCPUMetric": "per-CPU share-pool metrics are not exported",
     "ResctrlCollector": "resctrl LLC/MB is not collected",
     "CPICollector": "no CPI collector (perf counters)",
     "Libpfm4": "no libpfm4 CPI collector",

@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,11 +29,13 @@ from koordlet.devices.metrics import DeviceCollector, DeviceView
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.predictor import Outcome
+from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
 from koordlet.quantity import parse_quantity
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
+from koordlet.states.cpupools import CPUSetError, SharePool, parse_cpuset
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,11 @@ class AgentMetrics:
     evictions: EvictionStats | None = None  # the eviction strategies' koordlet_pod_eviction{,_detail}
     device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
     prediction: Outcome | None = None  # the last NodeMetric report's Prod reclaimable prediction
+    # gate CPUSetAllocator: the runtime hook's cpuset rule (share pools from the NRT loop), None until computed
+    cpuset_rule: Callable[[], CPUSetRule | None] | None = None
+    per_cpu_metric: bool = False  # gate PerCPUMetric: the share pools' CPUs one series each
+    # (info, status) → count: the node info collections (`cpu`/`numa`, `succeeded`/`failed`), Agent.refresh_node_info
+    node_info_status: Tally[tuple[str, str]] = field(default_factory=Tally)
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
 
@@ -87,7 +95,8 @@ class AgentMetrics:
             "koordlet_agent_loop_cpu_seconds", "CPU time of the event-loop thread spent in an agent loop.", ["loop"],
             registry=self.internal)
         self.kubelet_request_duration = Histogram(
-            "koordlet_kubelet_request_duration_seconds", "Kubelet request latency.", ["verb", "path", "code"],
+            "koordlet_kubelet_request_duration_seconds", "kubelet http request duration in seconds",
+            ["verb", "path", "code"],
             buckets=tuple(0.001 * 4**k for k in range(7)), registry=self.internal)
         self.internal.register(_InternalCollector(self))
         # The agent's own CPU/RSS/fds (upstream's internal registry exposes Go's process collector likewise).
@@ -105,6 +114,18 @@ class AgentMetrics:
         if which == "external":
             return render_text(self.external)
         return render_text(self.internal) + render_text(self.external)
+
+
+class GoCounterFamily(Metric):
+    """A counter exposed as upstream's Go client exposes it: samples (and the TYPE line) named without `_total`, so
+    upstream's queries and dashboards find the same series (prometheus_client would add the suffix)."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, "counter")
+        self._labelnames = tuple(labels)
+
+    def add_metric(self, labels: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
 
 
 class _Families(Collector):
@@ -130,9 +151,7 @@ def render_text(registry: CollectorRegistry) -> bytes:
     pending: list[Metric] = []  # consecutive families left to generate_latest, rendered in order
     label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
     for fam in registry.collect():
-        # a counter with samples named as the family (no `_total`) is an upstream Go counter: as Go writes it
-        text = _gauge_text(fam, label_text) if fam.type == "gauge" or (fam.type == "counter" and fam.samples) \
-            else None
+        text = _gauge_text(fam, label_text) if fam.type == "gauge" or isinstance(fam, GoCounterFamily) else None
         if text is None:
             pending.append(fam)
             continue
@@ -152,7 +171,7 @@ def _escape_label_value(v: str) -> str:
 
 
 def _gauge_text(fam: Metric, label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str]) -> str | None:
-    """One gauge family (or Go-named counter) as text, or None when a sample needs generate_latest's general path."""
+    """One gauge (or GoCounterFamily) family as text, or None when a sample needs generate_latest's general path."""
     name = fam.name
     if not _LEGACY_NAME.match(name):
         return None
@@ -184,12 +203,14 @@ def _gauge_text(fam: Metric, label_text: dict[tuple[tuple[str, ...], tuple[str, 
 class _InternalCollector(Collector):
     def __init__(self, m: AgentMetrics) -> None:
         self.m = m
+        self._pools: tuple[CPUSetRule, tuple[list[int], list[int]]] | None = None  # a rule, its LS and BE pools' CPUs
 
     def collect(self) -> Iterator[Metric]:
         m, node = self.m, self.m.node_name
         g = GaugeMetricFamily("koordlet_start_time", "the start time of koordlet", labels=["node"])
         g.add_metric([node], m.start_time)
         yield g
+        yield from _node_info_families(node, m.node_info_status)
         latest = m.latest
         if latest.node is not None:
             if latest.node.cpu_cores is not None:
@@ -197,7 +218,7 @@ class _InternalCollector(Collector):
                                       labels=["node"])
                 g.add_metric([node], latest.node.cpu_cores)
                 yield g
-            g = GaugeMetricFamily("koordlet_node_used_memory_bytes", "Number of memory used by node in realtime",
+            g = GaugeMetricFamily("koordlet_node_used_memory_bytes", "Memory used by node in realtime",
                                   labels=["node"])
             g.add_metric([node], latest.node.memory_bytes)
             yield g
@@ -211,6 +232,28 @@ class _InternalCollector(Collector):
         if m.evictions is not None:
             yield from _eviction_families(node, m.evictions)
         yield from _predicted_families(node, m.prediction)
+        if m.cpuset_rule is not None:
+            yield from self._cpuset(m.cpuset_rule())
+
+    def _cpuset(self, rule: CPUSetRule | None) -> Iterator[Metric]:
+        """Upstream metrics/cpu_cpuset.go, set by the cpuset hook's rule parse (hooks/cpuset/rule.go parseRule):
+        how many CPUs the LS and BE share pools hold and, with gate PerCPUMetric, which (parsed once per rule)."""
+        node = self.m.node_name
+        if rule is not None and (self._pools is None or self._pools[0] is not rule):
+            self._pools = (rule, (_pool_cpus(rule.share_pools), _pool_cpus(rule.be_share_pools)))
+        pools = self._pools[1] if rule is not None and self._pools is not None else None
+        for i, (name, doc) in enumerate(_POOL_CORES):
+            g = GaugeMetricFamily(name, doc, labels=["node"])
+            if pools is not None:
+                g.add_metric([node], len(pools[i]))
+            yield g
+        if not self.m.per_cpu_metric:
+            return
+        for i, (name, doc) in enumerate(_POOL_INFO):
+            g = GaugeMetricFamily(name, doc, labels=["node", "cpu"])
+            for cpu in pools[i] if pools is not None else ():
+                g.add_metric([node, str(cpu)], 1.0)
+            yield g
 
     def _bpf_programs(self) -> Iterator[Metric]:
         """The agent's own eBPF cost (fdinfo run_time_ns/run_cnt while the agent holds bpf stats on)."""
@@ -228,7 +271,8 @@ class _InternalCollector(Collector):
         yield n
 
     def _host_apps(self, latest: Latest) -> Iterator[Metric]:
-        g = GaugeMetricFamily("koordlet_host_application_resource_usage", "resource usage of host application",
+        g = GaugeMetricFamily("koordlet_host_application_resource_usage",
+                              "Host application resource usage collected by koordlet",
                               labels=["node", "host_application_name", "resource", "priority_class", "qos"])
         for app in latest.host_apps:
             u = latest.usage.get(("hostapp", app.name))
@@ -276,6 +320,38 @@ class _InternalCollector(Collector):
             yield fam
 
 
+def _pool_cpus(pools: Iterable[SharePool]) -> list[int]:
+    """The CPUs of the pools, in pool order; a pool whose cpuset does not parse is skipped (as upstream)."""
+    out: list[int] = []
+    for pool in pools:
+        try:
+            out += parse_cpuset(pool.cpuset)
+        except CPUSetError:
+            continue
+    return out
+
+
+# (name, help) of the LS then the BE share pool's families (upstream metrics/cpu_cpuset.go)
+_POOL_CORES = (("koordlet_cpuset_share_pool_cpu_cores", "Number of share pool cores"),
+               ("koordlet_cpuset_be_share_pool_cpu_cores", "Number of be share pool cores"))
+_POOL_INFO = (("koordlet_cpuset_share_pool_info", "CPUSet share pool info, means this cpu id is in cpuset share pool"),
+              ("koordlet_cpuset_be_share_pool_info",
+               "CPUSet be share pool info, means this cpu id is in cpuset be share pool"))
+_NODE_INFO = (("cpu", "koordlet_collect_node_cpu_info_status", "the count of CollectNodeCPUInfo status"),
+              ("numa", "koordlet_collect_node_numa_info_status", "the count of CollectNodeNUMAInfo status"))
+
+
+def _node_info_families(node: str, counts: Tally[tuple[str, str]]) -> Iterator[Metric]:
+    """Upstream metrics/common.go: each node info collection by outcome (nodeinfo/node_info_collector.go)."""
+    for info, name, doc in _NODE_INFO:
+        c = GoCounterFamily(name, doc, ["node", "status"])
+        for status in ("succeeded", "failed"):
+            n = counts.get((info, status))
+            if n:
+                c.add_metric([node, status], n)
+        yield c
+
+
 def _suppress_families(node: str, s: SuppressStatus) -> Iterator[Metric]:
     """Upstream metrics/cpu_suppress.go; a series appears once the planner first set it (a GaugeVec child)."""
     g = GaugeMetricFamily("koordlet_be_suppress_cpu_cores", "Number of cores suppress by koordlet",
@@ -294,8 +370,8 @@ def _suppress_families(node: str, s: SuppressStatus) -> Iterator[Metric]:
 
 
 def _eviction_families(node: str, stats: EvictionStats) -> Iterator[Metric]:
-    """Upstream metrics/common.go PodEviction and internal_metrics.go PodEvictionDetail (GC'd after 5 min): Go
-    counters, so the samples keep the family's name (no `_total`); a family without a series is not written."""
+    """Upstream metrics/common.go PodEviction and internal_metrics.go PodEvictionDetail (GC'd after 5 min), Go-named
+    counters; a family without a series is not written."""
     total, detail = stats.snapshot()
     for name, doc, series in (
             ("koordlet_pod_eviction", "Number of eviction launched by koordlet",
@@ -305,9 +381,10 @@ def _eviction_families(node: str, stats: EvictionStats) -> Iterator[Metric]:
               for (ns, pod, r), v in sorted(detail.items())])):
         if not series:
             continue
-        fam = CounterMetricFamily(name, doc, labels=list(series[0][0]))
+        keys = list(series[0][0])
+        fam = GoCounterFamily(name, doc, labels=keys)
         for labels, value in series:
-            fam.add_sample(name, labels, value)  # not add_metric: that names the sample <name>_total
+            fam.add_metric([labels[k] for k in keys], value)
         yield fam
 
 

@@ -140,6 +140,8 @@ _TYPE_SUFFIX = {"counter": "_total"}
 
 def _families(registry: CollectorRegistry) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
     """(name as exposed, type, help, label names) of every family a registry can expose, samples or not."""
+    from koordlet.exporter import GoCounterFamily
+
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
             kind = str(collector._type)
@@ -148,9 +150,7 @@ def _families(registry: CollectorRegistry) -> Iterator[tuple[str, str, str, tupl
             continue
         for fam in collector.collect():
             labels = tuple(getattr(fam, "_labelnames", ()))
-            # a family whose samples carry its own name is an upstream Go counter (no `_total`)
-            go_named = bool(fam.samples) and all(s.name == fam.name for s in fam.samples)
-            suffix = "" if go_named else _TYPE_SUFFIX.get(fam.type, "")
+            suffix = "" if isinstance(fam, GoCounterFamily) else _TYPE_SUFFIX.get(fam.type, "")
             yield fam.name + suffix, fam.type, fam.documentation, labels
 
 
@@ -164,6 +164,7 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
     from koordlet.nri.metrics import NriMetrics
     from koordlet.podresources.metrics import ProxyMetrics
     from koordlet.qos.cpusuppress import SuppressStatus
+    from koordlet.qos.metrics import QoSMetrics
 
     latest = Latest(node=SimpleNamespace(cpu_cores=1.0, memory_bytes=1))  # type: ignore[arg-type]
     m = AgentMetrics("node", Health(), latest, MetricCache(lambda _: 60.0),
@@ -179,6 +180,10 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
         m.evictions.record("ns", "pod", "evicted")  # Go counter families exist once they have a series
     if "Accelerators, RDMADevices" in parts:
         m.device_view = DeviceView
+    if "CPUSetAllocator" in parts or "PerCPUMetric" in parts:
+        m.cpuset_rule = lambda: None
+        m.per_cpu_metric = "PerCPUMetric" in parts
+    QoSMetrics("node", m.internal, cpu_burst="CPUBurst" in parts)
     regs = [m.internal, m.external]
     if "--enable-nri-runtime-hook" in parts:
         regs.append(CollectorRegistry(auto_describe=False))
@@ -189,8 +194,8 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
     return regs
 
 
-OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "NodeMetricPromMetrics", "BEMemoryEvict, BECPUEvict",
-                  "Accelerators, RDMADevices",
+OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "CPUSetAllocator", "PerCPUMetric", "CPUBurst",
+                  "NodeMetricPromMetrics", "BEMemoryEvict, BECPUEvict", "Accelerators, RDMADevices",
                   "--enable-nri-runtime-hook", "PodResourcesProxy")
 # families always present whose series need a gate (their families are built regardless)
 _SERIES_GATES = {"koordlet_pod_psi": "PSICollector", "koordlet_container_psi": "PSICollector"}
@@ -205,7 +210,7 @@ def metric_catalogue() -> dict[str, tuple[str, str, tuple[str, ...], str]]:
     out = {n: (*v, _SERIES_GATES.get(n, "")) for n, v in base.items()}
     for part in OPTIONAL_PARTS:
         for n, v in collect({part}).items():
-            if n not in base:
+            if n not in out:  # the first part that shows it (PerCPUMetric's series need CPUSetAllocator too)
                 out[n] = (*v, part)
     return dict(sorted(out.items()))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,112 @@ def test_render_text_is_byte_identical_to_prometheus_client() -> None:
     reg.register(Fams())
     Histogram("h", "a histogram", buckets=(0.1, 1.0), registry=reg).observe(0.5)
     assert render_text(reg) == generate_latest(reg)
+
+
+def _text(agent: Agent) -> str:
+    return agent.metrics.render("internal").decode()
+
+
+def test_node_info_collections_are_counted_under_upstreams_counter_names(tmp_path: Path) -> None:
+    """Upstream's node info collector counts each CPU and NUMA info collection by outcome; the series keep Go's
+    names (no `_total`). A collection that finds no CPU fails, keeps the last info and skips the NUMA part."""
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()
+    agent = _agent(tmp_path, host, [])
+    agent.refresh_node_info()
+    text = _text(agent)
+    for info in ("cpu", "numa"):
+        assert f"# TYPE koordlet_collect_node_{info}_info_status counter\n" in text
+        assert f'koordlet_collect_node_{info}_info_status{{node="n1",status="succeeded"}} 2.0\n' in text
+    assert "_info_status_total" not in text and 'status="failed"' not in text
+
+    online = host.root / "sys/devices/system/cpu/online"
+    saved = online.read_text()
+    shutil.rmtree(host.root / "sys/devices/system/cpu")
+    agent.refresh_node_info()
+    text = _text(agent)
+    assert 'koordlet_collect_node_cpu_info_status{node="n1",status="failed"} 1.0\n' in text
+    assert 'koordlet_collect_node_numa_info_status{node="n1",status="succeeded"} 2.0\n' in text  # not collected
+    assert 'koordlet_collect_node_numa_info_status{node="n1",status="failed"}' not in text
+    assert [c.id for c in agent.cpu_topology.cpus] == [0, 1, 2, 3]  # the last info stays
+    host.write_cpu_topology()
+    assert online.read_text() == saved
+    agent.refresh_node_info()
+    assert 'koordlet_collect_node_cpu_info_status{node="n1",status="succeeded"} 3.0\n' in _text(agent)
+    # the prometheus text parser reads them as counters
+    fams = {f.name: f for f in text_string_to_metric_families(_text(agent))}
+    assert fams["koordlet_collect_node_cpu_info_status"].type == "counter"
+
+
+def _lsr_pod(name: str, uid: str, cpuset: str) -> dict[str, Any]:
+    pod = make_pod(name, uid, "Guaranteed", labels={"koordinator.sh/qosClass": "LSR"})
+    pod["metadata"]["annotations"] = {  # type: ignore[index]
+        "scheduling.koordinator.sh/resource-status": f'{{"cpuset": "{cpuset}"}}'}
+    return pod
+
+
+def test_cpuset_share_pools_follow_the_rule_and_per_cpu_series_need_their_gate(tmp_path: Path) -> None:
+    """Upstream cpu_cpuset.go as the cpuset hook's rule sets it: the LS and BE share pools' sizes (gate
+    CPUSetAllocator, on) and, with gate PerCPUMetric, one series per CPU, reset with each rule."""
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()  # NUMA 0: CPUs 0-1, NUMA 1: 2-3
+    lsr = _lsr_pod("lsr", UID, "0-1")
+    for d in "abc":
+        (tmp_path / d).mkdir()
+    plain = _agent(tmp_path / "a", host, [lsr])
+    per_cpu = _agent(tmp_path / "b", host, [lsr], gates="PerCPUMetric=true")
+    off = _agent(tmp_path / "c", host, [lsr], gates="CPUSetAllocator=false,PerCPUMetric=true")
+    assert "koordlet_cpuset_share_pool_cpu_cores" not in _samples(plain)  # no rule computed yet
+    assert "# TYPE koordlet_cpuset_share_pool_cpu_cores gauge" in _text(plain)
+    for a in (plain, per_cpu, off):
+        a.nrt_status()
+    for a in (plain, per_cpu):
+        s = _samples(a)
+        [ls] = s["koordlet_cpuset_share_pool_cpu_cores"]
+        [be] = s["koordlet_cpuset_be_share_pool_cpu_cores"]
+        assert ls.labels == {"node": "n1"} and ls.value == 2  # the LSR pod's CPUs left the LS pool
+        assert be.value == 4  # BE pools keep LSR CPUs (upstream: only LSE pods leave them)
+    assert "koordlet_cpuset_share_pool_info" not in _text(plain)
+    s = _samples(per_cpu)
+    assert sorted((x.labels["cpu"], x.value) for x in s["koordlet_cpuset_share_pool_info"]) == [("2", 1), ("3", 1)]
+    assert sorted(x.labels["cpu"] for x in s["koordlet_cpuset_be_share_pool_info"]) == ["0", "1", "2", "3"]
+    assert s["koordlet_cpuset_share_pool_info"][0].labels.keys() == {"node", "cpu"}
+    assert "koordlet_cpuset_share_pool" not in _text(off)  # the hook's gate is off: no rule is parsed
+
+    # the LSR pod leaves: a new rule, the per-CPU series as the new pools say (no stale CPU)
+    (tmp_path / "b" / "pods" / "lsr.yaml").unlink()
+    per_cpu.sync_pods()
+    per_cpu.nrt_status()
+    s = _samples(per_cpu)
+    assert s["koordlet_cpuset_share_pool_cpu_cores"][0].value == 4
+    assert sorted(x.labels["cpu"] for x in s["koordlet_cpuset_share_pool_info"]) == ["0", "1", "2", "3"]
+
+
+def test_the_agents_qos_pass_feeds_the_update_and_reconciler_histograms(tmp_path: Path) -> None:
+    """Wired in the agent: the CPUSetAllocator pass on an LSR pod (cpuset and unset quota) lands in upstream's
+    histograms on /metrics; a steady pass (cached writes) adds nothing."""
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()
+    agent = _agent(tmp_path, host, [_lsr_pod("lsr", UID, "0-1")])
+    [pod] = agent.pods.pods
+    for rel in (pod.cgroup_dir, str(pod.containers[0].cgroup_dir)):
+        host.write_cgroup(rel, SimCgroup())
+        (host.cgroup_root() / "cpuset" / rel / "cpuset.cpus").write_text("0-3\n")
+        (host.cgroup_root() / "cpu" / rel / "cpu.cfs_quota_us").write_text("200000\n")
+    agent.nrt_status()
+    results = agent.qos_manager().reconcile(agent.qos_state())
+    written = [r for r in results if r.result == "written"]
+    assert len(written) == 3, results  # the container's cpuset, the pod's and the container's quota
+
+    def counts() -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+        fams = {f.name: f for f in text_string_to_metric_families(agent.metrics.render().decode())}
+        return {name: {frozenset(s.labels.items()): s.value for s in fams[name].samples if s.name == name + "_count"}
+                for name in ("koordlet_resource_update_duration_milliseconds",
+                             "koordlet_runtime_hook_reconciler_invoked_duration_milliseconds")}
+
+    want = {"koordlet_resource_update_duration_milliseconds": {
+                frozenset({("type", "cgroup"), ("status", "success")}): 3.0},
+            "koordlet_runtime_hook_reconciler_invoked_duration_milliseconds": {
+                frozenset({("node", "n1"), ("level", lvl), ("resource_type", res), ("status", "succeeded")}): 1.0
+                for lvl, res in (("container", "cpuset.cpus"), ("pod", "cpu.cfs_quota_us"),
+                                 ("container", "cpu.cfs_quota_us"))}}
+    assert counts() == want
+    agent.qos_manager().reconcile(agent.qos_state())
+    assert counts() == want

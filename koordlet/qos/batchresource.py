@@ -133,7 +133,7 @@ def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: 
     who = f"batchresource: pod {pod.namespace}/{pod.name}"
     values = pod_values(batch, cfs_quota=cfs, ratio=ratio)
     writes = cgroup_writes(state.cgroup_version, state.paths, pod.cgroup_dir, values,
-                           who if cfs else f"{who} (cfsQuota suppress policy)", shares=not idled)
+                           who if cfs else f"{who} (cfsQuota suppress policy)", shares=not idled, level="pod")
     out.writes += writes
     containers = 0
     for c in pod.containers:
@@ -143,25 +143,28 @@ def _plan_pod(state: QoSState, pod: PodMeta, batch: PodBatch, cfs: bool, ratio: 
         containers += 1
         out.writes += cgroup_writes(state.cgroup_version, state.paths, c.cgroup_dir,
                                     container_values(spec, cfs_quota=cfs, ratio=ratio),
-                                    f"{who} container {c.name}")
+                                    f"{who} container {c.name}", level="container")
     if state.cgroup_version == 1 and values.quota != UNLIMITED and containers:
         # see the module notes: v1 quota order without reading the files
         out.writes.append(next(w for w in writes if w.resource == "cpu.cfs_quota_us"))
 
 
 def cgroup_writes(version: int, paths: HostPaths, rel: str, values: BatchValues, who: str, *,
-                  shares: bool = True) -> list[Write]:
+                  shares: bool = True, level: str | None = None) -> list[Write]:
     """cpu.shares (unless `shares` is False), the CFS quota and the memory limit of one cgroup dir, in the cgroup
-    version's files and units; what the RunPodSandbox hook writes at the pod's dir too."""
+    version's files and units; what the RunPodSandbox hook writes at the pod's dir too. `level`: upstream's
+    runtime-hook reconciler level of the write (batch_resource.go registers pod and container ones), for the
+    reconciler latency metric; the hook's own writes carry none."""
     out = []
     if shares:
         value = values.shares if version == 1 else shares_to_weight(values.shares)
         out.append(Write(resource_path(version, paths, "cpu.shares", rel), str(value),
-                         f"{who} cpu.shares={values.shares}", resource="cpu.shares"))
+                         f"{who} cpu.shares={values.shares}", resource="cpu.shares", level=level))
     quota = str(values.quota) if version == 1 else cpu_max(values.quota, CFS_BASE_PERIOD_US)
     out.append(Write(resource_path(version, paths, "cpu.cfs_quota_us", rel), quota,
-                     f"{who} cfs_quota={values.quota}", resource="cpu.cfs_quota_us"))
+                     f"{who} cfs_quota={values.quota}", resource="cpu.cfs_quota_us", level=level))
     memory = "max" if version == 2 and values.memory_limit == UNLIMITED else str(values.memory_limit)
     out.append(Write(resource_path(version, paths, "memory.limit_in_bytes", rel), memory,
-                     f"{who} memory limit={values.memory_limit}", resource="memory.limit_in_bytes"))
+                     f"{who} memory limit={values.memory_limit}", resource="memory.limit_in_bytes",
+                     level=level))
     return out

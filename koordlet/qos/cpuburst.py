@@ -42,12 +42,13 @@ from koordlet.qos.cpuburst_facts import new_memory as new_memory  # the manager 
 from koordlet.qos.cpuburst_facts import read_facts as read_facts  # the manager calls module.read_facts/module.plan
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
-from koordlet.states.model import PodMeta
+from koordlet.states.model import ContainerMeta, PodMeta
 
 CAP_CPU_BURST = "cpu-burst"
 SCALE_UP, SCALE_DOWN = 1.2, 0.8  # cfsIncreaseStep, cfsDecreaseStep
 
 Operation = Literal["up", "down", "remain", "reset"]
+Note = tuple[str, tuple[str, ...], float]  # Write.note: the container's scaled value for koordlet/qos/metrics.py
 
 
 def report_capabilities(health: Health, facts: BurstFacts) -> None:
@@ -123,7 +124,8 @@ def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str,
         if cap > 0:
             value = min(value, cap)  # the kernel's bound, see the module notes
         total += value
-        out.writes.append(_burst(state, c.cgroup_dir, value, f"{who} container {c.name}"))
+        out.writes.append(_burst(state, c.cgroup_dir, value, f"{who} container {c.name}",
+                                 ("cfs_burst_us", _labels(pod, c), float(value))))
     out.writes.append(_burst(state, pod.cgroup_dir, total, who))
 
 
@@ -148,7 +150,8 @@ def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, 
         if target == now.quota:
             continue
         write = _quota(state, c.cgroup_dir, target, now.period,
-                       f"{who} container {c.name} {op}: cfs_quota {now.quota} -> {target}")
+                       f"{who} container {c.name} {op}: cfs_quota {now.quota} -> {target}",
+                       ("cfs_quota_us", _labels(pod, c), float(target)))
         if target > now.quota:
             grow.append(write)
             up += target - now.quota
@@ -167,11 +170,16 @@ def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, 
                                  f"{who} cfs_quota -> {pod_quota + up + down} (containers shrink)"))
 
 
-def _burst(state: QoSState, rel: str, value: int, who: str) -> Write:
+def _labels(pod: PodMeta, c: ContainerMeta) -> tuple[str, str, str, str]:
+    """The scaled-value gauges' labels after `node` (upstream cpu_burst.go RecordContainerScaledCFS*)."""
+    return pod.namespace, pod.name, c.container_id, c.name
+
+
+def _burst(state: QoSState, rel: str, value: int, who: str, note: Note | None = None) -> Write:
     return Write(state.cgroup_file("cpu.cfs_burst_us", rel), str(value), f"{who} cfs_burst_us={value}",
-                 resource="cpu.cfs_burst_us")
+                 resource="cpu.cfs_burst_us", note=note)
 
 
-def _quota(state: QoSState, rel: str, quota: int, period: int | None, reason: str) -> Write:
+def _quota(state: QoSState, rel: str, quota: int, period: int | None, reason: str, note: Note | None = None) -> Write:
     value = str(quota) if state.cgroup_version == 1 else cpu_max(quota, period or CFS_BASE_PERIOD_US)
-    return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, reason, resource="cpu.cfs_quota_us")
+    return Write(state.cgroup_file("cpu.cfs_quota_us", rel), value, reason, resource="cpu.cfs_quota_us", note=note)

@@ -407,9 +407,10 @@ def _pod_values(rule: Rule, pods: Iterable[PodMeta], out: Plan) -> dict[str, tup
     return values
 
 
-def _bvt(state: QoSState, rel: str, value: int, reason: str) -> Write:
+def _bvt(state: QoSState, rel: str, value: int, reason: str, level: str | None = None) -> Write:
+    """`level`: upstream's reconciler level where it has one (bvt.go registers kube-QoS and pod dirs only)."""
     return Write(state.cgroup_file("cpu.bvt_warp_ns", rel), str(value), f"cpuqos: {reason} bvt={value}",
-                 resource="cpu.bvt_warp_ns")
+                 resource="cpu.bvt_warp_ns", level=level)
 
 
 def _sysctl(state: QoSState, name: str, value: int, reason: str) -> Write:
@@ -433,13 +434,13 @@ def _plan_bvt(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapping[s
     for qos in _KUBE_QOS:
         value = rule.kube_dir[qos]
         if value is not None:
-            out.writes.append(_bvt(state, state.qos_dir(qos), value, f"kube-QoS {qos.value}"))
+            out.writes.append(_bvt(state, state.qos_dir(qos), value, f"kube-QoS {qos.value}", "kubeqos"))
     for rel, (pod, value) in values.items():
         # Containers inherit the pod's bvt; they are written too so that disabling resets the whole subtree.
         # [quirk] upstream's rule callback ignores the annotation here (only its hook and pod reconciler apply it,
         # so the two alternate); we write the annotated value at both levels.
         who = f"pod {pod.namespace}/{pod.name}"
-        out.writes.append(_bvt(state, rel, value, who))
+        out.writes.append(_bvt(state, rel, value, who, "pod"))
         out.writes.extend(_bvt(state, c, value, f"{who} container") for c in facts.children.get(rel, ()))
     for qos in _KUBE_QOS:
         dir_value = rule.kube_dir[qos]
@@ -508,9 +509,11 @@ def idled_pods(state: QoSState, mechanism: Mechanism, *, group_identity: bool = 
     return frozenset(rel for rel, (pod, value) in values.items() if _idles(pod, value))
 
 
-def _idle(state: QoSState, rel: str, idle: int, reason: str, restore_shares: int | None, out: Plan) -> None:
+def _idle(state: QoSState, rel: str, idle: int, reason: str, restore_shares: int | None, out: Plan,
+          level: str | None = None) -> None:
     path = state.cgroup_file("cpu.idle", rel)
-    out.writes.append(Write(path, str(idle), f"cpuqos: {reason} -> cpu.idle={idle}", resource="cpu.idle"))
+    out.writes.append(Write(path, str(idle), f"cpuqos: {reason} -> cpu.idle={idle}", resource="cpu.idle",
+                            level=level))
     if idle == 0 and restore_shares is not None:
         # Leaving idle resets the group's weight to 1024 (kernel sched_group_set_idle); put back kubelet's value,
         # only when the cpu.idle write above changed the file (if_changed), i.e. the cgroup was idle.
@@ -532,7 +535,7 @@ def _plan_core_sched(state: QoSState, facts: CPUQoSFacts, rule: Rule, out: Plan)
         value = rule.dir_idle[qos]
         if value is not None:
             _idle(state, state.qos_dir(qos), value, f"coreSched kube-QoS {qos.value}",
-                  CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None, out)
+                  CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None, out, "kubeqos")
     if rule.core_sched_enable and facts.group_identity_sysctl is not None:
         # coresched initSystem: group identity off before core scheduling is used (spec §2.5)
         out.writes.append(_sysctl(state, SYSCTL_GROUP_IDENTITY, 0, "group identity off for core scheduling"))

@@ -242,7 +242,8 @@ def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disa
     status = resource_status(_annotations(pod))
     running = [c.cgroup_dir for c in pod.containers if c.running and c.cgroup_dir]
     sandbox = facts.sandboxes.get(pod.uid)
-    dirs = [*running, *([sandbox] if sandbox else [])]
+    # (dir, upstream's reconciler level: cpuset.go registers container and sandbox cpuset, pod/sandbox/container quota)
+    dirs = [*((d, "container") for d in running), *([(sandbox, "sandbox")] if sandbox else [])]
     if not dirs:
         return
     qos = koord_qos_class(pod.raw)  # the raw label: PodMeta.koord_qos falls back to the kube QoS
@@ -254,16 +255,16 @@ def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disa
             raise InvalidInput(f"cpuset {value!r}: {e}") from None
         if cpus:
             reason = f"CPUSetAllocator: pod {pod.namespace}/{pod.name} cpuset {cpus}"
-            out.writes += [Write(state.cgroup_file("cpuset.cpus", d), cpus, reason, resource="cpuset.cpus")
-                           for d in dirs]
+            out.writes += [Write(state.cgroup_file("cpuset.cpus", d), cpus, reason, resource="cpuset.cpus",
+                                 level=level) for d, level in dirs]
     cpuset_pod = qos in (QOS_LSE, QOS_LSR) or (qos == QOS_NONE and bool(status.cpuset))
     if disable_unset_cpu_quota or not cpuset_pod or not unset_quota(status):
         return
     quota = "-1" if state.cgroup_version == 1 else cpu_max(-1, CFS_BASE_PERIOD_US)
     reason = f"CPUSetAllocator: pod {pod.namespace}/{pod.name} has a cpuset, no CFS quota"
-    for d in (pod.cgroup_dir, *dirs):
+    for d, level in ((pod.cgroup_dir, "pod"), *dirs):
         out.writes.append(Write(state.cgroup_file("cpu.cfs_quota_us", d), quota, reason,
-                                resource="cpu.cfs_quota_us"))
+                                resource="cpu.cfs_quota_us", level=level))
 
 
 def _annotations(pod: PodMeta) -> Mapping[str, Any]:

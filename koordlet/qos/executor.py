@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from koordlet.errors import InvalidInput
 from koordlet.health import Health
@@ -30,6 +31,12 @@ _MS_RELATIME = 1 << 21
 AUDIT_MAX_BYTES = 16 << 20  # upstream --audit-max-disk-space-mb default; one rotated file is kept
 
 
+class UpdateObserver(Protocol):
+    """Told of every write the executor carried out or tried (not of cached, dry-run, rmdir or mount ones)."""
+
+    def updated(self, write: Write, kind: str, result: str, seconds: float) -> None: ...
+
+
 @dataclass(frozen=True)
 class Result:
     write: Write
@@ -40,8 +47,9 @@ class Result:
 class Executor:
     def __init__(self, paths: HostPaths, cgroup_version: int, health: Health, *, audit_path: str | None = None,
                  dry_run: bool = False, force_seconds: float = FORCE_UPDATE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, observer: UpdateObserver | None = None) -> None:
         self.paths = paths
+        self.observer = observer
         self.version = cgroup_version
         self.health = health
         self.audit_path = audit_path
@@ -53,6 +61,7 @@ class Executor:
         self._pruned = clock()
         self._roots = tuple(sorted({os.path.join(os.path.normpath(r), "") for r in (
             paths.cgroup_root, paths.sys_fs_root, paths.proc_root, paths.sys_root)}, key=len, reverse=True))
+        self._cgroup_root = os.path.join(os.path.normpath(paths.cgroup_root), "")
 
     # -- public ----------------------------------------------------------------------------------------------
     def apply(self, plan: Plan) -> list[Result]:
@@ -113,6 +122,26 @@ class Executor:
         if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
                 and now - cached[1] < self.force_seconds:
             return Result(w, "cached")  # this very value passed validation when it was cached
+        observer = self.observer
+        if observer is None or self.dry_run or w.op in ("rmdir", "mount"):
+            return self._update(w, now)
+        # upstream times each update it carries out (executor.go update/updateByCache), not its cache hits
+        started = time.perf_counter()
+        r = self._update(w, now)
+        observer.updated(w, self._kind(w), r.result, time.perf_counter() - started)
+        return r
+
+    def _kind(self, w: Write) -> str:
+        """Upstream's updater name (resourceexecutor updater.go, resctrl_updater.go): `cgroup` for cgroup files,
+        `resctrl-schema` for schemata lines, `default` for the rest (resctrl groups and tasks, sysctls)."""
+        if w.op == "write":
+            if w.path.startswith(self._cgroup_root):
+                return "cgroup"
+            if os.path.basename(w.path) == "schemata":
+                return "resctrl-schema"
+        return "default"
+
+    def _update(self, w: Write, now: float) -> Result:
         problem = self._validate(w)
         if problem:
             return self._invalid(w, problem)

@@ -24,6 +24,7 @@ from koordlet.health import Health
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictstrategy import EvictStrategy
 from koordlet.qos.executor import Executor, Result
+from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
@@ -79,9 +80,10 @@ def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> 
 
 class QoSManager:
     def __init__(self, features: list[Feature], executor: Executor, events: EventRecorder, health: Health,
-                 evictions: list[EvictStrategy] | None = None) -> None:
+                 metrics: QoSMetrics | None = None, *, evictions: list[EvictStrategy] | None = None) -> None:
         self.features = features
         self.evictions = evictions or []  # shown by a dry run only: the daemon runs them in their own loops
+        self.metrics = metrics  # the executor's observer, pruned here when the pods change
         self.executor = executor
         self.events = events
         self.health = health
@@ -91,6 +93,7 @@ class QoSManager:
         # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
         self.steady = SteadyFacts(executor.force_seconds, executor.clock)
         self._last: dict[str, tuple[int, Any, Plan]] = {}  # feature -> (steady generation, facts, its plan)
+        self._retained = -1  # the steady generation the metrics were last pruned at
 
     def plan(self, state: QoSState) -> Plan:
         """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once).
@@ -138,6 +141,9 @@ class QoSManager:
             again = self.plan(state)
             results += self.executor.apply(again)
             plan = Plan(plan.writes + again.writes, again.errors, again.evictions)
+        if self.metrics is not None and self._retained != self.steady.generation:
+            self._retained = self.steady.generation
+            self.metrics.retain(state.pods)
         for err in plan.errors:
             self.events.report(err)
         if report is not None:

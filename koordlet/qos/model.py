@@ -32,6 +32,11 @@ class Write:
     - `if_changed`: the path of a write earlier in the same plan; this one is made only when that one changed its
       file (or would, in a dry run): a repair of the kernel's side effect of that change (cpu.shares after cpu.idle
       1 -> 0), which therefore needs no fact about the file's current content.
+    - `level`: where upstream does this write with a runtime-hook reconciler, its level (`kubeqos`, `pod`, `sandbox`,
+      `container`): the executor's timing of the write feeds
+      `koordlet_runtime_hook_reconciler_invoked_duration_milliseconds` (koordlet/qos/metrics.py).
+    - `note`: (what, label values, value) the QoS metrics record once the write holds (CPU burst's scaled values:
+      upstream sets its gauges after a successful update).
     """
 
     path: str
@@ -41,6 +46,8 @@ class Write:
     op: Op = "write"
     compare: Compare = "exact"
     if_changed: str | None = None
+    level: str | None = None
+    note: tuple[str, tuple[str, ...], float] | None = None
 
 
 @dataclass

@@ -379,7 +379,7 @@ def _differs(current: Mapping[int, int], desired: Mapping[int, int]) -> bool:
 
 
 def _schemata_writes(state: QoSState, group: GroupFacts | None, name: str, l3: Mapping[int, int] | None,
-                     mb: Mapping[int, int] | None, reason: str) -> list[Write]:
+                     mb: Mapping[int, int] | None, reason: str, level: str | None = None) -> list[Write]:
     """One write per line (the kernel keeps the resources a write does not name, resctrl_updater.go), only for a
     line that differs from the group's current schemata; compare="always" because the executor cannot parse
     schemata (the kernel right-aligns names and drops the trailing `;`)."""
@@ -387,19 +387,19 @@ def _schemata_writes(state: QoSState, group: GroupFacts | None, name: str, l3: M
     path = state.resctrl(name, "schemata")
     out = []
     if l3 and (current is None or _differs(current.l3, l3)):
-        out.append(Write(path, l3_line(l3), f"{reason}/l3", op="write", compare="always"))
+        out.append(Write(path, l3_line(l3), f"{reason}/l3", op="write", compare="always", level=level))
     if mb and (current is None or _differs(current.mb, mb)):
-        out.append(Write(path, mb_line(mb), f"{reason}/mb", op="write", compare="always"))
+        out.append(Write(path, mb_line(mb), f"{reason}/mb", op="write", compare="always", level=level))
     return out
 
 
-def _tids_write(state: QoSState, name: str, tids: Iterable[int], reason: str) -> list[Write]:
+def _tids_write(state: QoSState, name: str, tids: Iterable[int], reason: str, level: str | None = None) -> list[Write]:
     """resctrl_updater.go UpdateResctrlTasksFunc: ascending, one write() per id (the executor's `tids` op)."""
     ids = sorted(set(tids))
     if not ids:
         return []
     return [Write(state.resctrl(name, "tasks"), " ".join(map(str, ids)), f"{reason}/tasks", op="tids",
-                  compare="always")]
+                  compare="always", level=level)]
 
 
 def plan(state: QoSState, facts: ResctrlFacts, *, pod_level: bool, node_name: str = "",
@@ -569,7 +569,8 @@ def _pod_plan(state: QoSState, facts: ResctrlFacts, pod: PodMeta, closids: _Clos
         l3 = l3 or {i: facts.cbm_mask for i in facts.cache_ids}
         mb = mb or ({i: _mb_default(facts) for i in facts.cache_ids} if facts.has_mb else None)
     reason = f"resctrl/pod/{pod.namespace}/{pod.name}"
-    out.writes += _schemata_writes(state, group, name, l3, mb, reason)
+    # upstream's hook registers pod-level reconcilers for both (hooks/resctrl/resctrl.go)
+    out.writes += _schemata_writes(state, group, name, l3, mb, reason, "pod")
     tids = facts.pod_tids.get(pod.uid, frozenset()) - (group.tasks if group else frozenset())
-    out.writes += _tids_write(state, name, tids, reason)
+    out.writes += _tids_write(state, name, tids, reason, "pod")
     return out

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from koordlet.config import Config
 from koordlet.events import EventRecorder
@@ -41,6 +43,7 @@ from koordlet.qos.cpuburst_facts import (
 )
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import Feature, QoSManager, enabled_features
+from koordlet.qos.metrics import SCALED_LABELS, QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
@@ -453,6 +456,44 @@ def test_reset_under_policy_none_then_steady_passes_write_nothing(tmp_path: Path
         assert written(qos.reconcile(st)) == []
     clock[0] += 61  # the window: facts re-read, the files hold the values
     assert written(qos.reconcile(st)) == []
+
+
+def test_scaled_values_are_exported_once_written_and_leave_with_the_pod(tmp_path: Path) -> None:
+    """Upstream cpu_burst.go: a container's scaled quota is recorded when a change was written, its burst whenever
+    the update held (so the files' own 0 counts); pod-level values are not. Series of a departed pod go."""
+    ls = pod("ls", {"c0": "2", "c1": "1"}, label="LS")
+    node = Node(tmp_path, [ls])
+    node.put(ls.cgroup_dir, quota=7 * B)
+    c0, c1 = ls.containers
+    node.put(str(c0.cgroup_dir), quota=4 * B)  # scaled up earlier: the default policy (none) resets it to 2 cores
+    node.put(str(c1.cgroup_dir), quota=1 * B)  # already at its base: nothing to write
+    health = Health()
+    reg = CollectorRegistry(auto_describe=False)
+    metrics = QoSMetrics("n1", reg, cpu_burst=True)
+    ex = Executor(node.host.paths, 1, health, observer=metrics)
+    qos = QoSManager([Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": "n1"})], ex,
+                     EventRecorder(health, "n1"), health, metrics)
+    qos.reconcile(node.state(slo()))
+
+    def scraped() -> dict[str, dict[tuple[str, ...], float]]:
+        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+        out = {}
+        for name in ("koordlet_container_scaled_cfs_burst_us", "koordlet_container_scaled_cfs_quota_us"):
+            assert fams[name].type == "gauge"
+            out[name] = {tuple(s.labels[k] for k in SCALED_LABELS): s.value for s in fams[name].samples}
+        return out
+
+    def labels(c: Any) -> tuple[str, ...]:
+        return "n1", "default", "ls", c.container_id, c.name
+
+    assert scraped() == {"koordlet_container_scaled_cfs_burst_us": {labels(c0): 0.0, labels(c1): 0.0},
+                         "koordlet_container_scaled_cfs_quota_us": {labels(c0): 2.0 * B}}
+    assert node.file("cpu.cfs_quota_us", str(c0.cgroup_dir)).read_text().strip() == str(2 * B)
+    qos.reconcile(node.state(slo()))  # steady: cached writes, the values stay
+    assert scraped()["koordlet_container_scaled_cfs_quota_us"] == {labels(c0): 2.0 * B}
+    node.pods = []
+    qos.reconcile(node.state(slo()))
+    assert scraped() == {"koordlet_container_scaled_cfs_burst_us": {}, "koordlet_container_scaled_cfs_quota_us": {}}
 
 
 def test_manager_keeps_the_memory_and_passes_it_to_read_facts(tmp_path: Path) -> None:
