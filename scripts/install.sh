@@ -79,7 +79,8 @@ link_headers() {
 
 # In the image /lib/modules and /usr/src are the node's (read-only mounts), so nothing can be linked there at run
 # time. The image keeps its own Debian headers as one merged tree (the -common half, then the $ARCH half over it);
-# the entrypoint points bcc at it (BCC_KERNEL_SOURCE, which takes a single directory) when the node has no headers.
+# `koordlet run` points bcc at it (BCC_KERNEL_SOURCE, which takes a single directory) when the node has no headers
+# (koordlet/schedlat/hostprep.py; the image has no entrypoint, as the chart's `command: [/koordlet]` would bypass it).
 merge_headers() {
   local hdr=$1 out=/usr/lib/koordlet/kernel-headers
   [ -n "$hdr" ] || { echo "install.sh: no Debian kernel headers installed" >&2; return 1; }
