@@ -26,6 +26,9 @@ IMAGE_PACKAGES="python3 python3-venv ca-certificates iproute2 util-linux procps 
 # prometheus (the end-to-end scrape test and `make demo`).
 DEV_PACKAGES="$IMAGE_PACKAGES python3-dev openssl golang-go golang-github-containerd-ttrpc-dev bpfcc-tools bpftool"
 DEV_PACKAGES="$DEV_PACKAGES prometheus"
+# kubectl renders deploy/ and the chart overlay (deploy/chart/, tests/test_deploy*.py; its kustomize). Debian's is
+# kubernetes-client; a kubectl already installed (another vendor's package, which owns /usr/bin/kubectl too) is kept.
+command -v kubectl >/dev/null 2>&1 || DEV_PACKAGES="$DEV_PACKAGES kubernetes-client"
 IMAGE_TOOLS="debootstrap buildah podman runc"
 
 apt_install() {
