@@ -191,6 +191,32 @@ def test_helm4_plugin_runs_the_post_renderer() -> None:
     assert script == POST_RENDER and os.access(script, os.X_OK)
 
 
+# The chart's koordlet-role (versions/v1.5.0-v1.7.0/templates/rbac/koordlet.yaml, identical; spec dropin.md §c):
+# (API groups, resources, verbs) per rule
+CHART_KOORDLET_ROLE = [
+    ({"config.koordinator.sh", "slo.koordinator.sh", "scheduling.koordinator.sh", "topology.node.k8s.io"}, {"*"},
+     {"*"}),
+    ({""}, {"configmaps", "configmaps/status"}, {"*"}),
+    ({""}, {"nodes", "nodes/status", "nodes/proxy", "pods", "pods/status", "persistentvolumeclaims",
+            "persistentvolumeclaims/status"}, {"patch", "update", "get", "list", "watch"}),
+    ({""}, {"pods/eviction"}, {"*"}),
+    ({""}, {"events"}, {"*"}),
+]
+
+
+def test_the_charts_koordlet_role_grants_all_our_agent_calls() -> None:
+    """Under the chart the agent runs as the chart's ServiceAccount: deploy/rbac.yaml (exactly what the agent
+    issues, tests/test_rbac.py) must fit in the chart's role, or the drop-in would be refused calls."""
+    [role] = [d for d in _docs((DEPLOY / "rbac.yaml").read_text()) if d["kind"] == "ClusterRole"]
+    needed = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+              for v in rule["verbs"]}
+    assert needed
+    refused = {(g, r, v) for g, r, v in needed if not any(
+        g in groups and (r in resources or "*" in resources) and (v in verbs or "*" in verbs)
+        for groups, resources, verbs in CHART_KOORDLET_ROLE)}
+    assert not refused
+
+
 # --- deploy/ on its own, beside (or instead of) the chart ------------------------------------------------------
 
 def test_standalone_manifests_render_without_the_namespace_or_a_chart_name() -> None:
