@@ -168,12 +168,13 @@ def test_post_renderer_follows_the_charts_namespace_and_keeps_every_other_object
     assert after[("DaemonSet", "koord", "koord-device-daemon")] == other
 
 
-def test_post_renderer_fails_rather_than_patch_another_container() -> None:
+def test_post_renderer_fails_rather_than_patch_another_container(tmp_path: Path) -> None:
     [ds, *rest] = _docs(chart_render("v1.7.0"))
     spec = ds["spec"]["template"]["spec"]
     spec["containers"].insert(0, {"name": "sidecar", "image": "busybox"})
-    out = post_render(yaml.safe_dump_all([ds, *rest]))
+    out = post_render(yaml.safe_dump_all([ds, *rest]), env={"TMPDIR": str(tmp_path)})
     assert out.returncode != 0 and out.stdout == ""
+    assert not any(tmp_path.iterdir())  # its work directory is gone, on failure too
     assert "testing value /spec/template/spec/containers/0/name failed" in out.stderr
 
 
