@@ -10,12 +10,14 @@ FROM ${BASE}
 # the build only; nothing of it stays in the image)
 ARG PIP_CERT
 COPY . /src
+# /koordlet is where upstream's image has its agent: the Koordinator chart runs `command: [/koordlet]` with upstream's
+# flags, so swapping only the image runs ours. No ENTRYPOINT: a manifest's `command` would bypass it, so what one
+# did (bcc's kernel headers, tracefs/debugfs) is done by `koordlet run` itself (koordlet/schedlat/hostprep.py).
 RUN /src/scripts/install.sh image /opt/koordlet \
-    && install -m 0755 /src/deploy/image/entrypoint.sh /usr/local/bin/koordlet-entrypoint \
+    && ln -s /opt/koordlet/bin/koordlet /koordlet \
     && ln -s /opt/koordlet/bin/koordlet /usr/local/bin/koordlet \
     && rm -rf /src /root/.cache
 
 ENV PATH=/opt/koordlet/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 EXPOSE 9316
-ENTRYPOINT ["/usr/local/bin/koordlet-entrypoint"]
-CMD ["koordlet", "run"]
+CMD ["/koordlet", "run"]

@@ -83,14 +83,18 @@ image:
 # runc, not Debian's default crun: crun refuses hosts whose cgroups are hybrid v1 (this machine's); explicit
 # rlimits: podman's defaults (nofile 1048576, ...) exceed this machine's hard limits and the runtime fails to set them.
 PODMAN_RUN := podman run --rm --runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
+EBPF_CHECK := from koordlet.schedlat.hostprep import prepare_host; prepare_host(); \
+  from koordlet.schedlat.loader import load; print("eBPF program attached:", load().attach)
 image-test:
 	$(PODMAN_RUN) --network none $(IMAGE) koordlet version
 	$(PODMAN_RUN) --network none -v $(CURDIR)/examples/nodes:/nodes:ro $(IMAGE) koordlet devices \
 	  --host-root /nodes/l20-pcie --nvml-snapshot /nodes/l20-pcie/nvml-snapshot.json --node-name l20-pcie -o table
 	$(PODMAN_RUN) --network none $(IMAGE) koordlet devices -o table
-	@# bcc compiles and attaches the run-queue program with the image's own kernel headers (the node has none here)
-	$(PODMAN_RUN) --network none --privileged --pid host $(IMAGE) \
-	  python -c 'from koordlet.schedlat.loader import load; print("eBPF program attached:", load().attach)'
+	@# the chart's command line: /koordlet, no subcommand, upstream's flags (-h: parsed, then exit 0)
+	$(PODMAN_RUN) --network none --entrypoint /koordlet $(IMAGE) -addr=:9316 -cgroup-root-dir=/host-cgroup/ -h
+	@# bcc compiles and attaches the run-queue program with the image's own kernel headers (the node has none here),
+	@# after the preparation `koordlet run` does first (headers, tracefs)
+	$(PODMAN_RUN) --network none --privileged --pid host $(IMAGE) python -c '$(EBPF_CHECK)'
 
 # For a person: the agent on the simulated GPU+RDMA node plus this host's cgroups, scraped by Debian's prometheus
 # with the DaemonSet's scrape config and recording rules; prints the URLs to open (Ctrl-C stops everything).

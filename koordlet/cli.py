@@ -199,6 +199,10 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False, given: Mapping[s
         return 2
     health = Health()
     examples = None
+    if config.gate("CPUSchedLatency"):  # what the image's entrypoint did, whatever `command` a manifest sets
+        from koordlet.schedlat.hostprep import prepare_host
+
+        prepare_host()
     try:
         agent = Agent(config, health)
         daemon = Daemon(agent)

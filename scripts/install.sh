@@ -26,6 +26,9 @@ IMAGE_PACKAGES="python3 python3-venv ca-certificates iproute2 util-linux procps 
 # prometheus (the end-to-end scrape test and `make demo`).
 DEV_PACKAGES="$IMAGE_PACKAGES python3-dev openssl golang-go golang-github-containerd-ttrpc-dev bpfcc-tools bpftool"
 DEV_PACKAGES="$DEV_PACKAGES prometheus"
+# kubectl renders deploy/ and the chart overlay (deploy/chart/, tests/test_deploy*.py; its kustomize). Debian's is
+# kubernetes-client; a kubectl already installed (another vendor's package, which owns /usr/bin/kubectl too) is kept.
+command -v kubectl >/dev/null 2>&1 || DEV_PACKAGES="$DEV_PACKAGES kubernetes-client"
 IMAGE_TOOLS="debootstrap buildah podman runc"
 
 apt_install() {
@@ -79,7 +82,8 @@ link_headers() {
 
 # In the image /lib/modules and /usr/src are the node's (read-only mounts), so nothing can be linked there at run
 # time. The image keeps its own Debian headers as one merged tree (the -common half, then the $ARCH half over it);
-# the entrypoint points bcc at it (BCC_KERNEL_SOURCE, which takes a single directory) when the node has no headers.
+# `koordlet run` points bcc at it (BCC_KERNEL_SOURCE, which takes a single directory) when the node has no headers
+# (koordlet/schedlat/hostprep.py; the image has no entrypoint, as the chart's `command: [/koordlet]` would bypass it).
 merge_headers() {
   local hdr=$1 out=/usr/lib/koordlet/kernel-headers
   [ -n "$hdr" ] || { echo "install.sh: no Debian kernel headers installed" >&2; return 1; }
