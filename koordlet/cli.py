@@ -379,8 +379,10 @@ def cmd_plan(config: Config, output: str, apply: bool) -> int:
     from koordlet.qos.manager import plan_json
 
     agent = _agent_with_state(config)
-    if config.gate("BECPUSuppress") and agent.nodeslo_present and suppress_acts(agent.nodeslo_spec):
-        # BE CPU suppress plans from usage: two collection ticks give the CPU rates it needs
+    usage_gates = ("BECPUSuppress", "BEMemoryEvict", "BECPUEvict")
+    if any(config.gate(g) for g in usage_gates) and agent.nodeslo_present and suppress_acts(agent.nodeslo_spec):
+        # BE CPU suppress and the evictions (resourceUsedThresholdWithBE.enable) plan from usage: two collection
+        # ticks give the CPU rates and memory samples they need
         agent.collect()
         time.sleep(config.collect_res_used_interval)
         agent.collect()

@@ -44,6 +44,16 @@ def canonical_quantity(value: str | int | float) -> str:
     return _canonical_decimal(amount, exponent_form=fmt == DECIMAL_EXPONENT)
 
 
+def milli_value(value: object) -> int | None:
+    """Quantity.MilliValue (rounded up) of a field read from a manifest; None when absent or not a quantity."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        return math.ceil(parse_quantity(value) * 1000)
+    except InvalidInput:
+        return None
+
+
 def format_milli(milli: int) -> str:
     """Canonical DecimalSI form of a milli-value, as resource.NewMilliQuantity(milli, DecimalSI) prints it.
 

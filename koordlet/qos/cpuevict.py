@@ -40,7 +40,7 @@ from koordlet.qos.eviction import (
     threshold_config,
 )
 from koordlet.qos.state import QoSState
-from koordlet.quantity import parse_quantity
+from koordlet.quantity import milli_value, parse_quantity
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE
@@ -112,7 +112,7 @@ def _capacity(state: QoSState, standalone: bool) -> int | None:
     if state.node is None:
         # standalone (no Node object): the host's online CPUs
         return len(CPUTopology.read(state.paths).cpus) * 1000 if standalone else None
-    return _milli(_status(state, "capacity").get("cpu"))
+    return milli_value(_status(state, "capacity").get("cpu"))
 
 
 def _batch_allocatable(state: QoSState) -> float:
@@ -136,14 +136,6 @@ def _status(state: QoSState, key: str) -> Mapping[str, object]:
     value = status.get(key) if isinstance(status, dict) else None
     return value if isinstance(value, dict) else {}
 
-
-def _milli(value: object) -> int | None:
-    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None
-    try:
-        return math.ceil(parse_quantity(value) * 1000)
-    except InvalidInput:
-        return None
 
 
 def check_config(cfg: Mapping[str, object]) -> tuple[int, int] | str:

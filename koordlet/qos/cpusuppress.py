@@ -45,7 +45,7 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.quantity import parse_quantity
+from koordlet.quantity import milli_value
 from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
@@ -247,11 +247,11 @@ def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
     if node is None:
         return (facts.host_cpus * 1000, 0) if facts.host_cpus else None
     status = _obj(node.get("status"))
-    capacity = _milli(_obj(status.get("capacity")).get("cpu"))
+    capacity = milli_value(_obj(status.get("capacity")).get("cpu"))
     if capacity is None:
         errors.append(PlanError("Node", node_name, "status.capacity.cpu", "missing or not a quantity"))
         return None
-    allocatable = _milli(_obj(status.get("allocatable")).get("cpu"))
+    allocatable = milli_value(_obj(status.get("allocatable")).get("cpu"))
     # util.GetNodeReservationFromKubelet: capacity - allocatable for what both have, floored at 0
     kubelet = max(capacity - allocatable, 0) if allocatable is not None else 0
     return capacity, max(kubelet, _annotation_reserved(node, node_name, errors))
@@ -275,7 +275,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
         cpu = _obj(doc.get("resources")).get("cpu")
         if cpu is None:
             return 0
-        milli = _milli(cpu)
+        milli = milli_value(cpu)
         if milli is None:
             raise ValueError(f"resources.cpu {cpu!r} is not a quantity")
         return milli
@@ -580,15 +580,6 @@ def _percent(cfg: Mapping[str, Any], key: str, name: str, errors: list[PlanError
                             f"{value!r} is not an integer percent in [0, 100]; BE CPU suppress is skipped"))
     return None
 
-
-def _milli(value: object) -> int | None:
-    """Quantity.MilliValue (rounded up); None when absent or not a quantity."""
-    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None
-    try:
-        return math.ceil(parse_quantity(value) * 1000)
-    except InvalidInput:
-        return None
 
 
 def _obj(value: object) -> Mapping[str, Any]:
