@@ -238,10 +238,11 @@ class Daemon:
             next_at = loop.time() + self.agent.policy.report_period  # re-read after each round (upstream)
 
     # -- run -----------------------------------------------------------------------------------------------
-    def bind(self) -> None:
+    def bind(self) -> HttpServer:
         """Listen on --addr (OSError when it is taken); serving starts with run()."""
         host, port = self.agent.config.listen
         self.http = HttpServer(host, port, self.agent.metrics, self.healthy, self.ready)
+        return self.http
 
     async def run(self) -> None:
         cfg = self.agent.config
@@ -252,12 +253,10 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop_event.set)
-        if self.http is None:
-            self.bind()
-        assert self.http is not None
+        http = self.http or self.bind()
         host, _ = cfg.listen
-        self.http.start()
-        log.info("koordlet serving metrics on %s:%d for node %s (%s mode)", host, self.http.port, cfg.node_name,
+        http.start()
+        log.info("koordlet serving metrics on %s:%d for node %s (%s mode)", host, http.port, cfg.node_name,
                  "standalone" if self.cluster is None else "cluster")
 
         tasks = [
@@ -318,4 +317,4 @@ class Daemon:
             if self.agent.devices is not None:
                 self.agent.devices.close()
             self.agent.close()
-            self.http.stop()
+            http.stop()
