@@ -219,7 +219,7 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False, given: Mapping[s
             try:
                 daemon.cluster = ClusterLink.connect(config, agent)
             except (OSError, InvalidInput) as e:
-                log.error("kubeconfig: %s", e)
+                log.error("kubeconfig: %s", one_line(e))
                 return 2
             if daemon.cluster is None:
                 log.error("no Kubernetes configuration found (in-cluster or --kubeconfig); "
@@ -417,10 +417,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("koordlet qos applies one pass and exits: give --once (koordlet plan shows it without applying)")
         return 2
     try:
-        config = config_from_args(ns)
-    except InvalidInput as e:
-        log.error("%s", e)
+        return _dispatch(ns, config_from_args(ns))
+    except InvalidInput as e:  # a command-line mistake found while starting (e.g. a malformed --kubeconfig)
+        log.error("%s", one_line(e))
         return 2
+
+
+def one_line(e: BaseException) -> str:
+    """An error's text on one line (YAML and JSON parsers' messages span several)."""
+    return "; ".join(part.strip() for part in str(e).splitlines() if part.strip())
+
+
+def _dispatch(ns: argparse.Namespace, config: Config) -> int:
     if ns.command == "run":
         return cmd_run(config, ns.example_pods_cgroups, ns.given)
     if ns.command in ("plan", "qos"):

@@ -140,6 +140,8 @@ def busy_port() -> object:
 def test_command_line_mistakes_are_one_line_and_exit_2(tmp_path: Path, busy_port: int) -> None:
     pods = tmp_path / "pods"
     pods.mkdir()
+    bad_kubeconfig = tmp_path / "kubeconfig"
+    bad_kubeconfig.write_text("clusters: [\n")
     base = ["--host-root", "/", "--node-name", "n1"]
     cases = {
         "flag provided but not defined: -bogus": ["-bogus"],
@@ -147,6 +149,8 @@ def test_command_line_mistakes_are_one_line_and_exit_2(tmp_path: Path, busy_port
         "invalid value '3x' for flag -kubelet-sync-interval": ["-kubelet-sync-interval=3x"],
         "unrecognized feature gate: Nope": ["-feature-gates=Nope=true", *base, "--pods-dir", str(pods)],
         "--kubeconfig /nope: no such file": ["--kubeconfig", "/nope", *base],
+        f"kubeconfig {bad_kubeconfig}: while parsing": ["--kubeconfig", str(bad_kubeconfig), *base],
+        f"kubeconfig {bad_kubeconfig}: while parsing ": ["nodemetric", "--kubeconfig", str(bad_kubeconfig), *base],
         "--pods-dir /nope: no such directory": ["nodemetric", "--pods-dir", "/nope", *base],
         "--nodeslo /nope.yaml: no such file": ["plan", "--nodeslo", "/nope.yaml", *base, "--pods-dir", str(pods)],
         "--nvml-snapshot /nope.json: no such file": ["devices", "--nvml-snapshot", "/nope.json", "--host-root", "/"],
