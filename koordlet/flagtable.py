@@ -109,10 +109,11 @@ _add("source", "kube-api-qps", "float64", "20", "API requests a second")
 _add("source", "kube-api-burst", "int", "30", "API request burst")
 _add("source", "feature-gates", "mapStringBool", "", "Gate=true|false pairs, comma-separated (every upstream gate; "
      "AllAlpha and AllBeta too)")
-_add("source", "configmap-name", "string", "koordlet-config", "koordlet's own ConfigMap",
-     absent="not read: everything koordlet-config could set comes from flags and NodeSLO here")
+_KOORDLET_CONFIG = "not read: upstream takes only `qos-plugin-extra-configs` from it, for QoS extension plugins, " \
+                   "which do not exist here (nor upstream)"
+_add("source", "configmap-name", "string", "koordlet-config", "koordlet's own ConfigMap", absent=_KOORDLET_CONFIG)
 _add("source", "configmap-namespace", "string", "koordinator-system", "namespace of that ConfigMap",
-     absent="not read: everything koordlet-config could set comes from flags and NodeSLO here")
+     absent=_KOORDLET_CONFIG)
 
 # -- the daemon's own endpoints and runtimes ------------------------------------------------------------------------
 _add("daemon", "addr", "string", ":9316", "address of /metrics, /healthz, /readyz and the /apis views",
