@@ -163,29 +163,25 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
     containers: dict[str, ContainerFacts] = {}
     pods: dict[str, tuple[int, int | None]] = {}
     any_scaling = False
-    for pod in state.pods:
-        if not burstable(pod):
-            continue
-        cfg, _ = pod_config(pod, node.config)
-        fresh = cfg.cfs_quota_burst
-        specs = container_specs(pod)
-        for c in pod.containers:
-            spec = specs.get(c.name)
-            if spec is None or not c.running or c.cgroup_dir is None or base_quota(spec) <= 0:
-                continue
-            current = _quota(state, c.cgroup_dir, steady, fresh)
+    for pod_dir, pod_quota, cfg, fresh, targets in _kept(steady, "cpuburst/targets",
+                                                         lambda: _targets(state, node.config)):
+        # the token bucket's verdict needs the usage only when the config limits bursting over time
+        limited = cfg.cfs_quota_burst_period_seconds >= 0 and cfg.cfs_quota_burst_percent >= 100
+        for container_id, cgroup_dir, quota_path, limit_milli in targets:
+            current = _quota(state, quota_path, steady, fresh)
             if current is None:
                 continue  # upstream: the cgroup is not there (yet); skip this round
             # cfsBurstAllowedByLimiter runs before the policy is looked at, so buckets advance under any policy
-            usage = _last(state.cache, "container_cpu_usage", c.container_id, now_ms, memory.last_window)
-            allowed = memory.allowed(c.container_id, cfg, cpu_limit_milli(spec), usage)
-            throttled = (_last(state.cache, "container_cpu_throttled", c.container_id, now_ms, memory.last_window)
+            usage = _last(state.cache, "container_cpu_usage", container_id, now_ms, memory.last_window) \
+                if limited else None
+            allowed = memory.allowed(container_id, cfg, limit_milli, usage)
+            throttled = (_last(state.cache, "container_cpu_throttled", container_id, now_ms, memory.last_window)
                          if fresh else None)
-            containers[c.cgroup_dir] = ContainerFacts(current[0], current[1], throttled, allowed)
-            if pod.cgroup_dir not in pods:
-                pod_current = _quota(state, pod.cgroup_dir, steady, fresh)
+            containers[cgroup_dir] = ContainerFacts(current[0], current[1], throttled, allowed)
+            if pod_dir not in pods:
+                pod_current = _quota(state, pod_quota, steady, fresh)
                 if pod_current is not None:
-                    pods[pod.cgroup_dir] = pod_current
+                    pods[pod_dir] = pod_current
             any_scaling = any_scaling or fresh
     memory.recycle()
     node_state: NodeState = "unknown"
@@ -193,6 +189,31 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
         node_state = share_pool_state(state, node.share_pool_threshold_percent, now_ms, memory.avg_window,
                                       _kept(steady, "cpuburst/cpus", lambda: _online_cpus(state)))
     return BurstFacts(burst_file, node_state, containers, pods)
+
+
+_Target = tuple[str, str, BurstConfig, bool, tuple[tuple[str, str, str, int], ...]]
+
+
+def _targets(state: QoSState, node: BurstConfig) -> list[_Target]:
+    """(pod cgroup dir, its quota file, its config, whether it has the cfs-quota burst, its running containers with
+    a CPU limit as (container ID, cgroup dir, quota file, limit in milli-CPU)) for each burstable pod: a function of
+    the pods and the NodeSLO only, so kept with the steady facts."""
+    out: list[_Target] = []
+    for pod in state.pods:
+        if not burstable(pod):
+            continue
+        cfg, _ = pod_config(pod, node)
+        specs = container_specs(pod)
+        targets = []
+        for c in pod.containers:
+            spec = specs.get(c.name)
+            if spec is None or not c.running or c.cgroup_dir is None or base_quota(spec) <= 0:
+                continue
+            targets.append((c.container_id, c.cgroup_dir, state.cgroup_file("cpu.cfs_quota_us", c.cgroup_dir),
+                            cpu_limit_milli(spec)))
+        out.append((pod.cgroup_dir, state.cgroup_file("cpu.cfs_quota_us", pod.cgroup_dir), cfg, cfg.cfs_quota_burst,
+                    tuple(targets)))
+    return out
 
 
 def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, window: float,
@@ -243,8 +264,7 @@ def _last(cache: MetricCache | None, kind: str, container_id: str, now_ms: int, 
     return sample[1]
 
 
-def _quota(state: QoSState, rel: str, steady: SteadyFacts | None, fresh: bool) -> tuple[int, int | None] | None:
-    path = state.cgroup_file("cpu.cfs_quota_us", rel)
+def _quota(state: QoSState, path: str, steady: SteadyFacts | None, fresh: bool) -> tuple[int, int | None] | None:
     if fresh or steady is None:
         return _read_quota(path, state.cgroup_version)
     return steady.get(f"cpuburst/quota/{path}", lambda: _read_quota(path, state.cgroup_version))
