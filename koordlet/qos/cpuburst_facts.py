@@ -25,6 +25,7 @@ from koordlet.host.resources import parse_cpu_max
 from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos.cpuburst_config import (
     BurstConfig,
+    NodeBurstStrategy,
     base_quota,
     burstable,
     container_specs,
@@ -159,15 +160,28 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
     if not state.nodeslo_present:
         return BurstFacts(burst_file)
     node = node_strategy(state.nodeslo)
+    targets = _kept(steady, "cpuburst/targets", lambda: _targets(state, node.config))
+    if steady is not None and not any(fresh or _limited(cfg) for _, _, cfg, fresh, _ in targets):
+        # only resets to base quotas and no token bucket in play: the facts are those of the kept quotas
+        memory.recycle()
+        return steady.get("cpuburst/facts", lambda: _gather(state, steady, memory, node, targets, burst_file))
+    return _gather(state, steady, memory, node, targets, burst_file)
+
+
+def _limited(cfg: BurstConfig) -> bool:
+    """Whether the token bucket limits bursting over time (only then does its verdict need the usage)."""
+    return cfg.cfs_quota_burst_period_seconds >= 0 and cfg.cfs_quota_burst_percent >= 100
+
+
+def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, node: NodeBurstStrategy,
+            targets: list[_Target], burst_file: bool) -> BurstFacts:
     now_ms = int(memory.wall() * 1000)
     containers: dict[str, ContainerFacts] = {}
     pods: dict[str, tuple[int, int | None]] = {}
     any_scaling = False
-    for pod_dir, pod_quota, cfg, fresh, targets in _kept(steady, "cpuburst/targets",
-                                                         lambda: _targets(state, node.config)):
-        # the token bucket's verdict needs the usage only when the config limits bursting over time
-        limited = cfg.cfs_quota_burst_period_seconds >= 0 and cfg.cfs_quota_burst_percent >= 100
-        for container_id, cgroup_dir, quota_path, limit_milli in targets:
+    for pod_dir, pod_quota, cfg, fresh, pod_targets in targets:
+        limited = _limited(cfg)
+        for container_id, cgroup_dir, quota_path, limit_milli in pod_targets:
             current = _quota(state, quota_path, steady, fresh)
             if current is None:
                 continue  # upstream: the cgroup is not there (yet); skip this round

@@ -46,6 +46,7 @@ from koordlet.qos.manager import Feature, QoSManager, enabled_features
 from koordlet.qos.metrics import SCALED_LABELS, QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
@@ -434,6 +435,39 @@ def test_start_scale_up_for_normal_pod(tmp_path: Path) -> None:
     # a stale throttling sample (older than 2 × the collect interval) is no sample: remain
     node.now += 10
     assert read_facts(st, memory=memory).containers[ls_ctr].throttled is None
+
+
+def test_kept_facts_do_not_hide_a_token_bucket_or_a_policy_change(tmp_path: Path) -> None:
+    """With the steady facts, policy none and no bucket limiting bursting: the facts are kept whole. A pod whose
+    config limits bursting over time (cfsQuotaBurstPeriodSeconds ≥ 0) still gets its bucket advanced with each pass's
+    usage, and turning the cfs-quota burst on reads the quotas afresh (one changed on disk meanwhile shows)."""
+    ls = pod("ls", {"c": "1"}, label="LS", requests={"c": "1"})
+    node = Node(tmp_path, [ls])
+    ctr = str(ls.containers[0].cgroup_dir)
+    node.put(ls.cgroup_dir, quota=B)
+    node.put(ctr, quota=B)
+    steady = SteadyFacts(60.0, lambda: node.now)
+    memory = node.memory()
+
+    def facts(spec: dict[str, Any]) -> Any:
+        st = node.state(spec)
+        steady.begin(st)
+        return read_facts(st, steady=steady, memory=memory)
+
+    none = slo(policy="none")
+    first = facts(none)
+    node.file("cpu.cfs_quota_us", ctr).write_text("50000\n")
+    node.now += 1
+    assert facts(none) is first  # nothing in it can change within the window
+    limited = slo(policy="none", cfsQuotaBurstPercent=300, cfsQuotaBurstPeriodSeconds=2)
+    verdicts = []
+    for _ in range(8):  # three times its limit: the bucket (at most 400) drains at 200 a second
+        node.now += 1
+        node.sample("container_cpu_usage", 3.0, container_id=ls.containers[0].container_id)
+        verdicts.append(facts(limited).containers[ctr].allowed)
+    assert verdicts[-1] is False and verdicts[0] is True
+    node.now += 1
+    assert facts(slo(policy="cfsQuotaBurstOnly")).containers[ctr].quota == 50000
 
 
 def test_reset_under_policy_none_then_steady_passes_write_nothing(tmp_path: Path) -> None:
