@@ -201,7 +201,7 @@ def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, no
     node_state: NodeState = "unknown"
     if any_scaling:  # the node state only changes a scale-up or a remain: needless under a reset
         node_state = share_pool_state(state, node.share_pool_threshold_percent, now_ms, memory.avg_window,
-                                      _kept(steady, "cpuburst/cpus", lambda: _online_cpus(state)))
+                                      _kept(steady, "cpuburst/cpus", lambda: _online_cpus(state)), steady)
     return BurstFacts(burst_file, node_state, containers, pods)
 
 
@@ -231,7 +231,7 @@ def _targets(state: QoSState, node: BurstConfig) -> list[_Target]:
 
 
 def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, window: float,
-                     cpus: int | None) -> NodeState:
+                     cpus: int | None, steady: SteadyFacts | None = None) -> NodeState:
     """getNodeStateForBurst: the share pool is the node's CPUs minus the LSE/LSR pods' requests; its usage is the
     node's minus the LSE/LSR/BE pods' (system usage stays in, to be conservative), averaged over the window."""
     cache = state.cache
@@ -242,16 +242,29 @@ def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, windo
     if node is None:
         return "unknown"
     total, used = float(cpus), node
-    for pod in state.pods:
-        qos = koord_qos_class(pod.raw)
-        if qos in (QOS_LSE, QOS_LSR):
-            with contextlib.suppress(InvalidInput):  # an unreadable request counts as none
-                total -= pod_cpu_request_milli(pod) / 1000
-        if qos in (QOS_LSE, QOS_LSR, QOS_BE):
-            usage = _mean(cache, cache.key("pod_cpu_usage", pod_uid=pod.uid), start, now_ms)
+    for request, key in _kept(steady, "cpuburst/share-pool", lambda: _share_pool_pods(state)):
+        if request is not None:
+            total -= request / 1000
+        if key is not None:
+            usage = _mean(cache, key, start, now_ms)
             if usage is not None:
                 used -= usage
     return node_state(used / total if total > 0 else 1.0, threshold_percent)
+
+
+def _share_pool_pods(state: QoSState) -> list[tuple[int | None, SeriesKey | None]]:
+    """Per pod, in order: its CPU request (milli) where it is LSE/LSR (what the share pool lacks), the key of its
+    usage series where it is LSE/LSR/BE (what the share pool's usage leaves out); a function of the pods alone."""
+    out: list[tuple[int | None, SeriesKey | None]] = []
+    for pod in state.pods:
+        qos = koord_qos_class(pod.raw)
+        request = None
+        if qos in (QOS_LSE, QOS_LSR):
+            with contextlib.suppress(InvalidInput):  # an unreadable request counts as none
+                request = pod_cpu_request_milli(pod)
+        if qos in (QOS_LSE, QOS_LSR, QOS_BE):
+            out.append((request, MetricCache.key("pod_cpu_usage", pod_uid=pod.uid)))
+    return out
 
 
 def _mean(cache: MetricCache, key: SeriesKey, start_ms: int, end_ms: int) -> float | None:

@@ -39,7 +39,7 @@ from typing import Any
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import cpu_max, parse_cpu_max
-from koordlet.metriccache import MetricCache
+from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos import cpuset as cpuset_feature
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
@@ -132,7 +132,7 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> Suppres
     cfg = _config(state.nodeslo)
     if cfg.get("enable") is not True:
         return common
-    usage = _usage(state) if state.cache is not None else None
+    usage = _usage(state, steady) if state.cache is not None else None
     quota = period = None
     if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
         quota, period = _read_quota(state)
@@ -178,23 +178,29 @@ def _read_cpuset(state: QoSState) -> tuple[int, ...] | None:
         return None
 
 
-def _usage(state: QoSState) -> Usage | None:
+def _usage(state: QoSState, steady: SteadyFacts | None = None) -> Usage | None:
     cache = state.cache
     assert cache is not None
     node = cache.last(MetricCache.key("node_cpu_usage"))
     if node is None:
         return None
     pods = {}
-    for pod in state.pods:
-        sample = cache.last(MetricCache.key("pod_cpu_usage", pod_uid=pod.uid))
+    keys = steady.get("cpusuppress/usage-keys", lambda: _pod_keys(state)) if steady else _pod_keys(state)
+    for uid, key in keys:
+        sample = cache.last(key)
         if sample is not None:
-            pods[pod.uid] = sample
+            pods[uid] = sample
     apps = {}
     for app in state.host_apps:
         sample = cache.last(MetricCache.key("host_application_cpu_usage", host_app_name=app.name))
         if sample is not None:
             apps[app.name] = sample
     return Usage(node[0], node[1], pods, apps)
+
+
+def _pod_keys(state: QoSState) -> list[tuple[str, SeriesKey]]:
+    """Each pod's CPU usage series key (the pods' part of the kept facts)."""
+    return [(pod.uid, MetricCache.key("pod_cpu_usage", pod_uid=pod.uid)) for pod in state.pods]
 
 
 def _read_quota(state: QoSState) -> tuple[int | None, int | None]:

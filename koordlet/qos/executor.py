@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +60,11 @@ class _Held:
     upto: list[int]  # upto[i]: how many of `results` come from writes[:i]
     oldest: list[float]  # oldest[i]: the oldest cache entry the hits among writes[:i + 1] found (non-increasing)
     first: dict[str, int]  # path → the index of the first of the writes to it
+
+    @functools.cached_property
+    def counts(self) -> Counter[tuple[str, str]]:
+        """The write counters' increments of the whole head (file name, "cached") → n."""
+        return Counter(self.keys)
 
 
 def _common_prefix(held: list[Write], writes: list[Write]) -> int:
@@ -113,7 +120,7 @@ class Executor:
         head: list[Result] = held.results[:held.upto[m]] if m and held is not None else []
         counts = self.health.resource_writes
         if head and held is not None:
-            counts.update(held.keys[:len(head)])
+            counts.update(held.counts if m == len(held.writes) else held.keys[:len(head)])
         self._recached.clear()
         self._forgot = False
         results = list(head)

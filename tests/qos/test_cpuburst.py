@@ -349,6 +349,28 @@ def test_share_pool_state(node_used: float | None, lsr_used: float, ls_used: flo
     assert usage_state([lsr, ls], node_used, {"lsr-pod-1": lsr_used, "ls-pod-2": ls_used}, cpus) == want
 
 
+def test_share_pool_pods_kept_with_the_steady_facts_follow_the_pods() -> None:
+    """The LSE/LSR requests and the usage series the share pool leaves out are kept with the steady facts: an LSR
+    pod that joins shrinks the pool in the very next pass, and new usage samples are read every pass."""
+    lsr = pod("lsr-pod-1", {"c": "8"}, label="LSR", requests={"c": "8"}, qos="Guaranteed")
+    ls = pod("ls-pod-2", {"c": "1"}, label="LS", requests={"c": "1"})
+    mc = cache()
+    now = 1_000_000
+    mc.append(mc.key("node_cpu_usage"), now - 1000, 10)
+    mc.append(mc.key("pod_cpu_usage", pod_uid=lsr.uid), now - 1000, 7)
+    steady = SteadyFacts(60.0, lambda: 0.0)
+
+    def state(pods: list[PodMeta]) -> str:
+        st = QoSState(HostPaths.under("/x"), 1, DRIVER, pods, slo(), cache=mc)
+        steady.begin(st)
+        return share_pool_state(st, 50, now, 5.0, 16, steady)
+
+    assert state([ls]) == "overload"  # 10 of 16
+    assert state([lsr, ls]) == "idle"  # 3 of 8
+    mc.append(mc.key("pod_cpu_usage", pod_uid=lsr.uid), now - 500, 3)  # window mean 5: 5 of 8
+    assert state([lsr, ls]) == "overload"
+
+
 def test_share_pool_counts_be_usage_out_and_old_samples_do_not_count() -> None:
     be = pod("be", {"c": None}, label="BE", qos="BestEffort")
     assert usage_state([be], 10, {"be": 9}, cpus=4) == "idle"  # (10-9)/4 < 0.45
