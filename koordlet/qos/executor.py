@@ -168,7 +168,7 @@ class Executor:
                 n = held.upto[m]
                 held = _Held(held.writes[:m], held.results[:n], held.keys[:n], held.upto[:m + 1], held.oldest[:m],
                              {p: i for p, i in held.first.items() if i < m})
-            self._held = held if self._recached.isdisjoint(held.first) else None
+            self._held = held if not any(p in held.first for p in self._recached) else None
             return
         k = 0
         for r in tail:
@@ -178,7 +178,7 @@ class Executor:
         first: dict[str, int] = {}
         for j, w in enumerate(writes[:k]):
             first.setdefault(w.path, j)
-        if k == 0 or not self._recached.isdisjoint(first):
+        if k == 0 or any(p in first for p in self._recached):
             self._held = None  # nothing to hold, or a held value was cached anew after it was taken
             return
         results: list[Result] = []

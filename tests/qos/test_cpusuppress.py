@@ -388,6 +388,24 @@ def test_a_pod_that_joins_has_its_usage_read_in_the_next_pass(host: SimHost) -> 
     assert usage([*pods, pod(other, "LS", uid=other)]) == {LS: (T0 + 1000, 5), BE: (T0, 2), other: (T0, 4)}
 
 
+def test_kept_pod_classes_follow_a_relabelled_pod(host: SimHost) -> None:
+    """The pods' classes are kept with the steady facts: a pod relabelled from LS to BE leaves the LS usage in the
+    next pass's budget."""
+    steady = SteadyFacts(60.0, lambda: 0.0)
+    cache = cache_with(12, {LS: 8, BE: 2})
+
+    def budget_now(pods: list[PodMeta]) -> int:
+        s = qstate(host, pods, spec(), cache, node("20"))
+        steady.begin(s)
+        b = budget(s, cpusuppress.read_facts(s, steady=steady), 70, None, 2000, "test-node0", [])
+        assert b is not None
+        return b.milli
+
+    be = pod(BE, "BE", "BestEffort", uid=BE)
+    assert budget_now([pod(LS, "LS", uid=LS), be]) == 4000  # 20 × 70 % − 8 (LS) − 2 (system)
+    assert budget_now([pod(LS, "BE", uid=LS), be]) == 12000  # 14 − 2: its usage is no longer LS
+
+
 def test_dry_run_features_do_not_record() -> None:
     """`koordlet plan` builds its features without the holder: its numbers never reach the daemon's exporter."""
     [f] = [f for f in enabled_features(config()) if f.name == "cpusuppress"]
