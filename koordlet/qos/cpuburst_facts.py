@@ -25,6 +25,7 @@ from koordlet.host.resources import parse_cpu_max
 from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos.cpuburst_config import (
     BurstConfig,
+    NodeBurstStrategy,
     base_quota,
     burstable,
     container_specs,
@@ -159,44 +160,78 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
     if not state.nodeslo_present:
         return BurstFacts(burst_file)
     node = node_strategy(state.nodeslo)
+    targets = _kept(steady, "cpuburst/targets", lambda: _targets(state, node.config))
+    if steady is not None and not any(fresh or _limited(cfg) for _, _, cfg, fresh, _ in targets):
+        # only resets to base quotas and no token bucket in play: the facts are those of the kept quotas
+        memory.recycle()
+        return steady.get("cpuburst/facts", lambda: _gather(state, steady, memory, node, targets, burst_file))
+    return _gather(state, steady, memory, node, targets, burst_file)
+
+
+def _limited(cfg: BurstConfig) -> bool:
+    """Whether the token bucket limits bursting over time (only then does its verdict need the usage)."""
+    return cfg.cfs_quota_burst_period_seconds >= 0 and cfg.cfs_quota_burst_percent >= 100
+
+
+def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, node: NodeBurstStrategy,
+            targets: list[_Target], burst_file: bool) -> BurstFacts:
     now_ms = int(memory.wall() * 1000)
     containers: dict[str, ContainerFacts] = {}
     pods: dict[str, tuple[int, int | None]] = {}
     any_scaling = False
-    for pod in state.pods:
-        if not burstable(pod):
-            continue
-        cfg, _ = pod_config(pod, node.config)
-        fresh = cfg.cfs_quota_burst
-        specs = container_specs(pod)
-        for c in pod.containers:
-            spec = specs.get(c.name)
-            if spec is None or not c.running or c.cgroup_dir is None or base_quota(spec) <= 0:
-                continue
-            current = _quota(state, c.cgroup_dir, steady, fresh)
+    for pod_dir, pod_quota, cfg, fresh, pod_targets in targets:
+        limited = _limited(cfg)
+        for container_id, cgroup_dir, quota_path, limit_milli in pod_targets:
+            current = _quota(state, quota_path, steady, fresh)
             if current is None:
                 continue  # upstream: the cgroup is not there (yet); skip this round
             # cfsBurstAllowedByLimiter runs before the policy is looked at, so buckets advance under any policy
-            usage = _last(state.cache, "container_cpu_usage", c.container_id, now_ms, memory.last_window)
-            allowed = memory.allowed(c.container_id, cfg, cpu_limit_milli(spec), usage)
-            throttled = (_last(state.cache, "container_cpu_throttled", c.container_id, now_ms, memory.last_window)
+            usage = _last(state.cache, "container_cpu_usage", container_id, now_ms, memory.last_window) \
+                if limited else None
+            allowed = memory.allowed(container_id, cfg, limit_milli, usage)
+            throttled = (_last(state.cache, "container_cpu_throttled", container_id, now_ms, memory.last_window)
                          if fresh else None)
-            containers[c.cgroup_dir] = ContainerFacts(current[0], current[1], throttled, allowed)
-            if pod.cgroup_dir not in pods:
-                pod_current = _quota(state, pod.cgroup_dir, steady, fresh)
+            containers[cgroup_dir] = ContainerFacts(current[0], current[1], throttled, allowed)
+            if pod_dir not in pods:
+                pod_current = _quota(state, pod_quota, steady, fresh)
                 if pod_current is not None:
-                    pods[pod.cgroup_dir] = pod_current
+                    pods[pod_dir] = pod_current
             any_scaling = any_scaling or fresh
     memory.recycle()
     node_state: NodeState = "unknown"
     if any_scaling:  # the node state only changes a scale-up or a remain: needless under a reset
         node_state = share_pool_state(state, node.share_pool_threshold_percent, now_ms, memory.avg_window,
-                                      _kept(steady, "cpuburst/cpus", lambda: _online_cpus(state)))
+                                      _kept(steady, "cpuburst/cpus", lambda: _online_cpus(state)), steady)
     return BurstFacts(burst_file, node_state, containers, pods)
 
 
+_Target = tuple[str, str, BurstConfig, bool, tuple[tuple[str, str, str, int], ...]]
+
+
+def _targets(state: QoSState, node: BurstConfig) -> list[_Target]:
+    """(pod cgroup dir, its quota file, its config, whether it has the cfs-quota burst, its running containers with
+    a CPU limit as (container ID, cgroup dir, quota file, limit in milli-CPU)) for each burstable pod: a function of
+    the pods and the NodeSLO only, so kept with the steady facts."""
+    out: list[_Target] = []
+    for pod in state.pods:
+        if not burstable(pod):
+            continue
+        cfg, _ = pod_config(pod, node)
+        specs = container_specs(pod)
+        targets = []
+        for c in pod.containers:
+            spec = specs.get(c.name)
+            if spec is None or not c.running or c.cgroup_dir is None or base_quota(spec) <= 0:
+                continue
+            targets.append((c.container_id, c.cgroup_dir, state.cgroup_file("cpu.cfs_quota_us", c.cgroup_dir),
+                            cpu_limit_milli(spec)))
+        out.append((pod.cgroup_dir, state.cgroup_file("cpu.cfs_quota_us", pod.cgroup_dir), cfg, cfg.cfs_quota_burst,
+                    tuple(targets)))
+    return out
+
+
 def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, window: float,
-                     cpus: int | None) -> NodeState:
+                     cpus: int | None, steady: SteadyFacts | None = None) -> NodeState:
     """getNodeStateForBurst: the share pool is the node's CPUs minus the LSE/LSR pods' requests; its usage is the
     node's minus the LSE/LSR/BE pods' (system usage stays in, to be conservative), averaged over the window."""
     cache = state.cache
@@ -207,16 +242,29 @@ def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, windo
     if node is None:
         return "unknown"
     total, used = float(cpus), node
-    for pod in state.pods:
-        qos = koord_qos_class(pod.raw)
-        if qos in (QOS_LSE, QOS_LSR):
-            with contextlib.suppress(InvalidInput):  # an unreadable request counts as none
-                total -= pod_cpu_request_milli(pod) / 1000
-        if qos in (QOS_LSE, QOS_LSR, QOS_BE):
-            usage = _mean(cache, cache.key("pod_cpu_usage", pod_uid=pod.uid), start, now_ms)
+    for request, key in _kept(steady, "cpuburst/share-pool", lambda: _share_pool_pods(state)):
+        if request is not None:
+            total -= request / 1000
+        if key is not None:
+            usage = _mean(cache, key, start, now_ms)
             if usage is not None:
                 used -= usage
     return node_state(used / total if total > 0 else 1.0, threshold_percent)
+
+
+def _share_pool_pods(state: QoSState) -> list[tuple[int | None, SeriesKey | None]]:
+    """Per pod, in order: its CPU request (milli) where it is LSE/LSR (what the share pool lacks), the key of its
+    usage series where it is LSE/LSR/BE (what the share pool's usage leaves out); a function of the pods alone."""
+    out: list[tuple[int | None, SeriesKey | None]] = []
+    for pod in state.pods:
+        qos = koord_qos_class(pod.raw)
+        request = None
+        if qos in (QOS_LSE, QOS_LSR):
+            with contextlib.suppress(InvalidInput):  # an unreadable request counts as none
+                request = pod_cpu_request_milli(pod)
+        if qos in (QOS_LSE, QOS_LSR, QOS_BE):
+            out.append((request, MetricCache.key("pod_cpu_usage", pod_uid=pod.uid)))
+    return out
 
 
 def _mean(cache: MetricCache, key: SeriesKey, start_ms: int, end_ms: int) -> float | None:
@@ -243,8 +291,7 @@ def _last(cache: MetricCache | None, kind: str, container_id: str, now_ms: int, 
     return sample[1]
 
 
-def _quota(state: QoSState, rel: str, steady: SteadyFacts | None, fresh: bool) -> tuple[int, int | None] | None:
-    path = state.cgroup_file("cpu.cfs_quota_us", rel)
+def _quota(state: QoSState, path: str, steady: SteadyFacts | None, fresh: bool) -> tuple[int, int | None] | None:
     if fresh or steady is None:
         return _read_quota(path, state.cgroup_version)
     return steady.get(f"cpuburst/quota/{path}", lambda: _read_quota(path, state.cgroup_version))

@@ -86,7 +86,9 @@ def read_facts(state: QoSState, *, collect_interval: float, now_ms: int, standal
     window = window_seconds(threshold_config(state.nodeslo), interval)
     capacity = _capacity(state, standalone)
     cache = state.cache
-    if cache is None:
+    if cache is None or feature_disabled(state.nodeslo_present, state.nodeslo) is not None \
+            or isinstance(check_config(threshold_config(state.nodeslo)), str):
+        # no usage, or the plan stops at the config (under the chart, every round: no satisfaction percents)
         return CPUFacts(capacity, window, interval, batch_allocatable=_batch_allocatable(state))
     avg = _query(cache, now_ms - window * 1000, now_ms, last=False)
     last = _query(cache, now_ms - int(2000 * collect_interval), now_ms, last=True)

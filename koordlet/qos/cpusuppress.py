@@ -39,7 +39,7 @@ from typing import Any
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import cpu_max, parse_cpu_max
-from koordlet.metriccache import MetricCache
+from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos import cpuset as cpuset_feature
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
@@ -90,6 +90,22 @@ class Usage:
 
 _NO_CPUS = CPUTopology(())
 _NO_RULE = CPUSetRule()
+_OTHER, _NON_BE, _KUBE_BE = 0, 1, 2  # what the budget counts a pod's usage as
+
+
+@dataclass(frozen=True)
+class PodClasses:
+    """What suppress reads of each pod's labels and annotations: a function of the pods alone, so kept with the
+    steady facts (the budget and the cpuset policy would otherwise parse them every pass)."""
+
+    kinds: tuple[tuple[str, int], ...]  # (uid, _NON_BE | _KUBE_BE | _OTHER) per pod, in order
+    lsr_cpus: frozenset[int]  # CPUs the scheduler bound LSR pods to
+
+
+def pod_classes(pods: Sequence[PodMeta]) -> PodClasses:
+    kinds = tuple((p.uid, _NON_BE if non_be_pod(p) else _KUBE_BE if p.k8s_qos == K8S_BEST_EFFORT else _OTHER)
+                  for p in pods)
+    return PodClasses(kinds, frozenset(_lsr_cpus(pods)))
 
 
 @dataclass(frozen=True)
@@ -104,6 +120,7 @@ class SuppressFacts:
     # what the NodeResourceTopology reports (BE share pools, kubelet's CPU manager policy), shared with CPUSetAllocator
     rule: CPUSetRule = _NO_RULE
     rule_errors: tuple[PlanError, ...] = ()
+    pods: PodClasses | None = None  # None: planned from the state's pods
 
     @property
     def host_cpus(self) -> int | None:
@@ -127,12 +144,13 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> Suppres
     be_cpuset = _read_cpuset(state) if host.be_dirs else None
     # the CPUSetAllocator's node facts (kept under its steady keys: one read for both features)
     cpu = cpuset_feature.read_facts(state, steady=steady)
+    pods = steady.get("cpusuppress/pods", lambda: pod_classes(state.pods)) if steady else pod_classes(state.pods)
     common = SuppressFacts(host.topology, host.quota_file, host.be_dirs, be_cpuset=be_cpuset, rule=cpu.rule,
-                           rule_errors=cpu.errors)
+                           rule_errors=cpu.errors, pods=pods)
     cfg = _config(state.nodeslo)
     if cfg.get("enable") is not True:
         return common
-    usage = _usage(state) if state.cache is not None else None
+    usage = _usage(state, steady) if state.cache is not None else None
     quota = period = None
     if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
         quota, period = _read_quota(state)
@@ -178,23 +196,29 @@ def _read_cpuset(state: QoSState) -> tuple[int, ...] | None:
         return None
 
 
-def _usage(state: QoSState) -> Usage | None:
+def _usage(state: QoSState, steady: SteadyFacts | None = None) -> Usage | None:
     cache = state.cache
     assert cache is not None
     node = cache.last(MetricCache.key("node_cpu_usage"))
     if node is None:
         return None
     pods = {}
-    for pod in state.pods:
-        sample = cache.last(MetricCache.key("pod_cpu_usage", pod_uid=pod.uid))
+    keys = steady.get("cpusuppress/usage-keys", lambda: _pod_keys(state)) if steady else _pod_keys(state)
+    for uid, key in keys:
+        sample = cache.last(key)
         if sample is not None:
-            pods[pod.uid] = sample
+            pods[uid] = sample
     apps = {}
     for app in state.host_apps:
         sample = cache.last(MetricCache.key("host_application_cpu_usage", host_app_name=app.name))
         if sample is not None:
             apps[app.name] = sample
     return Usage(node[0], node[1], pods, apps)
+
+
+def _pod_keys(state: QoSState) -> list[tuple[str, SeriesKey]]:
+    """Each pod's CPU usage series key (the pods' part of the kept facts)."""
+    return [(pod.uid, MetricCache.key("pod_cpu_usage", pod_uid=pod.uid)) for pod in state.pods]
 
 
 def _read_quota(state: QoSState) -> tuple[int | None, int | None]:
@@ -296,14 +320,14 @@ def budget(state: QoSState, facts: SuppressFacts, threshold: int, min_percent: i
     capacity, reserved = bounds
     oldest = usage.ts_ms - max_age_ms
     pods_all = pods_ls = be_used = 0.0
-    for pod in state.pods:
-        sample = usage.pods.get(pod.uid)
+    for uid, kind in (facts.pods or pod_classes(state.pods)).kinds:
+        sample = usage.pods.get(uid)
         if sample is None or sample[0] < oldest:
             continue
         pods_all += sample[1]
-        if non_be_pod(pod):
+        if kind == _NON_BE:
             pods_ls += sample[1]
-        elif pod.k8s_qos == K8S_BEST_EFFORT:
+        elif kind == _KUBE_BE:
             be_used += sample[1]
     apps_all = apps_ls = 0.0
     for spec in _list(state.nodeslo.get("hostApplications")):
@@ -550,7 +574,8 @@ def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name
         return out
     if facts.be_cpuset is not None and facts.topology.cpus:
         allowed = be_cpus(facts)
-        cpus = target_cpuset(b, facts, allowed, _lsr_cpus(state.pods))
+        lsr = facts.pods.lsr_cpus if facts.pods is not None else _lsr_cpus(state.pods)
+        cpus = target_cpuset(b, facts, allowed, set(lsr))
         if cpus:  # applyCPUSetWith*Policy skip an empty set
             reason = f"BE budget {b.milli}m -> BE cpuset {format_cpuset(cpus)}"
             if facts.rule.kubelet_static:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +46,41 @@ class Result:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class _Held:
+    """The leading writes of the last plan that were cache hits (or if_changed writes skipped: nothing before them
+    changed). The same writes (the same objects: a planner's plan is reused while its facts hold) at the head of the
+    next plan find the same cache entries while the oldest of them is within the force window and none of their
+    paths was cached anew or forgotten since, so each would be a cache hit again: apply takes them as such at once.
+    """
+
+    writes: list[Write]
+    results: list[Result]  # the cache hits among them, in order
+    keys: list[tuple[str, str]]  # their write counters' keys, (file name, "cached")
+    upto: list[int]  # upto[i]: how many of `results` come from writes[:i]
+    oldest: list[float]  # oldest[i]: the oldest cache entry the hits among writes[:i + 1] found (non-increasing)
+    first: dict[str, int]  # path → the index of the first of the writes to it
+
+    @functools.cached_property
+    def counts(self) -> Counter[tuple[str, str]]:
+        """The write counters' increments of the whole head (file name, "cached") → n."""
+        return Counter(self.keys)
+
+
+def _common_prefix(held: list[Write], writes: list[Write]) -> int:
+    """How many leading writes are the same (equal writes, in the common case the very objects: a list comparison
+    in C)."""
+    n = len(held)
+    if writes[:n] == held:
+        return n
+    m = 0
+    for x, y in zip(held, writes, strict=False):
+        if x is not y and x != y:
+            break
+        m += 1
+    return m
+
+
 class Executor:
     def __init__(self, paths: HostPaths, cgroup_version: int, health: Health, *, audit_path: str | None = None,
                  dry_run: bool = False, force_seconds: float = FORCE_UPDATE_SECONDS,
@@ -59,6 +96,10 @@ class Executor:
         self._cache: dict[str, tuple[str, float]] = {}  # path → (value, when written or confirmed)
         self._names: dict[str, str] = {}  # path → its file name, the write counters' label
         self._pruned = clock()
+        self.mounts = 0  # filesystems mounted so far
+        self._held: _Held | None = None
+        self._recached: set[str] = set()  # paths whose cache entry changed during this apply
+        self._forgot = False  # forget() ran during this apply
         self._roots = tuple(sorted({os.path.join(os.path.normpath(r), "") for r in (
             paths.cgroup_root, paths.sys_fs_root, paths.proc_root, paths.sys_root)}, key=len, reverse=True))
         self._cgroup_root = os.path.join(os.path.normpath(paths.cgroup_root), "")
@@ -71,11 +112,24 @@ class Executor:
         files that do not exist yet, so such writes are reported as planned — what applying the plan does, in order.
         """
         self._prune()
-        results = []
-        changed: set[str] = set()
+        writes = plan.writes
+        held = self._held
+        m = _common_prefix(held.writes, writes) if held is not None else 0
+        if m and self.clock() - held.oldest[m - 1] >= self.force_seconds:  # type: ignore[union-attr]
+            m = 0  # a held value aged out of the force window: every write checks its own (once a window)
+        head: list[Result] = held.results[:held.upto[m]] if m and held is not None else []
+        counts = self.health.resource_writes
+        if head and held is not None:
+            counts.update(held.counts if m == len(held.writes) else held.keys[:len(head)])
+        self._recached.clear()
+        self._forgot = False
+        results = list(head)
+        tail: list[Result | None] = []  # per write after the held head: its result, None where skipped
+        changed: set[str] = set()  # (the held head changed nothing)
         made: set[str] = set()  # directories this dry run would create
-        for w in plan.writes:
+        for w in writes[m:] if m else writes:
             if w.if_changed is not None and w.if_changed not in changed:
+                tail.append(None)
                 continue  # not part of this pass: the change it repairs did not happen
             if w.op in ("write", "tids") and made and os.path.dirname(os.path.normpath(w.path)) in made:
                 problem = self._validate(w)
@@ -87,16 +141,59 @@ class Executor:
                 if w.op == "mkdir" and r.result == "planned":
                     made.add(os.path.normpath(w.path))
             results.append(r)
-        counts = self.health.resource_writes
+            tail.append(r)
         names = self._names
-        for r in results:
+        made_now = results[len(head):]
+        for r in made_now:
             path = r.write.path
             name = names.get(path)
             if name is None:
                 name = names[path] = os.path.basename(path)
             counts[(name, r.result)] += 1
-        self._audit([r for r in results if r.result in ("written", "planned", "invalid", "error")])
+        self._audit([r for r in made_now if r.result in ("written", "planned", "invalid", "error")])
+        self._hold(writes, held, m, head, tail)
         return results
+
+    def _hold(self, writes: list[Write], held: _Held | None, m: int, head: list[Result],
+              tail: list[Result | None]) -> None:
+        """Keep the plan's leading cache hits for the next apply. Without a held head, every write up to the first
+        that was not a cache hit (or skipped); with one, the part of it this plan repeated: what follows changed
+        from the last plan, so it may change again (BE CPU suppress re-plans with each usage sample). The held head
+        grows again when it is dropped (the force window, a forgotten dir)."""
+        if self._forgot:
+            self._held = None
+            return
+        if held is not None and m:
+            if len(held.writes) > m:
+                n = held.upto[m]
+                held = _Held(held.writes[:m], held.results[:n], held.keys[:n], held.upto[:m + 1], held.oldest[:m],
+                             {p: i for p, i in held.first.items() if i < m})
+            self._held = held if not any(p in held.first for p in self._recached) else None
+            return
+        k = 0
+        for r in tail:
+            if r is not None and r.result != "cached":
+                break
+            k += 1
+        first: dict[str, int] = {}
+        for j, w in enumerate(writes[:k]):
+            first.setdefault(w.path, j)
+        if k == 0 or any(p in first for p in self._recached):
+            self._held = None  # nothing to hold, or a held value was cached anew after it was taken
+            return
+        results: list[Result] = []
+        keys: list[tuple[str, str]] = []
+        upto, oldest = [0], []
+        low = float("inf")
+        cache, names = self._cache, self._names
+        for r in tail[:k]:
+            if r is not None:
+                results.append(r)
+                keys.append((names[r.write.path], "cached"))
+                low = min(low, cache[r.write.path][1])
+            upto.append(len(results))
+            oldest.append(low)
+        self._held = _Held(writes[:k], results, keys, upto, oldest, first)
 
     def _prune(self) -> None:
         """Once a force window: drop cached values older than it (they would be re-read anyway), so the files of
@@ -107,9 +204,12 @@ class Executor:
         self._pruned = now
         self._cache = {p: v for p, v in self._cache.items() if now - v[1] < self.force_seconds}
         self._names = {}
+        self._held = None
 
     def forget(self, prefix: str) -> None:
         """Drop cached values under a path (a pod left: a new pod may reuse nothing, but keep the cache small)."""
+        self._held = None
+        self._forgot = True
         for path in [p for p in self._cache if p.startswith(prefix)]:
             del self._cache[path]
         for path in [p for p in self._names if p.startswith(prefix)]:
@@ -150,7 +250,9 @@ class Executor:
         if w.op == "rmdir":
             return self._rmdir(w)
         if w.op == "mount":
-            return self._mount(w)
+            r = self._mount(w)
+            self.mounts += r.result == "written"
+            return r
         if not os.path.isdir(os.path.dirname(w.path)):
             return Result(w, "vanished")  # the cgroup (pod) is gone: normal, nothing to say
         try:
@@ -162,6 +264,7 @@ class Executor:
             return self._failed(w, e)
         if w.op == "write" and _holds(current, w, self.version):
             self._cache[w.path] = (w.value, now)
+            self._recached.add(w.path)
             return Result(w, "unchanged")
         if self.dry_run:
             return Result(w, "planned")
@@ -178,6 +281,7 @@ class Executor:
                 return Result(w, "vanished")
             return self._failed(w, e)
         self._cache[w.path] = (w.value, now)
+        self._recached.add(w.path)
         self.health.cgroup_writes += 1
         return Result(w, "written")
 

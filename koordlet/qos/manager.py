@@ -133,8 +133,9 @@ class QoSManager:
 
     def reconcile(self, state: QoSState, report: Callable[[Plan], None] | None = None) -> list[Result]:
         plan = self.plan(state)
+        mounts = self.executor.mounts
         results = self.executor.apply(plan)
-        if any(r.write.op == "mount" and r.result == "written" for r in results):
+        if self.executor.mounts != mounts:
             # A filesystem this pass mounted (resctrl) shows what the planners need (masks, CLOSIDs) only now: plan
             # again at once, so one pass configures the groups fully. (A dry run cannot mount: it shows the mount.)
             self.steady.drop()

@@ -57,12 +57,22 @@ def read_facts(state: QoSState, *, collect_interval: float, now_ms: int, standal
         return MemoryFacts(capacity, error)
     oldest = now_ms - int(2000 * collect_interval)
     used = _last(cache, MetricCache.key("node_memory_usage"), oldest)
-    pods = {}
+    pods: dict[str, float] = {}
+    if not _over(state, capacity, used):
+        return MemoryFacts(capacity, error, used, pods)  # the plan stops before the pods: they are not looked up
     for pod in state.pods:
         value = _last(cache, MetricCache.key("pod_memory_usage", pod_uid=pod.uid), oldest)
         if value is not None:
             pods[pod.uid] = value
     return MemoryFacts(capacity, error, used, pods)
+
+
+def _over(state: QoSState, capacity: int | None, used: float | None) -> bool:
+    """Whether the plan gets as far as the victims: enabled, a valid config, the node at or over its threshold."""
+    checked = check_config(threshold_config(state.nodeslo))
+    if feature_disabled(state.nodeslo_present, state.nodeslo) is not None or isinstance(checked, str):
+        return False
+    return capacity is not None and capacity > 0 and used is not None and int(used) * 100 // capacity >= checked[0]
 
 
 def _last(cache: MetricCache, key: tuple[str, ...], oldest: int) -> float | None:

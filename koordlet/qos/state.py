@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,7 @@ class QoSState:
 
     def cgroup_file(self, resource: str, rel_dir: str) -> str:
         """Absolute path of a cgroup resource file for a dir (v1: under its subsystem; v2: unified)."""
-        return resource_path(self.cgroup_version, self.paths, resource, rel_dir)
+        return _cgroup_file(self.cgroup_version, self.paths, resource, rel_dir)
 
     def resctrl(self, *parts: str) -> str:
         return self.paths.resctrl(*parts)
@@ -61,3 +62,7 @@ class QoSState:
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
+
+
+# a pure function of its arguments, asked for the same pod files every pass by several planners
+_cgroup_file = functools.lru_cache(maxsize=1 << 15)(resource_path)

@@ -46,6 +46,7 @@ from koordlet.qos.manager import Feature, QoSManager, enabled_features
 from koordlet.qos.metrics import SCALED_LABELS, QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
@@ -348,6 +349,28 @@ def test_share_pool_state(node_used: float | None, lsr_used: float, ls_used: flo
     assert usage_state([lsr, ls], node_used, {"lsr-pod-1": lsr_used, "ls-pod-2": ls_used}, cpus) == want
 
 
+def test_share_pool_pods_kept_with_the_steady_facts_follow_the_pods() -> None:
+    """The LSE/LSR requests and the usage series the share pool leaves out are kept with the steady facts: an LSR
+    pod that joins shrinks the pool in the very next pass, and new usage samples are read every pass."""
+    lsr = pod("lsr-pod-1", {"c": "8"}, label="LSR", requests={"c": "8"}, qos="Guaranteed")
+    ls = pod("ls-pod-2", {"c": "1"}, label="LS", requests={"c": "1"})
+    mc = cache()
+    now = 1_000_000
+    mc.append(mc.key("node_cpu_usage"), now - 1000, 10)
+    mc.append(mc.key("pod_cpu_usage", pod_uid=lsr.uid), now - 1000, 7)
+    steady = SteadyFacts(60.0, lambda: 0.0)
+
+    def state(pods: list[PodMeta]) -> str:
+        st = QoSState(HostPaths.under("/x"), 1, DRIVER, pods, slo(), cache=mc)
+        steady.begin(st)
+        return share_pool_state(st, 50, now, 5.0, 16, steady)
+
+    assert state([ls]) == "overload"  # 10 of 16
+    assert state([lsr, ls]) == "idle"  # 3 of 8
+    mc.append(mc.key("pod_cpu_usage", pod_uid=lsr.uid), now - 500, 3)  # window mean 5: 5 of 8
+    assert state([lsr, ls]) == "overload"
+
+
 def test_share_pool_counts_be_usage_out_and_old_samples_do_not_count() -> None:
     be = pod("be", {"c": None}, label="BE", qos="BestEffort")
     assert usage_state([be], 10, {"be": 9}, cpus=4) == "idle"  # (10-9)/4 < 0.45
@@ -434,6 +457,39 @@ def test_start_scale_up_for_normal_pod(tmp_path: Path) -> None:
     # a stale throttling sample (older than 2 × the collect interval) is no sample: remain
     node.now += 10
     assert read_facts(st, memory=memory).containers[ls_ctr].throttled is None
+
+
+def test_kept_facts_do_not_hide_a_token_bucket_or_a_policy_change(tmp_path: Path) -> None:
+    """With the steady facts, policy none and no bucket limiting bursting: the facts are kept whole. A pod whose
+    config limits bursting over time (cfsQuotaBurstPeriodSeconds ≥ 0) still gets its bucket advanced with each pass's
+    usage, and turning the cfs-quota burst on reads the quotas afresh (one changed on disk meanwhile shows)."""
+    ls = pod("ls", {"c": "1"}, label="LS", requests={"c": "1"})
+    node = Node(tmp_path, [ls])
+    ctr = str(ls.containers[0].cgroup_dir)
+    node.put(ls.cgroup_dir, quota=B)
+    node.put(ctr, quota=B)
+    steady = SteadyFacts(60.0, lambda: node.now)
+    memory = node.memory()
+
+    def facts(spec: dict[str, Any]) -> Any:
+        st = node.state(spec)
+        steady.begin(st)
+        return read_facts(st, steady=steady, memory=memory)
+
+    none = slo(policy="none")
+    first = facts(none)
+    node.file("cpu.cfs_quota_us", ctr).write_text("50000\n")
+    node.now += 1
+    assert facts(none) is first  # nothing in it can change within the window
+    limited = slo(policy="none", cfsQuotaBurstPercent=300, cfsQuotaBurstPeriodSeconds=2)
+    verdicts = []
+    for _ in range(8):  # three times its limit: the bucket (at most 400) drains at 200 a second
+        node.now += 1
+        node.sample("container_cpu_usage", 3.0, container_id=ls.containers[0].container_id)
+        verdicts.append(facts(limited).containers[ctr].allowed)
+    assert verdicts[-1] is False and verdicts[0] is True
+    node.now += 1
+    assert facts(slo(policy="cfsQuotaBurstOnly")).containers[ctr].quota == 50000
 
 
 def test_reset_under_policy_none_then_steady_passes_write_nothing(tmp_path: Path) -> None:

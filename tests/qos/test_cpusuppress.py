@@ -39,6 +39,7 @@ from koordlet.qos.cpusuppress import (
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
+from koordlet.qos.steady import SteadyFacts
 from koordlet.states.cpupools import CPUInfo, CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import merge_nodeslo_spec
@@ -364,6 +365,45 @@ def test_manager_replans_when_usage_changes_and_exports(host: SimHost) -> None:
     assert 'koordlet_be_suppress_cpu_cores{node="test-node0",type="cfsQuota"} 0.2' in text
     assert 'koordlet_be_suppress_ls_used_cpu_cores{node="test-node0"} 9.0' in text
     assert 'koordlet_be_suppress_be_used_cpu_cores{node="test-node0"} 2.0' in text
+
+
+def test_a_pod_that_joins_has_its_usage_read_in_the_next_pass(host: SimHost) -> None:
+    """The pods' usage series keys are kept with the steady facts: a pod list that changed brings its new pod's
+    usage into the very next pass, and a sample newer than the last pass's is read (usage is never kept)."""
+    steady = SteadyFacts(60.0, lambda: 0.0)
+    pods = [pod(LS, "LS", uid=LS), pod(BE, "BE", "BestEffort", uid=BE)]
+    other = "ls-pod-2"
+    cache = cache_with(12, {LS: 4, BE: 2, other: 4})
+
+    def usage(pods: list[PodMeta]) -> dict[str, tuple[int, float]]:
+        s = qstate(host, pods, spec(), cache, node("16"))
+        steady.begin(s)
+        facts = cpusuppress.read_facts(s, steady=steady)
+        assert facts.usage is not None
+        return dict(facts.usage.pods)
+
+    assert usage(pods) == {LS: (T0, 4), BE: (T0, 2)}
+    cache.append(cache.key("pod_cpu_usage", pod_uid=LS), T0 + 1000, 5)
+    assert usage(pods) == {LS: (T0 + 1000, 5), BE: (T0, 2)}
+    assert usage([*pods, pod(other, "LS", uid=other)]) == {LS: (T0 + 1000, 5), BE: (T0, 2), other: (T0, 4)}
+
+
+def test_kept_pod_classes_follow_a_relabelled_pod(host: SimHost) -> None:
+    """The pods' classes are kept with the steady facts: a pod relabelled from LS to BE leaves the LS usage in the
+    next pass's budget."""
+    steady = SteadyFacts(60.0, lambda: 0.0)
+    cache = cache_with(12, {LS: 8, BE: 2})
+
+    def budget_now(pods: list[PodMeta]) -> int:
+        s = qstate(host, pods, spec(), cache, node("20"))
+        steady.begin(s)
+        b = budget(s, cpusuppress.read_facts(s, steady=steady), 70, None, 2000, "test-node0", [])
+        assert b is not None
+        return b.milli
+
+    be = pod(BE, "BE", "BestEffort", uid=BE)
+    assert budget_now([pod(LS, "LS", uid=LS), be]) == 4000  # 20 × 70 % − 8 (LS) − 2 (system)
+    assert budget_now([pod(LS, "BE", uid=LS), be]) == 12000  # 14 − 2: its usage is no longer LS
 
 
 def test_dry_run_features_do_not_record() -> None:

@@ -59,6 +59,83 @@ def test_write_on_change_cache_and_force(host: tuple[HostPaths, Path], tmp_path:
     assert ex.health.resource_writes[("cpu.bvt_warp_ns", "written")] == 2
 
 
+def test_a_held_plan_is_rewritten_after_the_force_window(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    """The same plan applied pass after pass (the short cut for an all-cached plan) still repairs a file changed
+    behind its back once the oldest cached value ages out of the force window, and counts every write."""
+    paths, d = host
+    ex, clock = _ex(paths, tmp_path)
+    warp = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    shares = Write(str(d / "cpu.shares"), "2", "cpuqos/pod", resource="cpu.shares")
+    plan = Plan([warp, shares])
+    clock.now += 40  # the executor's own once-a-window pruning (from its start) is not what repairs the files
+    assert [r.result for r in ex.apply(plan)] == ["written", "written"]
+    clock.now += 30
+    for _ in range(3):  # the first all-cached pass holds the plan, the next ones take the short cut
+        assert [(r.write, r.result) for r in ex.apply(Plan(list(plan.writes)))] == [(warp, "cached"),
+                                                                                    (shares, "cached")]
+    (d / "cpu.bvt_warp_ns").write_text("2\n")  # someone else changed it
+    (d / "cpu.shares").write_text("7\n")
+    clock.now += 29.9
+    assert [r.result for r in ex.apply(plan)] == ["cached", "cached"]  # trusted within the window, as per write
+    clock.now += 0.2
+    assert [r.result for r in ex.apply(plan)] == ["written", "written"]
+    assert (d / "cpu.bvt_warp_ns").read_text() == "-1" and (d / "cpu.shares").read_text() == "2"
+    assert ex.health.resource_writes[("cpu.shares", "cached")] == 4
+    assert ex.health.resource_writes[("cpu.bvt_warp_ns", "written")] == 2
+
+
+def test_a_held_plan_does_not_hide_a_new_value_or_a_forgotten_file(host: tuple[HostPaths, Path],
+                                                                   tmp_path: Path) -> None:
+    """The short cut holds only for the very same writes over an unchanged cache: an equal plan with one value
+    changed is written at once, and a file whose cached value was forgotten (its cgroup removed) is read again."""
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path)
+    warp = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    shares = Write(str(d / "cpu.shares"), "2", "cpuqos/pod", resource="cpu.shares")
+    ex.apply(Plan([warp, shares]))
+    ex.apply(Plan([warp, shares]))  # all cached: held
+    changed = Write(str(d / "cpu.shares"), "3", "cpuqos/pod", resource="cpu.shares")
+    repair = Write(str(d / "cpu.bvt_warp_ns"), "-1", "repair", resource="cpu.bvt_warp_ns", compare="always",
+                   if_changed=changed.path)
+    assert [r.result for r in ex.apply(Plan([warp, changed, repair]))] == ["cached", "written", "written"]
+    assert (d / "cpu.shares").read_text() == "3"
+    plan = Plan([warp, changed, repair])
+    assert [r.result for r in ex.apply(plan)] == ["cached", "cached"]  # held again: the repair follows no change
+    assert [r.result for r in ex.apply(plan)] == ["cached", "cached"]
+    (d / "cpu.shares").write_text("9\n")
+    ex.forget(str(d / "cpu.shares"))
+    assert [r.result for r in ex.apply(plan)] == ["cached", "written", "written"]
+    assert (d / "cpu.shares").read_text() == "3"
+    assert [r.result for r in ex.apply(Plan([warp]))] == ["cached"]  # a shorter plan is not the held one
+
+
+def test_a_held_head_with_a_new_tail(host: tuple[HostPaths, Path], tmp_path: Path) -> None:
+    """A plan whose leading writes are the last plan's (a feature re-planned only the end): those are taken as
+    cached, the rest checked one by one; a later write that re-caches a held file (one file planned twice) drops the
+    held head, so the next pass checks the file again and repairs it as it would without the short cut."""
+    paths, d = host
+    ex, clock = _ex(paths, tmp_path)
+    (d / "cpu.cfs_quota_us").write_text("-1\n")
+    warp = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    shares = Write(str(d / "cpu.shares"), "2", "cpuqos/pod", resource="cpu.shares")
+
+    def quota(value: str) -> Write:
+        return Write(str(d / "cpu.cfs_quota_us"), value, "suppress", resource="cpu.cfs_quota_us")
+
+    ex.apply(Plan([warp, shares, quota("-1")]))
+    ex.apply(Plan([warp, shares, quota("-1")]))  # held: all three
+    (d / "cpu.shares").write_text("5\n")  # behind our back: trusted within the window, as per write
+    assert [r.result for r in ex.apply(Plan([warp, shares, quota("50000")]))] == ["cached", "cached", "written"]
+    assert (d / "cpu.cfs_quota_us").read_text() == "50000"
+    assert [r.result for r in ex.apply(Plan([warp, shares, quota("50000")]))] == ["cached", "cached", "cached"]
+    again = Write(str(d / "cpu.shares"), "3", "other", resource="cpu.shares")  # the same file, another value
+    assert [r.result for r in ex.apply(Plan([warp, shares, again]))] == ["cached", "cached", "written"]
+    assert [r.result for r in ex.apply(Plan([warp, shares, again]))] == ["cached", "written", "written"]
+    clock.now += 61
+    assert [r.result for r in ex.apply(Plan([warp, shares]))] == ["unchanged", "written"]
+    assert ex.health.resource_writes[("cpu.bvt_warp_ns", "cached")] == 5
+
+
 def test_values_of_files_no_longer_planned_are_forgotten_after_the_window(host: tuple[HostPaths, Path],
                                                                         tmp_path: Path) -> None:
     """A pod that left keeps no cache entries: memory stays bounded under pod churn."""
