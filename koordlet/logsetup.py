@@ -18,6 +18,19 @@ _SEVERITY_LEVEL = (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICA
 _OURS = ("koordlet", "scheduler")
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a line is logged (as logging's last-resort handler does), so a thread
+    that outlives a redirected stderr (a test's capture) never writes to a closed stream."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def log_file_path(values: Mapping[str, Any]) -> str | None:
     """Where klog would write: -log_file, else <log_dir>/koordlet.log, else nowhere (None)."""
     if values.get("log_file"):
@@ -44,12 +57,12 @@ def setup(values: Mapping[str, Any]) -> None:
                                                                  backupCount=1 if max_mb else 0))
         except OSError as e:
             raise InvalidInput(f"cannot open the log file {path}: {e.strerror or e}") from None
-        err = logging.StreamHandler(sys.stderr)
+        err = _Stderr()
         if not values.get("alsologtostderr"):
             err.setLevel(_SEVERITY_LEVEL[int(values.get("stderrthreshold", 2))])
         handlers.append(err)
     else:
-        handlers.append(logging.StreamHandler(sys.stderr))
+        handlers.append(_Stderr())
     root = logging.getLogger()
     for old in list(root.handlers):  # ours from an earlier call; others' (a test's log capture) stay
         if getattr(old, "_koordlet", False):
