@@ -47,8 +47,6 @@ def mount_script(container: Mapping[str, Any], volumes: Sequence[Mapping[str, An
             src = vol["hostPath"]["path"].strip()
             if not _real(src):
                 fake = f"{fake_host}{src.rstrip('/')}"
-                if src.rstrip("/") == "/etc/localtime":
-                    fake = src
                 lines.append(f"mkdir -p {fake}")
                 src = fake
         else:  # emptyDir
