@@ -200,6 +200,18 @@ class MetricCache:
             return appended or written
         return written if written[0] > appended[0] else appended
 
+    def last_many(self, keys: Sequence[SeriesKey]) -> list[tuple[int, float] | None]:
+        """`last` of each key, the written columns read in one go (a QoS pass's per-pod lookups)."""
+        out = self._frame.last_many(keys)
+        series_of = self._series
+        for i, key in enumerate(keys):
+            series = series_of.get(key)
+            if series is not None and series.ts:
+                written = out[i]
+                if written is None or series.ts[-1] >= written[0]:
+                    out[i] = (series.ts[-1], series.values[-1])
+        return out
+
     def gc(self, now_ms: int) -> int:
         """Trim samples older than each kind's retention; drop empty series. Returns series dropped."""
         dropped = 0

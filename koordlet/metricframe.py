@@ -95,12 +95,32 @@ class Frame:
             newest = float(self._values[self._n - 1, column])
             if newest == newest:  # the usual case: the series has a value in the newest row (not NaN)
                 return int(self._ts[self._n - 1]), newest
-            values = self._values[self._start:self._n, column]
-            have = np.flatnonzero(values == values)
-            if not len(have):
-                return None
-            i = int(have[-1])
-            return int(self._ts[self._start + i]), float(values[i])
+            return self._last_before(column)
+
+    def last_many(self, keys: Sequence[SeriesKey]) -> list[tuple[int, float] | None]:
+        """`last` of each key under one hold of the lock: the newest row read once for all of them."""
+        with self._lock:
+            if self._n == self._start:
+                return [None] * len(keys)
+            index, newest_ts = self._index, int(self._ts[self._n - 1])
+            columns = [index.get(key, -1) for key in keys]
+            newest = self._values[self._n - 1].take(columns).tolist() if columns else []
+            out: list[tuple[int, float] | None] = []
+            for column, value in zip(columns, newest, strict=True):
+                if column < 0:
+                    out.append(None)
+                else:
+                    out.append((newest_ts, value) if value == value else self._last_before(column))
+            return out
+
+    def _last_before(self, column: int) -> tuple[int, float] | None:
+        """The newest sample of a column whose newest row has none (the lock held)."""
+        values = self._values[self._start:self._n, column]
+        have = np.flatnonzero(values == values)
+        if not len(have):
+            return None
+        i = int(have[-1])
+        return int(self._ts[self._start + i]), float(values[i])
 
     def series(self) -> list[SeriesKey]:
         with self._lock:

@@ -60,6 +60,7 @@ class BEResourceCollector:
         self.driver = driver
         self.health = health
         self._last: tuple[int, int] | None = None  # (monotonic ns, besteffort cpuacct usage ns)
+        self._request: tuple[Sequence[PodMeta], int] | None = None  # the pod list the sum is of (replaced on change)
 
     def collect(self, pods: Sequence[PodMeta], cache: MetricCache, now_ms: int, now_mono_ns: int) -> None:
         rel = qos_dir(self.driver, K8sQoS.BESTEFFORT)
@@ -71,7 +72,7 @@ class BEResourceCollector:
             self._last = None
             return
         self.health.recovered("be-resource", "unreadable", rel)
-        request = sum(pod_batch_milli_cpu(p.raw) for p in pods if p.koord_qos == QOS_BE)
+        request = self._batch_request(pods)
         last, self._last = self._last, (now_mono_ns, usage_ns)
         cache.append(MetricCache.key(KIND_REAL_LIMIT), now_ms, float(limit))
         cache.append(MetricCache.key(KIND_REQUEST), now_ms, float(request))
@@ -79,6 +80,14 @@ class BEResourceCollector:
         if last is not None and now_mono_ns > last[0]:
             milli = max(usage_ns - last[1], 0) / 1e6 / ((now_mono_ns - last[0]) / 1e6) * 1000
             cache.append(MetricCache.key(KIND_USAGE), now_ms, float(int(milli)))
+
+    def _batch_request(self, pods: Sequence[PodMeta]) -> int:
+        """The BE pods' batch-cpu requests, summed again only when the pod list is replaced (a pods sync that
+        changed something)."""
+        kept = self._request
+        if kept is None or kept[0] is not pods:
+            kept = self._request = (pods, sum(pod_batch_milli_cpu(p.raw) for p in pods if p.koord_qos == QOS_BE))
+        return kept[1]
 
     def _real_limit(self, rel: str) -> int:
         """getBECPURealMilliLimit: min(#besteffort cpuset × 1000, quota × 1000 / period), the quota only when set."""

@@ -161,7 +161,8 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
         return BurstFacts(burst_file)
     node = node_strategy(state.nodeslo)
     targets = _kept(steady, "cpuburst/targets", lambda: _targets(state, node.config))
-    if steady is not None and not any(fresh or _limited(cfg) for _, _, cfg, fresh, _ in targets):
+    if steady is not None and steady.get("cpuburst/resets-only", lambda: not any(
+            fresh or _limited(cfg) for _, _, cfg, fresh, _ in targets)):
         # only resets to base quotas and no token bucket in play: the facts are those of the kept quotas
         memory.recycle()
         return steady.get("cpuburst/facts", lambda: _gather(state, steady, memory, node, targets, burst_file))

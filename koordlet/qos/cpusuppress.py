@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -38,7 +39,8 @@ from typing import Any
 
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
-from koordlet.host.resources import cpu_max, parse_cpu_max
+from koordlet.host.paths import HostPaths
+from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path
 from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos import cpuset as cpuset_feature
 from koordlet.qos.cpuset import CPUSetRule
@@ -202,12 +204,8 @@ def _usage(state: QoSState, steady: SteadyFacts | None = None) -> Usage | None:
     node = cache.last(MetricCache.key("node_cpu_usage"))
     if node is None:
         return None
-    pods = {}
-    keys = steady.get("cpusuppress/usage-keys", lambda: _pod_keys(state)) if steady else _pod_keys(state)
-    for uid, key in keys:
-        sample = cache.last(key)
-        if sample is not None:
-            pods[uid] = sample
+    uids, keys = steady.get("cpusuppress/usage-keys", lambda: _pod_keys(state)) if steady else _pod_keys(state)
+    pods = {uid: sample for uid, sample in zip(uids, cache.last_many(keys), strict=True) if sample is not None}
     apps = {}
     for app in state.host_apps:
         sample = cache.last(MetricCache.key("host_application_cpu_usage", host_app_name=app.name))
@@ -216,9 +214,9 @@ def _usage(state: QoSState, steady: SteadyFacts | None = None) -> Usage | None:
     return Usage(node[0], node[1], pods, apps)
 
 
-def _pod_keys(state: QoSState) -> list[tuple[str, SeriesKey]]:
-    """Each pod's CPU usage series key (the pods' part of the kept facts)."""
-    return [(pod.uid, MetricCache.key("pod_cpu_usage", pod_uid=pod.uid)) for pod in state.pods]
+def _pod_keys(state: QoSState) -> tuple[list[str], list[SeriesKey]]:
+    """The pods' uids and their CPU usage series keys, in the same order (the pods' part of the kept facts)."""
+    return [pod.uid for pod in state.pods], [MetricCache.key("pod_cpu_usage", pod_uid=pod.uid) for pod in state.pods]
 
 
 def _read_quota(state: QoSState) -> tuple[int | None, int | None]:
@@ -467,14 +465,24 @@ def _cpuset_writes(state: QoSState, dirs: Sequence[str], old: Sequence[int] | No
                    reason: str, out: Plan) -> None:
     """applyCPUSetWithNonePolicy: old ∪ target on every dir top-down (a v1 child's CPUs must stay within its
     parent's), then target bottom-up; the second sweep is left out when the first already wrote target."""
-    merged = sorted(set(old or ()) | set(target))
+    out.writes.extend(_cpuset_write_list(state.cgroup_version, state.paths, tuple(dirs), tuple(old or ()),
+                                         tuple(target), reason))
+
+
+@functools.lru_cache(maxsize=8)
+def _cpuset_write_list(version: int, paths: HostPaths, dirs: tuple[str, ...], old: tuple[int, ...],
+                       target: tuple[int, ...], reason: str) -> tuple[Write, ...]:
+    """_cpuset_writes' writes, a pure function of its arguments: a pass that keeps the BE cpuset gets the very
+    objects of the pass before, which the executor takes as its held head of cache hits at once."""
+    merged = sorted(set(old) | set(target))
     text = format_cpuset(merged)
-    out.writes.extend(Write(state.cgroup_file("cpuset.cpus", d), text, f"cpusuppress: {reason} (widen to {text})",
-                            resource="cpuset.cpus") for d in dirs)
+    out = [Write(resource_path(version, paths, "cpuset.cpus", d), text, f"cpusuppress: {reason} (widen to {text})",
+                 resource="cpuset.cpus") for d in dirs]
     if merged != sorted(target):
         text = format_cpuset(target)
-        out.writes.extend(Write(state.cgroup_file("cpuset.cpus", d), text, f"cpusuppress: {reason}",
-                                resource="cpuset.cpus") for d in reversed(dirs))
+        out.extend(Write(resource_path(version, paths, "cpuset.cpus", d), text, f"cpusuppress: {reason}",
+                         resource="cpuset.cpus") for d in reversed(dirs))
+    return tuple(out)
 
 
 def _static_policy_writes(state: QoSState, facts: SuppressFacts, allowed: Sequence[int], cpus: Sequence[int],
@@ -577,7 +585,9 @@ def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name
         lsr = facts.pods.lsr_cpus if facts.pods is not None else _lsr_cpus(state.pods)
         cpus = target_cpuset(b, facts, allowed, set(lsr))
         if cpus:  # applyCPUSetWith*Policy skip an empty set
-            reason = f"BE budget {b.milli}m -> BE cpuset {format_cpuset(cpus)}"
+            # not the budget's millicores, which change with every usage sample: the same writes while the cpuset
+            # holds (the budget is koordlet_be_suppress_cpu_cores' and the LS/BE used series' to show)
+            reason = f"BE budget -> BE cpuset {format_cpuset(cpus)} ({len(cpus)} CPUs)"
             if facts.rule.kubelet_static:
                 _static_policy_writes(state, facts, allowed, cpus, reason, out)
             else:

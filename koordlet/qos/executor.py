@@ -168,23 +168,30 @@ class Executor:
                 n = held.upto[m]
                 held = _Held(held.writes[:m], held.results[:n], held.keys[:n], held.upto[:m + 1], held.oldest[:m],
                              {p: i for p, i in held.first.items() if i < m})
-            self._held = held if not any(p in held.first for p in self._recached) else None
-            return
+            if any(p in held.first for p in self._recached):
+                self._held = None
+                return
+        else:
+            held, m = None, 0
         k = 0
         for r in tail:
             if r is not None and r.result != "cached":
                 break
             k += 1
-        first: dict[str, int] = {}
-        for j, w in enumerate(writes[:k]):
-            first.setdefault(w.path, j)
-        if k == 0 or any(p in first for p in self._recached):
-            self._held = None  # nothing to hold, or a held value was cached anew after it was taken
+        if k == 0:
+            self._held = held  # nothing to add (none to hold, without a held head)
             return
-        results: list[Result] = []
-        keys: list[tuple[str, str]] = []
-        upto, oldest = [0], []
-        low = float("inf")
+        first = dict(held.first) if held is not None else {}
+        for j, w in enumerate(writes[m:m + k], m):
+            first.setdefault(w.path, j)
+        if any(p in first for p in self._recached):
+            self._held = None  # a held value was cached anew after it was taken
+            return
+        results = list(held.results) if held is not None else []
+        keys = list(held.keys) if held is not None else []
+        upto = list(held.upto) if held is not None else [0]
+        oldest = list(held.oldest) if held is not None else []
+        low = oldest[-1] if oldest else float("inf")
         cache, names = self._cache, self._names
         for r in tail[:k]:
             if r is not None:
@@ -193,16 +200,17 @@ class Executor:
                 low = min(low, cache[r.write.path][1])
             upto.append(len(results))
             oldest.append(low)
-        self._held = _Held(writes[:k], results, keys, upto, oldest, first)
+        self._held = _Held(writes[:m + k], results, keys, upto, oldest, first)
 
     def _prune(self) -> None:
-        """Once a force window: drop cached values older than it (they would be re-read anyway), so the files of
-        pods long gone do not stay in memory."""
+        """Once a force window: drop cached values older than two of them, so the files of pods long gone do not
+        stay in memory. A live file's value is confirmed once a window, so it stays: its value, validated when it
+        was cached, need not be validated again when the window sends the write back to the file."""
         now = self.clock()
         if now - self._pruned < self.force_seconds:
             return
         self._pruned = now
-        self._cache = {p: v for p, v in self._cache.items() if now - v[1] < self.force_seconds}
+        self._cache = {p: v for p, v in self._cache.items() if now - v[1] < 2 * self.force_seconds}
         self._names = {}
         self._held = None
 
@@ -219,15 +227,17 @@ class Executor:
     def _one(self, w: Write) -> Result:
         now = self.clock()
         cached = self._cache.get(w.path)
-        if w.op == "write" and w.compare != "always" and cached is not None and cached[0] == w.value \
-                and now - cached[1] < self.force_seconds:
-            return Result(w, "cached")  # this very value passed validation when it was cached
+        # this very value passed validation when it was cached: valid again once the force window sends it back
+        # to the file (the path, and so its resource, is the cache's key)
+        valid = w.op == "write" and cached is not None and cached[0] == w.value
+        if valid and cached is not None and w.compare != "always" and now - cached[1] < self.force_seconds:
+            return Result(w, "cached")
         observer = self.observer
         if observer is None or self.dry_run or w.op in ("rmdir", "mount"):
-            return self._update(w, now)
+            return self._update(w, now, valid)
         # upstream times each update it carries out (executor.go update/updateByCache), not its cache hits
         started = time.perf_counter()
-        r = self._update(w, now)
+        r = self._update(w, now, valid)
         observer.updated(w, self._kind(w), r.result, time.perf_counter() - started)
         return r
 
@@ -241,8 +251,8 @@ class Executor:
                 return "resctrl-schema"
         return "default"
 
-    def _update(self, w: Write, now: float) -> Result:
-        problem = self._validate(w)
+    def _update(self, w: Write, now: float, valid: bool = False) -> Result:
+        problem = None if valid else self._validate(w)
         if problem:
             return self._invalid(w, problem)
         if w.op == "mkdir":
@@ -253,14 +263,16 @@ class Executor:
             r = self._mount(w)
             self.mounts += r.result == "written"
             return r
-        if not os.path.isdir(os.path.dirname(w.path)):
-            return Result(w, "vanished")  # the cgroup (pod) is gone: normal, nothing to say
         try:
             current = _read(w.path)
-        except FileNotFoundError:
-            self.health.capability(f"file:{os.path.basename(w.path)}", False, f"{w.path} does not exist")
-            return Result(w, "unsupported", "file does not exist")
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+            if not os.path.isdir(os.path.dirname(w.path)):
+                return Result(w, "vanished")  # the cgroup (pod) is gone: normal, nothing to say
+            if isinstance(e, ValueError):
+                return self._invalid(w, str(e))
+            if isinstance(e, FileNotFoundError):
+                self.health.capability(f"file:{os.path.basename(w.path)}", False, f"{w.path} does not exist")
+                return Result(w, "unsupported", "file does not exist")
             return self._failed(w, e)
         if w.op == "write" and _holds(current, w, self.version):
             self._cache[w.path] = (w.value, now)
@@ -373,8 +385,14 @@ class Executor:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def _holds(current: str, w: Write, version: int) -> bool:

@@ -157,7 +157,8 @@ class SchedLatency:
                 continue
             before = before_all.get(uid)
             # most pods did not wait since the last tick: an equal total needs no subtraction
-            tick = _nothing(total) if before is not None and total == before else total.minus(before)
+            tick = _nothing(total) if total is before or (before is not None and total == before) else \
+                total.minus(before)
             latest.append(PodLatency(pod, backend.source, total, tick))
             if cache is not None:
                 k = keys.get(uid)

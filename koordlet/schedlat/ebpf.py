@@ -67,6 +67,8 @@ class EbpfBackend:
         # Freed slots are reused last (FIFO), so a deleted pod's late samples do not land in a new pod at once.
         self._free = collections.deque(range(1, MAX_SLOTS))
         self._carry: dict[int, np.ndarray[Any, np.dtype[np.uint64]]] = {}  # user-space adds (waits placed late)
+        self._rows: np.ndarray[Any, np.dtype[np.uint64]] = np.zeros((0, 0), dtype=np.uint64)  # the last read's
+        self._totals: dict[str, Totals] = {}  # the last read's, by pod uid
         self._pods: list[PodMeta] | None = None
         self._index = PodIndex(())
         self._high = 1  # slots in use are below this
@@ -110,14 +112,20 @@ class EbpfBackend:
             self._sync_slots(pods)
         self._place_unknown()
         rows = self._read_stats(self._high)
+        for slot, carry in self._carry.items():
+            if slot < len(rows):
+                rows[slot] += carry
+        # most pods did not wait since the last read: their rows are unchanged and keep their Totals objects
+        before, kept = self._rows, self._totals
+        same = (rows == before).all(axis=1).tolist() if before.shape == rows.shape else [False] * len(rows)
         out: dict[str, Totals] = {}
         for uid, slot in self._slot_of.items():
-            row = rows[slot]
-            carry = self._carry.get(slot)
-            if carry is not None:
-                row = row + carry
-            values = row.tolist()
-            out[uid] = Totals(values[1], values[0], tuple(values[2:]))
+            total = kept.get(uid) if slot < len(same) and same[slot] else None
+            if total is None:
+                values = rows[slot].tolist()
+                total = Totals(values[1], values[0], tuple(values[2:]))
+            out[uid] = total
+        self._rows, self._totals = rows, out
         return out
 
     def placed(self) -> dict[int, int]:

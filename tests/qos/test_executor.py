@@ -138,7 +138,8 @@ def test_a_held_head_with_a_new_tail(host: tuple[HostPaths, Path], tmp_path: Pat
 
 def test_values_of_files_no_longer_planned_are_forgotten_after_the_window(host: tuple[HostPaths, Path],
                                                                         tmp_path: Path) -> None:
-    """A pod that left keeps no cache entries: memory stays bounded under pod churn."""
+    """A pod that left keeps no cache entries past two windows: memory stays bounded under pod churn. A value still
+    planned is re-read once a window and stays."""
     paths, d = host
     ex, clock = _ex(paths, tmp_path)
     gone = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
@@ -149,7 +150,10 @@ def test_values_of_files_no_longer_planned_are_forgotten_after_the_window(host: 
     ex.apply(Plan([kept]))  # cached: not re-read, still dated from the first pass
     clock.now += 31
     assert [r.result for r in ex.apply(Plan([kept]))] == ["unchanged"]  # re-read after the window, dated now
-    assert set(ex._cache) == {kept.path}
+    assert set(ex._cache) == {gone.path, kept.path}  # one window old: kept a while
+    clock.now += 61
+    assert [r.result for r in ex.apply(Plan([kept]))] == ["unchanged"]
+    assert set(ex._cache) == {kept.path}  # two windows old: gone
 
 
 @pytest.mark.parametrize(("resource", "value"), [("cpu.bvt_warp_ns", "3"), ("cpu.shares", "1"),
