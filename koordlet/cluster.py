@@ -10,15 +10,17 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from koordlet.agent import Agent
+from koordlet.backoff import REFLECTOR, BackoffPolicy
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
 from koordlet.errors import ApiError, KoordletError
 from koordlet.kubeapi import Gone, KubeClient, KubeConfig
+from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
 from koordlet.quantity import parse_quantity
 from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
@@ -36,7 +38,6 @@ _ALLOCATABLE = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubern
                 "kubernetes.io/mid-memory")
 _WATCH_TIMEOUT = 300
 _CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
-_MAX_BACKOFF = 30.0
 
 
 class ClusterLink:
@@ -54,6 +55,8 @@ class ClusterLink:
         self._stop = threading.Event()
         self._agent = agent
         self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
+        self.clock: Clock = REAL_CLOCK  # the watches' and report retries' waits (a test's own clock)
+        self.watch_backoff: BackoffPolicy = REFLECTOR
 
     @classmethod
     def connect(cls, config: Config, agent: Agent) -> ClusterLink | None:
@@ -182,35 +185,37 @@ class ClusterLink:
                              daemon=True).start()
 
     def _watch_forever(self, path: str, deliver: Callable[[JSON | None], None]) -> None:
-        """List then watch one object by name (field selector), relisting on 410, backing off on errors."""
+        """List then watch one object by name (field selector), as client-go's reflector (koordlet.listwatch)."""
         selector = f"metadata.name={self.config.node_name}"
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                listed = self.client.list(path, field_selector=selector)
-                mine = [i for i in listed.get("items") or [] if self._is_mine(i)]
-                deliver(mine[0] if mine else None)
-                rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-                backoff = 1.0
-                while not self._stop.is_set():
-                    for event in self.client.watch(path, field_selector=selector, resource_version=rv or None,
-                                                   timeout_seconds=_WATCH_TIMEOUT):
-                        if self._stop.is_set():
-                            return
-                        obj = event.get("object") or {}
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                        if not self._is_mine(obj):
-                            continue  # the field selector already filters; a server that ignores it must not leak
-                        if event.get("type") in ("ADDED", "MODIFIED"):
-                            deliver(obj)
-                        elif event.get("type") == "DELETED":
-                            deliver(None)
-            except Gone:
-                continue  # relist
-            except Exception as e:
-                self._agent.health.skip("watch", "failed", path, str(e))
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+        def list_mine() -> str | None:
+            listed = self.client.list(path, field_selector=selector)
+            mine = [i for i in listed.get("items") or [] if self._is_mine(i)]
+            deliver(mine[0] if mine else None)
+            self._agent.health.recovered("watch", "failed", path)  # a later outage is logged again
+            return str((listed.get("metadata") or {}).get("resourceVersion") or "") or None
+
+        def watch(rv: str | None) -> Iterator[JSON]:
+            return self.client.watch(path, field_selector=selector, resource_version=rv,
+                                     timeout_seconds=_WATCH_TIMEOUT)
+
+        def on_event(event: JSON) -> None:
+            obj = event.get("object") or {}
+            if not self._is_mine(obj):
+                return  # the field selector already filters; a server that ignores it must not leak
+            if event.get("type") in ("ADDED", "MODIFIED"):
+                deliver(obj)
+            elif event.get("type") == "DELETED":
+                deliver(None)
+
+        def on_error(error: Exception, wait: float) -> None:
+            if isinstance(error, Gone):
+                log.debug("watch %s: %s; re-listing in %.1fs", path, error, wait)
+            else:
+                self._agent.health.skip("watch", "failed", path, f"{error} (retrying in {wait:.1f}s)")
+
+        list_and_watch(self._stop, list_mine, watch, on_event, backoff=self.watch_backoff, clock=self.clock,
+                       on_error=on_error)
 
     def _is_mine(self, obj: Any) -> bool:
         return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.config.node_name

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from koordlet.backoff import REFLECTOR, BackoffPolicy
 from koordlet.errors import ApiError, KoordletError, NotFound
 from koordlet.kubeapi import Gone, KubeClient
+from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
 from scheduler import extender_reservation as served
 from scheduler.cluster import (
     JSON,
@@ -56,7 +58,6 @@ NODE_ATTRS = {"Device": "device", "NodeMetric": "nodemetric", "NodeResourceTopol
 CONFIGMAPS = "/api/v1/namespaces/koordinator-system/configmaps"
 LIST_PAGE = 500
 WATCH_TIMEOUT = 300  # seconds per watch request; the server ends it and we re-watch from the last resourceVersion
-MAX_BACKOFF = 30.0
 
 
 class BadRequest(Exception):
@@ -187,6 +188,8 @@ class Extender:
         # Device / NodeMetric objects whose Node is not known yet (a Device CR may come before its Node).
         self._orphans: dict[tuple[str, str], JSON] = {}
         self.stop_event = threading.Event()
+        self.clock: Clock = REAL_CLOCK  # the watches' waits (a test's own clock)
+        self.watch_backoff: BackoffPolicy = REFLECTOR
         self.metrics: Any = None  # scheduler.metrics.SchedulerMetrics, set by the CLI
 
     @contextmanager
@@ -238,39 +241,35 @@ class Extender:
         self.client.close()  # aborts the open watch streams
 
     def _watch_forever(self, path: str, kind: str, timeout_seconds: int) -> None:
-        """List (applied as the whole truth for this kind), then watch from the list's resourceVersion; relist on
-        410, back off on errors."""
-        backoff = 1.0
-        stop = self.stop_event
-        while not stop.is_set():
-            try:
-                items, rv = self.source.list_kind(path, kind)
-                self.deliver("REPLACE", kind, items)
-                backoff = 1.0
-                while not stop.is_set():
-                    for event in self.client.watch(path, field_selector=_field_selector(kind),
-                                                   resource_version=rv or None, timeout_seconds=timeout_seconds):
-                        if stop.is_set():
-                            return
-                        obj = event.get("object")
-                        if not isinstance(obj, dict):
-                            continue
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                            obj.setdefault("kind", kind)
-                            self.deliver(str(event["type"]), kind, obj)
-            except Gone:
-                log.info("watch %s: resourceVersion expired, re-listing", path)
-            except NotFound:
-                if kind not in OPTIONAL_KINDS:
-                    log.warning("watch %s: not found", path)
-                stop.wait(MAX_BACKOFF)  # CRD not installed (yet)
-            except Exception as e:
-                if stop.is_set():
-                    return
-                log.warning("watch %s: %s; retrying in %.0fs", path, e, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+        """List (applied as the whole truth for this kind), then watch from the list's resourceVersion, backing off
+        as client-go's reflector (koordlet.listwatch)."""
+
+        def list_kind() -> str | None:
+            items, rv = self.source.list_kind(path, kind)
+            self.deliver("REPLACE", kind, items)
+            return rv or None
+
+        def watch(rv: str | None) -> Iterator[JSON]:
+            return self.client.watch(path, field_selector=_field_selector(kind), resource_version=rv,
+                                     timeout_seconds=timeout_seconds)
+
+        def on_event(event: JSON) -> None:
+            obj = event.get("object")
+            if isinstance(obj, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                obj.setdefault("kind", kind)
+                self.deliver(str(event["type"]), kind, obj)
+
+        def on_error(error: Exception, wait: float) -> None:
+            if isinstance(error, Gone):
+                log.info("watch %s: resourceVersion expired, re-listing in %.1fs", path, wait)
+            elif isinstance(error, NotFound):
+                if kind not in OPTIONAL_KINDS:  # an optional CRD not installed (yet) is no news
+                    log.warning("watch %s: not found; retrying in %.1fs", path, wait)
+            else:
+                log.warning("watch %s: %s; retrying in %.1fs", path, error, wait)
+
+        list_and_watch(self.stop_event, list_kind, watch, on_event, backoff=self.watch_backoff, clock=self.clock,
+                       on_error=on_error)
 
     def deliver(self, op: str, kind: str, payload: Any) -> None:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
