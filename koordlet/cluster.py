@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from koordlet.agent import Agent
-from koordlet.backoff import REFLECTOR, BackoffPolicy
+from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
 from koordlet.errors import ApiError, KoordletError
@@ -38,6 +38,9 @@ _ALLOCATABLE = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubern
                 "kubernetes.io/mid-memory")
 _WATCH_TIMEOUT = 300
 _CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
+# Retries of a failed NodeMetric report within its period: [1, 2) s doubling to [8, 16) s; the writer's own budget
+# (0.1 update/s, burst 2, as upstream's statusUpdater) and a 429's Retry-After may ask for longer.
+REPORT_RETRY = BackoffPolicy(initial=1.0, cap=8.0, factor=2.0, jitter=1.0)
 
 
 class ClusterLink:
@@ -45,18 +48,19 @@ class ClusterLink:
         self.config = config
         self.kube = kube
         self.client = client
+        self.clock: Clock = REAL_CLOCK  # the watches' and report retries' waits (a test's own clock)
         self.node: JSON | None = None
         self.kubelet: KubeletPodSource | None = None
         self.apiserver_pods = ApiServerPodSource(client, config.node_name)
-        self.writer = NodeMetricApiWriter(client, config.node_name)
+        self.writer = NodeMetricApiWriter(client, config.node_name, clock=lambda: self.clock.now())
         self.device_writer = DeviceApiWriter(client, config.node_name)
         self.nrt_writer = NRTApiWriter(client, config.node_name)
         self._configz_at: float | None = None
         self._stop = threading.Event()
         self._agent = agent
         self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
-        self.clock: Clock = REAL_CLOCK  # the watches' and report retries' waits (a test's own clock)
         self.watch_backoff: BackoffPolicy = REFLECTOR
+        self.report_backoff: BackoffPolicy = REPORT_RETRY
 
     @classmethod
     def connect(cls, config: Config, agent: Agent) -> ClusterLink | None:
@@ -137,11 +141,28 @@ class ClusterLink:
             agent.set_nodemetric_spec(spec)
         if not self.nodemetric_present:
             return  # NodeMetric not created yet by koord-manager: nothing to report (not an error)
-        obj = agent.build_nodemetric()
-        if self.writer.write_status(obj["status"]):
-            agent.health.report_last_success = time.time()
-        else:
+        # A failed write is tried again within this period (upstream waits for the next one), rebuilt each time,
+        # one attempt after the other, after a growing wait and never sooner than the writer allows.
+        deadline = self.clock.now() + agent.policy.report_period
+        waits = ExponentialBackoff(self.report_backoff, clock=self.clock.now)
+        while True:
+            obj = agent.build_nodemetric()
+            if self.writer.write_status(obj["status"]):
+                agent.health.report_last_success = time.time()
+                return
             agent.health.report_failures["write"] += 1
+            soonest = self.writer.retry_in()
+            if soonest is None:
+                return
+            delay = max(waits.next(), soonest)
+            if self.clock.now() + delay >= deadline:
+                log.info("NodeMetric %s not reported this period (%s); next try in the next period",
+                         self.config.node_name, self.writer.last_reason)
+                return
+            log.debug("NodeMetric %s report failed (%s), retrying in %.1fs", self.config.node_name,
+                      self.writer.last_reason, delay)
+            if self.clock.wait(self._stop, delay):
+                return
 
     def report_devices(self, composed: DeviceSet) -> None:
         uid = ((self.node or {}).get("metadata") or {}).get("uid")

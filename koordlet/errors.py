@@ -33,6 +33,7 @@ class ApiError(KoordletError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+        self.retry_after: float | None = None  # the answer's Retry-After, in seconds, when it had one
 
 
 class NotFound(ApiError):

@@ -547,6 +547,19 @@ def api_error(status: int, body: bytes, fallback: str = "") -> ApiError:
     return ApiError(status, message)
 
 
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """A Retry-After header in whole seconds (client-go rest/request.go retryAfterSeconds: the HTTP-date form is
+    not read), None when absent or unusable."""
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            try:
+                seconds = int(str(value).strip())
+            except ValueError:
+                return None
+            return float(seconds) if seconds >= 0 else None
+    return None
+
+
 class KubeClient:
     """JSON requests to the API server under a client-side rate limit; errors become ApiError subclasses."""
 
@@ -589,7 +602,7 @@ class KubeClient:
             except (TypeError, ValueError) as e:
                 raise InvalidInput(f"{method} {path}: body is not JSON-serializable: {e}") from e
         self.limiter.acquire()
-        status, _, raw = self.transport.request(
+        status, headers, raw = self.transport.request(
             method,
             self.url(path, params),
             self._headers(content_type if data is not None else None),
@@ -598,7 +611,9 @@ class KubeClient:
         )
         log.debug("%s %s -> %d", method, path, status)
         if not 200 <= status < 300:
-            raise api_error(status, raw)
+            error = api_error(status, raw)
+            error.retry_after = retry_after_seconds(headers)
+            raise error
         try:
             obj = json.loads(raw) if raw else {}
         except ValueError as e:
@@ -724,5 +739,6 @@ __all__ = [
     "Urllib3Transport",
     "api_error",
     "kubelet_config",
+    "retry_after_seconds",
     "retry_on_conflict",
 ]

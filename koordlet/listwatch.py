@@ -7,6 +7,7 @@ a failure, what waits and what resets the wait live here only.
 - A watch that ends within a second having delivered nothing is a failure ("very short watch", reflector.go
   handleWatch), so a server that closes every watch at once is not asked again at once.
 - A watch that lived ends normally (the server's timeout): watched again at once from the last resourceVersion.
+- A Retry-After on a failed list lengthens that wait (up to twice the cap).
 - 410 Gone, an error from the caller's handler, any other error: wait, then list again. An API server that cannot
   be reached or answers 429 when the watch opens: wait, then watch again from the same resourceVersion
   (reflector.go: isWatchErrorRetriable).
@@ -90,6 +91,8 @@ def list_and_watch(
             if not (listed and _may_resume(e)):
                 listed = False
             delay = waits.next()
+            if isinstance(e, ApiError) and e.retry_after:  # a list's 429/503 may say when; at most the cap's worst
+                delay = max(delay, min(e.retry_after, 2 * backoff.cap))
             if on_error is not None:
                 on_error(e, delay)
             else:

@@ -140,6 +140,13 @@ def test_failed_lists_wait_and_never_watch_without_a_list() -> None:
     assert len(clock.waits) == 2
 
 
+def test_a_lists_retry_after_lengthens_the_wait_up_to_twice_the_cap() -> None:
+    slow, rude = ApiError(429, "slow down"), ApiError(503, "later")
+    slow.retry_after, rude.retry_after = 7.0, 86400.0
+    _, clock = _script([([], 5.0)], list_errors=[slow, rude])
+    assert clock.waits[0] >= 7.0 and clock.waits[1] == 2 * REFLECTOR.cap
+
+
 def test_stop_during_a_wait_ends_the_loop() -> None:
     stop = threading.Event()
     calls: list[str] = []

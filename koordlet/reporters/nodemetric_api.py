@@ -23,12 +23,16 @@ STATUS_UPDATE_BURST = 2
 
 # Failure reasons counted in WriterStats.failures.
 REASON_NOT_FOUND = "not_found"
-REASON_RATE_LIMITED = "rate_limited"
+REASON_RATE_LIMITED = "rate_limited"  # our own update budget (STATUS_UPDATE_QPS) is spent
+REASON_TOO_MANY_REQUESTS = "too_many_requests"  # the API server answered 429
 REASON_CONFLICT = "conflict"
 REASON_SERVER_ERROR = "server_error"
 REASON_CLIENT_ERROR = "client_error"
 REASON_UNREACHABLE = "unreachable"
 REASON_INVALID = "invalid"
+# Failures a later attempt may get past (the others need the object, the permissions or the status fixed).
+RETRIABLE = frozenset({REASON_RATE_LIMITED, REASON_TOO_MANY_REQUESTS, REASON_CONFLICT, REASON_SERVER_ERROR,
+                       REASON_UNREACHABLE})
 
 
 @dataclass
@@ -43,6 +47,9 @@ class WriterStats:
     def fail(self, reason: str, error: str) -> None:
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_error = error
+
+
+_TOO_MANY_REQUESTS = 429
 
 
 class _RateLimited(KoordletError):
@@ -73,6 +80,8 @@ class NodeMetricApiWriter:
         self._sleep = sleep
         self._missing: bool | None = None  # None until the first answer
         self.stats = WriterStats()
+        self.last_reason: str | None = None  # of the last write_status, None when it succeeded
+        self.retry_after: float | None = None  # the last failure's Retry-After
 
     def _note_presence(self, missing: bool) -> None:
         if missing == self._missing:
@@ -101,6 +110,7 @@ class NodeMetricApiWriter:
         """Replace the NodeMetric's status; True on success. Never raises: failures are logged and counted."""
         # Upstream takes a limiter token per update attempt (states_nodemetric.go statusUpdater); checking
         # here as well spares the API server a GET for an update that would be dropped anyway.
+        self.last_reason, self.retry_after = None, None
         if self._limiter.available() < 1.0:
             return self._dropped()
 
@@ -117,6 +127,7 @@ class NodeMetricApiWriter:
         except NotFound:
             self._note_presence(True)
             self.stats.fail(REASON_NOT_FOUND, f"NodeMetric {self.node_name} not found")
+            self.last_reason = REASON_NOT_FOUND
             return False
         except _RateLimited:
             return self._dropped()
@@ -125,6 +136,9 @@ class NodeMetricApiWriter:
         except Unreachable as e:
             return self._failed(REASON_UNREACHABLE, e)
         except ApiError as e:
+            self.retry_after = e.retry_after
+            if e.status == _TOO_MANY_REQUESTS:
+                return self._failed(REASON_TOO_MANY_REQUESTS, e)
             return self._failed(REASON_SERVER_ERROR if e.status >= 500 else REASON_CLIENT_ERROR, e)
         except KoordletError as e:
             return self._failed(REASON_INVALID, e)
@@ -134,13 +148,26 @@ class NodeMetricApiWriter:
         log.debug("NodeMetric %s status updated", self.node_name)
         return True
 
+    def retry_in(self) -> float | None:
+        """After a failed write_status: the soonest a retry may go (the server's Retry-After, a token of our update
+        budget), or None when retrying cannot help (no NodeMetric, forbidden, an invalid status)."""
+        if self.last_reason not in RETRIABLE:
+            return None
+        soonest = self.retry_after or 0.0
+        missing = 1.0 - self._limiter.available()
+        if missing > 0 and self._limiter.qps > 0:
+            soonest = max(soonest, missing / self._limiter.qps + 0.01)  # a whole token, not 0.999 of one
+        return soonest
+
     def _dropped(self) -> bool:
         message = f"updating status is limited qps={self._limiter.qps} burst={self._limiter.burst}"
         log.warning("NodeMetric %s: %s, update dropped", self.node_name, message)
         self.stats.fail(REASON_RATE_LIMITED, message)
+        self.last_reason = REASON_RATE_LIMITED
         return False
 
     def _failed(self, reason: str, error: Exception) -> bool:
         log.warning("update NodeMetric %s status failed (%s): %s", self.node_name, reason, error)
         self.stats.fail(reason, str(error))
+        self.last_reason = reason
         return False
