@@ -3,7 +3,7 @@ from a concurrent writer): a failed NodeMetric report is tried again within its 
 other, after a growing wait; conflicts on the NodeMetric and NodeResourceTopology writes end in a re-read and a
 write that lands, never in a lost report or a crash.
 
-Waits run on a SkipClock (tests/faults/skipclock.py): they cost no real time and are recorded.
+Waits run on a SkipClock (benchmarks/skipclock.py): they cost no real time and are recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import kmock
 import pytest
 
+from benchmarks.skipclock import SkipClock
 from koordlet.agent import Agent
 from koordlet.cluster import REPORT_RETRY, ClusterLink
 from koordlet.config import Config
@@ -28,7 +29,6 @@ from koordlet.states.nodecpu import node_cpu_facts
 
 from kubedouble import NM, emulate_put, emulate_status_subresource, status_failure
 from simhost import SimHost
-from skipclock import SkipClock
 
 NODE = "node-1"
 NRT = f"topology.node.k8s.io/v1alpha1/{PLURAL}"

@@ -2,7 +2,7 @@
 list): the agent's and the extender's watchers back off as client-go's reflector, so their request rate stays
 under the ceiling its backoff implies, and a watch delivers again promptly once the API server recovers.
 
-Rates are taken on a SkipClock (tests/faults/skipclock.py): each watcher's backoff waits cost no real time, so a
+Rates are taken on a SkipClock (benchmarks/skipclock.py): each watcher's backoff waits cost no real time, so a
 watcher lives 5 minutes of its own timeline in about a second, and its requests are divided by that timeline.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 import kmock
 import pytest
 
+from benchmarks.skipclock import SkipClock
 from koordlet.agent import Agent
 from koordlet.backoff import REFLECTOR, BackoffPolicy
 from koordlet.cluster import NODE_PATH, NODEMETRIC_PATH, NODESLO_PATH, ClusterLink
@@ -30,7 +31,6 @@ from scheduler.framework import Scheduler
 
 from kubedouble import NM, driver_client, status_failure
 from simhost import SimHost
-from skipclock import SkipClock
 
 NODE = "node-1"
 NODESLO = "slo.koordinator.sh/v1alpha1/nodeslos"

@@ -1,4 +1,5 @@
-"""A clock for retrying loops (koordlet.listwatch.Clock) on which waits cost no real time.
+"""A clock for retrying loops (koordlet.listwatch.Clock) on which waits cost no real time (benchmarks.apifaults and
+the fault tests under tests/faults measure request rates with it).
 
 Each thread lives on its own timeline: `wait(s)` returns at once and moves the calling thread's clock on by s, so a
 loop that backs off for minutes runs its requests in a second of real time, while the requests themselves take
@@ -14,6 +15,8 @@ import time
 
 
 class SkipClock:
+    """Waits return at once and move the waiting thread's own timeline on; see the module's docstring."""
+
     def __init__(self, horizon: float = float("inf")) -> None:
         self.horizon = horizon
         self.t0 = time.monotonic()
