@@ -62,9 +62,9 @@ def _nodeslo(app: str) -> dict[str, Any]:
             "spec": {"hostApplications": [{"name": app, "qos": "LS", "priority": "koord-prod"}]}}
 
 
-def _client(km: kmock.KubernetesEmulator) -> KubeClient:
+def _client(km: kmock.KubernetesEmulator, user_agent: str = "koordlet") -> KubeClient:
     # No client-side rate limit: the loops' own pacing is what is measured (main's ran at the limiter's 20 qps).
-    return KubeClient(KubeConfig(server=str(km.url), token="sa-token", qps=0))
+    return KubeClient(KubeConfig(server=str(km.url), token="sa-token", qps=0, user_agent=user_agent))
 
 
 def _link(km: kmock.KubernetesEmulator, tmp_path: Path) -> tuple[Agent, ClusterLink]:
@@ -79,7 +79,9 @@ def _extender(km: kmock.KubernetesEmulator) -> Extender:
     def make(cluster: Cluster) -> Scheduler:
         return Scheduler(cluster, *profile(None))
 
-    return Extender(ClusterSource(_client(km)), make)
+    # koord-sched's calls stay out of the agent's least-privilege proof (tests/test_rbac.py counts User-Agent
+    # koordlet); tests/scheduler proves koord-sched's role with the same list and watch calls.
+    return Extender(ClusterSource(_client(km, "koord-sched")), make)
 
 
 def _fault(decide: Callable[[kmock.Request], kmock.Response | None]) -> Callable[[kmock.Request], Any]:
