@@ -641,7 +641,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"Error": f"no such path: {self.path}"})
 
     def _diagnose(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or "0")
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            self._send(400, {"Error": "invalid Content-Length"})
+            return
         body = self.rfile.read(min(length, MAX_BODY)) if length > 0 else b""
         status, ctype, payload = self.server.diagnosis.serve(method, self.path, body)
         send(self, status, ctype, payload)

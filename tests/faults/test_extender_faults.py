@@ -20,6 +20,8 @@ from typing import Any
 
 import kmock
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from koordlet.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile
@@ -117,9 +119,15 @@ async def test_malformed_pod_on_a_node_counts_conservatively(km: kmock.Kubernete
     under-counted — the unreadable cpu counts as the node's whole allocatable cpu (nothing needing CPU fits), its
     readable memory and the healthy pod count as listed; one log line per object version however often it is
     re-listed, and the malformed-objects metric counts it."""
-    from scheduler.malformed import skipped  # here: the module is new with the fix
+    from scheduler.metrics import SchedulerMetrics  # here: the series is new with the fix
 
-    before = skipped.get("Pod", 0)
+    def counted() -> float:
+        for line in SchedulerMetrics().exposition().splitlines():
+            if line.startswith('scheduler_malformed_objects_total{kind="Pod"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = counted()
     api = driver_client(km)
     bad = pod("bad-on-n8", "1x", "n8")  # a name of its own: reports are once per object version per process
     bad["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Gi"
@@ -136,7 +144,7 @@ async def test_malformed_pod_on_a_node_counts_conservatively(km: kmock.Kubernete
         assert watching.scheduler.cluster.nodes["n8"].requested["cpu"] == 9000
     lines = [r for r in caplog.records if "default/bad-on-n8" in r.getMessage()]
     assert len(lines) == 1 and "1x" in lines[0].getMessage(), [r.getMessage() for r in lines]
-    assert skipped.get("Pod", 0) == before + 1
+    assert counted() == before + 1
 
 
 async def test_shapeless_objects_are_skipped_and_the_rest_applied(km: kmock.KubernetesEmulator, ext: Extender
@@ -249,6 +257,45 @@ async def test_malformed_bind_bodies_and_pods(km: kmock.KubernetesEmulator, url:
                                                           "Node": "n8"}).encode())
             assert status == 200 and res["Error"] and "\n" not in res["Error"], (name, res)
             assert not km.objects["v1/pods", "default", name].raw["spec"].get("nodeName")
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                       max_size=3), max_leaves=6)
+QUANTITIES = st.one_of(st.sampled_from(["1", "250m", "1x", "-1", "abc", "1Gi", "1e3", ""]), JSON_VALUES)
+CONTAINERS = st.one_of(JSON_VALUES, st.lists(st.one_of(JSON_VALUES, st.fixed_dictionaries({}, optional={
+    "name": JSON_VALUES, "resources": st.one_of(JSON_VALUES, st.fixed_dictionaries({}, optional={
+        "requests": st.one_of(JSON_VALUES, st.dictionaries(st.sampled_from(["cpu", "memory", "pods", "x/y"]),
+                                                           QUANTITIES, max_size=3))}))})), max_size=3))
+PODS = st.one_of(JSON_VALUES, st.fixed_dictionaries({"metadata": st.one_of(JSON_VALUES, st.just(
+    {"name": "f", "namespace": "default"}))}, optional={"spec": st.one_of(JSON_VALUES, st.fixed_dictionaries(
+        {}, optional={"containers": CONTAINERS, "initContainers": CONTAINERS, "overhead": JSON_VALUES,
+                      "nodeName": JSON_VALUES}))}))
+BODIES = st.fixed_dictionaries({}, optional={"Pod": PODS, "NodeNames": st.one_of(JSON_VALUES, st.just(["n8"])),
+                                             "Nodes": JSON_VALUES})
+FUZZ_EXAMPLES = 400  # per verb
+
+
+async def test_fuzzed_filter_and_prioritize_bodies_never_500(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Fault: 400 generated filter and prioritize bodies each (hypothesis: any JSON where the Pod, its spec,
+    containers, resources and quantities go). Invariant: 200 or 400 with a one-line Error, never a 500 or a
+    traceback in the log."""
+    seen: list[int] = []
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None)
+    @given(body=BODIES)
+    def fuzz(body: dict[str, Any]) -> None:
+        for verb in ("filter", "prioritize"):
+            status, res = _post(f"{url}/{verb}", json.dumps(body).encode())
+            seen.append(status)
+            assert status in (200, 400), (body, status, res)
+            if status == 400:
+                assert res["Error"] and "\n" not in res["Error"]
+
+    with caplog.at_level(logging.WARNING):
+        await asyncio.to_thread(fuzz)
+    assert len(seen) >= 2 * FUZZ_EXAMPLES and 400 in seen
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
