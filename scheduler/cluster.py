@@ -131,47 +131,59 @@ def pod_requests(pod: JSON) -> dict[str, int]:
 
 
 def _pod_requests(pod: JSON) -> dict[str, int]:
+    try:
+        return _sum_requests(pod)
+    except (AttributeError, TypeError):  # a spec of the wrong shape: say where (the happy path pays nothing)
+        raise InvalidInput(_shape_problem(pod)) from None
+
+
+def _sum_requests(pod: JSON) -> dict[str, int]:
     spec = pod.get("spec") or {}
-    if not isinstance(spec, dict):
-        raise InvalidInput("spec is not an object")
     total: dict[str, int] = {}
-    for c in _containers(spec, "containers"):
-        for k, v in _requests(c).items():
+    for c in spec.get("containers") or ():
+        for k, v in _quantities((c.get("resources") or {}).get("requests"), "container requests").items():
             total[k] = total.get(k, 0) + v
-    for c in _containers(spec, "initContainers"):
-        for k, v in _requests(c).items():
+    for c in spec.get("initContainers") or ():
+        for k, v in _quantities((c.get("resources") or {}).get("requests"), "init container requests").items():
             total[k] = max(total.get(k, 0), v)
     for k, v in _quantities(spec.get("overhead"), "spec.overhead").items():
         total[k] = total.get(k, 0) + v
     return total
 
 
+def _quantities(obj: Any, where: str) -> dict[str, int]:
+    """resource_list of a requests-like map; a map that is not one, or a negative quantity (which the API server
+    refuses), raises InvalidInput."""
+    if not obj:
+        return {}
+    if type(obj) is not dict:
+        raise InvalidInput(f"{where} is not a map of quantities")
+    out = resource_list(obj)
+    if min(out.values()) < 0:
+        raise InvalidInput(f"{where}: negative {', '.join(sorted(k for k, v in out.items() if v < 0))}")
+    return out
+
+
+def _shape_problem(pod: JSON) -> str:
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, dict):
+        return "spec is not an object"
+    for name in ("containers", "initContainers"):
+        items = spec.get(name) or []
+        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+            return f"spec.{name} is not a list of objects"
+        for c in items:
+            if not isinstance(c.get("resources") or {}, dict):
+                return f"spec.{name}[{c.get('name')!r}].resources is not an object"
+    return "spec is malformed"
+
+
 def _containers(spec: JSON, field: str) -> list[JSON]:
+    """spec[field] as a list of container objects (conservative_pod's walk); raises InvalidInput otherwise."""
     items = spec.get(field) or []
     if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
         raise InvalidInput(f"spec.{field} is not a list of objects")
     return items
-
-
-def _requests(container: JSON) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    if not isinstance(resources, dict):
-        raise InvalidInput(f"container {container.get('name')!r}: resources is not an object")
-    return _quantities(resources.get("requests"), f"container {container.get('name')!r}: requests")
-
-
-def _quantities(obj: Any, where: str) -> dict[str, int]:
-    """resource_list of a requests-like map; a map that is not one, or a negative quantity (which the API server
-    refuses), raises InvalidInput."""
-    if obj is None:
-        return {}
-    if not isinstance(obj, dict):
-        raise InvalidInput(f"{where} is not a map of quantities")
-    out = resource_list(obj)
-    negative = sorted(k for k, v in out.items() if v < 0)
-    if negative:
-        raise InvalidInput(f"{where}: negative {', '.join(negative)}")
-    return out
 
 
 def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str | None]:
