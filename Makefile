@@ -15,7 +15,7 @@ IMAGE_WORK := /var/tmp/koordlet-image
 PROTOS := $(wildcard proto/*.proto)
 PB := $(patsubst proto/%.proto,koordlet/pb/%_pb2.py,$(PROTOS))
 
-.PHONY: run test lint typecheck bench clean deps pb ebpf-setup image image-test demo docs
+.PHONY: run test faults lint typecheck bench clean deps pb ebpf-setup image image-test demo docs
 
 $(STAMP): pyproject.toml Makefile $(INSTALL)
 	$(INSTALL) dev $(VENV)
@@ -43,6 +43,10 @@ test: $(STAMP) $(PB) ebpf-setup
 	$(BIN)/ruff check koordlet scheduler tests benchmarks demo
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The fault suite alone (tests/faults: injected API, runtime, kubelet, cgroup and scrape faults); `make test` runs it too.
+faults: $(STAMP) $(PB) ebpf-setup
+	$(BIN)/pytest -q -p no:cacheprovider tests/faults
 
 # Every benchmark runs and prints its table even when an earlier one misses (make says "Error ... (ignored)").
 bench: $(STAMP) $(PB) ebpf-setup

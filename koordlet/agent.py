@@ -115,7 +115,8 @@ class Agent:
         self._evictor: Evictor | None = None
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress,
-                                    evictions=self.eviction_stats)
+                                    evictions=self.eviction_stats,
+                                    max_staleness=config.collect_res_used_interval)
         self._count_node_info("cpu", bool(self.cpu_topology.cpus))  # the first node info collection
         if self.cpu_topology.cpus:  # upstream reads the NUMA info only after the CPU info
             self._count_node_info("numa", True)
@@ -229,9 +230,11 @@ class Agent:
         if self.schedlat is not None:
             self.schedlat.collect(self.pods.pods, int(now * 1000), self.cache)
         self.collected_once = True
+        self.metrics.collected()
 
     def collect_psi(self) -> None:
         self.advisor.collect_psi(self.pods.pods)
+        self.metrics.collected()
 
     def gc(self, now: float | None = None) -> int:
         return self.cache.gc(int((time.time() if now is None else now) * 1000))

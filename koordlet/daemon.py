@@ -87,6 +87,10 @@ class Daemon:
                     w.cancel()
                 if self.stop_event.is_set():
                     return
+            else:  # behind (a round longer than the interval): still let the others, and a SIGTERM, run first
+                await asyncio.sleep(0)
+                if self.stop_event.is_set():
+                    return
             if kick is not None:
                 kick.clear()
             await self._run_once(name, fn)

@@ -6,6 +6,7 @@ is ours. A flag whose feature this agent lacks carries `absent`: it parses, and 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -337,6 +338,37 @@ _add("device-daemon", "prints-output-file", "string", "", "the device-info file 
 _add("device-daemon", "sleep-interval", "duration", "15m0s", "period between two writes")
 _add("once", "once", "bool", "false", "apply one reconcile pass and exit (required)")
 
+
+def _checked(check: Callable[[Any], str | None], *names: str) -> None:
+    """Give these flags `check`: refused at start with one line (exit 2) instead of taken as they are."""
+    for i, o in enumerate(_OPTIONS):
+        if o.name in names:
+            if o.flag.check is not None:
+                raise AssertionError(f"{o.name} has a check already")
+            _OPTIONS[i] = dataclasses.replace(o, flag=dataclasses.replace(o.flag, check=check))
+
+
+# Periods of loops and timeouts: 0 or less would spin a loop at 100 % of a core (upstream's wait.Until(f, 0) does the
+# same) or time out at once. Flags where upstream gives 0 a meaning keep it: report-interval (ignored),
+# node-topology-sync-interval (<= 0: no NRT loop), the eviction intervals (<= 0: the strategy is off),
+# pod-resources-proxy-qps (<= 0: no limit), kube-api-qps (client-go's rest.Config: 0 is its default 5, < 0 no limit).
+_checked(_positive, "kubelet-sync-interval", "kubelet-sync-timeout",
+         "collect-res-used-interval", "collect-node-cpu-info-interval", "psi-collector-interval",
+         "metric-gc-interval-seconds", "reconcile-interval-seconds", "prediction-training-interval",
+         "prediction-model-checkpoint-interval", "sleep-interval", "runtime-hooks-nri-connect-timeout",
+         "runtime-hooks-nri-backoff-duration", "runtime-hooks-nri-backoff-cap", "runtime-hooks-nri-backoff-steps",
+         "prediction-memory-histogram-decay-halflife", "prediction-cpu-histogram-decay-halflife",
+         "prediction-model-expiration-duration")
+# Windows, cool-downs and flags without an effect here: 0 is harmless, a negative value is a typo.
+_checked(_non_negative, "kube-api-burst", "resource-force-update-seconds", "cpu-suppress-interval-seconds",
+         "memory-evict-cool-time-seconds", "cpu-evict-cool-time-seconds", "collect-sys-metric-outdated-interval",
+         "collect-node-storage-info-interval", "cpi-collector-interval", "collect-cpi-timewindow",
+         "coldpage-collector-interval", "resctrl-collector-interval", "metric-expire-seconds",
+         "runtime-hooks-reconcile-interval", "pod-resources-proxy-burst", "prediction-cold-start-duration",
+         "prediction-safety-margin-percent", "prediction-model-checkpoint-max-per-step", "audit-verbose",
+         "audit-max-disk-space-mb", "audit-max-concurrent-readers", "audit-max-events-limit", "tsdb-retention-duration",
+         "tsdb-stripe-size", "tsdb-wal-segment-size", "tsdb-min-block-duration", "tsdb-max-block-duration",
+         "tsdb-head-chunks-write-buffer-size")
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTIONS}
 
 

@@ -117,6 +117,9 @@ def table(result: dict[str, Any]) -> str:
 
 
 def extender(ns: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     from koordlet.errors import KoordletError
     from koordlet.kubeapi import KubeClient, KubeConfig
     from scheduler.extender import ClusterSource, Extender, serve
@@ -131,8 +134,11 @@ def extender(ns: argparse.Namespace) -> int:
         metrics = SchedulerMetrics(cfg.scheduler_name)
         ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(cfg), metrics=metrics))
         ext.metrics = metrics
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())  # kubelet's stop: close cleanly, exit 0
         ext.refresh()
-        serve(ext, ns.addr, ns.prefix, ns.resync)
+        if not stop.is_set():
+            serve(ext, ns.addr, ns.prefix, ns.resync, stop=stop)
     except (KoordletError, OSError, ValueError) as e:
         log.error("extender: %s", e)
         return 1

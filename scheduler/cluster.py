@@ -24,6 +24,7 @@ import yaml
 
 from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
+from scheduler import malformed
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -84,14 +85,20 @@ def resource_list(obj: Any) -> dict[str, int]:
     return {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(obj).items()}
 
 
-def _tolerant_resources(node: str, obj: Any) -> dict[str, int]:
-    """A node's allocatable; an entry that does not parse is left out (logged), the rest still count."""
+def node_allocatable(obj: JSON) -> dict[str, int]:
+    """A node's allocatable (capacity when absent); an entry that does not parse is left out (reported once per
+    node version), the rest still count."""
+    status = obj.get("status") or {}
     out: dict[str, int] = {}
-    for k, v in renamed_deprecated(obj).items() if isinstance(obj, dict) else ():
+    bad: list[str] = []
+    raw = status.get("allocatable") or status.get("capacity") if isinstance(status, dict) else None
+    for k, v in renamed_deprecated(raw).items() if isinstance(raw, dict) else ():
         try:
             out[str(k)] = quantity_value(str(k), v)
         except InvalidInput as e:
-            log.warning("node %s: allocatable %s ignored: %s", node, k, e)
+            bad.append(f"{k}: {e}")
+    if bad:
+        malformed.report("Node", obj, "; ".join(bad), "allocatable left out")
     return out
 
 
@@ -124,17 +131,101 @@ def pod_requests(pod: JSON) -> dict[str, int]:
 
 
 def _pod_requests(pod: JSON) -> dict[str, int]:
+    try:
+        return _sum_requests(pod)
+    except (AttributeError, TypeError):  # a spec of the wrong shape: say where (the happy path pays nothing)
+        raise InvalidInput(_shape_problem(pod)) from None
+
+
+def _sum_requests(pod: JSON) -> dict[str, int]:
     spec = pod.get("spec") or {}
     total: dict[str, int] = {}
-    for c in spec.get("containers") or []:
-        for k, v in resource_list((c.get("resources") or {}).get("requests")).items():
+    for c in spec.get("containers") or ():
+        for k, v in _quantities((c.get("resources") or {}).get("requests"), "container requests").items():
             total[k] = total.get(k, 0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in resource_list((c.get("resources") or {}).get("requests")).items():
+    for c in spec.get("initContainers") or ():
+        for k, v in _quantities((c.get("resources") or {}).get("requests"), "init container requests").items():
             total[k] = max(total.get(k, 0), v)
-    for k, v in resource_list(spec.get("overhead")).items():
+    for k, v in _quantities(spec.get("overhead"), "spec.overhead").items():
         total[k] = total.get(k, 0) + v
     return total
+
+
+def _quantities(obj: Any, where: str) -> dict[str, int]:
+    """resource_list of a requests-like map; a map that is not one, or a negative quantity (which the API server
+    refuses), raises InvalidInput."""
+    if not obj:
+        return {}
+    if type(obj) is not dict:
+        raise InvalidInput(f"{where} is not a map of quantities")
+    out = resource_list(obj)
+    if min(out.values()) < 0:
+        raise InvalidInput(f"{where}: negative {', '.join(sorted(k for k, v in out.items() if v < 0))}")
+    return out
+
+
+def _shape_problem(pod: JSON) -> str:
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, dict):
+        return "spec is not an object"
+    for name in ("containers", "initContainers"):
+        items = spec.get(name) or []
+        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+            return f"spec.{name} is not a list of objects"
+        for c in items:
+            if not isinstance(c.get("resources") or {}, dict):
+                return f"spec.{name}[{c.get('name')!r}].resources is not an object"
+    return "spec is malformed"
+
+
+def _containers(spec: JSON, field: str) -> list[JSON]:
+    """spec[field] as a list of container objects (conservative_pod's walk); raises InvalidInput otherwise."""
+    items = spec.get(field) or []
+    if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+        raise InvalidInput(f"spec.{field} is not a list of objects")
+    return items
+
+
+def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str | None]:
+    """A pod bound to a node whose requests cannot all be read, as the scheduler keeps it: never under-counted. Each
+    unreadable request counts as the node's whole allocatable of that resource; a spec whose containers cannot be
+    read at all counts as all of the node's allocatable. Returns (pod, None) when it reads as it is, else the
+    stand-in (a copy) and the reason. See docs/decisions.md, "A malformed bound pod"."""
+    try:
+        pod_requests(pod)
+        return pod, None
+    except InvalidInput as e:
+        reason = str(e)
+
+    def whole(resource: str) -> str:
+        v = allocatable.get(_RENAMED.get(resource, resource), 0)
+        return f"{v}m" if resource == CPU else str(v)
+
+    def fixed(requests: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in requests.items():
+            try:
+                ok = quantity_value(str(k), v) >= 0
+            except InvalidInput:
+                ok = False
+            out[str(k)] = v if ok else whole(str(k))
+        return out
+
+    spec = dict(pod.get("spec") or {})
+    try:
+        for field in ("containers", "initContainers"):
+            spec[field] = [c | {"resources": (c.get("resources") or {}) | {
+                "requests": fixed((c.get("resources") or {}).get("requests") or {})}}
+                for c in _containers(spec, field)]
+        spec["overhead"] = fixed(spec.get("overhead") or {})
+        stand_in = {**pod, "spec": spec}
+        pod_requests(stand_in)
+    except (InvalidInput, AttributeError, TypeError):
+        spec["containers"] = [{"name": "malformed", "resources": {"requests": {
+            r: whole(r) for r in allocatable if r != PODS}}}]
+        spec["initContainers"], spec["overhead"] = [], {}
+        stand_in = {**pod, "spec": spec}
+    return stand_in, reason
 
 
 def key(obj: JSON) -> str:
@@ -317,15 +408,27 @@ def _flatten(doc: Any) -> list[JSON]:
     return [doc]
 
 
+def bound_pod(pod: JSON, node: NodeInfo) -> JSON:
+    """`pod` as it is accounted on `node`: its conservative stand-in when its requests are malformed (reported)."""
+    kept, why = conservative_pod(pod, node.allocatable)
+    if why is not None:
+        malformed.report("Pod", pod, why, f"counted on node {node.name} as holding what it could not say")
+    return kept
+
+
 def build_cluster(objects: Iterable[JSON]) -> Cluster:
     cluster = Cluster()
-    objs = list(objects)
+    objs = []
+    for o in objects:
+        why = malformed.shape_problem(o)
+        if why is None:
+            objs.append(o)
+        else:
+            malformed.report(str(o.get("kind") if isinstance(o, dict) else "object"), o, why)
     for o in objs:
         if o.get("kind") == "Node":
             name = str((o.get("metadata") or {}).get("name"))
-            status = o.get("status") or {}
-            cluster.nodes[name] = NodeInfo(name, o, _tolerant_resources(name, status.get("allocatable") or
-                                                                        status.get("capacity")))
+            cluster.nodes[name] = NodeInfo(name, o, node_allocatable(o))
     for o in objs:
         kind, name = o.get("kind"), str((o.get("metadata") or {}).get("name"))
         if kind == "Device" and name in cluster.nodes:
@@ -347,14 +450,17 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
         elif kind == "Reservation":
             cluster.reservations.append(o)
         elif kind == "PriorityClass":
-            cluster.priority_classes[name] = int(o.get("value") or 0)
+            value = o.get("value") or 0
+            if isinstance(value, int) and not isinstance(value, bool):
+                cluster.priority_classes[name] = value
+            else:
+                malformed.report(kind, o, f"value {value!r} is not an integer")
         elif kind == "Pod":
             node = (o.get("spec") or {}).get("nodeName")
-            if node and node in cluster.nodes and holds_resources(o):
-                try:
-                    cluster.nodes[node].add_pod(o)
-                except InvalidInput as e:  # one bad pod must not take the cluster down; its requests are unknown
-                    log.warning("pod %s on %s ignored: %s", key(o), node, e)
+            if not isinstance(node, str | None):
+                malformed.report(kind, o, "spec.nodeName is not a string")
+            elif node and node in cluster.nodes and holds_resources(o):
+                cluster.nodes[node].add_pod(bound_pod(o, cluster.nodes[node]))
             elif not node:
                 cluster.pending.append(o)
     return cluster

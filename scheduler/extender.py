@@ -15,20 +15,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from koordlet.backoff import REFLECTOR, BackoffPolicy
-from koordlet.errors import ApiError, KoordletError, NotFound
+from koordlet.errors import ApiError, InvalidInput, KoordletError, NotFound
 from koordlet.kubeapi import Gone, KubeClient
 from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
 from scheduler import extender_reservation as served
+from scheduler import malformed
 from scheduler.cluster import (
     JSON,
     Cluster,
     NodeInfo,
+    bound_pod,
     build_cluster,
     holds_resources,
     is_active,
     key,
+    node_allocatable,
     pod_requests,
-    resource_list,
 )
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 from scheduler.framework import Placement, Scheduler, Unschedulable
@@ -89,9 +91,14 @@ class ClusterSource:
     def list_kind(self, path: str, kind: str) -> tuple[list[JSON], str]:
         """Every object of one source (assigned pods only, kind filled in) and the list's resourceVersion."""
         items, rv = self._list_pages(path, _field_selector(kind))
-        out = [i for i in items if kind != "Pod" or (i.get("spec") or {}).get("nodeName")]
-        for item in out:
-            item.setdefault("kind", kind)
+        out = []
+        for item in items:
+            why = malformed.shape_problem(item)
+            if why is not None:  # one object isolated: the rest of the list still counts
+                malformed.report(kind, item, why)
+            elif kind != "Pod" or (item.get("spec") or {}).get("nodeName"):
+                item.setdefault("kind", kind)
+                out.append(item)
         return out, rv
 
     def _list_all(self, path: str, field_selector: str | None) -> list[JSON]:
@@ -156,8 +163,10 @@ def _node_names(args: JSON) -> tuple[list[str], list[JSON] | None]:
         return list(names), None
     nodes = args.get("Nodes")
     if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
-        items = [n for n in nodes["items"] if isinstance(n, dict)]
-        return [str((n.get("metadata") or {}).get("name")) for n in items], items
+        items = nodes["items"]
+        if not all(isinstance(n, dict) and malformed.shape_problem(n) is None for n in items):
+            raise BadRequest("every Nodes.items entry must be a Node with metadata.name")
+        return [_name(n) for n in items], items
     raise BadRequest("one of NodeNames (nodeCacheCapable) or Nodes.items is required")
 
 
@@ -165,7 +174,21 @@ def _pod(args: JSON) -> JSON:
     pod = args.get("Pod")
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
         raise BadRequest("Pod must be a Pod object with metadata")
+    why = _pod_problem(pod)
+    if why is not None:
+        raise BadRequest(f"Pod: {why}")
     return pod
+
+
+def _pod_problem(pod: JSON) -> str | None:
+    """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
+    why = malformed.shape_problem(pod)
+    if why is None:
+        try:
+            pod_requests(pod)
+        except InvalidInput as e:
+            why = str(e)
+    return why
 
 
 class Extender:
@@ -274,6 +297,11 @@ class Extender:
     def deliver(self, op: str, kind: str, payload: Any) -> None:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
         kind) to the live cluster."""
+        if op != "REPLACE":
+            why = malformed.shape_problem(payload)
+            if why is not None:
+                malformed.report(kind, payload, why)
+                return
         with self.lock:
             if self._journal is not None:
                 self._journal.append((op, kind, payload))
@@ -311,6 +339,13 @@ class Extender:
             for obj in items:
                 self._apply(sched, "MODIFIED", kind, obj)
             return
+        try:
+            self._apply_one(sched, op, kind, payload)
+        except Exception as e:  # one object isolated: it must not stop this kind's watch (a re-list would fail too)
+            malformed.report(kind, payload, f"{type(e).__name__}: {e}", "not applied")
+
+    def _apply_one(self, sched: Scheduler, op: str, kind: str, payload: JSON) -> None:
+        cluster = sched.cluster
         deleted = op == "DELETED"
         if kind == "Pod":
             self._pod_event(sched, payload, deleted)
@@ -354,8 +389,7 @@ class Extender:
 
     def _node_upsert(self, cluster: Cluster, obj: JSON) -> None:
         name = _name(obj)
-        status = obj.get("status") or {}
-        allocatable = resource_list(status.get("allocatable") or status.get("capacity"))
+        allocatable = node_allocatable(obj)
         node = cluster.nodes.get(name)
         if node is None:
             new = NodeInfo(name, obj, allocatable)
@@ -384,8 +418,10 @@ class Extender:
         k = key(pod)
         if deleted or not holds_resources(pod):
             # pending ones too: a filtered pod counted in its quota's request leaves it (ElasticQuota's
-            # OnPodDelete; a terminated pod leaves as upstream's OnPodUpdate does)
-            sched.forget(pod)
+            # OnPodDelete; a terminated pod leaves as upstream's OnPodUpdate does). A pod whose requests do not
+            # read was never counted there (filter refuses it): its node's copy is still taken off below.
+            with contextlib.suppress(InvalidInput):
+                sched.forget(pod)
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
         assumed = self.assumed.get(k)
         if assumed is not None and (deleted or assumed.node != node_name or not holds_resources(pod)):
@@ -403,6 +439,7 @@ class Extender:
             if old is not None:
                 self._remove_pod(sched, node, k, old)
             return
+        pod = bound_pod(pod, node)  # never under-counted, whatever its requests say
         if assumed is not None:
             del self.assumed[k]  # seen bound by the API server
         if old is None:
@@ -467,7 +504,10 @@ class Extender:
             return {"Error": f"pod {namespace}/{name} not found"}
         except KoordletError as e:
             return {"Error": f"getting pod {namespace}/{name}: {e}"}
-        meta = pod.setdefault("metadata", {})
+        why = _pod_problem(pod) if isinstance(pod, dict) else "not an object"
+        if why is not None:
+            return {"Error": f"pod {namespace}/{name} is malformed: {why}"}
+        meta = pod["metadata"]
         meta.setdefault("namespace", namespace)
         if uid and meta.get("uid") and meta["uid"] != uid:
             return {"Error": f"pod {namespace}/{name} has UID {meta['uid']}, not {uid}"}
@@ -575,8 +615,9 @@ class _Handler(BaseHTTPRequestHandler):
             if metrics is not None:  # the extension point kube-scheduler delegates to this verb
                 ok = not (isinstance(result, dict) and result.get("Error"))
                 metrics.point(VERB_POINTS[verb], time.perf_counter() - started, ok)
-        except (ValueError, BadRequest) as e:
-            self._send(400, {"Error": f"malformed {verb} request: {e}"})
+        except (ValueError, BadRequest, InvalidInput) as e:
+            reason = " ".join(str(e).split())  # one line, whatever the decoder said
+            self._send(400, {"Error": f"malformed {verb} request: {reason}"})
             return
         except Exception as e:  # a scheduler bug must fail this request, not the server
             log.exception("%s failed", verb)
@@ -599,7 +640,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"Error": f"no such path: {self.path}"})
 
     def _diagnose(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or "0")
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            self._send(400, {"Error": "invalid Content-Length"})
+            return
         body = self.rfile.read(min(length, MAX_BODY)) if length > 0 else b""
         status, ctype, payload = self.server.diagnosis.serve(method, self.path, body)
         send(self, status, ctype, payload)
@@ -644,13 +689,14 @@ def parse_addr(addr: str) -> tuple[str, int]:
         raise ValueError(f"invalid listen address {addr!r} (want host:port)") from None
 
 
-def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, watch: bool = True) -> None:
-    """Serve until interrupted; watch the cluster (when `watch`) and re-list it every `resync` seconds when
-    positive, a safety net for anything the watches missed."""
+def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, watch: bool = True,
+          stop: threading.Event | None = None) -> None:
+    """Serve until `stop` is set (or interrupted); watch the cluster (when `watch`) and re-list it every `resync`
+    seconds when positive, a safety net for anything the watches missed. On the way out the watches are stopped
+    and the server closed."""
     server = ExtenderServer(parse_addr(addr), extender, prefix)
-    stop = threading.Event()
-    if watch:
-        extender.start_watches()
+    stop = stop if stop is not None else threading.Event()
+    watches = extender.start_watches() if watch else []
 
     def resync_loop() -> None:
         while not stop.wait(resync):
@@ -659,14 +705,23 @@ def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, 
             except (KoordletError, ApiError) as e:
                 log.warning("re-listing the cluster: %s", e)
 
+    def stopper() -> None:
+        stop.wait()
+        server.shutdown()  # from another thread: serve_forever returns within its poll interval
+
     if resync > 0:
         threading.Thread(target=resync_loop, name="resync", daemon=True).start()
+    threading.Thread(target=stopper, name="stopper", daemon=True).start()
     host, port = server.server_address[:2]
     log.info("extender listening on %s:%s%s/{filter,prioritize,bind}", host, port, server.prefix)
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.1)
     finally:
         stop.set()
         if watch:
             extender.stop_watches()
         server.server_close()
+        deadline = time.monotonic() + 0.5
+        for t in watches:  # aborted streams end at once; a thread still blocked is a daemon and cannot hold exit
+            t.join(max(0.0, deadline - time.monotonic()))
+        log.info("extender stopped")

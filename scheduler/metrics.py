@@ -5,7 +5,8 @@ kube-scheduler (`pkg/scheduler/metrics/metrics.go`): scheduler_framework_extensi
 scheduler_plugin_execution_duration_seconds, scheduler_schedule_attempts_total, scheduler_pending_pods,
 scheduler_scheduling_attempt_duration_seconds — same labels and buckets. koord-scheduler
 (`pkg/scheduler/metrics/metrics.go`): scheduler_waiting_gang_group_number. Ours (no upstream equivalent):
-scheduler_gang_groups_total{result} and scheduler_device_allocations_total{device_type}.
+scheduler_gang_groups_total{result}, scheduler_device_allocations_total{device_type} and
+scheduler_malformed_objects_total{kind} (API object versions skipped or counted conservatively as malformed).
 A Scheduler records only when its `metrics` is set (run and extender set it), so simulate and benchmarks pay
 nothing.
 """
@@ -13,8 +14,13 @@ nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scheduler import malformed
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROFILE = "default-scheduler"
@@ -24,6 +30,17 @@ DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
     return tuple(start * factor**i for i in range(count))
+
+
+class _MalformedCollector(Collector):
+    """scheduler_malformed_objects_total{kind} from scheduler.malformed's process-wide count."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("scheduler_malformed_objects", "Malformed API object versions met in lists and "
+                                     "watches, skipped or counted conservatively (koord-sched)", labels=["kind"])
+        for kind, n in sorted(malformed.skipped.items()):
+            family.add_metric([kind], n)
+        yield family
 
 
 class SchedulerMetrics:
@@ -61,6 +78,7 @@ class SchedulerMetrics:
         self.device_allocations = Counter(
             "scheduler_device_allocations", "Devices allocated by DeviceShare in Reserve, by device type "
             "(koord-sched)", ["device_type"], registry=r)
+        r.register(_MalformedCollector())
         for result in (SCHEDULED, UNSCHEDULABLE, ERROR):
             self.attempts.labels(result, profile)
         for queue in ("active", "backoff", "unschedulable", "gated"):

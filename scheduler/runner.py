@@ -12,6 +12,7 @@ from typing import Any
 
 from koordlet.errors import KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
+from scheduler import malformed
 from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
@@ -114,6 +115,10 @@ class SecondaryScheduler:
         out = []
         self.gated = 0
         for p in items:
+            why = malformed.shape_problem(p)
+            if why is not None:  # one object isolated: the other pending pods are still scheduled
+                malformed.report("Pod", p, why)
+                continue
             spec = p.get("spec") or {}
             if spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p) and \
                     spec.get("schedulingGates"):

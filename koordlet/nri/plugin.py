@@ -35,6 +35,7 @@ EVENTS = {
 }
 # Upstream koordlet subscribes to these four (mask 0x8D, runtimehooks/nri/server.go). We add RemoveContainer so a
 # removed container leaves our memory; every bit stays below 0x800, which runtimes vendoring NRI <= 0.9 accept.
+ERROR_LOG_EVERY_SECONDS = 60.0
 SUBSCRIBED = ("RunPodSandbox", "RemovePodSandbox", "CreateContainer", "UpdateContainer", "RemoveContainer")
 
 
@@ -123,6 +124,7 @@ class NriPlugin:
         self._sync_containers: list[api.Container] = []
         self.synchronized = False  # the current connection's Synchronize finished
         self._slow_said: set[str] = set()
+        self._errors: dict[str, tuple[float | None, int]] = {}  # failure kind -> (last said, left unsaid since)
 
     def methods(self) -> Mapping[str, Handler]:
         calls: list[tuple[str, type[Message], Callable[[Message], Reply]]] = [
@@ -150,11 +152,13 @@ class NriPlugin:
                 reply, hook_failed = fn(request)
                 outcome = "hook_failed" if hook_failed else "ok"
             except DecodeError as e:  # an error status would fail the user's container: answer empty instead
-                log.error("NRI %s: cannot decode %s (%s); answering with no adjustment", method,
-                          request_type.__name__, e)
+                self._error_said(f"{method}/decode", "NRI %s: cannot decode %s (%s); answering with no adjustment",
+                                 method, request_type.__name__, e)
                 reply, outcome = _empty_reply(method), "error"
-            except Exception:  # our bug: answer as if no hook applied, so the container is still created
-                log.exception("NRI %s failed; answering with no adjustment", method)
+            except Exception as e:  # our bug: answer as if no hook applied, so the container is still created
+                if self._error_said(f"{method}/{type(e).__name__}", "NRI %s failed (%s: %s); answering with no "
+                                    "adjustment", method, type(e).__name__, e):
+                    log.debug("NRI %s failure", method, exc_info=True)
                 reply, outcome = _empty_reply(method), "error"
             took = time.perf_counter() - started
             self.metrics.call(method, outcome, took)
@@ -165,6 +169,19 @@ class NriPlugin:
             return reply.SerializeToString()
 
         return handle
+
+    def _error_said(self, key: str, msg: str, *args: object) -> bool:
+        """An ERROR line for a failed call, at most once a minute per kind of failure (a runtime that sends garbage
+        on every call must not flood the log; koordlet_nri_calls_total counts every call by outcome); the next line
+        says how many were left unsaid. Whether this one was said."""
+        now = time.monotonic()
+        last, unsaid = self._errors.get(key, (None, 0))
+        if last is not None and now - last < ERROR_LOG_EVERY_SECONDS:
+            self._errors[key] = (last, unsaid + 1)
+            return False
+        self._errors[key] = (now, 0)
+        log.error(msg + (f" (and {unsaid} more like it since the last such line)" if unsaid else ""), *args)
+        return True
 
     # -- session -------------------------------------------------------------------------------------------
     def connection_started(self) -> None:

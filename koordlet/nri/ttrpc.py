@@ -239,6 +239,8 @@ class TtrpcClient:
             raise TtrpcClosedError(f"ttrpc: {service}/{method}: cannot send: {e!r}") from e
         finally:
             self._pending.pop(stream_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # the stream's end failed it while the send was failing: seen, not logged
 
     async def run(self) -> None:
         reason = "the peer closed the connection"

@@ -73,7 +73,10 @@ def test_malformed_inputs_get_a_reason_and_leave_the_cluster_alone() -> None:
     running_bad["spec"]["containers"][0]["resources"]["requests"]["memory"] = "one gig"
     cluster = build_cluster([node("n1", cpu="2"), bad_node, running_bad])
     assert cluster.nodes["bad"].allocatable["cpu"] == 8000 and "example.com/foo" not in cluster.nodes["bad"].allocatable
-    assert cluster.nodes["n1"].pods == {}  # the unparsable running pod is ignored, not fatal
+    # the unparsable running pod is not fatal, and never under-counted: its unreadable memory holds all of n1's
+    n1 = cluster.nodes["n1"]
+    assert list(n1.pods) == ["default/legacy"] and n1.requested["cpu"] == 1000
+    assert n1.requested["memory"] == n1.allocatable["memory"] > 0
     sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
     weird = pod("weird", cpu="abc")
     assert sched.schedule(weird).reason == "invalid pod: 'abc' is not a Kubernetes quantity"
