@@ -27,7 +27,7 @@ def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
         updated["status"] = request.data.get("status")  # the status subresource ignores everything else
         updated["metadata"]["resourceVersion"] = str(int(sent) + 1)
         obj.history.append(updated)
-        return updated
+        return kmock.Response(status=200, payload=updated)  # explicit: kmock keeps a reaction's last status
 
     km["put", kmock.resource(NM), kmock.subresource("status")] << put_status
 
@@ -47,7 +47,7 @@ def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
         updated = copy.deepcopy(request.data)
         updated.setdefault("metadata", {})["resourceVersion"] = str(int(have) + 1)
         obj.history.append(updated)
-        return updated
+        return kmock.Response(status=200, payload=updated)
 
     km["put", kmock.resource(resource)] << put
 

@@ -21,6 +21,8 @@ ROLE_FILE = TESTS_DIR.parent / "deploy" / "rbac.yaml"
 SCHEDULER_ROLE_FILE = TESTS_DIR.parent / "deploy" / "scheduler" / "rbac.yaml"
 # The API client library's own tests: they send made-up verbs on made-up resources to test the client, not the agent.
 NOT_THE_AGENT = {"test_kubeapi.py"}
+# The fault suite's koord-sched files: koord-sched's client, proven against koord-sched's roles.
+SCHEDULER_FAULTS = {"faults/test_extender_faults.py", "faults/test_sched_faults.py"}
 
 
 def agent_api_test_files() -> list[str]:
@@ -28,14 +30,14 @@ def agent_api_test_files() -> list[str]:
     not deployed with this role)."""
     return sorted(str(p.relative_to(TESTS_DIR)) for p in TESTS_DIR.rglob("test_*.py")
                   if "scheduler" not in p.relative_to(TESTS_DIR).parts and p.name != "test_rbac.py"
-                  and str(p.relative_to(TESTS_DIR)) not in NOT_THE_AGENT
+                  and str(p.relative_to(TESTS_DIR)) not in NOT_THE_AGENT | SCHEDULER_FAULTS
                   and "kmock" in p.read_text())
 
 
 def scheduler_api_test_files() -> list[str]:
     """tests/scheduler files that run koord-sched against the API double."""
-    return sorted(str(p.relative_to(TESTS_DIR)) for p in (TESTS_DIR / "scheduler").glob("test_*.py")
-                  if "kmock" in p.read_text())
+    return sorted([str(p.relative_to(TESTS_DIR)) for p in (TESTS_DIR / "scheduler").glob("test_*.py")
+                   if "kmock" in p.read_text()] + sorted(SCHEDULER_FAULTS))
 
 
 def recorded_calls(tmp_path: Path, files: list[str] | None = None) -> dict[str, set[Call]]:
@@ -65,7 +67,8 @@ def cluster_role(path: Path = ROLE_FILE) -> dict:  # type: ignore[type-arg]
 def test_every_api_test_file_is_found() -> None:
     files = agent_api_test_files()
     assert "test_cluster.py" in files and "test_nodemetric_api.py" in files and "test_nrt.py" in files
-    assert not any(f.startswith("scheduler/") for f in files)
+    assert not any(f.startswith("scheduler/") for f in files) and not SCHEDULER_FAULTS & set(files)
+    assert all((TESTS_DIR / f).exists() for f in SCHEDULER_FAULTS)
 
 
 @pytest.mark.after_api_tests
