@@ -44,9 +44,12 @@ test: $(STAMP) $(PB) ebpf-setup
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider
 
-# The fault suite alone (tests/faults: injected API, runtime, kubelet, cgroup and scrape faults); `make test` runs it too.
+# The fault suite alone (tests/faults: injected API, runtime, cgroup, churn and scrape faults, and the wire fuzzing;
+# kubelet restarting and stalling are the PodResources proxy's and the pods source's own tests); `make test` runs all.
 faults: $(STAMP) $(PB) ebpf-setup
-	$(BIN)/pytest -q -p no:cacheprovider tests/faults
+	$(BIN)/pytest -q -p no:cacheprovider tests/faults tests/podresources/test_proxy.py::test_kubelet_restart \
+	  tests/podresources/test_proxy.py::test_a_slow_kubelet_is_answered_unavailable \
+	  tests/test_kubelet_source.py::test_timeout_is_unreachable_and_not_observed
 
 # Every benchmark runs and prints its table even when an earlier one misses (make says "Error ... (ignored)").
 bench: $(STAMP) $(PB) ebpf-setup
