@@ -136,10 +136,14 @@ def trunk_writer() -> Iterator[asyncio.StreamWriter]:
 def test_mux_10000_trunks(trunk_writer: asyncio.StreamWriter, data: bytes) -> None:
     """Any trunk bytes: the mux ends without raising, and its channels get exactly the payloads of complete frames
     addressed to them, then EOF."""
-    mux = Mux(_reader(data), trunk_writer)
-    plugin_in, _ = mux.channel(PLUGIN_SERVICE_CONN)
-    _run(mux.run())
-    got = _run(plugin_in.read())
+
+    async def through_the_mux() -> bytes:
+        mux = Mux(_reader(data), trunk_writer)
+        plugin_in, _ = mux.channel(PLUGIN_SERVICE_CONN)
+        await mux.run()
+        return await plugin_in.read()
+
+    got = _run(through_the_mux())
     expected, rest = b"", data
     while len(rest) >= 8:
         conn, size = _MUX_HEADER.unpack(rest[:8])
