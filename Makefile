@@ -68,6 +68,7 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.schedlat
 	-$(BIN)/python -m benchmarks.podresources
 	-$(BIN)/python -m benchmarks.apifaults
+	-$(BIN)/python -m benchmarks.churn
 
 # The image without a registry: a Debian root from debootstrap (the mirror this machine's apt uses), committed as
 # a base image with buildah from scratch, then the Dockerfile on top of it (no pull).

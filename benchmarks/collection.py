@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -51,35 +52,45 @@ def build_tree(root: Path, name: str, pods_dir: Path, n_pods: int, n_ctrs: int, 
     tree = CgroupTree(root, 1, subsystems)
     last_cpu = max(os.sched_getaffinity(0))
     for i in range(n_pods):
-        uid = str(uuid.uuid4())
         be = be_every > 0 and i % be_every == 0
-        qos = K8sQoS.BESTEFFORT if be else K8sQoS.BURSTABLE
-        koord = "BE" if be else ("LSR" if colocation and i % 10 == 1 else "LS")
-        prel = pod_dir(CgroupDriver.CGROUPFS, qos, uid)
-        statuses = []
-        for c in range(n_ctrs):
-            cid = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
-            statuses.append({"name": f"c{c}", "containerID": cid, "state": {"running": {}}})
-            tree.mkdir(container_dir(CgroupDriver.CGROUPFS, prel, cid))
-        containers: list[dict[str, object]] = [{"name": s["name"]} for s in statuses]
-        annotations: dict[str, str] = {}
-        if colocation:
-            if be:
-                batch = {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}
-                limit = {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "512Mi"}
-                resources = {"requests": batch, "limits": limit}
-            else:
-                resources = {"requests": {"cpu": "100m", "memory": "64Mi"},
-                             "limits": {"cpu": "500m", "memory": "128Mi"}}
-            containers = [{**c, "resources": resources} for c in containers]
-            if koord == "LSR":
-                annotations["scheduling.koordinator.sh/resource-status"] = f'{{"cpuset": "{last_cpu}"}}'
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid,
-                            "labels": {"koordinator.sh/qosClass": koord}, "annotations": annotations},
-               "spec": {"containers": containers},
-               "status": {"phase": "Running", "qosClass": qos.value, "containerStatuses": statuses}}
-        (pods_dir / f"pod-{i}.yaml").write_text(yaml.safe_dump(pod))
+        add_pod(tree, pods_dir, i, n_ctrs, be=be, lsr=colocation and not be and i % 10 == 1, colocation=colocation,
+                lsr_cpu=last_cpu)
+
+
+def add_pod(tree: CgroupTree, pods_dir: Path, i: int, n_ctrs: int, *, be: bool, lsr: bool = False,
+            colocation: bool = False, lsr_cpu: int = 0, manifest: str = "yaml") -> str:
+    """One pod `bench-<i>`: its cgroup dirs in `tree` and its manifest `pod-<i>.<manifest>` (yaml or json; see
+    build_tree); its UID."""
+    uid = str(uuid.uuid4())
+    qos = K8sQoS.BESTEFFORT if be else K8sQoS.BURSTABLE
+    koord = "BE" if be else ("LSR" if lsr else "LS")
+    prel = pod_dir(CgroupDriver.CGROUPFS, qos, uid)
+    statuses = []
+    for c in range(n_ctrs):
+        cid = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
+        statuses.append({"name": f"c{c}", "containerID": cid, "state": {"running": {}}})
+        tree.mkdir(container_dir(CgroupDriver.CGROUPFS, prel, cid))
+    containers: list[dict[str, object]] = [{"name": s["name"]} for s in statuses]
+    annotations: dict[str, str] = {}
+    if colocation:
+        if be:
+            batch = {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}
+            limit = {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "512Mi"}
+            resources = {"requests": batch, "limits": limit}
+        else:
+            resources = {"requests": {"cpu": "100m", "memory": "64Mi"},
+                         "limits": {"cpu": "500m", "memory": "128Mi"}}
+        containers = [{**c, "resources": resources} for c in containers]
+        if koord == "LSR":
+            annotations["scheduling.koordinator.sh/resource-status"] = f'{{"cpuset": "{lsr_cpu}"}}'
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": uid,
+                        "labels": {"koordinator.sh/qosClass": koord}, "annotations": annotations},
+           "spec": {"containers": containers},
+           "status": {"phase": "Running", "qosClass": qos.value, "containerStatuses": statuses}}
+    text = json.dumps(pod) if manifest == "json" else yaml.safe_dump(pod)
+    (pods_dir / f"pod-{i}.{manifest}").write_text(text)
+    return uid
 
 
 def remove_tree(name: str) -> None:

@@ -34,7 +34,7 @@ from koordlet.prediction.predictor import Outcome
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
-from koordlet.quantity import parse_quantity
+from koordlet.quantity import parse_measured, parse_quantity
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
 from koordlet.states.cpupools import CPUSetError, SharePool, parse_cpuset
@@ -458,7 +458,7 @@ def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:
 def _resource_values(resources: dict[str, str]) -> Iterator[tuple[str, str, float]]:
     for res, q in resources.items():
         unit = "core" if res == "cpu" else "byte" if res == "memory" else "integer"
-        yield res, unit, float(parse_quantity(q))
+        yield res, unit, float(parse_measured(q))  # usage: never the same twice, so not cached
 
 
 class _ExternalCollector(Collector):

@@ -2,8 +2,9 @@
 
 Replaces upstream's embedded Prometheus TSDB (pkg/koordlet/metriccache): series are two flat arrays
 (timestamps in ms, values) per (kind, label values), or, for the series a collection tick writes together, columns
-of one frame (metricframe); trimmed to a per-kind retention, so memory is bounded by live series × retention /
-interval no matter how long the agent runs or how many pods come and go.
+of one frame (metricframe) while they are written (then arrays again, so a gone pod costs only its samples);
+trimmed to a per-kind retention, so memory is bounded by live series × retention / interval no matter how long the
+agent runs or how many pods come and go.
 """
 
 from __future__ import annotations
@@ -229,10 +230,25 @@ class MetricCache:
             elif cut:
                 del series.ts[:cut]
                 del series.values[:cut]
-        in_frame = self._frame.gc(lambda kind: now_ms - int(self._retention(kind) * 1000), self._written)
-        if in_frame:
+        in_frame, moved = self._frame.gc(lambda kind: now_ms - int(self._retention(kind) * 1000), self._written)
+        for key, ts, values in moved:  # series no longer written (pods gone): kept as appended ones until retention
+            self._adopt(key, ts, values)
+        if in_frame or moved:
             self.generation += 1
         return dropped + in_frame
+
+    def _adopt(self, key: SeriesKey, ts: Int64s, values: Floats) -> None:
+        """Take a frame column's samples as an appended series (merged in time order with one already there)."""
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = Series()
+        elif series.ts:
+            merged = np.concatenate((np.asarray(series.ts, dtype=np.int64), ts))
+            order = np.argsort(merged, kind="stable")
+            ts, values = merged[order], np.concatenate((np.asarray(series.values), values))[order]
+            series.ts, series.values = array("q"), array("d")
+        series.ts.frombytes(ts.astype(np.int64).tobytes())
+        series.values.frombytes(values.astype(np.float64).tobytes())
 
     def keys(self, kind: str) -> list[SeriesKey]:
         """Keys of the live series of one kind (e.g. every GPU that has a `node_gpu_memory_total` series)."""

@@ -13,14 +13,16 @@ Columns = npt.NDArray[np.intp]
 Int64s = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 _MIN_ROWS = 64
+_MIN_COLUMNS = 64
 
 
 class Frame:
     """Timestamps in ms, one per row, and a float64 value per row and column, NaN where a series has no sample at
     that row (a cgroup not read, a rate not known yet). A row is one append: the tick's values of every series in
     one array, instead of an append per series. Live rows are [_start, _n) of the buffers; rows before were
-    trimmed and are reclaimed when the buffers are full. Read by the NodeMetric report's thread while the
-    collection tick writes: every method holds the frame's lock, and reads return copies."""
+    trimmed and are reclaimed when the buffers are full; columns past the last series are spare (NaN). Read by the
+    NodeMetric report's thread while the collection tick writes: every method holds the frame's lock, and reads
+    return copies."""
 
     __slots__ = ("_index", "_keys", "_lock", "_n", "_start", "_ts", "_values")
 
@@ -37,9 +39,11 @@ class Frame:
         with self._lock:
             new = [k for k in dict.fromkeys(keys) if k not in self._index]
             if new:
-                values = np.full((len(self._ts), len(self._keys) + len(new)), np.nan)
-                values[:, :len(self._keys)] = self._values
-                self._values = values
+                width = len(self._keys) + len(new)
+                if width > self._values.shape[1]:  # spare columns, so pods coming one by one do not copy it all
+                    values = np.full((len(self._ts), width + width // 2), np.nan)
+                    values[:, :len(self._keys)] = self._values[:, :len(self._keys)]
+                    self._values = values
                 for k in new:
                     self._index[k] = len(self._keys)
                     self._keys.append(k)
@@ -69,7 +73,7 @@ class Frame:
             ts, values = self._ts, self._values
         else:
             rows = max(3 * live // 2, _MIN_ROWS)
-            ts, values = np.zeros(rows, dtype=np.int64), np.empty((rows, len(self._keys)))
+            ts, values = np.zeros(rows, dtype=np.int64), np.empty((rows, self._values.shape[1]))
         ts[:live], values[:live] = self._ts[self._start:self._n], self._values[self._start:self._n]
         self._ts, self._values, self._start, self._n = ts, values, 0, live
 
@@ -131,20 +135,31 @@ class Frame:
         with self._lock:
             return self._n - self._start, len(self._ts)
 
+    def held(self) -> tuple[int, int]:
+        """Rows and columns the value buffer holds (the memory it takes: 8 bytes each)."""
+        with self._lock:
+            rows, columns = self._values.shape
+            return int(rows), int(columns)
+
     def sample_count(self) -> int:
         with self._lock:
             live = self._values[self._start:self._n]
             return int(np.count_nonzero(live == live))
 
-    def gc(self, cutoff_ms: Callable[[str], int], keep: Container[SeriesKey]) -> int:
-        """Drop each column's samples older than its kind's cutoff, then the columns left without samples unless
-        in `keep` (the series a writer feeds). Returns the columns dropped; the others may have moved."""
+    def gc(self, cutoff_ms: Callable[[str], int],
+           keep: Container[SeriesKey]) -> tuple[int, list[tuple[SeriesKey, Int64s, Floats]]]:
+        """Drop each column's samples older than its kind's cutoff, then every column not in `keep` (the series a
+        writer feeds): a series no longer written (a pod gone) would otherwise hold a value per row for as long as
+        retention keeps its samples, however few they are, so the frame's size grew with churn × retention².
+        Returns how many columns went without samples and the samples of the others (key, timestamps, values),
+        for the caller to keep sparsely; the columns kept may have moved."""
         with self._lock:
             return self._gc(cutoff_ms, keep)
 
-    def _gc(self, cutoff_ms: Callable[[str], int], keep: Container[SeriesKey]) -> int:
+    def _gc(self, cutoff_ms: Callable[[str], int],
+            keep: Container[SeriesKey]) -> tuple[int, list[tuple[SeriesKey, Int64s, Floats]]]:
         if not self._keys:
-            return 0
+            return 0, []
         ts = self._ts[self._start:self._n]
         cut_of_kind: dict[str, int] = {}
         kinds = [k[0] for k in self._keys]
@@ -157,11 +172,33 @@ class Frame:
                 self._values[first:cut, cols] = np.nan
         self._start = first
         live = self._values[self._start:self._n]
-        has_samples = (live == live).any(axis=0)
-        alive = [c for c, k in enumerate(self._keys) if has_samples[c] or k in keep]
-        dropped = len(self._keys) - len(alive)
-        if dropped:
-            self._values = np.ascontiguousarray(self._values[:, alive])
+        ts = self._ts[self._start:self._n]
+        alive, moved, emptied = [], [], 0
+        for c, k in enumerate(self._keys):
+            if k in keep:
+                alive.append(c)
+                continue
+            values = live[:, c]
+            have = values == values  # not NaN
+            if have.any():
+                moved.append((k, ts[have], values[have]))
+            else:
+                emptied += 1
+        if len(alive) < len(self._keys):
+            self._compact(alive)
             self._keys = [self._keys[c] for c in alive]
             self._index = {k: c for c, k in enumerate(self._keys)}
-        return dropped
+        return emptied, moved
+
+    def _compact(self, alive: list[int]) -> None:
+        """Keep only the `alive` columns, in order, in the same buffers (the columns left over become spare, NaN),
+        unless they would be mostly spare: under churn the buffers then keep their size instead of being made
+        anew each time, which leaves the allocator's heap in pieces."""
+        values = self._values
+        if values.shape[1] > 2 * len(alive) + _MIN_COLUMNS:
+            self._values = np.ascontiguousarray(values[:, alive])
+            return
+        for to, c in enumerate(alive):
+            if to != c:
+                values[:, to] = values[:, c]
+        values[:, len(alive):] = np.nan

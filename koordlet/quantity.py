@@ -31,6 +31,12 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return _parse(value)[0]
 
 
+def parse_measured(value: str | int | float) -> Decimal:
+    """parse_quantity for a value measured now (a usage the agent reported): not kept in the cache, whose few
+    repeated quantities (requests, limits) such values, rarely the same twice, would only push out."""
+    return _parse_cached.__wrapped__(type(value).__name__, value)[0]
+
+
 def quantity_format(value: str | int | float) -> str:
     """Which serialisation family a quantity was written in (BinarySI, DecimalSI or DecimalExponent)."""
     return _parse(value)[1]

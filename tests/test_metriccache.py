@@ -143,3 +143,25 @@ def test_frame_buffers_settle_under_churn() -> None:
             cache.gc(t * 1000)
     live, held = cache._frame.rows()
     assert live <= 361 + 60 and held <= 1.5 * (361 + 60) + 1
+
+
+def test_a_series_no_longer_written_leaves_the_frame_and_keeps_its_samples() -> None:
+    """Pods gone: at gc their columns leave the frame (which would hold a cell per row for each of them for as long
+    as retention keeps a sample) and their samples read back the same from plain arrays until retention drops
+    them; the frame's buffer is reused, not made anew, while the columns come and go."""
+    cache = MetricCache(lambda kind: 100)
+    keys = _keys(4)
+    writer = cache.columns(keys)
+    for t in range(10):
+        writer.add(t * 1000, np.arange(4, dtype=float) + t)
+    cache.append(keys[3], 10_500, 99.0)  # appended as well: merged in time order
+    before = {k: (cache.window(k, 0, 20_000), cache.last(k)) for k in keys}
+    cache.columns(keys[:2])  # two pods gone
+    assert cache.gc(20_000) == 0 and cache.generation == 1
+    assert cache._frame.series() == keys[:2] and cache.series_count() == 4
+    assert {k: (cache.window(k, 0, 20_000), cache.last(k)) for k in keys} == before
+    assert list(cache.window(keys[3], 9000, 11_000)[1]) == [12.0, 99.0]
+    held = cache._frame.held()
+    writer = cache.columns(keys[:2] + _keys(6)[4:])  # two new pods take the spare columns
+    assert cache._frame.held() == held
+    assert cache.gc(200_000) == 2 and cache.series_count() == 4  # the gone pods' samples aged out

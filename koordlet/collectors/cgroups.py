@@ -83,6 +83,7 @@ class CgroupUsageCollector:
         self._plan: _Plan | None = None
         self._rates = Rates()
         self._tick = 0
+        self._logged: dict[tuple[str, str], str] = {}  # (scope, label) → the reason a skip of it was logged for
 
     def _plan_for(self, targets: list[Target]) -> _Plan:
         """Built when the target list is replaced (pods came or went), which also closes the descriptors of
@@ -98,6 +99,7 @@ class CgroupUsageCollector:
             plan = self._plan = _Plan(targets, rows, len(self.backend.stat_paths("")))
             self._rates.retarget([(t.scope, t.key) for t in targets])
             self.files.retain({f for r in rows for f in r.paths})
+            self._forget_gone(targets)
         return plan
 
     def collect(self, targets: list[Target], now_mono_ns: int) -> TickUsage:
@@ -163,7 +165,7 @@ class CgroupUsageCollector:
         for i in indices:
             row = plan.rows[i]
             if row.error is not None:
-                self.health.skip(row.target.scope, "bad-cgroup-dir", row.target.label, str(row.error))
+                self._skip(row.target, "bad-cgroup-dir", str(row.error))
                 continue
             try:
                 data = None
@@ -189,7 +191,20 @@ class CgroupUsageCollector:
         t = row.target
         self.health.cgroup_read_errors[t.scope] += 1
         if not t.quiet:
-            self.health.skip(t.scope, "cgroup-unreadable", t.label, str(e))
+            self._skip(t, "cgroup-unreadable", str(e))
+
+    def _skip(self, t: Target, reason: str, detail: str) -> None:
+        self.health.skip(t.scope, reason, t.label, detail)
+        self._logged[(t.scope, t.label)] = reason
+
+    def _forget_gone(self, targets: list[Target]) -> None:
+        """The log-once keys of targets no longer listed (a pod's cgroup goes before the pod leaves kubelet's
+        list, so under churn every pod gone left one): dropped, and a pod of that name later is logged again."""
+        if not self._logged:
+            return
+        live = {(t.scope, t.label) for t in targets}
+        for scope, label in [k for k in self._logged if k not in live]:
+            self.health.recovered(scope, self._logged.pop((scope, label)), label)
 
     def remembered(self) -> int:
         return self._rates.remembered()

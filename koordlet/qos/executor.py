@@ -223,6 +223,20 @@ class Executor:
         for path in [p for p in self._names if p.startswith(prefix)]:
             del self._names[path]
 
+    def retain(self, plan: Plan) -> int:
+        """Drop the cached values of files `plan` does not write (pods gone, a feature turned off): a new plan after
+        the pods changed names every file a pass may write, so the rest would only wait for the force window's
+        prune, and under churn that is thousands of gone pods' files. Returns how many were dropped."""
+        keep = {w.path for w in plan.writes}
+        gone = [p for p in self._cache if p not in keep]
+        for path in gone:
+            del self._cache[path]
+        for path in [p for p in self._names if p not in keep]:
+            del self._names[path]
+        if gone and self._held is not None and any(p in self._held.first for p in gone):
+            self._held = None
+        return len(gone)
+
     # -- one write -------------------------------------------------------------------------------------------
     def _one(self, w: Write) -> Result:
         now = self.clock()

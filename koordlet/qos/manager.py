@@ -26,7 +26,7 @@ from koordlet.qos.evictstrategy import EvictStrategy
 from koordlet.qos.executor import Executor, Result
 from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan
-from koordlet.qos.state import QoSState
+from koordlet.qos.state import CGROUP_FILES, QoSState
 from koordlet.qos.steady import SteadyFacts
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class QoSManager:
         Planners are pure functions of (state, facts), so while the steady facts are kept (same pods and NodeSLO,
         window not elapsed) a feature whose freshly read facts equal the last pass's gets the last plan again."""
         total = Plan(errors=list(state.input_errors))
-        self.steady.begin(state)
+        if not self.steady.begin(state):  # pods, NodeSLO or the window changed: gone pods' paths may go
+            CGROUP_FILES.rotate()
         for f in self.features:
             module = self._modules[f.name]
             try:
@@ -142,9 +143,11 @@ class QoSManager:
             again = self.plan(state)
             results += self.executor.apply(again)
             plan = Plan(plan.writes + again.writes, again.errors, again.evictions)
-        if self.metrics is not None and self._retained != self.steady.generation:
+        if self._retained != self.steady.generation:  # what is kept per pod follows the pods
             self._retained = self.steady.generation
-            self.metrics.retain(state.pods)
+            self.executor.retain(plan)
+            if self.metrics is not None:
+                self.metrics.retain(state.pods)
         for err in plan.errors:
             self.events.report(err)
         if report is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +51,7 @@ class QoSState:
 
     def cgroup_file(self, resource: str, rel_dir: str) -> str:
         """Absolute path of a cgroup resource file for a dir (v1: under its subsystem; v2: unified)."""
-        return _cgroup_file(self.cgroup_version, self.paths, resource, rel_dir)
+        return CGROUP_FILES.get(self.cgroup_version, self.paths, resource, rel_dir)
 
     def resctrl(self, *parts: str) -> str:
         return self.paths.resctrl(*parts)
@@ -64,5 +63,34 @@ class QoSState:
         return os.path.exists(path)
 
 
-# a pure function of its arguments, asked for the same pod files every pass by several planners
-_cgroup_file = functools.lru_cache(maxsize=1 << 15)(resource_path)
+class CgroupFiles:
+    """resource_path's answers, asked for the same pod files every pass by several planners: those asked for since
+    the last `rotate` and the one before (the QoS manager rotates when the pods or the NodeSLO change), so the paths
+    of pods gone are dropped within two changes, however many pods came and went (an LRU cache sized for a full
+    node kept tens of thousands of gone pods' paths under churn). A hard cap rotates early if no one rotates."""
+
+    def __init__(self, cap: int = 1 << 15) -> None:
+        self.cap = cap
+        self._now: dict[tuple[int, HostPaths, str, str], str] = {}
+        self._before: dict[tuple[int, HostPaths, str, str], str] = {}
+
+    def get(self, version: int, paths: HostPaths, resource: str, rel_dir: str) -> str:
+        key = (version, paths, resource, rel_dir)
+        path = self._now.get(key)
+        if path is None:
+            path = self._before.get(key)
+            if path is None:
+                path = resource_path(version, paths, resource, rel_dir)
+            if len(self._now) >= self.cap:
+                self.rotate()
+            self._now[key] = path
+        return path
+
+    def rotate(self) -> None:
+        self._before, self._now = self._now, {}
+
+    def __len__(self) -> int:
+        return len(self._now) + len(self._before)
+
+
+CGROUP_FILES = CgroupFiles()

@@ -156,6 +156,19 @@ def test_values_of_files_no_longer_planned_are_forgotten_after_the_window(host: 
     assert set(ex._cache) == {kept.path}  # two windows old: gone
 
 
+def test_retain_drops_the_values_of_files_a_new_plan_does_not_write(host: tuple[HostPaths, Path],
+                                                                    tmp_path: Path) -> None:
+    """The pods changed (QoSManager calls retain with the new plan): a gone pod's values go at once, not after two
+    windows, and what the plan still writes stays cached (no re-read)."""
+    paths, d = host
+    ex, _ = _ex(paths, tmp_path)
+    gone = Write(str(d / "cpu.bvt_warp_ns"), "-1", "cpuqos/pod", resource="cpu.bvt_warp_ns")
+    kept = Write(str(d / "cpu.shares"), "2", "cpuqos/pod", resource="cpu.shares")
+    ex.apply(Plan([gone, kept]))
+    assert ex.retain(Plan([kept])) == 1 and set(ex._cache) == {kept.path}
+    assert [r.result for r in ex.apply(Plan([kept]))] == ["cached"]
+
+
 @pytest.mark.parametrize(("resource", "value"), [("cpu.bvt_warp_ns", "3"), ("cpu.shares", "1"),
                                                  ("cpu.shares", "abc"), ("no.such.file", "1")])
 def test_out_of_range_never_reaches_the_file(host: tuple[HostPaths, Path], tmp_path: Path, resource: str,
