@@ -104,7 +104,7 @@ async def serve_proxy(socket_path: str, kubelet_socket: str, qps: float) -> None
 
     health = Health()
     pods = [pod_meta(m, CgroupDriver.SYSTEMD, health) for m in node()[0]]
-    settle_heap()  # as the daemon does after each pod change: the cyclic GC no longer walks the pods
+    settle_heap(full=True)  # as the daemon does after each pod change: the cyclic GC no longer walks the pods
     server = ProxyServer(socket_path, KubeletClient(kubelet_socket), lambda: pods, limiter=TokenBucket(qps, 10))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -33,10 +33,17 @@ _NODESLO_FILE_POLL = 5.0
 _GC_INTERVAL = 60.0  # tighter than upstream's 300 s so memory stays near retention × series
 
 
-def settle_heap() -> None:
+FULL_SETTLE_SECONDS = 300.0
+
+
+def settle_heap(full: bool) -> None:
     """Collect once, then move every surviving object out of the cyclic GC's sight (gc.freeze): pods, collection
     targets and series live until the next pod change, and full collections walking them cost ~2.5 ms of each
-    collection tick at 250 pods. Frozen objects are still freed by reference counting when they are dropped."""
+    collection tick at 250 pods. Frozen objects are still freed by reference counting when they are dropped, but a
+    frozen object that later becomes part of a garbage cycle is not: `full` unfreezes first, so such cycles left by
+    pod churn are collected (the daemon asks for it at most every FULL_SETTLE_SECONDS)."""
+    if full:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
@@ -54,6 +61,7 @@ class Daemon:
         self._pods_kick = asyncio.Event()
         self._pods_waiting: list[asyncio.Future[None]] = []  # sync_pods_now callers, for the next round to start
         self._settle = True  # settle_heap after the next collection (start-up, then after each pod change)
+        self._settled_fully: float | None = None  # when settle_heap last unfroze and collected everything
 
     # -- probes --------------------------------------------------------------------------------------------
     def healthy(self) -> tuple[bool, str]:
@@ -122,7 +130,11 @@ class Daemon:
         self.agent.collect()
         if self._settle:  # the first tick after a pod change built the new targets and series: keep them frozen
             self._settle = False
-            settle_heap()
+            now = time.monotonic()
+            full = self._settled_fully is None or now - self._settled_fully >= FULL_SETTLE_SECONDS
+            if full:
+                self._settled_fully = now
+            settle_heap(full)
 
     async def _psi(self) -> None:
         self.agent.collect_psi()
