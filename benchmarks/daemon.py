@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import psutil
 import yaml
@@ -90,6 +91,16 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0)
             pass
         time.sleep(0.5)
     raise RuntimeError("koordlet not ready")
+
+
+def stop_agent(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    """SIGTERM the agent, wait for it (a kill after 30 s), then close its log."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
 
 
 def tick_files(paths: HostPaths, pods_dir: Path) -> list[str]:
@@ -171,12 +182,7 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path,
     finally:
         for fd in fds:
             os.close(fd)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_agent(proc, log)
     wall = wall1 - wall0
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     core_pct = 100 * cpu / wall

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.client
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ import psutil
 from prometheus_client import generate_latest
 
 from benchmarks.collection import bench_node, have_real_cgroups
-from benchmarks.daemon import _free_port, _wait_ready
+from benchmarks.daemon import _free_port, _wait_ready, stop_agent
 from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.cgroups import CgroupUsage
@@ -146,12 +145,7 @@ def under_load(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: 
         for n in levels:
             results.append((n, Load.run(agent, port, n, args.period, args.window)))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_agent(proc, log)
     print(f"\nthe real agent (`koordlet run`, 1 s collection ticks), {args.pods} pods × {args.containers} containers "
           f"of real cgroups; each scraper once every {args.period:g} s, all at once, for {args.window:g} s")
     print(f"floor: one render + its gzip by an in-process agent on this node, {floor_ms:.1f} ms of CPU; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -189,3 +190,14 @@ def agent_device(example: str, name: str | None = None) -> dict[str, Any]:
     if name is not None:
         doc["metadata"]["name"] = name
     return doc
+
+
+@pytest.fixture
+async def watching(ext: Any) -> AsyncIterator[Any]:
+    """The test module's extender (its `ext` fixture) listed once, then kept by its watches until the test ends."""
+    await asyncio.to_thread(ext.refresh)
+    ext.start_watches(timeout_seconds=5)
+    try:
+        yield ext
+    finally:
+        ext.stop_watches()

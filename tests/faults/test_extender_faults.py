@@ -59,16 +59,6 @@ def ext(km: kmock.KubernetesEmulator) -> Extender:
                     lambda c: Scheduler(c, *profile(None)))
 
 
-@pytest.fixture
-async def watching(ext: Extender) -> AsyncIterator[Extender]:
-    await asyncio.to_thread(ext.refresh)
-    ext.start_watches(timeout_seconds=5)
-    try:
-        yield ext
-    finally:
-        ext.stop_watches()
-
-
 async def eventually(check: Any, timeout: float = 4.0) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(check):

@@ -7,7 +7,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,16 +243,6 @@ def test_parse_addr() -> None:
 
 
 # --- watches -------------------------------------------------------------------------------------------------
-@pytest.fixture
-async def watching(ext: Extender) -> AsyncIterator[Extender]:
-    await asyncio.to_thread(ext.refresh)
-    ext.start_watches(timeout_seconds=5)
-    try:
-        yield ext
-    finally:
-        ext.stop_watches()
-
-
 async def _eventually(check: Any, timeout: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not await asyncio.to_thread(check):
