@@ -104,6 +104,9 @@ def test_columns_hold_what_appends_would(ticks: list[tuple[int, list[float | Non
         assert columns.window(key, start, end) == appended.window(key, start, end)
         assert columns.aggregate(key, 0, now) == appended.aggregate(key, 0, now)
         assert columns.last(key) == appended.last(key)
+    # every key's newest sample in one call, as each alone, a key never seen included (a QoS pass's lookups)
+    asked = [*keys, MetricCache.key("pod_cpu_usage", pod_uid="never")]
+    assert columns.last_many(asked) == [appended.last(k) for k in asked] == appended.last_many(asked)
     assert columns.sample_count() == appended.sample_count()
     assert set(columns.keys("pod_cpu_usage")) == set(keys[1::2])
 
@@ -131,6 +134,7 @@ def test_a_series_both_appended_and_written_reads_in_time_order() -> None:
     ts, values = cache.window(key, 0, 5000)
     assert list(ts) == [1000, 2000, 3000] and list(values) == [1.0, 2.0, 3.0]
     assert cache.last(key) == (3000, 3.0) and cache.series_count() == 1 and cache.sample_count() == 3
+    assert cache.last_many([key]) == [(3000, 3.0)]
 
 
 def test_frame_buffers_settle_under_churn() -> None:
