@@ -40,8 +40,9 @@ run: $(STAMP) $(PB) ebpf-setup
 	  --nodeslo examples/nodeslo.yaml --state-dir state --feature-gates Accelerators=true,RDMADevices=true,PSICollector=true
 
 test: $(STAMP) $(PB) ebpf-setup
-	$(BIN)/ruff check koordlet scheduler tests benchmarks demo
+	$(BIN)/ruff check apis koordlet scheduler tests benchmarks demo
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The fault suite alone (tests/faults: injected API, runtime, cgroup, churn and scrape faults, and the wire fuzzing;

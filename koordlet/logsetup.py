@@ -15,7 +15,7 @@ _FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 _DIR_FORMAT = "%(asctime)s %(levelname).1s %(pathname)s:%(lineno)d %(name)s: %(message)s"
 # klog severities 0..3 (INFO, WARNING, ERROR, FATAL) as logging levels
 _SEVERITY_LEVEL = (logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
-_OURS = ("koordlet", "scheduler")
+_OURS = ("apis", "koordlet", "scheduler")
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]

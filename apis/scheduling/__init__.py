@@ -1,0 +1,1 @@
+"""Koordinator's scheduling objects: Reservation, Device, ElasticQuota, gangs (upstream apis/scheduling)."""
