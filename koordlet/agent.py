@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -28,7 +29,6 @@ from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
 from koordlet.devices.report import changed, desired
-from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health

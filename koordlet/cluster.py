@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from apis.core.errors import ApiError, KoordletError
 from koordlet.agent import Agent
 from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
-from koordlet.errors import ApiError, KoordletError
 from koordlet.kubeapi import Gone, KubeClient, KubeConfig
 from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
 from koordlet.quantity import parse_quantity

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from koordlet.errors import ApiError, Conflict, InvalidInput, NotFound
+from apis.core.errors import ApiError, Conflict, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
 

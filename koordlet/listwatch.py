@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from apis.core.errors import ApiError, KoordletError
 from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
-from koordlet.errors import ApiError, KoordletError
 from koordlet.kubeapi import Unreachable
 
 log = logging.getLogger(__name__)

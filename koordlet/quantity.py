@@ -7,7 +7,7 @@ import math
 import re
 from decimal import ROUND_HALF_UP, ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 
 # Grammar of k8s.io/apimachinery/pkg/api/resource/quantity.go:
 #   <signedNumber><suffix>, suffix = binarySI | decimalSI | decimalExponent.

@@ -120,7 +120,7 @@ def extender(ns: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from koordlet.errors import KoordletError
+    from apis.core.errors import KoordletError
     from koordlet.kubeapi import KubeClient, KubeConfig
     from scheduler.extender import ClusterSource, Extender, serve
 
@@ -151,7 +151,7 @@ def run(ns: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from koordlet.errors import KoordletError
+    from apis.core.errors import KoordletError
     from koordlet.kubeapi import KubeClient, KubeConfig
     from scheduler.gang.model import parse_go_duration
     from scheduler.runner import SecondaryScheduler

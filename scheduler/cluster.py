@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 from scheduler import malformed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from koordlet.errors import ApiError, KoordletError, NotFound
+from apis.core.errors import ApiError, KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
 from scheduler.cluster import JSON, key
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from koordlet.backoff import REFLECTOR, BackoffPolicy
-from koordlet.errors import ApiError, InvalidInput, KoordletError, NotFound
 from koordlet.kubeapi import Gone, KubeClient
 from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
 from scheduler import extender_reservation as served

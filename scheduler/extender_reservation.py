@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.kubeapi import KubeClient
 from scheduler.cluster import JSON, NodeInfo, is_reserve_pod, key
 from scheduler.framework import Placement, Scheduler

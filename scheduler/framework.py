@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from scheduler import debug
 from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index

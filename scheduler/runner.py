@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import KoordletError, NotFound
+from apis.core.errors import KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
 from scheduler import malformed
 from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key

@@ -14,7 +14,7 @@ import kmock
 import pytest
 import yaml
 
-from koordlet.errors import ApiError, Conflict, NotFound
+from apis.core.errors import ApiError, Conflict, NotFound
 from koordlet.kubeapi import (
     DEFAULT_BACKOFF,
     DEFAULT_RETRY,

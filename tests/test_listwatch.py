@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import ApiError
 from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
-from koordlet.errors import ApiError
 from koordlet.kubeapi import Gone, Unreachable
 from koordlet.listwatch import SHORT_WATCH, list_and_watch
 

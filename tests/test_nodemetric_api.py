@@ -12,7 +12,7 @@ import jsonschema
 import kmock
 import pytest
 
-from koordlet.errors import ApiError
+from apis.core.errors import ApiError
 from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 

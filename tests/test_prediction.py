@@ -174,7 +174,7 @@ def test_checkpoints_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_bad_flags_are_refused() -> None:
-    from koordlet.errors import InvalidInput
+    from apis.core.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="--prediction-training-interval"):
         PredictionConfig(training_interval=0)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from koordlet.errors import HostReadError, InvalidInput
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from apis.core.errors import HostReadError
 from koordlet.devices import pci
 from koordlet.devices.model import RESOURCE_RDMA, DeviceEntry, DeviceSet, topology
-from koordlet.errors import HostReadError
 from koordlet.health import Health
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths

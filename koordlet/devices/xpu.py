@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from koordlet.devices.model import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_MODEL,
@@ -23,7 +24,6 @@ from koordlet.devices.model import (
     healthy_condition,
 )
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, partition, table_annotation
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import canonical_quantity

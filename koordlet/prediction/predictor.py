@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
 from koordlet.quantity import format_bytes, format_milli, parse_quantity

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput, PlanError
+from apis.core.errors import InvalidInput, PlanError
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
 from koordlet.quantity import parse_quantity

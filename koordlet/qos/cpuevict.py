@@ -27,8 +27,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.core.errors import InvalidInput
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
-from koordlet.errors import InvalidInput
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
     Eviction,

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.collectors.hostapps import HostApp
-from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight

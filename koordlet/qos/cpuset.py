@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from koordlet.errors import InvalidInput, KoordletError, PlanError
+from apis.core.errors import InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max

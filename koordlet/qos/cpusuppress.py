@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from koordlet.errors import HostReadError, InvalidInput, PlanError
+from apis.core.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from koordlet.errors import HostReadError, InvalidInput
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (

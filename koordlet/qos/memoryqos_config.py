@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.errors import InvalidInput, PlanError
+from apis.core.errors import InvalidInput, PlanError
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
 from koordlet.quantity import parse_quantity

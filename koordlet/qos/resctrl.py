@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.errors import InvalidInput, PlanError
+from apis.core.errors import InvalidInput, PlanError
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl_facts import (
     ACTIVE_PHASES,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput, KoordletError
+from apis.core.errors import InvalidInput, KoordletError
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts

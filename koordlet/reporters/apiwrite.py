@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from koordlet.errors import ApiError, NotFound
+from apis.core.errors import ApiError, NotFound
 from koordlet.kubeapi import KubeClient, retry_on_conflict
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import ApiError, Conflict, KoordletError, NotFound
+from apis.core.errors import ApiError, Conflict, KoordletError, NotFound
 from koordlet.kubeapi import DEFAULT_BACKOFF, Backoff, KubeClient, TokenBucket, Unreachable, retry_on_conflict
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import format_bytes, format_milli, parse_quantity
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
 from koordlet.states.cpupools import encode_pools

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_UP, Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 
 ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from koordlet.errors import HostReadError, InvalidInput
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import parse_quantity

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from koordlet.errors import ApiError, InvalidInput
+from apis.core.errors import ApiError, InvalidInput
 from koordlet.kubeapi import KubeClient, KubeConfig, Transport, Urllib3Transport, kubelet_config
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import HostReadError, InvalidInput
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import parse_quantity

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import canonical_quantity, parse_quantity
 
 JSON = dict[str, Any]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput, KoordletError
+from apis.core.errors import InvalidInput, KoordletError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.states.model import JSON, ContainerMeta, PodMeta

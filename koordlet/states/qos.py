@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 
 K8S_GUARANTEED = "Guaranteed"

@@ -6,8 +6,8 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from koordlet import godur
-from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 
 TYPE_FIELDS = ("apiVersion", "kind")  # every args object may carry its TypeMeta

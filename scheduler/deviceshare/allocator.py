@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import canonical_quantity, format_bytes
 from scheduler.cluster import JSON, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import GPU_MEMORY, NPU_CORE

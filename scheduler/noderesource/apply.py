@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import format_bytes, format_milli
 from scheduler.cluster import quantity_value
 from scheduler.noderesource.calculate import (

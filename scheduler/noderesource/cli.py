@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.kubeapi import KubeClient, KubeConfig, TokenBucket
 from scheduler.noderesource.apply import format_value
 from scheduler.noderesource.controller import NodeResourceController, PassResult, parse_gates

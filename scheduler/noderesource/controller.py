@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import KoordletError, NotFound
+from apis.core.errors import KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
 from scheduler.noderesource.apply import Plan, label_patch, plan, status_patch
 from scheduler.noderesource.calculate import NodeResource, calculate

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.quantity import format_bytes, format_milli
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, pod_requests
 from scheduler.nodeindex import IntArray, NodeIndex, Tracker
 

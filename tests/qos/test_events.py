@@ -8,9 +8,9 @@ from typing import Any
 
 import kmock
 
+from apis.core.errors import PlanError
 from koordlet.agent import Agent
 from koordlet.config import Config
-from koordlet.errors import PlanError
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver

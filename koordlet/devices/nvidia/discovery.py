@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from apis.core.errors import InvalidInput
 from koordlet.devices import pci
 from koordlet.devices.model import (
     ANNOTATION_GPU_PARTITIONS,
@@ -33,7 +34,6 @@ from koordlet.devices.nvidia.backend import GpuInfo, NvmlBackend, NvmlError
 from koordlet.devices.nvidia.health import XidHealth
 from koordlet.devices.nvidia.topology import partitions
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, table_annotation
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 from koordlet.quantity import format_bytes
