@@ -15,13 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from apis.core.errors import ApiError, KoordletError
+from apis.core.quantity import parse_quantity
 from koordlet.agent import Agent
 from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
 from koordlet.kubeapi import Gone, KubeClient, KubeConfig
 from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
-from koordlet.quantity import parse_quantity
 from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 from koordlet.reporters.nrt import TopologyStatus

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core.quantity import parse_quantity
 from scheduler import malformed
 
 log = logging.getLogger(__name__)

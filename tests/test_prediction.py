@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apis.core.quantity import parse_quantity
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, LinearBuckets, parse_go_time
 from koordlet.prediction.predictor import predict
@@ -22,7 +23,6 @@ from koordlet.prediction.server import (
     node_item_uid,
     training_pods,
 )
-from koordlet.quantity import parse_quantity
 
 HOUR = 3600.0
 START = 1234567890.0

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import canonical_quantity
 from koordlet.devices.model import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_MODEL,
@@ -26,7 +27,6 @@ from koordlet.devices.model import (
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, partition, table_annotation
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import canonical_quantity
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes, format_milli, parse_quantity
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
-from koordlet.quantity import format_bytes, format_milli, parse_quantity
 from koordlet.states.qos import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}

@@ -16,8 +16,8 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, koord_qos_class
 

@@ -16,9 +16,9 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.quantity import parse_quantity
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import milli_value, parse_quantity
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
@@ -40,7 +41,6 @@ from koordlet.qos.eviction import (
     threshold_config,
 )
 from koordlet.qos.state import QoSState
-from koordlet.quantity import milli_value, parse_quantity
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE

@@ -43,6 +43,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.quantity import parse_quantity
 from koordlet.collectors.hostapps import HostApp
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
@@ -51,7 +52,6 @@ from koordlet.qos.batchspec import batch_pod_shares
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
 

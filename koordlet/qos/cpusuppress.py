@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, PlanError
+from apis.core.quantity import milli_value
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path
@@ -47,7 +48,6 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.quantity import milli_value
 from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class

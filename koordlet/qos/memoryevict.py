@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
@@ -32,7 +33,6 @@ from koordlet.qos.eviction import (
     threshold_config,
 )
 from koordlet.qos.state import QoSState
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE
 

@@ -17,9 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_LSE, koord_qos_class
 

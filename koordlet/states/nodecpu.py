@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
-from koordlet.quantity import canonical_quantity, parse_quantity
+from apis.core.quantity import canonical_quantity, parse_quantity
 from koordlet.states.cpupools import (
     CPUSetError,
     CPUTopology,

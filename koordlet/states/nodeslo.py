@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, parse_quantity
+from apis.core.quantity import canonical_quantity, parse_quantity
 
 JSON = dict[str, Any]
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core.quantity import parse_quantity
 
 K8S_GUARANTEED = "Guaranteed"
 K8S_BURSTABLE = "Burstable"

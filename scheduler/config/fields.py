@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 from koordlet import godur
-from koordlet.quantity import parse_quantity
 
 TYPE_FIELDS = ("apiVersion", "kind")  # every args object may carry its TypeMeta
 

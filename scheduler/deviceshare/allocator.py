@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core.quantity import parse_quantity
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,
     FPGA_RESOURCE,

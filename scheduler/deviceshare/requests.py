@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core.quantity import parse_quantity
 from scheduler.cluster import JSON
 
 GPU, RDMA, FPGA = "gpu", "rdma", "fpga"

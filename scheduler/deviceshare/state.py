@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, format_bytes
+from apis.core.quantity import canonical_quantity, format_bytes
 from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, format_bytes
+from apis.core.quantity import canonical_quantity, format_bytes
 from scheduler.cluster import JSON, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import GPU_MEMORY, NPU_CORE
 

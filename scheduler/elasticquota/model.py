@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
+from apis.core.quantity import format_bytes, format_milli
 from scheduler.cluster import CPU, JSON, MEMORY, quantity_value
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
+from apis.core.quantity import format_bytes, format_milli
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
 from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, key, pod_requests

@@ -14,7 +14,7 @@ import json
 import logging
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
+from apis.core.quantity import format_bytes, format_milli
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from scheduler.cluster import CPU, JSON, MEMORY
 

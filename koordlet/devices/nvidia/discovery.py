@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes
 from koordlet.devices import pci
 from koordlet.devices.model import (
     ANNOTATION_GPU_PARTITIONS,
@@ -36,7 +37,6 @@ from koordlet.devices.nvidia.topology import partitions
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, table_annotation
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import format_bytes
 
 VENDOR_NVIDIA = "nvidia"
 DRIVER = "nvidia"  # <sys>/bus/pci/drivers/nvidia; NVSwitches bind nvidia-nvswitch and are not listed there

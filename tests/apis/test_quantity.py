@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apis.core.errors import InvalidInput
-from koordlet.quantity import (
+from apis.core.quantity import (
     canonical_quantity,
     format_bytes,
     format_cpu_milli,
