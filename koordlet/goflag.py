@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core import godur
 from apis.core.errors import InvalidInput
-from koordlet import godur
 
 
 class FlagError(InvalidInput):

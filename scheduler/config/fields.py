@@ -6,9 +6,9 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.quantity import parse_quantity
-from koordlet import godur
 
 TYPE_FIELDS = ("apiVersion", "kind")  # every args object may carry its TypeMeta
 

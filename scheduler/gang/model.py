@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core import godur
 from apis.core.errors import InvalidInput
-from koordlet import godur
 from scheduler.cluster import JSON, Cluster, key
 
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
