@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+from apis.client.kubeapi import KubeClient
 from apis.core.errors import ApiError, KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
 from scheduler.cluster import JSON, key
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
 from scheduler import malformed
 from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
 from scheduler.elasticquota.status import status_patch

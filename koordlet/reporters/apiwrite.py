@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apis.client.kubeapi import KubeClient, retry_on_conflict
 from apis.core.errors import ApiError, NotFound
-from koordlet.kubeapi import KubeClient, retry_on_conflict
 
 log = logging.getLogger(__name__)
 

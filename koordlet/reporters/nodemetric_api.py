@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.client.kubeapi import DEFAULT_BACKOFF, Backoff, KubeClient, TokenBucket, Unreachable, retry_on_conflict
 from apis.core.errors import ApiError, Conflict, KoordletError, NotFound
-from koordlet.kubeapi import DEFAULT_BACKOFF, Backoff, KubeClient, TokenBucket, Unreachable, retry_on_conflict
 
 log = logging.getLogger(__name__)
 

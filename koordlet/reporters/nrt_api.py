@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from koordlet.kubeapi import KubeClient
+from apis.client.kubeapi import KubeClient
 from koordlet.reporters.apiwrite import JSON, ObjectWriter
 from koordlet.reporters.nrt import API_VERSION, PLURAL, TopologyStatus, changed, new_object, updated
 

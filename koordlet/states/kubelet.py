@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apis.client.kubeapi import KubeClient, KubeConfig, Transport, Urllib3Transport, kubelet_config
 from apis.core.errors import ApiError, InvalidInput
-from koordlet.kubeapi import KubeClient, KubeConfig, Transport, Urllib3Transport, kubelet_config
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
 from scheduler.noderesource.apply import Plan, label_patch, plan, status_patch
 from scheduler.noderesource.calculate import NodeResource, calculate
 from scheduler.noderesource.strategy import (

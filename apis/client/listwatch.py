@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
+from apis.client.kubeapi import Unreachable
 from apis.core.errors import ApiError, KoordletError
-from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
-from koordlet.kubeapi import Unreachable
 
 log = logging.getLogger(__name__)
 
