@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.objects import JSON
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -57,7 +58,7 @@ from koordlet.states.kubeletcpu import (
     read_cpu_manager_state,
     read_kubelet_config_file,
 )
-from koordlet.states.model import JSON, PodSource
+from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodsDirSource, PodState

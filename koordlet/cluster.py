@@ -18,6 +18,7 @@ from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from apis.client.kubeapi import Gone, KubeClient, KubeConfig
 from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
 from apis.core.errors import ApiError, KoordletError
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from koordlet.agent import Agent
 from koordlet.config import Config
@@ -27,7 +28,6 @@ from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 from koordlet.reporters.nrt import TopologyStatus
 from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
-from koordlet.states.model import JSON
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"

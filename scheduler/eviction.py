@@ -7,7 +7,8 @@ import time
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import ApiError, KoordletError, NotFound
-from scheduler.cluster import JSON, key
+from apis.core.objects import JSON
+from scheduler.cluster import key
 
 log = logging.getLogger(__name__)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"

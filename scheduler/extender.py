@@ -18,10 +18,10 @@ from apis.client.backoff import REFLECTOR, BackoffPolicy
 from apis.client.kubeapi import Gone, KubeClient
 from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
 from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
+from apis.core.objects import JSON
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.cluster import (
-    JSON,
     Cluster,
     NodeInfo,
     bound_pod,

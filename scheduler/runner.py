@@ -12,8 +12,9 @@ from typing import Any
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
+from apis.core.objects import JSON
 from scheduler import malformed
-from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
+from scheduler.cluster import Cluster, build_cluster, is_active, key
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import ClusterSource, _pod_path

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from apis.client.kubeapi import KubeClient
-from koordlet.reporters.apiwrite import JSON, ObjectWriter
+from apis.core.objects import JSON
+from koordlet.reporters.apiwrite import ObjectWriter
 from koordlet.reporters.nrt import API_VERSION, PLURAL, TopologyStatus, changed, new_object, updated
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,8 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, parse_quantity
-
-JSON = dict[str, Any]
 
 API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.allocator import (
     ANNOTATION_PARTITIONS,
     LABEL_WELL_PLANNED,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
-from scheduler.cluster import JSON
 
 GPU, RDMA, FPGA = "gpu", "rdma", "fpga"
 DEVICE_TYPES = (GPU, RDMA, FPGA)

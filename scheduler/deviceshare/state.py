@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value, renamed_deprecated
+from scheduler.cluster import NodeInfo, holds_resources, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, quantity_value, renamed_deprecated
+from scheduler.cluster import quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import GPU_MEMORY, NPU_CORE
 
 log = logging.getLogger(__name__)

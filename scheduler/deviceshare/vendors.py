@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler.cluster import JSON
+from apis.core.objects import JSON
 from scheduler.deviceshare.requests import GPU, GPU_CORE, GPU_MEMORY
 from scheduler.deviceshare.state import Allocations
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from scheduler.cluster import JSON
+from apis.core.objects import JSON
 from scheduler.elasticquota.model import (
     ANN_ALLOCATED,
     ANN_CHILD_REQUEST,

@@ -9,7 +9,8 @@ from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
-from scheduler.cluster import JSON, Cluster, key
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, key
 
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"

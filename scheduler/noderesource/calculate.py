@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from koordlet.states.qos import (
     PRIORITY_BATCH,
     PRIORITY_FREE,
@@ -27,7 +28,6 @@ from koordlet.states.qos import (
 )
 from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
 
-JSON = dict[str, Any]
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 
 BATCH_CPU = "kubernetes.io/batch-cpu"

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from scheduler.cluster import (
     CPU,
-    JSON,
     MEMORY,
     NodeInfo,
     is_reserve_pod,
