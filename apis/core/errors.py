@@ -26,6 +26,11 @@ class InvalidInput(KoordletError):
     """A pod manifest, annotation, NodeSLO or CR field is malformed."""
 
 
+class QuantityError(InvalidInput):
+    """A Kubernetes quantity (or the resource list holding it) cannot be read: the one bad-quantity error. The
+    parsers and pod_requests/pod_limits raise it; each caller decides whether to skip the object or refuse it."""
+
+
 class ApiError(KoordletError):
     """The Kubernetes API (or kubelet) answered with an error status."""
 

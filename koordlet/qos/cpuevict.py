@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from apis.core.errors import InvalidInput
+from apis.core.errors import InvalidInput, QuantityError
 from apis.core.quantity import milli_value, parse_quantity
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.metriccache import MetricCache
@@ -114,7 +114,10 @@ def _capacity(state: QoSState, standalone: bool) -> int | None:
     if state.node is None:
         # standalone (no Node object): the host's online CPUs
         return len(CPUTopology.read(state.paths).cpus) * 1000 if standalone else None
-    return milli_value(_status(state, "capacity").get("cpu"))
+    try:
+        return milli_value(_status(state, "capacity").get("cpu"))
+    except QuantityError:  # absent or malformed: no capacity, so no eviction this pass
+        return None
 
 
 def _batch_allocatable(state: QoSState) -> float:
