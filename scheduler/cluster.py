@@ -10,11 +10,9 @@ calls `node.changed()` afterwards; `cluster.nodes` is a NodeMap that counts addi
 from __future__ import annotations
 
 import contextlib
-import functools
 import glob
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.quantity import parse_quantity
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
@@ -48,13 +46,7 @@ DEPRECATED_DEVICE_RESOURCES = {
 
 def quantity_value(resource: str, value: Any) -> int:
     """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
-    return _quantity_value(resource == CPU, str(value))
-
-
-@functools.lru_cache(maxsize=4096)
-def _quantity_value(milli: bool, text: str) -> int:  # a cluster repeats the same few quantities everywhere
-    q = parse_quantity(text)
-    return math.ceil(q * 1000) if milli else math.ceil(q)
+    return core_resources.resource_value(resource, value)
 
 
 # **[decision]** the v1.6 release text's HAMi pod asks `koordinator.sh/gpu-shared`; upstream ignores that name (and
@@ -122,8 +114,9 @@ def cycle_requests(pod: JSON) -> Iterator[None]:
 
 
 def pod_requests(pod: JSON) -> dict[str, int]:
-    """Effective requests as kube-scheduler computes them: Σ containers, at least each init container, plus
-    overhead (k8s.io/component-helpers resource.PodRequests)."""
+    """Effective requests as kube-scheduler computes them (apis.core.resources.pod_requests: sidecars, init
+    maxima, overhead, pod-level resources), deprecated device names renamed; InvalidInput (QuantityError) when
+    they cannot be read."""
     remembered, requests = _cycle_requests
     if pod is remembered:
         return dict(requests)
@@ -131,51 +124,13 @@ def pod_requests(pod: JSON) -> dict[str, int]:
 
 
 def _pod_requests(pod: JSON) -> dict[str, int]:
-    try:
-        return _sum_requests(pod)
-    except (AttributeError, TypeError):  # a spec of the wrong shape: say where (the happy path pays nothing)
-        raise InvalidInput(_shape_problem(pod)) from None
+    return core_resources.pod_requests(pod, rename=renamed_deprecated)
 
 
-def _sum_requests(pod: JSON) -> dict[str, int]:
-    spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
-    for c in spec.get("containers") or ():
-        for k, v in _quantities((c.get("resources") or {}).get("requests"), "container requests").items():
-            total[k] = total.get(k, 0) + v
-    for c in spec.get("initContainers") or ():
-        for k, v in _quantities((c.get("resources") or {}).get("requests"), "init container requests").items():
-            total[k] = max(total.get(k, 0), v)
-    for k, v in _quantities(spec.get("overhead"), "spec.overhead").items():
-        total[k] = total.get(k, 0) + v
-    return total
-
-
-def _quantities(obj: Any, where: str) -> dict[str, int]:
-    """resource_list of a requests-like map; a map that is not one, or a negative quantity (which the API server
-    refuses), raises InvalidInput."""
-    if not obj:
-        return {}
-    if type(obj) is not dict:
-        raise InvalidInput(f"{where} is not a map of quantities")
-    out = resource_list(obj)
-    if min(out.values()) < 0:
-        raise InvalidInput(f"{where}: negative {', '.join(sorted(k for k, v in out.items() if v < 0))}")
-    return out
-
-
-def _shape_problem(pod: JSON) -> str:
-    spec = pod.get("spec") or {}
-    if not isinstance(spec, dict):
-        return "spec is not an object"
-    for name in ("containers", "initContainers"):
-        items = spec.get(name) or []
-        if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
-            return f"spec.{name} is not a list of objects"
-        for c in items:
-            if not isinstance(c.get("resources") or {}, dict):
-                return f"spec.{name}[{c.get('name')!r}].resources is not an object"
-    return "spec is malformed"
+def pod_limits(pod: JSON) -> dict[str, int]:
+    """Effective limits (apis.core.resources.pod_limits), deprecated device names renamed; InvalidInput
+    (QuantityError) when they cannot be read."""
+    return core_resources.pod_limits(pod, rename=renamed_deprecated)
 
 
 def _containers(spec: JSON, field: str) -> list[JSON]:
@@ -215,7 +170,7 @@ def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str 
     try:
         for field in ("containers", "initContainers"):
             spec[field] = [c | {"resources": (c.get("resources") or {}) | {
-                "requests": fixed((c.get("resources") or {}).get("requests") or {})}}
+                part: fixed((c.get("resources") or {}).get(part) or {}) for part in ("requests", "limits")}}
                 for c in _containers(spec, field)]
         spec["overhead"] = fixed(spec.get("overhead") or {})
         stand_in = {**pod, "spec": spec}

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, pod_requests, resource_list
+from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, pod_requests, renamed_deprecated
 from scheduler.nodeindex import IntArray, NodeIndex
 from scheduler.plugins.columns import NodeColumns, allocation_score
 
@@ -18,6 +19,7 @@ NAME = "NodeResourcesFitPlus"
 MOST, LEAST = "MostAllocated", "LeastAllocated"
 DEFAULT_MILLI_CPU = 100  # k8s.io/kubernetes pkg/scheduler/util DefaultMilliCPURequest
 DEFAULT_MEMORY = 200 * 1024 * 1024
+_NON_MISSING = {CPU: DEFAULT_MILLI_CPU, MEMORY: DEFAULT_MEMORY}
 
 
 @dataclass
@@ -53,22 +55,10 @@ class FitPlusArgs:
 
 
 def nonzero_requests(pod: JSON) -> dict[str, int]:
-    """cpu/memory requests with unset container requests counted as 100m / 200Mi (schedutil.GetNonzeroRequests)."""
-    spec = pod.get("spec") or {}
-
-    def one(c: JSON) -> tuple[int, int]:
-        req = resource_list((c.get("resources") or {}).get("requests"))
-        return (req.get(CPU) or DEFAULT_MILLI_CPU, req.get(MEMORY) or DEFAULT_MEMORY)
-
-    cpu = mem = 0
-    for c in spec.get("containers") or []:
-        a, b = one(c)
-        cpu, mem = cpu + a, mem + b
-    for c in spec.get("initContainers") or []:
-        a, b = one(c)
-        cpu, mem = max(cpu, a), max(mem, b)
-    overhead = resource_list(spec.get("overhead"))
-    return {CPU: cpu + overhead.get(CPU, 0), MEMORY: mem + overhead.get(MEMORY, 0)}
+    """cpu/memory requests with each container's missing request counted as 100m / 200Mi (kube-scheduler's
+    NonMissingContainerRequests over resource.PodRequests: sidecars, init maxima and overhead as for requests)."""
+    requests = core_resources.pod_requests(pod, non_missing=_NON_MISSING, rename=renamed_deprecated)
+    return {CPU: requests.get(CPU, 0), MEMORY: requests.get(MEMORY, 0)}
 
 
 class NodeResourcesFitPlus:

@@ -23,6 +23,7 @@ from scheduler.cluster import (
     NodeInfo,
     is_reserve_pod,
     key,
+    pod_limits,
     pod_requests,
     quantity_value,
     resource_list,
@@ -45,23 +46,6 @@ Vector = dict[str, int]
 
 
 # ---- pods ----
-
-def pod_limits(pod: JSON) -> dict[str, int]:
-    """k8s.io/component-helpers resource.PodLimits: Σ containers, at least each init container, plus overhead."""
-    spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
-    for c in spec.get("containers") or []:
-        for k, v in resource_list((c.get("resources") or {}).get("limits")).items():
-            total[k] = total.get(k, 0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in resource_list((c.get("resources") or {}).get("limits")).items():
-            total[k] = max(total.get(k, 0), v)
-    if total:
-        for k, v in resource_list(spec.get("overhead")).items():
-            if k in total:
-                total[k] += v
-    return total
-
 
 def is_daemonset_pod(pod: JSON) -> bool:
     return any(ref.get("kind") == "DaemonSet" for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])

@@ -79,5 +79,6 @@ def test_malformed_inputs_get_a_reason_and_leave_the_cluster_alone() -> None:
     assert n1.requested["memory"] == n1.allocatable["memory"] > 0
     sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
     weird = pod("weird", cpu="abc")
-    assert sched.schedule(weird).reason == "invalid pod: 'abc' is not a Kubernetes quantity"
+    assert sched.schedule(weird).reason == ("invalid pod: spec.containers['c'].resources.requests.cpu: 'abc' is not a "
+                                            "Kubernetes quantity")
     assert sched.schedule(pod("fine", cpu="4")).node == "bad"
