@@ -136,6 +136,21 @@ def test_prod_reclaimable_and_peak(tmp_path: Path) -> None:
     assert set(out.by_predictor) == {"podReclaimablePredictor", "priorityReclaimablePredictor", "minPredictor"}
 
 
+def test_a_native_sidecar_counts_in_the_prod_request(tmp_path: Path) -> None:
+    """A pod whose app asks 2 cores / 6Gi beside a native sidecar (restartPolicy Always) asking 2 cores / 2Gi asks
+    4 cores / 8Gi, as Kubernetes counts it: predicted exactly as the one-container pod of the test above."""
+    whole = pod("a", "uid-a", "4", "8Gi")
+    split = pod("a", "uid-a", "2", "6Gi")
+    split["spec"]["initContainers"] = [{"name": "proxy", "restartPolicy": "Always",
+                                        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}]
+    server = trained(tmp_path, [whole], {"uid-a": (1.0, 2 * GI)}, (3.0, 6 * GI))
+    expected = predict(server, PredictionConfig(), NODE, [whole], NOW + 120)
+    got = predict(server, PredictionConfig(), NODE, [split], NOW + 120)
+    app_only = predict(server, PredictionConfig(), NODE, [pod("a", "uid-a", "2", "6Gi")], NOW + 120)
+    assert app_only.reclaimable != expected.reclaimable  # the sidecar's request matters to the answer
+    assert (got.reclaimable, got.peak) == (expected.reclaimable, expected.peak)
+
+
 def test_cold_start_unknown_node_and_untrained(tmp_path: Path) -> None:
     young = pod("a", "uid-a", "4", "8Gi", created="2027-01-15T00:00:00Z")  # younger than 24 h at NOW + 120
     server = trained(tmp_path, [young], {"uid-a": (1.0, 2 * GI)}, (3.0, 6 * GI))

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.core.errors import InvalidInput
+from apis.core.errors import InvalidInput, QuantityError
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
+from apis.core.resources import pod_requests
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
 from koordlet.states.qos import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
@@ -54,18 +55,10 @@ def cpu_memory(obj: Any) -> RL:
 
 
 def pod_request(pod: Mapping[str, Any]) -> RL:
-    """util.GetPodRequest for cpu and memory: Σ containers, at least each init container, plus overhead."""
-    spec = pod.get("spec") or {}
-    total = {"cpu": 0, "memory": 0}
-    for c in spec.get("containers") or []:
-        for k, v in cpu_memory(((c or {}).get("resources") or {}).get("requests")).items():
-            total[k] += v
-    for c in spec.get("initContainers") or []:
-        for k, v in cpu_memory(((c or {}).get("resources") or {}).get("requests")).items():
-            total[k] = max(total[k], v)
-    for k, v in cpu_memory(spec.get("overhead")).items():
-        total[k] += v
-    return total
+    """util.GetPodRequest for cpu and memory: resource.PodRequests (apis.core.resources: sidecars, init maxima,
+    overhead, pod-level resources); QuantityError when the pod's requests cannot be read."""
+    requests = pod_requests(pod)
+    return {"cpu": requests.get("cpu", 0), "memory": requests.get("memory", 0)}
 
 
 def node_allocatable(node: Mapping[str, Any] | None) -> RL:
@@ -143,8 +136,11 @@ class ProdReclaimablePredictor:
         uid = str(meta.get("uid") or "")
         if uid in self.uids:
             return
+        try:
+            request = pod_request(pod)
+        except QuantityError:  # a pod the API server would have refused: left out of the prediction
+            return
         self.uids.add(uid)
-        request = pod_request(pod)
         created = meta.get("creationTimestamp")
         try:
             started = parse_go_time(created) if created else 0.0

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -43,7 +42,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
-from apis.core.quantity import parse_quantity
+from apis.core.resources import CPU, pod_requests
 from koordlet.collectors.hostapps import HostApp
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
@@ -555,17 +554,9 @@ def kubelet_pod_cpu_shares(pod: PodMeta) -> int:
 
 
 def pod_cpu_request_milli(pod: PodMeta) -> int:
-    """k8s.io/component-helpers resource.PodRequests for CPU, in milli-cores: pod-level resources when they name
-    CPU, else the containers' (see _containers_request_milli), plus the overhead. Raises InvalidInput for a
-    malformed quantity."""
-    spec = _obj(pod.raw.get("spec"))
-    pod_level = spec.get("resources")
-    if isinstance(pod_level, dict) and ("cpu" in _obj(pod_level.get("requests")) or
-                                        "cpu" in _obj(pod_level.get("limits"))):
-        milli = _cpu_request_milli(pod_level)
-    else:
-        milli = _containers_request_milli(spec)
-    return milli + _milli(_obj(spec.get("overhead")).get("cpu"))
+    """The pod's CPU request in milli-cores by Kubernetes' rules (apis.core.resources.pod_requests: sidecars,
+    init maxima, overhead, pod-level resources). Raises QuantityError (an InvalidInput) when it cannot be read."""
+    return pod_requests(pod.raw).get(CPU, 0)
 
 
 def _kubelet_shares(pod: PodMeta) -> int | None:
@@ -575,45 +566,11 @@ def _kubelet_shares(pod: PodMeta) -> int | None:
         return None
 
 
-def _containers_request_milli(spec: Mapping[str, Any]) -> int:
-    """k8s.io/component-helpers resource.PodRequests: regular containers plus restartable init containers
-    (sidecars), or the largest init container plus the sidecars started before it, whichever is larger."""
-    regular = sum(_cpu_request_milli(_obj(c.get("resources"))) for c in _list(spec.get("containers")))
-    sidecars = 0
-    init_peak = 0
-    for c in _list(spec.get("initContainers")):
-        milli = _cpu_request_milli(_obj(c.get("resources")))
-        if c.get("restartPolicy") == "Always":
-            sidecars += milli
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + milli)
-    return max(regular + sidecars, init_peak)
-
-
-def _cpu_request_milli(resources: Mapping[str, Any]) -> int:
-    request = _obj(resources.get("requests")).get("cpu")
-    return _milli(request if request is not None else _obj(resources.get("limits")).get("cpu"))
-
-
-def _milli(value: object) -> int:
-    """Quantity.MilliValue (rounds up); absent is 0."""
-    if value is None:
-        return 0
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        raise InvalidInput(f"cpu quantity {value!r} is not a string or integer")
-    return math.ceil(parse_quantity(value) * 1000)
-
-
 # ---- helpers ----------------------------------------------------------------------------------------------------
 
 
 def _obj(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _is_int(value: object) -> bool:

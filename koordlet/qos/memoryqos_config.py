@@ -23,6 +23,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
+from apis.core.resources import MEMORY, pod_requests
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
@@ -128,26 +129,11 @@ def is_be(pod: PodMeta) -> bool:
 
 def pod_request(pod: PodMeta) -> int:
     """The pod's memory request in bytes: batch-memory requests for BE pods (absent ones ignored), else
-    resource.PodRequests (pod-level resources, else containers and init containers, plus the overhead). Raises
-    InvalidInput for a malformed quantity."""
-    spec = _obj(pod.raw.get("spec"))
+    apis.core.resources.pod_requests (Kubernetes' rules: sidecars, init maxima, overhead, pod-level resources).
+    Raises InvalidInput for a malformed quantity."""
     if is_be(pod):
         return sum(c.memory_request or 0 for c in _batch(pod).values())
-    pod_level = _obj(spec.get("resources"))
-    if "memory" in _obj(pod_level.get("requests")) or "memory" in _obj(pod_level.get("limits")):
-        total = _request(pod_level)
-    else:
-        regular = sum(_request(_obj(c.get("resources"))) for c in _list(spec.get("containers")))
-        sidecars = init_peak = 0
-        for c in _list(spec.get("initContainers")):
-            value = _request(_obj(c.get("resources")))
-            if c.get("restartPolicy") == "Always":
-                sidecars += value
-                init_peak = max(init_peak, sidecars)
-            else:
-                init_peak = max(init_peak, sidecars + value)
-        total = max(regular + sidecars, init_peak)
-    return total + _bytes(_obj(spec.get("overhead")).get("memory"))
+    return pod_requests(pod.raw).get(MEMORY, 0)
 
 
 def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMemory:
