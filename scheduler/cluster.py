@@ -23,12 +23,10 @@ import yaml
 from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.core.resources import CPU, PODS
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
-CPU = "cpu"
-MEMORY = "memory"
-PODS = "pods"
 _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 # apis/extension/deprecated.go DeprecatedDeviceResourcesMapper: v0.7's `kubernetes.io/` device names. Upstream's

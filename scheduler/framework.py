@@ -26,8 +26,9 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.core.resources import PODS
 from scheduler import debug
-from scheduler.cluster import PODS, Cluster, NodeInfo, cycle_requests, key, pod_requests
+from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 
 log = logging.getLogger(__name__)

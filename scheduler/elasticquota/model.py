@@ -11,7 +11,8 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
-from scheduler.cluster import CPU, MEMORY, quantity_value
+from apis.core.resources import CPU, MEMORY
+from scheduler.cluster import quantity_value
 
 log = logging.getLogger(__name__)
 

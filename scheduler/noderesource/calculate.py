@@ -17,6 +17,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.core.resources import CPU, MEMORY
 from koordlet.states.qos import (
     PRIORITY_BATCH,
     PRIORITY_FREE,
@@ -26,7 +27,7 @@ from koordlet.states.qos import (
     koord_qos_class_with_default,
     priority_class_with_default,
 )
-from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
+from scheduler.cluster import pod_requests, quantity_value
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 

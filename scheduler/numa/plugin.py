@@ -19,9 +19,10 @@ import numpy as np
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
+from apis.core.resources import CPU, MEMORY
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
-from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.cluster import CPU, MEMORY
+from apis.core.resources import CPU, MEMORY
 
 LEAST_ALLOCATED, MOST_ALLOCATED = "LeastAllocated", "MostAllocated"
 DEFAULT_RESOURCES: tuple[tuple[str, int], ...] = ((CPU, 1), (MEMORY, 1))

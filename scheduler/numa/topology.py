@@ -15,8 +15,9 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.core.resources import CPU, MEMORY
 from koordlet.states.cpupools import CPUSetError, parse_cpuset
-from scheduler.cluster import CPU, MEMORY, quantity_value
+from scheduler.cluster import quantity_value
 from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_NODE
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from scheduler.cluster import CPU, MEMORY, NodeInfo
+from apis.core.resources import CPU, MEMORY
+from scheduler.cluster import NodeInfo
 from scheduler.nodeindex import IntArray, NodeIndex, Tracker
 
 

@@ -11,7 +11,8 @@ import numpy as np
 from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, pod_requests, renamed_deprecated
+from apis.core.resources import CPU, MEMORY
+from scheduler.cluster import Cluster, NodeInfo, pod_requests, renamed_deprecated
 from scheduler.nodeindex import IntArray, NodeIndex
 from scheduler.plugins.columns import NodeColumns, allocation_score
 

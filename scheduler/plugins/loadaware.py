@@ -15,7 +15,8 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo
+from apis.core.resources import CPU, MEMORY
+from scheduler.cluster import Cluster, NodeInfo
 from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Tracker
 from scheduler.plugins.loadaware_args import (
     AGGREGATION_TYPES,

@@ -11,7 +11,7 @@ from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
-from scheduler.cluster import CPU, MEMORY
+from apis.core.resources import CPU, MEMORY
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
 

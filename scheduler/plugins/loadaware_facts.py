@@ -16,10 +16,9 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.core.resources import CPU, MEMORY
 from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from scheduler.cluster import (
-    CPU,
-    MEMORY,
     NodeInfo,
     is_reserve_pod,
     key,

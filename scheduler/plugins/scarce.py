@@ -10,7 +10,8 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.cluster import PODS, Cluster, NodeInfo, pod_requests
+from apis.core.resources import PODS
+from scheduler.cluster import Cluster, NodeInfo, pod_requests
 from scheduler.nodeindex import IntArray, NodeIndex, Tracker
 
 NAME = "ScarceResourceAvoidance"

@@ -16,8 +16,8 @@ import logging
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
+from apis.core.resources import CPU, MEMORY
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
-from scheduler.cluster import CPU, MEMORY
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apis.core.objects import JSON
+from apis.core.resources import PODS
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
-from scheduler.cluster import ANNOTATION_RESERVE_POD, PODS, Cluster, key, pod_requests
+from scheduler.cluster import ANNOTATION_RESERVE_POD, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)
 
