@@ -8,7 +8,7 @@ cannot be read raises QuantityError; whether that skips the pod or refuses it is
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from apis.core.errors import QuantityError
@@ -24,6 +24,8 @@ ResourceList = dict[str, int]  # resource name → amount (cpu in millicores, ev
 Rename = Callable[[dict[str, Any]], dict[str, Any]]  # a caller's renaming of one container's resource map
 
 _NANO = 10**9  # quantity.go keeps every value to a whole nano unit, so sums in nano units are exact
+_NANO_PER_MILLI = 10**6
+_EMPTY: Mapping[str, Any] = {}
 _Nanos = dict[str, int]
 
 
@@ -78,6 +80,8 @@ def resource_value(name: str, quantity: object) -> int:
 
 
 # ---- aggregation (component-helpers aggregateContainerResourcesByFn) ------------------------------------------
+# The happy path runs for every pod of a cluster on each change: exact dict checks first (JSON decodes to dicts),
+# and the field path of an error is built only when there is one.
 
 
 def _aggregate(spec: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Rename | None) -> _Nanos:
@@ -105,14 +109,20 @@ def _container(c: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Ren
     resources = c.get("resources")
     if not resources:
         return dict(fill) if fill else {}
-    where = f"spec.{field}[{c.get('name', index)!r}].resources"
-    resources = _map(resources, where)
-    listed = resources.get(part)
-    if part == "requests":  # defaulting: a limit without a request is also the request
-        limits = resources.get("limits")
-        if limits:
-            listed = {**_map(limits, f"{where}.limits"), **_map(listed, f"{where}.requests")}
-    out = _quantities(listed, f"{where}.{part}", rename)
+    try:
+        resources = _map(resources, "resources")
+        listed = resources.get(part)
+        if part == "requests":  # defaulting: a limit without a request is also the request
+            limits = resources.get("limits")
+            if limits:
+                limits = _map(limits, "resources.limits")
+                if not listed:
+                    listed = limits
+                elif not limits.keys() <= _map(listed, "resources.requests").keys():
+                    listed = {**limits, **listed}
+        out = _quantities(listed, "resources." + part, rename)
+    except QuantityError as e:
+        raise QuantityError(f"spec.{field}[{c.get('name', index)!r}].{e}") from None
     if fill:
         for name, value in fill.items():
             out.setdefault(name, value)
@@ -124,27 +134,27 @@ def _quantities(obj: object, where: str, rename: Rename | None) -> _Nanos:
         return {}
     listed = _map(obj, where)
     if rename is not None:
-        listed = rename(dict(listed))
+        listed = rename(listed if type(listed) is dict else dict(listed))
     out: _Nanos = {}
     for name, value in listed.items():
         try:
-            n = _nanos(value)
+            n = _nanos_cached(value) if type(value) is str else _nanos(value)
         except QuantityError as e:
             raise QuantityError(f"{where}.{name}: {e}") from None
         if n < 0:  # the API server refuses negative requests and limits
             raise QuantityError(f"{where}.{name}: negative quantity {value!r}")
-        out[str(name)] = n
+        out[name if type(name) is str else str(name)] = n
     return out
 
 
 def _nanos(value: object) -> int:
-    if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a Kubernetes quantity")
-    return _nanos_cached(type(value).__name__, value)
+    if type(value) is str or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return _nanos_cached(value)  # type: ignore[arg-type]
+    raise QuantityError(f"{value!r} is not a Kubernetes quantity")
 
 
-@functools.lru_cache(maxsize=8192)  # a cluster repeats the same few quantities everywhere
-def _nanos_cached(_kind: str, value: str | int | float) -> int:
+@functools.lru_cache(maxsize=8192)  # a cluster repeats the same few quantities everywhere; "1" != 1 as keys
+def _nanos_cached(value: str | int | float) -> int:
     sign, digits, exponent = parse_quantity(value).as_tuple()
     assert isinstance(exponent, int)  # finite, and never below -9 (quantity.go rounds to a whole nano unit)
     n: int = int("".join(map(str, digits))) * 10 ** (exponent + 9)
@@ -158,12 +168,12 @@ def _add(total: _Nanos, more: Mapping[str, int]) -> None:
 
 def _max(total: _Nanos, other: Mapping[str, int]) -> None:
     for name, value in other.items():
-        if name not in total or value > total[name]:
+        if value > total.get(name, -1):
             total[name] = value
 
 
 def _scale(name: str, nanos: int) -> int:
-    return -(-nanos // (_NANO // 1000)) if name == CPU else -(-nanos // _NANO)
+    return -(-nanos // _NANO_PER_MILLI) if name == CPU else -(-nanos // _NANO)
 
 
 def _scaled(total: _Nanos) -> ResourceList:
@@ -171,7 +181,7 @@ def _scaled(total: _Nanos) -> ResourceList:
 
 
 def _to_nanos(amounts: Mapping[str, int]) -> _Nanos:
-    return {name: value * (_NANO // 1000 if name == CPU else _NANO) for name, value in amounts.items()}
+    return {name: value * (_NANO_PER_MILLI if name == CPU else _NANO) for name, value in amounts.items()}
 
 
 def _pod_level(name: str) -> bool:
@@ -188,17 +198,19 @@ def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _map(obj: object, where: str) -> Mapping[str, Any]:
+    if type(obj) is dict:
+        return obj
     if obj is None:
-        return {}
+        return _EMPTY
     if not isinstance(obj, Mapping):
         raise QuantityError(f"{where} is not an object")
     return obj
 
 
-def _containers(spec: Mapping[str, Any], field: str) -> Iterable[Mapping[str, Any]]:
+def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
     items = spec.get(field)
     if not items:
-        return ()
-    if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
+        return []
+    if type(items) is not list or not all(type(c) is dict or isinstance(c, Mapping) for c in items):
         raise QuantityError(f"spec.{field} is not a list of objects")
     return items
