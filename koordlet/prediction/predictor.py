@@ -8,14 +8,13 @@ the system's and those classes' predicted peaks, capped alike.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput, QuantityError
-from apis.core.quantity import format_bytes, format_milli, parse_quantity
-from apis.core.resources import pod_requests
+from apis.core.quantity import format_bytes, format_milli
+from apis.core.resources import pod_requests, resource_value
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
 from koordlet.states.qos import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
@@ -37,18 +36,13 @@ class NotTrainedYet(PredictionError):
     """The node's system or priority models have had no training round yet (the first minutes after start)."""
 
 
-def _quantity(name: str, value: Any) -> int:
-    q = parse_quantity(value)
-    return math.ceil(q * 1000) if name == "cpu" else math.ceil(q)
-
-
 def cpu_memory(obj: Any) -> RL:
     out: RL = {}
     if isinstance(obj, Mapping):
         for name in ("cpu", "memory"):
             if name in obj:
                 try:
-                    out[name] = _quantity(name, obj[name])
+                    out[name] = resource_value(name, obj[name])
                 except InvalidInput:
                     continue
     return out
