@@ -110,17 +110,22 @@ def _container(c: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Ren
     if not resources:
         return dict(fill) if fill else {}
     try:
-        resources = _map(resources, "resources")
+        if type(resources) is not dict:
+            resources = _map(resources, "resources")
         listed = resources.get(part)
+        if listed is None:
+            listed = _EMPTY
+        elif type(listed) is not dict:
+            listed = _map(listed, "resources." + part)
+        out = _quantities(listed, "resources." + part, rename)
         if part == "requests":  # defaulting: a limit without a request is also the request
             limits = resources.get("limits")
-            if limits:
+            if limits and type(limits) is not dict:
                 limits = _map(limits, "resources.limits")
-                if not listed:
-                    listed = limits
-                elif not limits.keys() <= _map(listed, "resources.requests").keys():
-                    listed = {**limits, **listed}
-        out = _quantities(listed, "resources." + part, rename)
+            if limits and not limits.keys() <= listed.keys():
+                defaulted = {name: value for name, value in limits.items() if name not in listed}
+                for name, value in _quantities(defaulted, "resources.limits", rename).items():
+                    out.setdefault(name, value)
     except QuantityError as e:
         raise QuantityError(f"spec.{field}[{c.get('name', index)!r}].{e}") from None
     if fill:
@@ -211,6 +216,9 @@ def _containers(spec: Mapping[str, Any], field: str) -> list[Mapping[str, Any]]:
     items = spec.get(field)
     if not items:
         return []
-    if type(items) is not list or not all(type(c) is dict or isinstance(c, Mapping) for c in items):
+    if type(items) is not list:
         raise QuantityError(f"spec.{field} is not a list of objects")
+    for c in items:
+        if type(c) is not dict and not isinstance(c, Mapping):
+            raise QuantityError(f"spec.{field} is not a list of objects")
     return items

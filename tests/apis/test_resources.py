@@ -147,7 +147,7 @@ def test_rename_applies_to_each_container_before_it_counts() -> None:
 @pytest.mark.parametrize(("spec", "where"), [
     ({"containers": [ctr("c", {"cpu": "lots"})]}, "spec.containers['c'].resources.requests.cpu"),
     ({"containers": [ctr("c", {"cpu": "-1"})]}, "negative"),
-    ({"containers": [ctr("c", limits={"memory": True})]}, "spec.containers['c'].resources.requests.memory"),
+    ({"containers": [ctr("c", limits={"memory": True})]}, "spec.containers['c'].resources.limits.memory"),
     ({"containers": [ctr("c")], "overhead": {"cpu": None}}, "spec.overhead.cpu"),
     ({"containers": [ctr("c", ["cpu"])]}, "requests is not an object"),  # type: ignore[arg-type]
     ({"containers": {"c": {}}}, "spec.containers is not a list"),
