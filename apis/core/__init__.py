@@ -1,1 +1,2 @@
-"""Kubernetes core vocabulary both programs read: quantities, pod requests and limits, the JSON object shape."""
+"""Kubernetes core vocabulary both programs read: the JSON object shape, quantities, Go durations, pod requests and
+limits, and the one exception tree."""
