@@ -219,7 +219,8 @@ class Daemon:
 
     async def _qos(self) -> None:
         if self.agent.pods.synced:
-            self.agent.qos_manager().reconcile(self.agent.qos_state())
+            # the plan's refusals (resctrl groups) feed the QoS metrics
+            self.agent.qos_manager().reconcile(self.agent.qos_state(), report=self.agent.qos_metrics.planned)
 
     async def _evict(self, strategy: EvictStrategy) -> None:
         """One round of an eviction strategy once pods are synced: planned on the loop (it reads the metric cache),

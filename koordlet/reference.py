@@ -198,7 +198,8 @@ OPTIONAL_PARTS = ("CPUSchedLatency", "BECPUSuppress", "CPUSetAllocator", "PerCPU
                   "NodeMetricPromMetrics", "BEMemoryEvict, BECPUEvict", "Accelerators, RDMADevices",
                   "--enable-nri-runtime-hook", "PodResourcesProxy")
 # families always present whose series need a gate (their families are built regardless)
-_SERIES_GATES = {"koordlet_pod_psi": "PSICollector", "koordlet_container_psi": "PSICollector"}
+_SERIES_GATES = {"koordlet_pod_psi": "PSICollector", "koordlet_container_psi": "PSICollector",
+                 "koordlet_resctrl_group_refused": "Resctrl"}
 
 
 def metric_catalogue() -> dict[str, tuple[str, str, tuple[str, ...], str]]:

@@ -1,11 +1,11 @@
-"""What the QoS pass tells Prometheus: the executor's update latency, the runtime-hook reconcilers' latency, and CPU
-burst's scaled values, with upstream's names, labels and buckets.
+"""What the QoS pass tells Prometheus: the executor's update latency, the runtime-hook reconcilers' latency, CPU
+burst's scaled values, with upstream's names, labels and buckets, and the pods refused a resctrl group (our own).
 
 Upstream: pkg/koordlet/metrics/resource_executor.go (`koordlet_resource_update_duration_milliseconds`, labels type,
 status `success`/`failed`), runtime_hook.go (`koordlet_runtime_hook_reconciler_invoked_duration_milliseconds`,
 labels node, level, resource_type, status `succeeded`/`failed`), cpu_burst.go (`koordlet_container_scaled_cfs_*`).
-Everything here is fed by the executor as it carries out a write (koordlet.qos.executor.UpdateObserver): nothing is
-read from the host for it, and a cached write (the steady state) costs nothing.
+Everything here is fed by the executor as it carries out a write (koordlet.qos.executor.UpdateObserver), or by the
+pass's plan (`planned`): nothing is read from the host for it, and a cached write (the steady state) costs nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from koordlet.promchildren import LabelledChildren
-from koordlet.qos.model import Write
+from koordlet.qos.model import Plan, Write
+from koordlet.qos.resctrl import REASON_CLOSID
 from koordlet.states.model import PodMeta
 
 # prometheus.ExponentialBuckets(0.01, 4, 8): 10 µs to 163.84 ms
@@ -31,6 +32,8 @@ SCALED: dict[str, tuple[str, str]] = {
     "cfs_quota_us": ("koordlet_container_scaled_cfs_quota_us",
                      "Run-time replenished within a period (in microseconds) in container-level set by koordlet"),
 }
+REFUSED = "koordlet_resctrl_group_refused"  # no upstream family: upstream hands CLOSIDs out first come, first served
+REFUSED_LABELS = ["node", "pod_namespace", "pod_name", "pod_uid"]
 # executor results → the two histograms' status; results absent here are not recorded (upstream ignores an
 # unsupported file and a vanished cgroup: isUpdateErrIgnored)
 _UPDATE_STATUS = {"written": "success", "unchanged": "success", "invalid": "failed", "error": "failed"}
@@ -51,7 +54,10 @@ class QoSMetrics:
         # note kind → (pod_namespace, pod_name, container_id, container_name) → the value last written; only the
         # QoS loop changes it, a scrape copies its items in one step
         self.scaled: dict[str, dict[tuple[str, ...], float]] = {kind: {} for kind in SCALED}
+        # (pod_namespace, pod_name, pod_uid) of the pods the last pass refused a resctrl group of their own
+        self.resctrl_refused: frozenset[tuple[str, str, str]] = frozenset()
         self._child = LabelledChildren()
+        registry.register(_RefusedCollector(self))  # empty without gate Resctrl: only pod-level groups are refused
         if cpu_burst:  # upstream registers them always; here they exist with the feature that sets them
             registry.register(_ScaledCollector(self))
 
@@ -71,6 +77,16 @@ class QoSMetrics:
             if values is not None:
                 values[labels] = value
 
+    def planned(self, plan: Plan) -> None:
+        """The pass's plan (QoSManager.reconcile's `report`): its pods refused a resctrl group of their own
+        (koordlet.qos.resctrl REASON_CLOSID) become the series of koordlet_resctrl_group_refused."""
+        refused = set()
+        for e in plan.errors:
+            if e.kind == "Pod" and e.reason == REASON_CLOSID:
+                namespace, _, name = e.name.partition("/")  # PlanError names a pod namespace/name
+                refused.add((namespace, name, e.uid))
+        self.resctrl_refused = frozenset(refused)
+
     def retain(self, pods: Iterable[PodMeta]) -> None:
         """Forget the scaled values of containers no longer on the node (upstream keeps them until restart)."""
         live = {c.container_id for p in pods for c in p.containers}
@@ -89,3 +105,16 @@ class _ScaledCollector(Collector):
             for labels, value in list(self.m.scaled[what].items()):
                 g.add_metric([self.m.node, *labels], value)
             yield g
+
+
+class _RefusedCollector(Collector):
+    def __init__(self, m: QoSMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(REFUSED, "1 for each pod whose resctrl annotation got no resctrl group of its own in the "
+                              "last QoS pass: the CPU's CLOSIDs went to pods of higher priority (koordlet plan says "
+                              "why)", labels=REFUSED_LABELS)
+        for namespace, name, uid in sorted(self.m.resctrl_refused):
+            g.add_metric([self.m.node, namespace, name, uid], 1.0)
+        yield g

@@ -1,29 +1,31 @@
-"""resctrl (Intel RDT / AMD PQoS): L3 CBM and MBA values, the pod annotation, and the plan for the LSR/LS/BE and pod
-groups. The facts it plans on are read by koordlet.qos.resctrl_facts."""
+"""resctrl (Intel RDT / AMD PQoS): L3 CBM and MBA values, and the plan for the LSR/LS/BE and pod groups. The facts it
+plans on (the pods' annotations decoded among them) are read by koordlet.qos.resctrl_facts; who gets a pod group when
+CLOSIDs are scarce is koordlet.qos.resctrl_closids."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from koordlet.qos.model import Plan, Write
+from koordlet.qos.resctrl_closids import Claim, granted, pod_group_slots
 from koordlet.qos.resctrl_facts import (
     ACTIVE_PHASES,
     ANNOTATION,
     CBM_MAX_BITS,
     CLASS_GROUPS,
     POD_GROUP_PREFIX,
+    AnnotationError,
     GroupFacts,
+    ResctrlConfig,
     ResctrlFacts,
     Schemata,
     class_enabled,
     class_resctrl_qos,
     parse_schemata,
-    pod_annotation,
 )
 from koordlet.qos.resctrl_facts import read_facts as read_facts  # the manager calls module.read_facts/module.plan
 from koordlet.qos.state import CLASS_KEYS, QoSState
@@ -43,7 +45,6 @@ MBA_MAX_MBPS = 2**32 - 1  # the kernel's MBA_MAX_MBPS: "unlimited" under the mba
 INTEL_MB_GRAN = 10  # what upstream assumes when info/MB/bandwidth_gran is not read
 _TERMINATED_PHASES = ("Succeeded", "Failed")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_INT64 = (-(2**63), 2**63 - 1)
 
 REASON_ANNOTATION = "InvalidResctrlAnnotation"
 REASON_NODESLO = "InvalidResctrlQOS"
@@ -127,169 +128,6 @@ def mb_line(values: Mapping[int, int]) -> str:
 def format_schemata(s: Schemata) -> str:
     """The L3 line (when any) followed by the MB line (when any), as a pod group receives them."""
     return (l3_line(s.l3) if s.l3 else "") + (mb_line(s.mb) if s.mb else "")
-
-
-# ---- the pod annotation -----------------------------------------------------------------------------------------
-
-
-class AnnotationError(InvalidInput):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path  # e.g. llc.schemata.range
-        self.message = message
-
-
-@dataclass(frozen=True)
-class ResctrlConfig:
-    """apis/extension/resctrl.go ResctrlConfig, validated: ranges 0 <= start < end <= 100, percents 1..100."""
-
-    llc_range: tuple[int, int] | None = None
-    llc_per_cache: tuple[tuple[int, tuple[int, int]], ...] = ()
-    mb_percent: int | None = None
-    mb_per_cache: tuple[tuple[int, int], ...] = ()
-
-
-class _Obj:
-    """A JSON object as its key/value pairs in order (Go matches keys case-insensitively, so no dict)."""
-
-    __slots__ = ("pairs",)
-
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        self.pairs = pairs
-
-
-def _fold(name: str) -> str:
-    # Go's encoding/json folds keys like this (so "ſ" matches "s" and the Kelvin sign matches "k")
-    return "".join(c.upper().lower() if len(c.upper()) == 1 else c.lower() for c in name)
-
-
-def _member(obj: _Obj, name: str, path: str, kind: str) -> Any:
-    """The value for a Go struct field: keys matched case-insensitively; for an object every match is decoded into
-    the same struct (merged), otherwise the last non-null match wins; null leaves the field unset (None)."""
-    folded = _fold(name)
-    values = [v for k, v in obj.pairs if _fold(k) == folded and v is not None]
-    if kind == "object":
-        pairs: list[tuple[str, Any]] = []
-        for v in values:
-            if not isinstance(v, _Obj):
-                raise AnnotationError(path, f"must be an object, not {_json_kind(v)}")
-            pairs += v.pairs
-        return _Obj(pairs) if values else None
-    return values[-1] if values else None
-
-
-def _json_kind(v: Any) -> str:
-    if isinstance(v, _Obj):
-        return "an object"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, str):
-        return "a string"
-    return f"the number {v!r}" if isinstance(v, int | float) else "null"
-
-
-def _int(v: Any, path: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise AnnotationError(path, f"must be an integer, not {_json_kind(v)}")
-    if not _INT64[0] <= v <= _INT64[1]:
-        raise AnnotationError(path, f"{v} overflows a Go int")
-    return v
-
-
-def _optional_int(v: Any, path: str) -> int:
-    return 0 if v is None else _int(v, path)  # an absent Go int is 0
-
-
-def _array(v: Any, path: str) -> list[Any]:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise AnnotationError(path, f"must be an array, not {_json_kind(v)}")
-    return v
-
-
-def _range(v: Any, path: str, *, required: bool) -> tuple[int, int] | None:
-    items = [_int(x, f"{path}[{i}]") for i, x in enumerate(_array(v, path))]
-    if not items and not required:
-        return None
-    if len(items) != 2:
-        raise AnnotationError(path, f"must be [start, end], got {len(items)} numbers")
-    start, end = items
-    if start < 0 or end > 100 or end <= start:
-        raise AnnotationError(path, f"[{start}, {end}] is not 0 <= start < end <= 100")
-    return start, end
-
-
-def _percent(v: Any, path: str) -> int:
-    p = _int(v, path)
-    if not 1 <= p <= 100:
-        raise AnnotationError(path, f"{p} is not in [1, 100]")
-    return p
-
-
-def decode_annotation(text: str) -> ResctrlConfig:
-    """Decode and validate `node.koordinator.sh/resctrl`; AnnotationError names the bad field.
-
-    Keys match case-insensitively as Go's encoding/json does (upstream tests write `cacheid`, the proposal `LLC`);
-    unknown keys are ignored; numbers must be integers; `null` means unset. Where upstream silently ignores an
-    entry (a range that is not two numbers, a per-cache entry without a value) or writes an out-of-range value,
-    we report the field instead."""
-
-    def _reject(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        doc = json.loads(text, object_pairs_hook=_Obj, parse_constant=_reject)
-    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the interpreter's stack
-        raise AnnotationError("", f"invalid JSON: {e}") from None
-    if doc is None:
-        return ResctrlConfig()
-    if not isinstance(doc, _Obj):
-        raise AnnotationError("", f"must be a JSON object, not {_json_kind(doc)}")
-    llc = _member(doc, "llc", "llc", "object") or _Obj([])
-    mb = _member(doc, "mb", "mb", "object") or _Obj([])
-    llc_schemata = _member(llc, "schemata", "llc.schemata", "object") or _Obj([])
-    mb_schemata = _member(mb, "schemata", "mb.schemata", "object") or _Obj([])
-
-    # llc.schemata.percent and mb.schemata.range exist in the Go type but are never used: type-checked only
-    unused_percent = _member(llc_schemata, "percent", "llc.schemata.percent", "value")
-    if unused_percent is not None:
-        _int(unused_percent, "llc.schemata.percent")
-    _array(_member(mb_schemata, "range", "mb.schemata.range", "value"), "mb.schemata.range")
-
-    llc_range = _range(_member(llc_schemata, "range", "llc.schemata.range", "value"), "llc.schemata.range",
-                       required=False)
-    raw_percent = _member(mb_schemata, "percent", "mb.schemata.percent", "value")
-    mb_percent = None
-    if raw_percent is not None and _int(raw_percent, "mb.schemata.percent") != 0:  # 0 = unset (omitempty)
-        mb_percent = _percent(raw_percent, "mb.schemata.percent")
-
-    llc_per: dict[int, tuple[int, int]] = {}
-    path = "llc.schemataPerCache"
-    for i, entry in enumerate(_array(_member(llc, "schemataPerCache", path, "value"), path)):
-        at = f"{path}[{i}]"
-        if entry is None:
-            entry = _Obj([])  # Go decodes null into the zero element
-        if not isinstance(entry, _Obj):
-            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
-        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
-        rng = _range(_member(entry, "range", f"{at}.range", "value"), f"{at}.range", required=True)
-        assert rng is not None
-        llc_per[cache_id] = rng
-    mb_per: dict[int, int] = {}
-    path = "mb.schemataPerCache"
-    for i, entry in enumerate(_array(_member(mb, "schemataPerCache", path, "value"), path)):
-        at = f"{path}[{i}]"
-        if entry is None:
-            entry = _Obj([])
-        if not isinstance(entry, _Obj):
-            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
-        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
-        mb_per[cache_id] = _percent(_optional_int(_member(entry, "percent", f"{at}.percent", "value"),
-                                                  f"{at}.percent"), f"{at}.percent")
-    return ResctrlConfig(llc_range, tuple(llc_per.items()), mb_percent, tuple(mb_per.items()))
 
 
 def pod_schemata(cfg: ResctrlConfig, facts: ResctrlFacts, *,
@@ -405,14 +243,15 @@ def _tids_write(state: QoSState, name: str, tids: Iterable[int], reason: str, le
 def plan(state: QoSState, facts: ResctrlFacts, *, pod_level: bool, node_name: str = "",
          max_mbps: int | None = None) -> Plan:
     """Writes that bring the class groups (LSR, LS, BE) and, when `pod_level`, the `koordlet-<uid>` groups to the
-    merged NodeSLO and the pods' annotations; PlanErrors for what cannot be applied.
+    merged NodeSLO and the pods' annotations; PlanErrors for what cannot be applied, and for each pod refused a
+    group of its own (REASON_CLOSID: the CPU's CLOSIDs went to pods of higher priority, koordlet.qos.resctrl_closids).
 
-    Derived from `facts` only (groups, schemata and tasks on disk), so a restarted agent makes the same plan: no
-    in-memory registry as upstream's RDTEngine. Order: stale pod groups are removed first (their CLOSIDs become
-    free), then the class groups, then the pod groups. A second pass over an unchanged node writes nothing.
-    `max_mbps` is the node's memory bandwidth, needed only under the mba_MBps mount option."""
+    Derived from `facts` only (groups, schemata and tasks on disk, the decoded annotations), so a restarted agent
+    makes the same plan: no in-memory registry as upstream's RDTEngine. Order: pod groups that go are removed first
+    (their CLOSIDs become free), then the class groups, then the pod groups. A second pass over an unchanged node
+    writes nothing. `max_mbps` is the node's memory bandwidth, needed only under the mba_MBps mount option."""
     out = Plan()
-    annotated = [p for p in state.pods if pod_annotation(p) is not None] if pod_level else []
+    annotated = [p for p in state.pods if p.uid in facts.requests] if pod_level else []
     if facts.supported and not facts.mounted and (state.nodeslo_present or annotated):
         # upstream CheckAndTryEnableResctrlCat: mount resctrl when the CPU has it; groups follow next pass
         out.writes.append(Write(state.resctrl(), "resctrl", "resctrl/mount", op="mount"))
@@ -428,14 +267,18 @@ def plan(state: QoSState, facts: ResctrlFacts, *, pod_level: bool, node_name: st
         out.errors.append(PlanError("Node", node_name, "resctrl", problem, REASON_UNAVAILABLE))
         return out
     closids = _Closids(facts)
-    keep = {POD_GROUP_PREFIX + p.uid for p in annotated if p.phase not in _TERMINATED_PHASES}
-    if pod_level:
-        out.extend(_remove_stale(state, facts, keep, closids))
+    targets = _class_targets(state, facts, node_name, out) if state.nodeslo_present else {}
+    pods = _pod_groups(state, facts, annotated, targets, max_mbps) if pod_level else _PodGroups()
+    out.writes += pods.removals
+    for _ in pods.removals:
+        closids.release()
     if state.nodeslo_present:  # upstream skips the class reconcile without a NodeSLO
-        out.extend(_class_plan(state, facts, node_name, closids, skip={p.uid for p in annotated}))
-    for pod in annotated:
-        if pod.phase not in _TERMINATED_PHASES:
-            out.extend(_pod_plan(state, facts, pod, closids, max_mbps))
+        out.extend(_class_plan(state, facts, node_name, closids, targets, pods.own))
+    for pod in annotated:  # in the pods' order: each pod's error or its group's writes
+        if pod.uid in pods.errors:
+            out.errors.append(pods.errors[pod.uid])
+        elif pod.uid in pods.granted:
+            out.extend(_pod_plan(state, facts, pods.granted[pod.uid], closids))
     return out
 
 
@@ -447,39 +290,38 @@ def _root_problem(facts: ResctrlFacts) -> str | None:
     return None
 
 
-def _remove_stale(state: QoSState, facts: ResctrlFacts, keep: set[str], closids: _Closids) -> Plan:
-    """**[quirk]** upstream unregisters the app but returns an error after the rmdir, so its engine keeps the
-    entry forever; with no registry here, a group whose pod is gone (or no longer carries the annotation, or has
-    terminated) is simply removed once it is GROUP_EXPIRATION_SECONDS old. The kernel moves its tasks to the root
-    group."""
-    out = Plan()
-    for name, group in sorted(facts.groups.items()):
-        if not name.startswith(POD_GROUP_PREFIX) or name in keep:
-            continue
-        if group.young:
-            continue
-        out.writes.append(Write(state.resctrl(name), "", f"resctrl/pod-gone/{name[len(POD_GROUP_PREFIX):]}",
-                                op="rmdir"))
-        closids.release()
-    return out
+# ---- the class groups -------------------------------------------------------------------------------------------
 
 
-def _class_plan(state: QoSState, facts: ResctrlFacts, node_name: str, closids: _Closids, skip: set[str]) -> Plan:
+def _class_targets(state: QoSState, facts: ResctrlFacts, node_name: str,
+                   out: Plan) -> dict[str, tuple[dict[int, int] | None, dict[int, int] | None]]:
+    """Each class's L3 and MB per cache id from the NodeSLO (None where it sets none); a class whose values cannot
+    be applied is left out, with a PlanError naming the field in `out`."""
+    targets = {}
+    for cls in CLASS_GROUPS:
+        base = f"resourceQOSStrategy.{CLASS_KEYS[cls]}.resctrlQOS"
+        try:
+            targets[cls] = _class_schemata(class_resctrl_qos(state, cls), facts, base)
+        except AnnotationError as e:
+            out.errors.append(PlanError("NodeSLO", node_name, e.path, e.message, REASON_NODESLO))
+    return targets
+
+
+def _class_plan(state: QoSState, facts: ResctrlFacts, node_name: str, closids: _Closids,
+                targets: Mapping[str, tuple[dict[int, int] | None, dict[int, int] | None]],
+                own: set[str]) -> Plan:
     """ResctrlReconcile: mkdir, the L3 line and the MB line per class, then the enabled classes' new task ids.
 
-    A class whose NodeSLO values cannot be applied is skipped entirely (no group, schemata or tasks) with a
-    PlanError naming the field; the others proceed."""
+    A class whose NodeSLO values cannot be applied (not in `targets`) is skipped entirely: no group, schemata or
+    tasks. The pods in `own` have a group of their own; every other pod of an enabled class goes to its class
+    group, annotated or not (**[quirk]** upstream leaves every annotated pod out, so a pod refused a group, or with
+    a malformed annotation, stayed in the root group: a BE pod escaped its class's limits by asking for more)."""
     out = Plan()
     usable: set[str] = set()
     for cls in CLASS_GROUPS:
-        key = CLASS_KEYS[cls]
-        cfg = class_resctrl_qos(state, cls)
-        base = f"resourceQOSStrategy.{key}.resctrlQOS"
-        try:
-            l3, mb = _class_schemata(cfg, facts, base)
-        except AnnotationError as e:
-            out.errors.append(PlanError("NodeSLO", node_name, e.path, e.message, REASON_NODESLO))
+        if cls not in targets:
             continue
+        l3, mb = targets[cls]
         group = facts.groups.get(cls)
         if group is None:
             if not closids.take():
@@ -493,7 +335,7 @@ def _class_plan(state: QoSState, facts: ResctrlFacts, node_name: str, closids: _
     new: dict[str, set[int]] = {cls: set() for cls in CLASS_GROUPS}
     for pod in state.pods:
         target = _class_group(pod.koord_qos)
-        if (target is None or target not in usable or pod.uid in skip or pod.phase not in ACTIVE_PHASES
+        if (target is None or target not in usable or pod.uid in own or pod.phase not in ACTIVE_PHASES
                 or not class_enabled(state, pod.koord_qos)):
             continue
         group = facts.groups.get(target)
@@ -531,35 +373,156 @@ def _class_schemata(cfg: Mapping[str, Any], facts: ResctrlFacts,
     return l3, mb
 
 
+# ---- the pod groups ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """A pod's group as its annotation wants it: L3 and MB per cache id, None where the annotation sets none."""
+
+    claim: Claim
+    l3: dict[int, int] | None
+    mb: dict[int, int] | None
+
+
+@dataclass
+class _PodGroups:
+    """Which pods have a group of their own after this pass, and what goes."""
+
+    granted: dict[str, _Wanted] = field(default_factory=dict)  # uid → its group (kept or new)
+    removals: list[Write] = field(default_factory=list)  # rmdir: gone, same as the class, or given up
+    errors: dict[str, PlanError] = field(default_factory=dict)  # uid → its bad annotation or refusal
+    own: set[str] = field(default_factory=set)  # uids whose threads stay out of the class groups
+
+
+def _pod_groups(state: QoSState, facts: ResctrlFacts, annotated: list[PodMeta],
+                targets: Mapping[str, tuple[dict[int, int] | None, dict[int, int] | None]],
+                max_mbps: int | None) -> _PodGroups:
+    """Decide the pod groups: which annotations ask for something of their own, who gets a CLOSID, what is removed.
+
+    - A malformed annotation is that pod's PlanError; a group it already has is left as it is (never removed for
+      that, its threads stay there).
+    - An annotation that asks for exactly what the pod has without a group of its own (its class group's L3 and
+      MB when the NodeSLO enables resctrl for its class, else the unrestricted root) gets no group: a CLOSID spent
+      on it would change nothing.
+    - The others claim a CLOSID, granted by priority (koordlet.qos.resctrl_closids); a claim refused is a PlanError
+      (REASON_CLOSID), and a group taken from its pod for one of higher priority is removed.
+    - A group whose pod is gone, terminated, no longer annotated or asks for nothing of its own is removed once it
+      is GROUP_EXPIRATION_SECONDS old (**[quirk]** upstream keeps its engine's entry forever); the kernel moves its
+      tasks to the root group, and the class reconcile moves them on to the class group."""
+    out = _PodGroups()
+    wanted: dict[str, _Wanted] = {}  # uid → what its group should hold
+    same: dict[str, PodMeta] = {}  # group name → its pod, whose annotation asks for nothing of its own
+    kept: set[str] = set()  # groups left as they are for pods that are not claims
+    for pod in annotated:
+        if pod.phase in _TERMINATED_PHASES:
+            continue
+        name = POD_GROUP_PREFIX + pod.uid
+        try:
+            l3, mb = _asked(facts, pod, max_mbps)
+        except AnnotationError as e:
+            out.errors[pod.uid] = _pod_error(pod, e.path, e.message, REASON_ANNOTATION)
+            if name in facts.groups:
+                kept.add(name)
+                out.own.add(pod.uid)
+            continue
+        if _same_as_without(state, facts, pod, targets, l3, mb):
+            same[name] = pod
+            continue
+        group = facts.groups.get(name)
+        wanted[pod.uid] = _Wanted(Claim(pod, group is not None, group is not None and group.young), l3, mb)
+
+    for name, group in sorted(facts.groups.items()):
+        if not name.startswith(POD_GROUP_PREFIX) or name in kept or name[len(POD_GROUP_PREFIX):] in wanted:
+            continue
+        if group.young:
+            kept.add(name)  # the runtime hook may be ahead of the pod list: removed once it is old enough
+            continue
+        owner = same.get(name)
+        reason = f"resctrl/pod-gone/{name[len(POD_GROUP_PREFIX):]}" if owner is None else \
+            f"resctrl/pod-same-as-without/{owner.namespace}/{owner.name}"
+        out.removals.append(Write(state.resctrl(name), "", reason, op="rmdir"))
+
+    slots = pod_group_slots(facts)
+    winners = granted((w.claim for w in wanted.values()), None if slots is None else slots - len(kept))
+    for uid, want in wanted.items():
+        pod = want.claim.pod
+        if uid in winners:
+            out.granted[uid] = want
+            out.own.add(uid)
+            continue
+        if want.claim.holds:
+            out.removals.append(Write(state.resctrl(POD_GROUP_PREFIX + uid), "",
+                                      f"resctrl/pod-refused/{pod.namespace}/{pod.name}", op="rmdir"))
+        message = _refusal(facts, slots, want.claim.holds, _where_without(state, pod, targets))
+        out.errors[uid] = _pod_error(pod, "", message, REASON_CLOSID)
+    return out
+
+
+def _asked(facts: ResctrlFacts, pod: PodMeta, max_mbps: int | None) -> tuple[dict[int, int] | None,
+                                                                            dict[int, int] | None]:
+    """The L3 and MB the pod's decoded annotation asks for; AnnotationError when it cannot be applied."""
+    if not _SAFE_NAME.fullmatch(pod.uid):
+        raise AnnotationError("", f"pod uid {pod.uid!r} cannot name a resctrl group")
+    request = facts.requests[pod.uid]
+    if request.error is not None:
+        raise request.error
+    return pod_schemata(request.config or ResctrlConfig(), facts, max_mbps=max_mbps)
+
+
+def _same_as_without(state: QoSState, facts: ResctrlFacts, pod: PodMeta,
+                     targets: Mapping[str, tuple[dict[int, int] | None, dict[int, int] | None]],
+                     l3: dict[int, int] | None, mb: dict[int, int] | None) -> bool:
+    """Whether the group the annotation asks for holds what the pod's threads have without one: what the
+    annotation leaves out is unrestricted in a group of its own, as in the root group."""
+    full_l3 = {i: facts.cbm_mask for i in facts.cache_ids}
+    full_mb = {i: _mb_default(facts) for i in facts.cache_ids} if facts.has_mb else None
+    base_l3, base_mb = full_l3, full_mb
+    target = _class_group(pod.koord_qos)
+    if target is not None and target in targets and class_enabled(state, pod.koord_qos):
+        cls_l3, cls_mb = targets[target]
+        group = facts.groups.get(target)
+        current = parse_schemata(group.schemata) if group else Schemata()  # a new group: the kernel's defaults
+        base_l3 = cls_l3 or {i: current.l3.get(i, full) for i, full in full_l3.items()}
+        if full_mb is not None:
+            base_mb = cls_mb or {i: current.mb.get(i, full) for i, full in full_mb.items()}
+    return (l3 or full_l3, mb or full_mb) == (base_l3, base_mb)
+
+
+def _where_without(state: QoSState, pod: PodMeta,
+                   targets: Mapping[str, tuple[dict[int, int] | None, dict[int, int] | None]]) -> str:
+    target = _class_group(pod.koord_qos)
+    if target is not None and target in targets and class_enabled(state, pod.koord_qos):
+        return f"its class group {target}"
+    return "the root group"
+
+
+def _refusal(facts: ResctrlFacts, slots: int | None, held: bool, where: str) -> str:
+    head = "its resctrl group is removed" if held else "no resctrl group of its own"
+    return (f"{head}: the CPU has {facts.num_closids} CLOSIDs, of which the root group, the class groups LSR/LS/BE "
+            f"and any other group keep all but {slots} for pod groups, and those went to pods ahead of it "
+            f"(LSE/LSR/LS before BE, running before pending, then the oldest); its threads go to {where}")
+
+
 def _pod_error(pod: PodMeta, path: str, message: str, reason: str) -> PlanError:
     where = f"annotations[{ANNOTATION}]" + (f".{path}" if path else "")
     return PlanError("Pod", f"{pod.namespace}/{pod.name}", where, message, reason, uid=pod.uid)
 
 
-def _pod_plan(state: QoSState, facts: ResctrlFacts, pod: PodMeta, closids: _Closids,
-              max_mbps: int | None) -> Plan:
+def _pod_plan(state: QoSState, facts: ResctrlFacts, want: _Wanted, closids: _Closids) -> Plan:
     """The runtime hook `Resctrl` as a reconcile: group `koordlet-<uid>`, its schemata and the pod's new task ids.
 
     **[quirk]** upstream never rewrites an existing group's schemata when the annotation changes (the engine only
     updates its memory); here the schemata on disk is compared with the annotation on every pass, so a change is
     re-applied, and a resource the annotation no longer sets goes back to unrestricted. **[quirk]** upstream's
-    tasks reconciler also tries an empty schemata write; nothing of the kind is emitted here.
-    A malformed annotation skips the pod (an existing group is left as it is, never removed for that)."""
+    tasks reconciler also tries an empty schemata write; nothing of the kind is emitted here."""
     out = Plan()
-    text = pod_annotation(pod)
-    assert text is not None
+    pod = want.claim.pod
     name = POD_GROUP_PREFIX + pod.uid
-    if not _SAFE_NAME.fullmatch(pod.uid):
-        out.errors.append(_pod_error(pod, "", f"pod uid {pod.uid!r} cannot name a resctrl group", REASON_ANNOTATION))
-        return out
-    try:
-        l3, mb = pod_schemata(decode_annotation(text), facts, max_mbps=max_mbps)
-    except AnnotationError as e:
-        out.errors.append(_pod_error(pod, e.path, e.message, REASON_ANNOTATION))
-        return out
+    l3, mb = want.l3, want.mb
     group = facts.groups.get(name)
     if group is None:
-        if not closids.take():
+        if not closids.take():  # not expected: the claims granted fit the CLOSIDs left (a safety net)
             out.errors.append(_pod_error(pod, "", closids.message(name), REASON_CLOSID))
             return out
         out.writes.append(Write(state.resctrl(name), "", f"resctrl/pod/{pod.namespace}/{pod.name}/group",

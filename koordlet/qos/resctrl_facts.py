@@ -1,14 +1,16 @@
-"""resctrl facts: what the CPU, the resctrl mount, its groups and the pods' cgroups say, read without writing.
+"""resctrl facts: what the CPU, the resctrl mount, its groups, the pods' cgroups and their annotations say.
 
 Reading is split from planning (koordlet.qos.resctrl) so that each can be read on its own; the planner sees only
-these values, which makes it a pure function that tests drive with hand-made facts.
+these values, which makes it a pure function that tests drive with hand-made facts. The pods' `resctrl` annotation
+is decoded here, once per pod per pass (decode_resctrl), and the planner reads the decoded requests.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ GROUP_EXPIRATION_SECONDS = 10.0  # ctrl_mgr.go ExpirationTime: a young group is 
 CBM_MAX_BITS = 32  # upstream parses cbm_mask with ParseUint(.., 16, 32)
 ACTIVE_PHASES = ("Pending", "Running")
 _NOT_GROUPS = ("info", "mon_groups", "mon_data")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 # ---- the facts --------------------------------------------------------------------------------------------------
@@ -72,6 +75,9 @@ class ResctrlFacts:
     ctrl_groups: tuple[str, ...] = ()  # every control group under the mount except the root, koordlet's or not
     groups: Mapping[str, GroupFacts] = field(default_factory=dict)  # koordlet's: LSR/LS/BE/koordlet-*
     pod_tids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # pod uid → thread ids of its cgroups
+    # pod uid → its decoded annotation, for the pods that carry one. Not compared: it follows the pods, which the
+    # manager compares itself before it reuses a plan (koordlet.qos.steady).
+    requests: Mapping[str, PodResctrl] = field(default_factory=dict, compare=False)
 
 
 def read_facts(state: QoSState, *, now: float | None = None, steady: SteadyFacts | None = None) -> ResctrlFacts:
@@ -81,6 +87,8 @@ def read_facts(state: QoSState, *, now: float | None = None, steady: SteadyFacts
     kept between passes: one stat per pass tells whether resctrl is (still, or newly, or re-)mounted, and a new mount
     is read afresh. Groups, their schemata and tasks, and the pods' thread ids are read every pass."""
     now = time.time() if now is None else now
+    requests = steady.get("resctrl/requests", lambda: pod_requests(state.pods)) if steady else \
+        pod_requests(state.pods)
     supported, vendor = steady.get("resctrl/cpu", lambda: _read_cpu(state)) if steady else _read_cpu(state)
     mount = _mount_id(state)
     if mount is None:
@@ -107,7 +115,8 @@ def read_facts(state: QoSState, *, now: float | None = None, steady: SteadyFacts
         cache_ids=info.cache_ids, has_mb=info.has_mb, mba_mbps=info.mba_mbps, bandwidth_gran=info.bandwidth_gran,
         min_bandwidth=info.min_bandwidth, num_closids=info.num_closids, ctrl_groups=tuple(sorted(ctrl)),
         groups=groups,
-        pod_tids={p.uid: _pod_tids(state, p) for p in state.pods if _wants_tids(state, p)} if mounted else {},
+        pod_tids={p.uid: _pod_tids(state, p) for p in state.pods if _wants_tids(state, p, requests)} if mounted else {},
+        requests=requests,
     )
 
 
@@ -217,10 +226,10 @@ def _mounted_mbps(state: QoSState) -> bool:
     return False
 
 
-def _wants_tids(state: QoSState, pod: PodMeta) -> bool:
+def _wants_tids(state: QoSState, pod: PodMeta, requests: Mapping[str, PodResctrl]) -> bool:
     if pod.phase not in ACTIVE_PHASES:
         return False
-    return pod_annotation(pod) is not None or class_enabled(state, pod.koord_qos)
+    return pod.uid in requests or class_enabled(state, pod.koord_qos)
 
 
 def _pod_tids(state: QoSState, pod: PodMeta) -> frozenset[int]:
@@ -241,14 +250,6 @@ def _pod_tids(state: QoSState, pod: PodMeta) -> frozenset[int]:
     return frozenset(tids)
 
 
-def pod_annotation(pod: PodMeta) -> str | None:
-    """The pod's `node.koordinator.sh/resctrl` annotation, None when absent or not a string."""
-    meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    value = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def class_resctrl_qos(state: QoSState, koord_qos: str) -> dict[str, Any]:
     """The NodeSLO resctrlQOS block of a koordinator QoS class ({} when absent)."""
     value = state.class_config(koord_qos).get("resctrlQOS")
@@ -258,6 +259,202 @@ def class_resctrl_qos(state: QoSState, koord_qos: str) -> dict[str, Any]:
 def class_enabled(state: QoSState, koord_qos: str) -> bool:
     """Whether a NodeSLO is present and enables resctrl for the class (its pods' tasks go to the class group)."""
     return state.nodeslo_present and class_resctrl_qos(state, koord_qos).get("enable") is True
+
+
+# ---- the pod annotation -----------------------------------------------------------------------------------------
+
+
+class AnnotationError(InvalidInput):
+    """A malformed `node.koordinator.sh/resctrl`; `path` names the bad field inside it ("" = the whole)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path  # e.g. llc.schemata.range
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ResctrlConfig:
+    """apis/extension/resctrl.go ResctrlConfig, validated: ranges 0 <= start < end <= 100, percents 1..100."""
+
+    llc_range: tuple[int, int] | None = None
+    llc_per_cache: tuple[tuple[int, tuple[int, int]], ...] = ()
+    mb_percent: int | None = None
+    mb_per_cache: tuple[tuple[int, int], ...] = ()
+
+
+class _Obj:
+    """A JSON object as its key/value pairs in order (Go matches keys case-insensitively, so no dict)."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs
+
+
+def _fold(name: str) -> str:
+    # Go's encoding/json folds keys like this (so "ſ" matches "s" and the Kelvin sign matches "k")
+    return "".join(c.upper().lower() if len(c.upper()) == 1 else c.lower() for c in name)
+
+
+def _member(obj: _Obj, name: str, path: str, kind: str) -> Any:
+    """The value for a Go struct field: keys matched case-insensitively; for an object every match is decoded into
+    the same struct (merged), otherwise the last non-null match wins; null leaves the field unset (None)."""
+    folded = _fold(name)
+    values = [v for k, v in obj.pairs if _fold(k) == folded and v is not None]
+    if kind == "object":
+        pairs: list[tuple[str, Any]] = []
+        for v in values:
+            if not isinstance(v, _Obj):
+                raise AnnotationError(path, f"must be an object, not {_json_kind(v)}")
+            pairs += v.pairs
+        return _Obj(pairs) if values else None
+    return values[-1] if values else None
+
+
+def _json_kind(v: Any) -> str:
+    if isinstance(v, _Obj):
+        return "an object"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return "a string"
+    return f"the number {v!r}" if isinstance(v, int | float) else "null"
+
+
+def _int(v: Any, path: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise AnnotationError(path, f"must be an integer, not {_json_kind(v)}")
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise AnnotationError(path, f"{v} overflows a Go int")
+    return v
+
+
+def _optional_int(v: Any, path: str) -> int:
+    return 0 if v is None else _int(v, path)  # an absent Go int is 0
+
+
+def _array(v: Any, path: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise AnnotationError(path, f"must be an array, not {_json_kind(v)}")
+    return v
+
+
+def _range(v: Any, path: str, *, required: bool) -> tuple[int, int] | None:
+    items = [_int(x, f"{path}[{i}]") for i, x in enumerate(_array(v, path))]
+    if not items and not required:
+        return None
+    if len(items) != 2:
+        raise AnnotationError(path, f"must be [start, end], got {len(items)} numbers")
+    start, end = items
+    if start < 0 or end > 100 or end <= start:
+        raise AnnotationError(path, f"[{start}, {end}] is not 0 <= start < end <= 100")
+    return start, end
+
+
+def _percent(v: Any, path: str) -> int:
+    p = _int(v, path)
+    if not 1 <= p <= 100:
+        raise AnnotationError(path, f"{p} is not in [1, 100]")
+    return p
+
+
+def decode_resctrl(text: str) -> ResctrlConfig:
+    """Decode and validate `node.koordinator.sh/resctrl`; AnnotationError names the bad field.
+
+    Keys match case-insensitively as Go's encoding/json does (upstream tests write `cacheid`, the proposal `LLC`);
+    unknown keys are ignored; numbers must be integers; `null` means unset. Where upstream silently ignores an
+    entry (a range that is not two numbers, a per-cache entry without a value) or writes an out-of-range value,
+    we report the field instead."""
+
+    def _reject(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        doc = json.loads(text, object_pairs_hook=_Obj, parse_constant=_reject)
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the interpreter's stack
+        raise AnnotationError("", f"invalid JSON: {e}") from None
+    if doc is None:
+        return ResctrlConfig()
+    if not isinstance(doc, _Obj):
+        raise AnnotationError("", f"must be a JSON object, not {_json_kind(doc)}")
+    llc = _member(doc, "llc", "llc", "object") or _Obj([])
+    mb = _member(doc, "mb", "mb", "object") or _Obj([])
+    llc_schemata = _member(llc, "schemata", "llc.schemata", "object") or _Obj([])
+    mb_schemata = _member(mb, "schemata", "mb.schemata", "object") or _Obj([])
+
+    # llc.schemata.percent and mb.schemata.range exist in the Go type but are never used: type-checked only
+    unused_percent = _member(llc_schemata, "percent", "llc.schemata.percent", "value")
+    if unused_percent is not None:
+        _int(unused_percent, "llc.schemata.percent")
+    _array(_member(mb_schemata, "range", "mb.schemata.range", "value"), "mb.schemata.range")
+
+    llc_range = _range(_member(llc_schemata, "range", "llc.schemata.range", "value"), "llc.schemata.range",
+                       required=False)
+    raw_percent = _member(mb_schemata, "percent", "mb.schemata.percent", "value")
+    mb_percent = None
+    if raw_percent is not None and _int(raw_percent, "mb.schemata.percent") != 0:  # 0 = unset (omitempty)
+        mb_percent = _percent(raw_percent, "mb.schemata.percent")
+
+    llc_per: dict[int, tuple[int, int]] = {}
+    path = "llc.schemataPerCache"
+    for i, entry in enumerate(_array(_member(llc, "schemataPerCache", path, "value"), path)):
+        at = f"{path}[{i}]"
+        if entry is None:
+            entry = _Obj([])  # Go decodes null into the zero element
+        if not isinstance(entry, _Obj):
+            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
+        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
+        rng = _range(_member(entry, "range", f"{at}.range", "value"), f"{at}.range", required=True)
+        assert rng is not None
+        llc_per[cache_id] = rng
+    mb_per: dict[int, int] = {}
+    path = "mb.schemataPerCache"
+    for i, entry in enumerate(_array(_member(mb, "schemataPerCache", path, "value"), path)):
+        at = f"{path}[{i}]"
+        if entry is None:
+            entry = _Obj([])
+        if not isinstance(entry, _Obj):
+            raise AnnotationError(at, f"must be an object, not {_json_kind(entry)}")
+        cache_id = _optional_int(_member(entry, "cacheID", f"{at}.cacheID", "value"), f"{at}.cacheID")
+        mb_per[cache_id] = _percent(_optional_int(_member(entry, "percent", f"{at}.percent", "value"),
+                                                  f"{at}.percent"), f"{at}.percent")
+    return ResctrlConfig(llc_range, tuple(llc_per.items()), mb_percent, tuple(mb_per.items()))
+
+
+def pod_annotation(pod: PodMeta) -> str | None:
+    """The pod's `node.koordinator.sh/resctrl` annotation, None when absent or not a string."""
+    meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class PodResctrl:
+    """What a pod's annotation asks for, decoded: `config`, or `error` naming the bad field."""
+
+    config: ResctrlConfig | None = None
+    error: AnnotationError | None = None
+
+
+def pod_requests(pods: Iterable[PodMeta]) -> dict[str, PodResctrl]:
+    """Pod uid → its decoded annotation, for the pods that carry one: each annotation read and decoded once."""
+    out: dict[str, PodResctrl] = {}
+    for pod in pods:
+        text = pod_annotation(pod)
+        if text is None:
+            continue
+        try:
+            out[pod.uid] = PodResctrl(config=decode_resctrl(text))
+        except AnnotationError as e:
+            out[pod.uid] = PodResctrl(error=e)
+    return out
+
 
 
 # ---- kernel formats ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from apis.core.errors import InvalidInput
 from koordlet.events import EventRecorder
@@ -17,7 +19,8 @@ from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.qos.executor import Executor, Result
-from koordlet.qos.manager import Feature, QoSManager
+from koordlet.qos.manager import Feature, QoSManager, plan_json
+from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl import (
     MBA_MAX_MBPS,
@@ -25,9 +28,6 @@ from koordlet.qos.resctrl import (
     REASON_CLOSID,
     REASON_NODESLO,
     REASON_UNAVAILABLE,
-    AnnotationError,
-    ResctrlConfig,
-    decode_annotation,
     format_schemata,
     l3_line,
     l3_mask,
@@ -36,12 +36,23 @@ from koordlet.qos.resctrl import (
     plan,
     pod_schemata,
 )
-from koordlet.qos.resctrl_facts import ANNOTATION, ResctrlFacts, Schemata, parse_schemata, read_facts
+from koordlet.qos.resctrl_closids import Claim, granted, priority
+from koordlet.qos.resctrl_facts import (
+    ANNOTATION,
+    AnnotationError,
+    ResctrlConfig,
+    ResctrlFacts,
+    Schemata,
+    decode_resctrl,
+    parse_schemata,
+    read_facts,
+)
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
 INTEL, AMD = "GenuineIntel", "AuthenticAMD"
+HALF_LLC = '{"llc":{"schemata":{"range":[0,50]}}}'
 SPEC_EXAMPLE = ('{"llc":{"schemata":{"range":[20,80]},"schemataPerCache":[{"cacheID":0,"range":[20,30]}]},'
                 '"mb":{"schemata":{"percent":35},"schemataPerCache":[{"cacheID":0,"percent":80}]}}')
 
@@ -131,13 +142,15 @@ class Tree:
 
     def add_pod(self, uid: str, *, qos: str = "Burstable", koord: str | None = None,
                 annotation: str | None = None, tids: dict[str, tuple[int, ...]] | None = None,
-                phase: str = "Running", name: str | None = None) -> dict[str, Any]:
+                phase: str = "Running", name: str | None = None, created: str | None = None) -> dict[str, Any]:
         """A pod with containers `<cid>: tids`; a container named `sandbox-*` is left out of containerStatuses
         (kubelet does not report the pause container) but its cgroup is still there."""
         tids = {"c1": (100,)} if tids is None else tids
         meta: dict[str, Any] = {"uid": uid, "name": name or f"pod-{uid}", "namespace": "default",
                                 "labels": {"koordinator.sh/qosClass": koord} if koord else {},
                                 "annotations": {ANNOTATION: annotation} if annotation is not None else {}}
+        if created is not None:
+            meta["creationTimestamp"] = created
         raw = {"metadata": meta, "status": {"phase": phase, "qosClass": qos, "containerStatuses": [
             {"name": cid, "containerID": f"containerd://{cid}", "state": {"running": {}}}
             for cid in tids if not cid.startswith("sandbox")]}}
@@ -330,17 +343,17 @@ def test_supported_cpu_without_a_mount_plans_the_mount_first(tmp_path: Path) -> 
 # ---- §1.8 the annotation ------------------------------------------------------------------------------------------
 
 
-def test_decode_annotation_case_insensitive_like_go() -> None:
-    cfg = decode_annotation(SPEC_EXAMPLE)
+def test_decode_resctrl_case_insensitive_like_go() -> None:
+    cfg = decode_resctrl(SPEC_EXAMPLE)
     assert cfg == ResctrlConfig((20, 80), ((0, (20, 30)),), 35, ((0, 80),))
     upper = ('{"LLC":{"Schemata":{"RANGE":[0,50]},"schemataPerCache":[{"cacheid":1,"range":[0,30]}]},'
              '"Mb":{"schemata":{"Percent":60}},"unknown":{"x":1}}')
-    assert decode_annotation(upper) == ResctrlConfig((0, 50), ((1, (0, 30)),), 60, ())
-    assert decode_annotation("null") == decode_annotation("{}") == ResctrlConfig()
-    assert decode_annotation('{"mb":{"schemata":{"percent":0}},"llc":{"schemata":{"range":[]}}}') == ResctrlConfig()
+    assert decode_resctrl(upper) == ResctrlConfig((0, 50), ((1, (0, 30)),), 60, ())
+    assert decode_resctrl("null") == decode_resctrl("{}") == ResctrlConfig()
+    assert decode_resctrl('{"mb":{"schemata":{"percent":0}},"llc":{"schemata":{"range":[]}}}') == ResctrlConfig()
     # a duplicate key: the last non-null value wins; objects under one field are merged, as encoding/json does
-    assert decode_annotation('{"mb":{"schemata":{"percent":30}},"MB":{"schemata":{"percent":null}}}').mb_percent == 30
-    assert decode_annotation('{"llc":{"schemata":{"range":[0,10]}},"llc":{"Schemata":{"percent":5}}}'
+    assert decode_resctrl('{"mb":{"schemata":{"percent":30}},"MB":{"schemata":{"percent":null}}}').mb_percent == 30
+    assert decode_resctrl('{"llc":{"schemata":{"range":[0,10]}},"llc":{"Schemata":{"percent":5}}}'
                              ).llc_range == (0, 10)
 
 
@@ -363,20 +376,20 @@ def test_decode_annotation_case_insensitive_like_go() -> None:
     ('{"mb":{"schemataPerCache":[{"cacheID":1}]}}', "mb.schemataPerCache[0].percent", "not in [1, 100]"),
     ('{"mb":{"schemata":{"percent":NaN}}}', "", "invalid JSON"),
 ])
-def test_decode_annotation_errors_name_the_field(text: str, path: str, needle: str) -> None:
+def test_decode_resctrl_errors_name_the_field(text: str, path: str, needle: str) -> None:
     with pytest.raises(AnnotationError) as e:
-        decode_annotation(text)
+        decode_resctrl(text)
     assert e.value.path == path and needle in e.value.message
 
 
 def test_pod_schemata_fills_unset_ids_and_rejects_unknown_ids(tree: Tree) -> None:
     facts = read_facts(tree.state())
-    l3, mb = pod_schemata(decode_annotation('{"llc":{"schemataPerCache":[{"cacheID":1,"range":[0,30]}]}}'), facts)
+    l3, mb = pod_schemata(decode_resctrl('{"llc":{"schemataPerCache":[{"cacheID":1,"range":[0,30]}]}}'), facts)
     assert l3 == {0: 0x7ff, 1: 0xf} and mb is None
     with pytest.raises(AnnotationError, match="cache id 3 is not one of"):
-        pod_schemata(decode_annotation('{"mb":{"schemataPerCache":[{"cacheID":3,"percent":50}]}}'), facts)
+        pod_schemata(decode_resctrl('{"mb":{"schemataPerCache":[{"cacheID":3,"percent":50}]}}'), facts)
     with pytest.raises(AnnotationError) as e:
-        pod_schemata(decode_annotation('{"llc":{"schemata":{"range":[50,52]}}}'), facts)
+        pod_schemata(decode_resctrl('{"llc":{"schemata":{"range":[50,52]}}}'), facts)
     assert e.value.path == "llc.schemata.range" and "selects 0 ways" in e.value.message
 
 
@@ -386,7 +399,7 @@ def test_pod_schemata_fills_unset_ids_and_rejects_unknown_ids(tree: Tree) -> Non
 def test_pod_level_worked_example(tree: Tree) -> None:
     tree.add_pod("u1", annotation=SPEC_EXAMPLE, tids={"c1": (30, 20)})
     facts = read_facts(tree.state())
-    l3, mb = pod_schemata(decode_annotation(SPEC_EXAMPLE), facts)
+    l3, mb = pod_schemata(decode_resctrl(SPEC_EXAMPLE), facts)
     assert l3 is not None and mb is not None
     assert format_schemata(Schemata(l3, mb)) == "L3:0=8;1=1f8;\nMB:0=80;1=40;\n"
     p = tree.plan()
@@ -404,9 +417,9 @@ def test_pod_level_worked_example(tree: Tree) -> None:
 
 def test_pod_level_amd_mb_only(tmp_path: Path) -> None:
     t = Tree(tmp_path, vendor=AMD, gran=1, min_bw=0).build()
-    t.add_pod("u1", annotation='{"mb":{"schemata":{"percent":100}}}', tids={})
-    assert _writes(t.plan(), prefix="koordlet-") == [("mkdir", "koordlet-u1", ""),
-                                                     ("write", "koordlet-u1/schemata", "MB:0=2048;1=2048;\n")]
+    t.add_pod("u1", annotation='{"mb":{"schemata":{"percent":100}}}', tids={})  # LS, limited to 50 % by its class
+    assert _writes(t.plan(_enabled(lsClass={"mbaPercent": 50})), prefix="koordlet-") == [
+        ("mkdir", "koordlet-u1", ""), ("write", "koordlet-u1/schemata", "MB:0=2048;1=2048;\n")]
 
 
 # ---- §1.6 class reconcile -----------------------------------------------------------------------------------------
@@ -627,15 +640,16 @@ def test_unsupported_node(tmp_path: Path) -> None:
 
 def test_closid_exhaustion_is_an_error_not_a_silent_failure(tmp_path: Path) -> None:
     t = Tree(tmp_path, num_closids=5).build()  # root + LSR + LS + BE + one more
-    t.add_pod("u1", annotation="{}", tids={}, name="a")
-    t.add_pod("u2", annotation="{}", tids={}, name="b")
+    t.add_pod("u1", annotation=HALF_LLC, tids={}, name="a")
+    t.add_pod("u2", annotation=HALF_LLC, tids={}, name="b")
     p = t.plan()
     assert [w for _, w, _ in _writes(p, "mkdir")] == ["LSR", "LS", "BE", "koordlet-u1"]
     assert [(e.name, e.reason) for e in p.errors] == [("default/b", REASON_CLOSID)]
     assert "5 CLOSIDs" in p.errors[0].message
     t.apply(p)
     t.remove_pod("u1")  # its group goes first, so u2 gets the CLOSID in the same pass
-    assert _writes(t.plan(later=60)) == [("rmdir", "koordlet-u1", ""), ("mkdir", "koordlet-u2", "")]
+    assert _writes(t.plan(later=60)) == [("rmdir", "koordlet-u1", ""), ("mkdir", "koordlet-u2", ""),
+                                         ("write", "koordlet-u2/schemata", "L3:0=3f;1=3f;\n")]
 
     small = Tree(tmp_path / "small", num_closids=3).build()
     small.add_group("foreign")
@@ -643,6 +657,166 @@ def test_closid_exhaustion_is_an_error_not_a_silent_failure(tmp_path: Path) -> N
     assert [w for _, w, _ in _writes(p, "mkdir")] == ["LSR"]
     assert [(e.kind, e.field, e.reason) for e in p.errors] == [("Node", "resctrl/LS", REASON_CLOSID),
                                                                ("Node", "resctrl/BE", REASON_CLOSID)]
+
+
+# ---- CLOSIDs by priority ------------------------------------------------------------------------------------------
+
+NO_CHANGE = '{"llc":{"schemata":{"range":[0,100]}},"mb":{"schemata":{"percent":100}}}'  # the whole cache, full MB
+
+
+def _ts(second: int) -> str:
+    """A creationTimestamp as the API server writes it, `second` seconds into 2025."""
+    return (dt.datetime(2025, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_groups(t: Tree) -> list[str]:
+    return sorted(d.name for d in t.resctrl.iterdir() if d.name.startswith("koordlet-"))
+
+
+def _age_groups(t: Tree, seconds: float = 60.0) -> None:
+    """Make the groups on disk `seconds` old (past GROUP_EXPIRATION_SECONDS)."""
+    for d in t.resctrl.iterdir():
+        if (d / "schemata").is_file():
+            stamp = time.time() - seconds
+            os.utime(d, (stamp, stamp))
+
+
+def _refused(p: Plan) -> list[str]:
+    return [e.name for e in p.errors if e.reason == REASON_CLOSID]
+
+
+def test_hostile_pods_leave_a_latency_sensitive_pod_its_group(tmp_path: Path) -> None:
+    t = Tree(tmp_path, num_closids=8).build()  # the root, LSR, LS, BE and 4 pod groups
+    nodeslo = _enabled(lsClass={}, beClass={})  # the defaults: LS the whole cache, BE 30 % of it
+    for i in range(300):  # older than the LS pod, and listed before it
+        be = i % 2 == 0  # BE pods asking for more cache than their class; LS pods asking for what theirs gives
+        t.add_pod(f"h{i:03d}", koord="BE" if be else "LS", qos="BestEffort" if be else "Burstable",
+                  annotation=HALF_LLC if be else ("{}", NO_CHANGE)[i % 4 // 2], tids={"c1": (1000 + i,)},
+                  created=_ts(i))
+    t.apply(t.plan(nodeslo))
+    assert _pod_groups(t) == ["koordlet-h000", "koordlet-h002", "koordlet-h004", "koordlet-h006"]  # oldest BE
+    # the BE pods left without a group are held to their class; the LS ones, asking nothing, are in theirs
+    assert set((t.resctrl / "BE/tasks").read_text().split()) == {str(1000 + i) for i in range(8, 300, 2)}
+    assert set((t.resctrl / "LS/tasks").read_text().split()) == {str(1000 + i) for i in range(1, 300, 2)}
+
+    t.add_pod("web", koord="LS", annotation=HALF_LLC, tids={"c1": (7,)}, name="web", created=_ts(1000))
+    _age_groups(t)
+    health = Health()
+    registry = CollectorRegistry(auto_describe=False)
+    metrics = QoSMetrics("node-1", registry)
+    executor = t.executor(dry_run=True)
+    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "node-1"})],
+                         executor, EventRecorder(health, "node-1"), health)
+    reported: list[Plan] = []
+    results = manager.reconcile(t.state(nodeslo), report=lambda p: (reported.append(p), metrics.planned(p)))
+    [p] = reported
+    # the newest BE group goes (its threads to the BE group), the LS pod gets one; the other BE pods still wait
+    assert _writes(p, prefix="koordlet-") == [("rmdir", "koordlet-h006", ""), ("mkdir", "koordlet-web", ""),
+                                               ("write", "koordlet-web/schemata", "L3:0=3f;1=3f;\n"),
+                                               ("tids", "koordlet-web/tasks", "7")]
+    refused = {f"default/pod-h{i:03d}" for i in range(6, 300, 2)}
+    assert set(_refused(p)) == refused and len(_refused(p)) == 147 and len(p.errors) == 147
+    assert "its resctrl group is removed" in next(e.message for e in p.errors if e.name == "default/pod-h006")
+    assert [(w.path.split("/resctrl/")[-1], w.value) for w in p.writes if w.op == "tids"] == [
+        ("BE/tasks", "1006"), ("koordlet-web/tasks", "7")]
+
+    shown = plan_json(results, p, executor)  # what `koordlet plan -o json` prints
+    assert {(e["object"], e["reason"]) for e in shown["errors"]} == {(f"Pod/{n}", REASON_CLOSID) for n in refused}
+    samples = [s for fam in registry.collect() if fam.name == "koordlet_resctrl_group_refused" for s in fam.samples]
+    assert {s.labels["pod_name"] for s in samples} == {n.split("/")[1] for n in refused}
+    assert {s.labels["pod_uid"] for s in samples} == {f"h{i:03d}" for i in range(6, 300, 2)}
+    assert all(s.value == 1 and s.labels["node"] == "node-1" for s in samples)
+    metrics.planned(Plan())  # nobody refused any more: no series
+    assert [s for fam in registry.collect() if fam.name == "koordlet_resctrl_group_refused" for s in fam.samples] == []
+
+
+def test_an_annotation_that_changes_nothing_gets_no_group(tree: Tree) -> None:
+    for cls in ("LSR", "LS", "BE"):
+        tree.add_group(cls)
+    nodeslo = _enabled(lsClass={"catRangeStartPercent": 0, "catRangeEndPercent": 50, "mbaPercent": 50})
+    same = '{"llc":{"schemata":{"range":[0,50]}},"mb":{"schemata":{"percent":50}}}'
+    tree.add_pod("same", koord="LS", annotation=same, tids={"c1": (7,)})
+    tree.add_pod("empty", koord="LS", qos="Burstable", annotation="{}", tids={"c1": (8,)})  # more than LS gives
+    tree.add_pod("sys", koord="SYSTEM", annotation=NO_CHANGE, tids={"c1": (9,)})  # the root's whole cache
+    tree.add_group("koordlet-same", tasks=(7,))  # made earlier (by the runtime hook): it goes
+    p = tree.plan(nodeslo, later=60)
+    assert _writes(p, "rmdir") == [("rmdir", "koordlet-same", "")]
+    assert [w for _, w, _ in _writes(p, "mkdir")] == ["koordlet-empty"]
+    assert ("tids", "LS/tasks", "7") in _writes(p)  # its threads are where its annotation would put them
+    assert not [w for w in p.writes if "koordlet-sys" in w.path or w.value == "9"] and p.errors == []
+
+
+def test_pod_groups_are_granted_by_age_and_stay_put(tmp_path: Path) -> None:
+    t = Tree(tmp_path, num_closids=6).build()  # two pod groups
+    for uid, second in (("c", 30), ("a", 10), ("b", 20)):  # listed out of age order
+        t.add_pod(uid, koord="LS", annotation=HALF_LLC, tids={"c1": (second,)}, created=_ts(second))
+    first = t.plan()
+    assert [w for _, w, _ in _writes(first, "mkdir", prefix="koordlet-")] == ["koordlet-a", "koordlet-b"]
+    assert _refused(first) == ["default/pod-c"]
+    t.apply(first)
+    _age_groups(t)
+    t.pods.reverse()  # the pod list comes in another order: nothing moves
+    second = t.plan(later=60)
+    assert second.writes == [] and _refused(second) == ["default/pod-c"]
+    # an older pod of the same class that asks only now does not take a group from its holder
+    t.add_pod("z", koord="LS", annotation=HALF_LLC, tids={"c1": (5,)}, created=_ts(0))
+    third = t.plan(later=60)
+    assert third.writes == [] and sorted(_refused(third)) == ["default/pod-c", "default/pod-z"]
+    # a restarted agent (nothing but the tree) plans the same
+    state = t.state()
+    assert plan(state, read_facts(state, now=time.time() + 60), pod_level=True, node_name="node-1") == third
+
+
+def test_pod_groups_go_by_class_then_phase_then_age(tmp_path: Path) -> None:
+    t = Tree(tmp_path, num_closids=7).build()  # three pod groups
+    pods = [  # uid, koordinator QoS, kube QoS, phase, created: listed lowest priority first
+        ("be", "BE", "BestEffort", "Running", 0), ("sys", "SYSTEM", "Burstable", "Running", 1),
+        ("ls-pending", "LS", "Burstable", "Pending", 2), ("lse", "LSE", "Guaranteed", "Running", 9),
+        ("ls-twin-b", "LS", "Burstable", "Running", 5), ("ls-twin-a", "LS", "Burstable", "Running", 5),
+        ("lsr", "LSR", "Guaranteed", "Running", 3),
+    ]
+    for uid, koord, qos, phase, second in pods:
+        t.add_pod(uid, koord=koord, qos=qos, phase=phase, annotation=HALF_LLC, tids={}, created=_ts(second))
+    p = t.plan()
+    assert [w for _, w, _ in _writes(p, "mkdir", prefix="koordlet-")] == ["koordlet-ls-twin-b", "koordlet-ls-twin-a",
+                                                                          "koordlet-lsr"]  # in list order
+    assert _refused(p) == ["default/pod-be", "default/pod-sys", "default/pod-ls-pending", "default/pod-lse"]
+    claims = [Claim(pod) for pod in t.state().pods]
+    order = ["lsr", "ls-twin-a", "ls-twin-b", "lse", "ls-pending", "sys", "be"]
+    assert [c.pod.uid for c in sorted(claims, key=priority)] == order
+    for slots in range(len(order) + 1):
+        assert granted(claims, slots) == set(order[:slots])
+    assert granted(claims, None) == set(order)
+
+
+def test_the_annotation_is_read_once_per_pod_per_pass(tree: Tree) -> None:
+    class Counted(dict[str, str]):
+        reads = 0
+
+        def get(self, key: str, default: Any = None) -> Any:
+            Counted.reads += key == ANNOTATION
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> str:
+            Counted.reads += key == ANNOTATION
+            return super().__getitem__(key)
+
+        def __contains__(self, key: object) -> bool:
+            Counted.reads += key == ANNOTATION
+            return super().__contains__(key)
+
+    for uid in ("u1", "u2"):
+        raw = tree.add_pod(uid, koord="LS", annotation=HALF_LLC, tids={"c1": (7,)})
+        raw["metadata"]["annotations"] = Counted(raw["metadata"]["annotations"])
+    health = Health()
+    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "n"})],
+                         tree.executor(dry_run=True), EventRecorder(health, "n"), health)
+    state = tree.state(_enabled(lsClass={}))
+    assert [w for _, w, _ in _writes(manager.plan(state), "mkdir", prefix="koordlet-")] == ["koordlet-u1",
+                                                                                            "koordlet-u2"]
+    assert Counted.reads == 2  # one read (and one decode) per pod
+    manager.plan(state)  # the same pods: the decoded annotations are kept
+    assert Counted.reads == 2
 
 
 # ---- the executor: idempotence and validation -----------------------------------------------------------------

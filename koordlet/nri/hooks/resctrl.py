@@ -1,9 +1,9 @@
 """Runtime hook `Resctrl` (feature gate Resctrl, off by default): a resctrl group per annotated pod.
 
 Upstream: pkg/koordlet/runtimehooks/hooks/resctrl/{resctrl.go,rule.go,updater.go}, pkg/koordlet/util/resctrl
-(spec §1.8). The annotation `node.koordinator.sh/resctrl` is decoded and turned into schemata by
-koordlet.qos.resctrl (`decode_annotation`, `pod_schemata`), the same code the pod-level reconciler uses, so the
-§1.9 worked example gives `L3:0=8;1=1f8;` and `MB:0=80;1=40;` here too.
+(spec §1.8). The annotation `node.koordinator.sh/resctrl` is decoded by koordlet.qos.resctrl_facts
+(`decode_resctrl`) and turned into schemata by koordlet.qos.resctrl (`pod_schemata`), the same code the pod-level
+reconciler uses, so the §1.9 worked example gives `L3:0=8;1=1f8;` and `MB:0=80;1=40;` here too.
 
 - RunPodSandbox: a Plan, in order: mkdir `<resctrl>/koordlet-<uid>` (when the facts do not list it; refused when
   no CLOSID is free), then the schemata, one write per resource line (the kernel keeps what a write does not name;
@@ -24,8 +24,8 @@ from __future__ import annotations
 from koordlet.nri.hooks.context import SAFE_NAME, FactMissing, HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.model import FACT_RESCTRL, Adjustment, HookResult
 from koordlet.qos.model import Plan, Write
-from koordlet.qos.resctrl import AnnotationError, decode_annotation, l3_line, mb_line, pod_schemata
-from koordlet.qos.resctrl_facts import ANNOTATION, POD_GROUP_PREFIX
+from koordlet.qos.resctrl import l3_line, mb_line, pod_schemata
+from koordlet.qos.resctrl_facts import ANNOTATION, POD_GROUP_PREFIX, AnnotationError, decode_resctrl
 
 HOOK_NAME = "Resctrl"
 GATE = "Resctrl"
@@ -56,7 +56,7 @@ def run_pod_sandbox(call: HookCall) -> HookResult:
                                     "its schemata")
     name = _group(call)
     try:
-        l3, mb = pod_schemata(decode_annotation(text), rf)
+        l3, mb = pod_schemata(decode_resctrl(text), rf)
     except AnnotationError as e:
         raise HookInputError(annotation_field(ANNOTATION, e.path), e.message) from None
     reason = f"runtime hook {HOOK_NAME}: pod {call.pod.key}"
