@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from scheduler.cluster import build_cluster, pod_requests
-from scheduler.framework import NodeResourcesFit, Scheduler
+from scheduler.framework import Profile, Scheduler
+from scheduler.plugins.fit import NodeResourcesFit
 
 
 def node(name: str, cpu: str = "4", memory: str = "8Gi", pods: int = 110) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def test_pod_requests_follow_kube_rules() -> None:
 def test_fit_spreads_nothing_but_fills_and_explains() -> None:
     cluster = build_cluster([node("n1", cpu="2"), node("n2", cpu="1"), pod("running", cpu="1", node_name="n1")])
     assert cluster.nodes["n1"].requested == {"cpu": 1000, "memory": 1 << 30, "pods": 1}
-    sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
+    sched = Scheduler(cluster, Profile([NodeResourcesFit()], [], []))
     first = sched.schedule(pod("p1"))
     assert first.node == "n1"  # equal scores: name order
     second = sched.schedule(pod("p2"))
@@ -77,7 +78,7 @@ def test_malformed_inputs_get_a_reason_and_leave_the_cluster_alone() -> None:
     n1 = cluster.nodes["n1"]
     assert list(n1.pods) == ["default/legacy"] and n1.requested["cpu"] == 1000
     assert n1.requested["memory"] == n1.allocatable["memory"] > 0
-    sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
+    sched = Scheduler(cluster, Profile([NodeResourcesFit()], [], []))
     weird = pod("weird", cpu="abc")
     assert sched.schedule(weird).reason == "invalid pod: 'abc' is not a Kubernetes quantity"
     assert sched.schedule(pod("fine", cpu="4")).node == "bad"

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.cluster import build_cluster
-from scheduler.framework import NodeResourcesFit, Placement, ReservePlugin, Scheduler, Unschedulable
-from scheduler.gang import collect_gangs, plan_jobs
-from scheduler.gang.model import gang_from_pod, gang_groups, parse_go_duration
+from scheduler.framework import Profile, Scheduler
+from scheduler.gang.model import collect_gangs, gang_from_pod, gang_groups, parse_go_duration
+from scheduler.gang.planner import plan_jobs
+from scheduler.interfaces import Placement, ReservePlugin, Unschedulable
+from scheduler.plugins.fit import NodeResourcesFit
 
 PG_CRD = "scheduling.sigs.k8s.io_podgroups.yaml"
 G = "gang.scheduling.koordinator.sh"
@@ -49,7 +51,7 @@ def ann_gang(name: str, min_available: int, **extra: str) -> dict[str, str]:
 def run(objs: list[dict[str, Any]], pods: list[dict[str, Any]], **kw: Any
         ) -> tuple[dict[str, Placement], list[dict[str, Any]], Any]:
     cluster = build_cluster(objs)
-    placements, preemptions = plan_jobs(Scheduler(cluster, [NodeResourcesFit()], [], []), pods, **kw)
+    placements, preemptions = plan_jobs(Scheduler(cluster, Profile([NodeResourcesFit()], [], [])), pods, **kw)
     return {p.pod: p for p in placements}, preemptions, cluster
 
 
@@ -159,7 +161,7 @@ def test_rollback_calls_unreserve_and_drops_annotations() -> None:
     assert isinstance(refuser, ReservePlugin)
     cluster = build_cluster([node("n1"), podgroup("job", 2)])
     pods = [pod("w0", label_group="job"), pod("w1", label_group="job")]
-    placements, _ = plan_jobs(Scheduler(cluster, [NodeResourcesFit()], [], [refuser]), pods)
+    placements, _ = plan_jobs(Scheduler(cluster, Profile([NodeResourcesFit()], [], [refuser])), pods)
     assert [p.node for p in placements] == [None, None]
     assert refuser.unreserved == ["w0"]
     assert "example/reserved" not in pods[0]["metadata"]["annotations"]

@@ -64,7 +64,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def runner(km: kmock.KubernetesEmulator) -> SecondaryScheduler:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     r = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
     r.metrics = SchedulerMetrics(NAME)
@@ -150,7 +150,7 @@ async def test_extender_metrics(kmock: kmock.KubernetesEmulator) -> None:
     km = seed(kmock)
     metrics = SchedulerMetrics("koord-scheduler")
     ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))),
-                   lambda c: Scheduler(c, *profile(None), metrics=metrics))
+                   lambda c: Scheduler(c, profile(None), metrics=metrics))
     ext.metrics = metrics
     await asyncio.to_thread(ext.refresh)
     two = _pod("two", {"nvidia.com/gpu": 2})
