@@ -31,14 +31,15 @@ from scheduler.reservation.plugin import ReservationPlugin
 
 log = logging.getLogger(__name__)
 
-# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped.
+# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped. Reservations and
+# ElasticQuotas come with ClusterSource's (the extender watches them too): listing them here again made every
+# quota appear twice.
 EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup"),
     ("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology"),
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
-    ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-)  # Reservations come with ClusterSource's (the extender watches them too)
+)
 RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"

@@ -222,3 +222,17 @@ async def test_extender_watch_releases_a_deleted_pods_quota(km: kmock.Kubernetes
         assert "Insufficient quotas, quotaName: team" in refused["FailedNodes"]["gpu-a"]
     finally:
         ext.stop_watches()
+
+
+async def test_run_lists_each_quota_once_per_cycle(km: kmock.KubernetesEmulator, runner: SecondaryScheduler,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """One GET of the ElasticQuota collection and at most one status patch per quota per cycle; the quotas are not
+    seen twice (a second copy was left out as "already taken" by the first)."""
+    km.objects["v1/pods", "default", "t1"] = team_pod("t1", 2)
+    with caplog.at_level(logging.WARNING):
+        await asyncio.to_thread(runner.run_once)
+    lists = [q for q in km if q.method.value == "GET" and q.url.path.endswith("/elasticquotas")]
+    patches = [q.url.path for q in km if q.method.value == "PATCH" and "/elasticquotas/" in q.url.path]
+    assert len(lists) == 1
+    assert patches and len(patches) == len(set(patches))
+    assert not [r for r in caplog.records if "already taken" in r.getMessage()]
