@@ -240,10 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     objects = load_objects(ns.cluster)
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
-    pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") in ("Pod", "Reservation")]
-    for o in load_objects(ns.pods):
-        if o.get("kind") == "PodGroup":
-            cluster.podgroups[key(o)] = o
+    given = load_objects(ns.pods)
+    pods = [o for o in given if o.get("kind", "Pod") in ("Pod", "Reservation")]
+    # the PodGroups and PriorityClasses given with the pods join the cluster's, read as build_cluster reads them
+    catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])
+    cluster.podgroups.update(catalogue.podgroups)
+    cluster.priority_classes.update(catalogue.priority_classes)
     result = simulate(cluster, pods, cfg)
     sys.stdout.write(json.dumps(result, indent=2) + "\n" if ns.output == "json" else table(result))
     return 0
