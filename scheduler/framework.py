@@ -265,13 +265,15 @@ class Scheduler:
                 gc.enable()
 
     # -- one whole cycle ----------------------------------------------------------------------------------------
-    def schedule(self, pod: JSON) -> Placement:
+    def schedule(self, pod: JSON, *, attempt: bool = True) -> Placement:
         """One cycle; on success the pod is assumed on the node (its annotations included). Then PostFilter for a
         pod no node took (preemption), which may place it.
 
-        `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible."""
+        `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible.
+        `attempt`: count the attempt in scheduler_schedule_attempts_total (the gang planner counts its members
+        itself, once Permit decided for their group)."""
         with self.cycle(pod) as cycle, cycle_requests(pod):
-            placed = cycle.run()
+            placed = cycle.run(attempt)
         if placed.node is None:
             for p in self.profile.post_filters:
                 got = p.post_filter(self, pod)
@@ -367,7 +369,7 @@ class Cycle:
         return {n.name: self.score(n) for n in nodes}
 
     # -- the whole cycle ----------------------------------------------------------------------------------------
-    def run(self) -> Placement:
+    def run(self, attempt: bool = True) -> Placement:
         """Filter, score, reserve and assume on the best node that takes the pod; the reasons when none does."""
         metrics = self.sched.metrics
         if metrics is None:
@@ -376,9 +378,12 @@ class Cycle:
         try:
             placed = self._vector(metrics)
         except Exception:
-            metrics.attempt("error", time.perf_counter() - start)
+            if attempt:
+                metrics.attempt("error", time.perf_counter() - start)
             raise
-        metrics.attempt("scheduled" if placed.node is not None else "unschedulable", time.perf_counter() - start)
+        if attempt:
+            metrics.attempt("scheduled" if placed.node is not None else "unschedulable",
+                            time.perf_counter() - start)
         return placed
 
     def _vector(self, metrics: SchedulerMetrics | None) -> Placement:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from scheduler.cluster import JSON, Cluster, NodeInfo, key
@@ -133,6 +134,18 @@ class Planner:
                         f"minMember {g.min_member}, children {g.children}")
         return None
 
+    def attempted(self, pods: list[JSON], started: float) -> None:
+        """One scheduling attempt per pod, by its outcome once Permit decided for its group (kube-scheduler counts
+        a pod rejected at PreFilter or Permit as unschedulable)."""
+        metrics = self.sched.metrics
+        if metrics is None:
+            return
+        seconds = time.perf_counter() - started
+        for p in pods:
+            placed = self.results.get(key(p))
+            metrics.attempt("scheduled" if placed is not None and placed.node is not None else "unschedulable",
+                            seconds)
+
     def run_group(self, group: GangGroup) -> None:
         pending = group.pending
         once = _once_satisfied(group)
@@ -140,6 +153,13 @@ class Planner:
             for p in pending:  # once satisfied (or no Permit): members pass every gang check one by one
                 self.results[key(p)] = self.sched.schedule(p)
             return
+        started = time.perf_counter()
+        self.decide(group, once)
+        self.attempted(pending, started)
+
+    def decide(self, group: GangGroup, once: bool) -> None:
+        """PreFilter's gang check, every member assumed, then Permit: all of them stamped, or all released."""
+        pending = group.pending
         if self.cos.admission and (why := self.admit(group, once)) is not None:
             self.fail_all(pending, why)
             return
@@ -176,7 +196,7 @@ class Planner:
         """Members back to back; Strict: the first failure rejects the group, NonStrict: later members go on."""
         for g in group.gangs:
             for pod in g.pending:
-                p = self.sched.schedule(pod)
+                p = self.sched.schedule(pod, attempt=False)
                 if p.node is not None:
                     held.append(Assumed(pod, p.node, p.annotations))
                     self.results[key(pod)] = p
@@ -444,6 +464,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
         if gid not in gangs:
             planner.results[k] = Placement(k, None, reason=f'gang "{gid}" not found: no PodGroup and no valid '
                                                           f'gang.scheduling.koordinator.sh/min-available')
+            planner.attempted([pod], time.perf_counter())
             continue
         group = groups[gid]
         if group.id in done:
