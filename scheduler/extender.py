@@ -143,7 +143,9 @@ def _pod_signature(pod: JSON) -> tuple[Any, ...]:
 
 
 @dataclass
-class _Assumed:
+class _Bound:
+    """A pod this extender bound (or is binding), kept on its node until a watch or list shows it there."""
+
     pod: JSON
     node: str
     bound_at: float = math.inf  # monotonic; inf while the bind is in flight
@@ -203,7 +205,7 @@ class Extender:
         self.make_scheduler = make_scheduler
         self.lock = threading.RLock()
         self.bind_lock = threading.Lock()
-        self.assumed: dict[str, _Assumed] = {}  # pod key → bound by us, not yet seen bound+annotated
+        self.assumed: dict[str, _Bound] = {}  # pod key → bound by us, not yet seen bound+annotated
         self.binder = Binder(self.client)
         self.scheduler = make_scheduler(Cluster())
         served.load(self.scheduler)
@@ -531,7 +533,7 @@ class Extender:
                                                    cycle.reserve(self.scheduler.cluster.nodes[node])).annotations
                 except Unschedulable as e:
                     return {"Error": f"pod {pod_key} does not fit on node {node}: {e}"}
-                self.assumed[pod_key] = _Assumed(pod, node)
+                self.assumed[pod_key] = _Bound(pod, node)
                 if self.metrics is not None:
                     self.metrics.reserved(annotations)
             result = self.binder.bind(self.scheduler, [Member(Assumed(pod, node, annotations), uid)], self._rollback)
@@ -579,7 +581,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(args, dict):
                 raise BadRequest("the body must be a JSON object")
             started = time.perf_counter()
-            result: Any = getattr(self.server.extender, verb)(args)
+            ext = self.server.extender
+            result: JSON | list[JSON] = (ext.filter(args) if verb == "filter" else ext.prioritize(args)
+                                         if verb == "prioritize" else ext.bind(args))
             metrics = self.server.extender.metrics
             if metrics is not None:  # the extension point kube-scheduler delegates to this verb
                 ok = not (isinstance(result, dict) and result.get("Error"))

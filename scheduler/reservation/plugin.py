@@ -20,7 +20,7 @@ from scheduler.cluster import JSON, Cluster, NodeInfo, is_reserve_pod, key, pod_
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import pod_priority
 from scheduler.interfaces import Handle, Placement
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
 from scheduler.reservation import matching
 from scheduler.reservation.model import (
     ANN_ALLOCATED,
@@ -180,7 +180,7 @@ class ReservationPlugin:
         were last taken off it for a cycle (and put back unchanged), it is now exactly as it was then: its version
         goes back to that state's, so no plugin recomputes its rows (owner after owner, the same ~10 % of the
         nodes would otherwise be recomputed by every per-node cache twice a cycle)."""
-        index: NodeIndex | None = cluster.__dict__.get("_node_index")
+        index = built_index(cluster)
         before = index.version(node) if index is not None else None
         pods = tuple(r.pod for r in restored)
         for r in restored:
