@@ -337,7 +337,7 @@ class Cycle:
         """The pod is placed: its annotations added, assumed on the node; end_cycle will be told."""
         self.pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
         self.cluster.assume(self.pod, node.name)
-        self.placed = Placement(key(self.pod), node.name, annotations, scores=scores or {})
+        self.placed = Placement(key(self.pod), node.name, annotations, scores={} if scores is None else scores)
         return self.placed
 
     def place_on(self, node: NodeInfo) -> Placement:

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from scheduler.cluster import build_cluster, pod_requests
-from scheduler.framework import Profile, Scheduler
+from scheduler.framework import LazyScores, Profile, Scheduler
 from scheduler.plugins.fit import NodeResourcesFit
 
 
@@ -47,6 +48,17 @@ def test_fit_spreads_nothing_but_fills_and_explains() -> None:
     third = sched.schedule(pod("p3"))
     assert third.node is None and third.reason == "0/2 nodes are available: 2 Insufficient cpu."
     assert cluster.nodes["n1"].free("cpu") == 0 and cluster.nodes["n2"].free("cpu") == 0
+
+
+def test_a_placement_builds_its_scores_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placement.scores comes from the cycle's arrays on first read (building it was a third of a cycle)."""
+    built: list[int] = []
+    make = LazyScores._get
+    monkeypatch.setattr(LazyScores, "_get", lambda self: built.append(1) or make(self))
+    sched = Scheduler(build_cluster([node("n1"), node("n2")]), Profile([NodeResourcesFit()], [], []))
+    placed = sched.schedule(pod("p1"))
+    assert placed.node == "n1" and built == []
+    assert dict(placed.scores) == {"n1": 0, "n2": 0} and built
 
 
 def test_simulate_command(tmp_path: Path) -> None:
