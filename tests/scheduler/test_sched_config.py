@@ -17,11 +17,14 @@ from scheduler.cli import main, profile, simulate
 from scheduler.cluster import build_cluster
 from scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
 from scheduler.config.args import DEVICE_SCORING_RESOURCES, ScoringStrategy
+from scheduler.config.plugins import PLUGINS, RUN
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.framework import Scheduler
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.loadaware import LoadAware
 from scheduler.plugins.scarce import ScarceResourceAvoidance
-from scheduler.registry import build
+from scheduler.registry import REGISTRY, build
+from scheduler.reservation.plugin import ReservationPlugin
 
 from conftest import agent_device
 
@@ -421,8 +424,6 @@ def test_simulate_json_with_config(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_deviceshare_args_reach_the_plugin(tmp_path: Path) -> None:
     """gpuSharedResourceTemplatesConfig and gpuShareUnsupportedModels of a config file configure DeviceShare."""
-    from scheduler.deviceshare.plugin import DeviceShare
-
     path = tmp_path / "sched.yaml"
     path.write_text("""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -446,3 +447,18 @@ profiles:
     assert ds.templates.key == "gpu-system/vnpu-templates"
     assert ds.templates.matched_resources == ("huawei.com/npu-core",)
     assert ds.unsupported_models == frozenset({("nvidia", "L20")})
+
+
+def test_every_implemented_plugin_has_a_factory_and_each_hook_is_resolved_once() -> None:
+    """The registry makes every plugin config/plugins.py says runs here, and nothing else; the profile resolves
+    each optional hook from the plugins implementing it (ElasticQuota's PreFilter, Reservation's cycle hooks)."""
+    assert set(REGISTRY) == {p.name for p in PLUGINS.values() if p.status == RUN}
+    made = build(SchedulerConfig())
+    assert [p.name for p in made.prefilters] == ["ElasticQuota"]
+    assert list(made.cycle_hooks) == [made.by_name["Reservation"]]
+    assert list(made.prebinders) == [made.by_name["DeviceShare"]]
+    assert len(made.filter_vectors) == len(made.filters) and None not in made.filter_vectors
+    sched = Scheduler(build_cluster([]), made)
+    assert sched.plugin("Reservation", ReservationPlugin) is not None
+    with pytest.raises(TypeError):
+        sched.plugin("Reservation", DeviceShare)
