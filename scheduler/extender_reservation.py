@@ -9,7 +9,7 @@ from koordlet.errors import KoordletError
 from koordlet.kubeapi import KubeClient
 from scheduler.cluster import JSON, NodeInfo, key
 from scheduler.framework import Scheduler
-from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, place, release
+from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, Reservation, place, release
 from scheduler.reservation.model import load as load_book
 from scheduler.reservation.plugin import NAME, ReservationPlugin
 
@@ -87,14 +87,19 @@ def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, di
     r = resv.book.get(str(ref.get("name") or "")) if isinstance(ref, dict) else None
     if r is None:
         return None
-    have = (r.obj.get("metadata") or {}).get("annotations") or {}
-    extra = {k: v for k, v in r.annotations.items() if have.get(k) != v}
     r.dirty = False
-    return r.name, extra, r.status()
+    return r.name, changed_annotations(r), r.status()
 
 
-def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) -> None:
-    """A merge patch of the object's annotations (when any differ), then of its status subresource, as `run`."""
+def changed_annotations(r: Reservation) -> dict[str, str]:
+    """The annotations (devices and CPUs held) the object does not show yet."""
+    have = (r.obj.get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in r.annotations.items() if have.get(k) != v}
+
+
+def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) -> bool:
+    """A merge patch of the object's annotations (when any differ), then of its status subresource (the CRD
+    declares one); False when the API refused (logged)."""
     path = RESERVATION.format(name=name)
     try:
         if extra:
@@ -102,3 +107,5 @@ def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) ->
         client.patch(f"{path}/status", {"status": status})
     except KoordletError as e:
         log.warning("updating Reservation %s: %s", name, e)
+        return False
+    return True

@@ -12,6 +12,7 @@ from typing import Any
 
 from koordlet.errors import KoordletError, NotFound
 from koordlet.kubeapi import KubeClient
+from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, path_of
 from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
@@ -40,7 +41,6 @@ EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
 )
-RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -185,18 +185,8 @@ class SecondaryScheduler:
         """Annotations (devices held) and status of every reservation that changed: a merge patch of the object,
         then of its status subresource (the CRD declares one)."""
         for r in resv.book.values():
-            if not r.dirty:
-                continue
-            path = RESERVATION.format(name=r.name)
-            try:
-                extra = {k: v for k, v in r.annotations.items()
-                         if ((r.obj.get("metadata") or {}).get("annotations") or {}).get(k) != v}
-                if extra:
-                    self.client.patch(path, {"metadata": {"annotations": extra}})
-                self.client.patch(f"{path}/status", {"status": r.status()})
+            if r.dirty and served.write(self.client, r.name, served.changed_annotations(r), r.status()):
                 r.dirty = False
-            except KoordletError as e:
-                log.warning("updating Reservation %s: %s", r.name, e)
 
     def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
         if not pods:
