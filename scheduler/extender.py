@@ -528,9 +528,9 @@ class Extender:
                     return {"Error": f"pod {pod_key} is already bound to {self.assumed[pod_key].node}"}
                 try:
                     # an owner is served from its reservation on this node (reservation-allocated, accounted)
+                    target = self.scheduler.cluster.nodes[node]
                     with self.scheduler.cycle(pod) as cycle:
-                        annotations = cycle.assume(self.scheduler.cluster.nodes[node],
-                                                   cycle.reserve(self.scheduler.cluster.nodes[node])).annotations
+                        annotations = cycle.assume(target, cycle.reserve(target)).annotations
                 except Unschedulable as e:
                     return {"Error": f"pod {pod_key} does not fit on node {node}: {e}"}
                 self.assumed[pod_key] = _Bound(pod, node)
