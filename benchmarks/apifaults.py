@@ -101,7 +101,7 @@ async def _run(fault: str, clock: Clock, seconds: float, qps: float, state_dir: 
     link.clock = clock
 
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     ext = Extender(ClusterSource(KubeClient(kube)), make)
     ext.clock = clock

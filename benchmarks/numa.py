@@ -27,6 +27,7 @@ from benchmarks.scheduler import _node
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
+from scheduler.reservation.plugin import ReservationPlugin
 
 GOAL_RATIO = 0.7
 SPEC = "scheduling.koordinator.sh/numa-topology-spec"
@@ -92,8 +93,8 @@ def one_run(objs: list[dict[str, Any]], kind: str, pods: int, owner: bool) -> tu
     """(placed, wall s, placed pods served from a reservation: `reservation-allocated` naming the one on their node,
     wall s of the last three quarters of the pods) on a fresh cluster and fresh plugins."""
     cluster = build_cluster(copy.deepcopy(objs))
-    sched = Scheduler(cluster, *profile(None))
-    resv = sched.plugin("Reservation")
+    sched = Scheduler(cluster, profile(None))
+    resv = sched.plugin("Reservation", ReservationPlugin)
     if resv is not None:
         resv.bind(cluster)
     sched.prepare()

@@ -121,7 +121,7 @@ def throughput(nodes: int, running: int, pods: int) -> None:
     # alternated, twice each, best run kept: the first build of a cluster warms caches for both
     for label, config in (("ElasticQuota off", off_config), ("ElasticQuota on", None)) * 2:
         cluster = build_cluster(copy.deepcopy(objects))
-        sched = Scheduler(cluster, *profile(config))
+        sched = Scheduler(cluster, profile(config))
         sched.prepare()
         batch = []
         for k in range(pods):
@@ -139,7 +139,7 @@ def throughput(nodes: int, running: int, pods: int) -> None:
             lat.append((time.perf_counter() - t) * 1000)
         wall = time.perf_counter() - start
         gc.unfreeze()
-        names = [getattr(p, "name", "") for p in sched.plugins()]
+        names = [p.name for p in sched.profile.plugins]
         assert ("ElasticQuota" in names) == (config is None), names
         results.setdefault(label, []).append((placed, pods / wall, statistics.median(lat),
                                               sorted(lat)[int(len(lat) * 0.99) - 1]))

@@ -32,7 +32,7 @@ from typing import Any
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
-from scheduler.gang import plan_jobs
+from scheduler.gang.planner import plan_jobs
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -131,9 +131,8 @@ def gang_bench(nodes: int, members: int, runs: int) -> None:
     for _ in range(runs):
         # fresh plugins too: DeviceShare carries in-flight reservations over to a new cluster of the same nodes;
         # topology-aware as `simulate` is (a live scheduler needs CoschedulingArgs.awareNetworkTopology: true)
-        filters, scorers, reservers = profile(None, simulate=True)
         cluster = build_cluster(copy.deepcopy(objects))
-        sched = Scheduler(cluster, filters, scorers, reservers)
+        sched = Scheduler(cluster, profile(None, simulate=True))
         sched.prepare()
         pods = [_gang_pod(f"train-{k}", k) for k in range(members)]
         gc.collect()
@@ -170,9 +169,8 @@ def _rss_mib() -> float:
 def _one_run(objects: list[dict[str, Any]], kind: str, pods: int) -> tuple[int, float, float, list[float], float]:
     """(placed, wall s, prepare s, per-pod latencies ms, RSS MiB with the cluster loaded) on a fresh cluster and
     fresh plugins (DeviceShare reservations belong to one cluster)."""
-    filters, scorers, reservers = profile(None)
     cluster = build_cluster(copy.deepcopy(objects))
-    sched = Scheduler(cluster, filters, scorers, reservers)
+    sched = Scheduler(cluster, profile(None))
     t = time.perf_counter()
     sched.prepare()  # pauses the cyclic GC and freezes the loaded heap (see Scheduler.prepare)
     prepare = time.perf_counter() - t
@@ -193,8 +191,7 @@ def _one_run(objects: list[dict[str, Any]], kind: str, pods: int) -> tuple[int, 
 def placement_table(nodes: int, running: int, pods: int, repeat: int) -> None:
     objects: list[dict[str, Any]] = [o for i in range(nodes) for o in _node(i)]
     objects += [_pod(f"running-{j}", "cpu", f"node-{j % nodes:04d}") for j in range(running)]
-    filters, scorers, reservers = profile(None)
-    names = dict.fromkeys([f.name for f in filters] + [s.name for s in scorers] + [r.name for r in reservers])
+    names = [p.name for p in profile(None).plugins]
     rows = []
     for kind in KINDS:
         runs = [_one_run(objects, kind, pods) for _ in range(repeat)]

@@ -31,7 +31,7 @@ KINDS = ("cpu", "whole-gpu", "gpu-rdma")
 
 def run(objects: list[dict[str, Any]], cfg: SchedulerConfig, kind: str, pods: int) -> tuple[int, float, float, float]:
     cluster = build_cluster(copy.deepcopy(objects))
-    sched = Scheduler(cluster, *profile(cfg))
+    sched = Scheduler(cluster, profile(cfg))
     sched.prepare()
     gc.collect()
     gc.freeze()

@@ -5,27 +5,41 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.core.errors import KoordletError
 from scheduler.cluster import Cluster, build_cluster, key, load_objects
-from scheduler.config import ConfigError, SchedulerConfig, build, load_config
-from scheduler.framework import FilterPlugin, Placement, ReservePlugin, Scheduler, ScorePlugin
+from scheduler.config import ConfigError, SchedulerConfig, load_config
+from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
+from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.extender import ClusterSource, Extender, parse_addr, serve
+from scheduler.framework import Profile, Scheduler
+from scheduler.gang.model import parse_go_duration
+from scheduler.gang.planner import plan_jobs
+from scheduler.interfaces import Placement
 from scheduler.metrics import SchedulerMetrics
+from scheduler.noderesource import cli as noderesource_cli
+from scheduler.noderesource.fill import config_of, fill_missing
+from scheduler.registry import build
+from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
+from scheduler.reservation.plugin import ReservationPlugin
+from scheduler.runner import SecondaryScheduler
+from scheduler.services import DiagnosisAPI, DiagnosisServer
 
 log = logging.getLogger("koord-sched")
 CONFIG_HELP = "KubeSchedulerConfiguration (v1) file, or the koord-scheduler ConfigMap holding one"
 
 
-def profile(config: str | SchedulerConfig | None, *, simulate: bool = False
-            ) -> tuple[list[FilterPlugin], list[ScorePlugin], list[ReservePlugin]]:
-    """Fresh plugin instances of the profile: (filters, scorers, reservers) for `Scheduler(cluster, *profile)`.
+def profile(config: str | SchedulerConfig | None, *, simulate: bool = False) -> Profile:
+    """Fresh plugin instances of the profile, for `Scheduler(cluster, profile(...))`.
 
     `config` is a --config path (read each call), a parsed SchedulerConfig, or None for the defaults."""
-    cfg = config if isinstance(config, SchedulerConfig) else load_config(config)
-    plugins = build(cfg, simulate=simulate)
-    return plugins.filters, plugins.scorers, plugins.reservers
+    return build(config if isinstance(config, SchedulerConfig) else load_config(config), simulate=simulate)
 
 
 def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | SchedulerConfig | None = None
@@ -35,10 +49,8 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | Schedul
 
     Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
     answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
-    from scheduler.gang import plan_jobs
-
-    sched = Scheduler(cluster, *profile(config, simulate=True))
-    resv = sched.plugin("Reservation")
+    sched = Scheduler(cluster, profile(config, simulate=True))
+    resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
     if resv is not None:
         resv.bind(cluster)
         for r in sorted(resv.book.values(), key=lambda r: r.name):  # --cluster's pending ones first
@@ -66,13 +78,13 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | Schedul
     if resv is not None and (resv.book or any(o.get("kind") == "Reservation" for o in pods)):
         result["reservations"] = resv.report()
         preemptions += resv.preemptions
-    quota = sched.plugin("ElasticQuota")
+    quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
     if quota is not None and cluster.elastic_quotas:
         result.update(quota_report(quota, placements))
     return result
 
 
-def quota_report(quota: Any, placements: list[Placement]) -> dict[str, Any]:
+def quota_report(quota: ElasticQuota, placements: list[Placement]) -> dict[str, Any]:
     """Per quota: min, max, runtime, used and the pods ElasticQuota refused; and the objects left out."""
     unplaced = {p.pod for p in placements if p.node is None}
     refused: dict[str, list[str]] = {}
@@ -117,13 +129,6 @@ def table(result: dict[str, Any]) -> str:
 
 
 def extender(ns: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from apis.client.kubeapi import KubeClient, KubeConfig
-    from apis.core.errors import KoordletError
-    from scheduler.extender import ClusterSource, Extender, serve
-
     try:
         kube = KubeConfig.load(ns.kubeconfig)
         if kube is None:
@@ -132,7 +137,7 @@ def extender(ns: argparse.Namespace) -> int:
         cfg: SchedulerConfig = ns.cfg
         # Fresh plugins per re-list: their device state is derived from the listed pods.
         metrics = SchedulerMetrics(cfg.scheduler_name)
-        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, *profile(cfg), metrics=metrics))
+        ext = Extender(ClusterSource(KubeClient(kube)), lambda c: Scheduler(c, profile(cfg), metrics=metrics))
         ext.metrics = metrics
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())  # kubelet's stop: close cleanly, exit 0
@@ -148,14 +153,6 @@ def extender(ns: argparse.Namespace) -> int:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from apis.client.kubeapi import KubeClient, KubeConfig
-    from apis.core.errors import KoordletError
-    from scheduler.gang.model import parse_go_duration
-    from scheduler.runner import SecondaryScheduler
-
     interval = parse_go_duration(ns.interval)
     if interval is None:
         try:
@@ -171,7 +168,7 @@ def run(ns: argparse.Namespace) -> int:
         cfg: SchedulerConfig = ns.cfg
         cos = cfg.plugin_args("Coscheduling")
         # Fresh plugins per cycle: their device state is derived from the listed pods.
-        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, *profile(cfg)),
+        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
@@ -181,17 +178,12 @@ def run(ns: argparse.Namespace) -> int:
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         if ns.with_noderesource:
-            from scheduler.noderesource.cli import start_background
-
             try:
-                start_background(kube, ns, stop)
+                noderesource_cli.start_background(kube, ns, stop)
             except ValueError as e:  # a bad --noderesource-* flag
                 log.error("run: %s", e)
                 return 2
         if ns.addr:
-            from scheduler.extender import parse_addr
-            from scheduler.services import DiagnosisAPI, DiagnosisServer
-
             server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state, runner.metrics))
             server.start()
             log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
@@ -230,8 +222,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="diagnosis API and /debug/flags listen address (default :10251, '' for none)")
     run_p.add_argument("--with-noderesource", action="store_true",
                        help="also run the noderesource loop (node allocatable for devices, batch and mid)")
-    from scheduler.noderesource import cli as noderesource_cli
-
     noderesource_cli.add_flags(run_p, prefix="noderesource-")
     noderesource_cli.add_parser(sub)
     ns = ap.parse_args(argv)
@@ -247,15 +237,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return extender(ns)
     if ns.command == "run":
         return run(ns)
-    from scheduler.noderesource.fill import config_of, fill_missing
-
     objects = load_objects(ns.cluster)
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
-    pods = [o for o in load_objects(ns.pods) if o.get("kind", "Pod") in ("Pod", "Reservation")]
-    for o in load_objects(ns.pods):
-        if o.get("kind") == "PodGroup":
-            cluster.podgroups[key(o)] = o
+    given = load_objects(ns.pods)
+    pods = [o for o in given if o.get("kind", "Pod") in ("Pod", "Reservation")]
+    # the PodGroups and PriorityClasses given with the pods join the cluster's, read as build_cluster reads them
+    catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])
+    cluster.podgroups.update(catalogue.podgroups)
+    cluster.priority_classes.update(catalogue.priority_classes)
     result = simulate(cluster, pods, cfg)
     sys.stdout.write(json.dumps(result, indent=2) + "\n" if ns.output == "json" else table(result))
     return 0

@@ -21,6 +21,7 @@ from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.objects import JSON
 from scheduler import extender_reservation as served
 from scheduler import malformed
+from scheduler.binder import Binder, Member, pod_path
 from scheduler.cluster import (
     Cluster,
     NodeInfo,
@@ -28,12 +29,17 @@ from scheduler.cluster import (
     build_cluster,
     holds_resources,
     is_active,
+    is_reserve_pod,
     key,
     node_allocatable,
     pod_requests,
 )
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
-from scheduler.framework import Placement, Scheduler, Unschedulable
+from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
+from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.framework import Assumed, Scheduler
+from scheduler.interfaces import Unschedulable
+from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.services import DiagnosisAPI, send
 
 log = logging.getLogger(__name__)
@@ -101,7 +107,7 @@ class ClusterSource:
                 out.append(item)
         return out, rv
 
-    def _list_all(self, path: str, field_selector: str | None) -> list[JSON]:
+    def list_all(self, path: str, field_selector: str | None) -> list[JSON]:
         return self._list_pages(path, field_selector)[0]
 
     def _list_pages(self, path: str, field_selector: str | None) -> tuple[list[JSON], str]:
@@ -137,14 +143,12 @@ def _pod_signature(pod: JSON) -> tuple[Any, ...]:
 
 
 @dataclass
-class _Assumed:
+class _Bound:
+    """A pod this extender bound (or is binding), kept on its node until a watch or list shows it there."""
+
     pod: JSON
     node: str
     bound_at: float = math.inf  # monotonic; inf while the bind is in flight
-
-
-def _pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
 def _require_str(args: JSON, field: str) -> str:
@@ -201,7 +205,8 @@ class Extender:
         self.make_scheduler = make_scheduler
         self.lock = threading.RLock()
         self.bind_lock = threading.Lock()
-        self.assumed: dict[str, _Assumed] = {}  # pod key → bound by us, not yet seen bound+annotated
+        self.assumed: dict[str, _Bound] = {}  # pod key → bound by us, not yet seen bound+annotated
+        self.binder = Binder(self.client)
         self.scheduler = make_scheduler(Cluster())
         served.load(self.scheduler)
         self.refresh_lock = threading.Lock()
@@ -319,7 +324,7 @@ class Extender:
                 listed = {key(o) for o in items}
                 for node in list(cluster.nodes.values()):
                     for k, pod in list(node.pods.items()):
-                        if k not in listed and k not in self.assumed and not served.is_reserve_pod(pod):
+                        if k not in listed and k not in self.assumed and not is_reserve_pod(pod):
                             self._remove_pod(sched, node, k, pod)
             elif kind == "Reservation":
                 cluster.reservations = list(items)
@@ -383,7 +388,7 @@ class Extender:
 
     @staticmethod
     def _quotas_changed(sched: Scheduler) -> None:
-        quota = sched.plugin("ElasticQuota")
+        quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
         if quota is not None:
             quota.reload(sched.cluster)
 
@@ -457,9 +462,7 @@ class Extender:
         """Take an assigned pod off its node; when it is `gone` (deleted or finished) an owner's share returns
         to its reservation (never reviving an allocateOnce one: Succeeded is final)."""
         node.remove_pod(k)
-        for r in reversed(sched.reservers):
-            if getattr(r, "name", None) != "Reservation":
-                r.unreserve(pod, node, sched.cluster)
+        sched.unreserve(pod, node, keep=(RESERVATION_PLUGIN,))  # the owner's share: owner_gone, below
         if gone:
             served.owner_gone(sched, pod)
 
@@ -467,9 +470,9 @@ class Extender:
     def filter(self, args: JSON) -> JSON:
         pod = _pod(args)
         names, items = _node_names(args)
-        with self.lock, served.cycle(self.scheduler, pod):
+        with self.lock, self.scheduler.cycle(pod) as cycle:
             known = [n for n in names if n in self.scheduler.cluster.nodes]
-            fits, failed = self.scheduler.feasible(pod, known)
+            fits, failed = cycle.feasible(known)
         fit_names = [f.name for f in fits]
         for n in set(names) - set(known):
             failed[n] = "node is unknown to the koord-sched extender (not listed yet)"
@@ -484,11 +487,12 @@ class Extender:
     def prioritize(self, args: JSON) -> list[JSON]:
         pod = _pod(args)
         names, _ = _node_names(args)
-        with self.lock, served.cycle(self.scheduler, pod):
+        with self.lock, self.scheduler.cycle(pod) as cycle:
             cluster = self.scheduler.cluster
             nodes = [cluster.nodes[n] for n in names if n in cluster.nodes]
-            totals = self.scheduler.scores(pod, nodes)
-            weight = sum(s.weight for s in self.scheduler.scorers) - served.idle_weight(self.scheduler, pod, nodes)
+            totals = cycle.scores(nodes)
+            weight = sum(s.weight for s in self.scheduler.profile.scorers) - served.idle_weight(self.scheduler, pod,
+                                                                                                 nodes)
         # Plugin scores are 0..100 each, weighted; kube-scheduler wants 0..MaxExtenderPriority.
         top = PLUGIN_MAX_SCORE * weight
         return [{"Host": n, "Score": totals.get(n, 0) * MAX_EXTENDER_PRIORITY // top if top else 0} for n in names]
@@ -499,7 +503,7 @@ class Extender:
         if not isinstance(uid, str):
             raise BadRequest("PodUID must be a string")
         try:
-            pod = self.client.get(_pod_path(namespace, name))
+            pod = self.client.get(pod_path(namespace, name))
         except NotFound:
             return {"Error": f"pod {namespace}/{name} not found"}
         except KoordletError as e:
@@ -524,65 +528,32 @@ class Extender:
                     return {"Error": f"pod {pod_key} is already bound to {self.assumed[pod_key].node}"}
                 try:
                     # an owner is served from its reservation on this node (reservation-allocated, accounted)
-                    with served.cycle(self.scheduler, pod) as outcome:
-                        annotations = self.scheduler.reserve_on(pod, node)
-                        outcome.append(Placement(pod_key, node, annotations))
+                    target = self.scheduler.cluster.nodes[node]
+                    with self.scheduler.cycle(pod) as cycle:
+                        annotations = cycle.assume(target, cycle.reserve(target)).annotations
                 except Unschedulable as e:
                     return {"Error": f"pod {pod_key} does not fit on node {node}: {e}"}
-                self.assumed[pod_key] = _Assumed(pod, node)
+                self.assumed[pod_key] = _Bound(pod, node)
                 if self.metrics is not None:
                     self.metrics.reserved(annotations)
-            patched = locked = False
-            labels, node_annotations = self.scheduler.prebind_patches(pod_key)
-            try:
-                meta = ({"annotations": annotations} if annotations else {}) | ({"labels": labels} if labels else {})
-                if meta:
-                    self.client.patch(_pod_path(namespace, name), {"metadata": meta})
-                    patched = True
-                if node_annotations:  # a device plugin's node lock (DeviceShare adapters)
-                    self.client.patch(f"/api/v1/nodes/{node}", {"metadata": {"annotations": node_annotations}})
-                    locked = True
-                self.client.post(f"{_pod_path(namespace, name)}/binding", {
-                    "apiVersion": "v1", "kind": "Binding",
-                    "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
-            except KoordletError as e:
-                self._rollback(pod, pod_key, node)
-                if patched:
-                    self._unannotate(namespace, name, annotations)
-                if locked:
-                    try:
-                        self.client.patch(f"/api/v1/nodes/{node}",
-                                          {"metadata": {"annotations": dict.fromkeys(node_annotations)}})
-                    except KoordletError as unlock_error:
-                        log.warning("unlocking node %s after a failed bind: %s", node, unlock_error)
-                return {"Error": f"binding {pod_key} to {node}: {e}"}
+            result = self.binder.bind(self.scheduler, [Member(Assumed(pod, node, annotations), uid)], self._rollback)
+            if result.error:
+                return {"Error": f"binding {pod_key} to {node}: {result.cause or result.error}"}
             with self.lock:
                 if pod_key in self.assumed:
                     self.assumed[pod_key].bound_at = time.monotonic()
                 patch = served.status_patch(self.scheduler, annotations)
             if patch is not None:  # as `run` writes it; the Binding stands even if this write fails
                 served.write(self.client, *patch)
-        log.info("bound %s to %s%s", pod_key, node, f" ({', '.join(annotations)})" if annotations else "")
         return {"Error": ""}
 
-    def _rollback(self, pod: JSON, pod_key: str, node_name: str) -> None:
+    def _rollback(self, undo: list[Assumed]) -> None:
+        """A failed bind: the pods are no longer assumed, their reservations released (on the live scheduler: a
+        re-list meanwhile assumed them on its new cluster)."""
         with self.lock:
-            self.assumed.pop(pod_key, None)
-            cluster = self.scheduler.cluster
-            node = cluster.nodes.get(node_name)
-            if node is None:
-                return
-            node.remove_pod(pod_key)
-            for r in reversed(self.scheduler.reservers):
-                r.unreserve(pod, node, cluster)
-
-    def _unannotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        """Best effort: a pending pod must not keep a device-allocated that no longer holds."""
-        try:
-            self.client.patch(_pod_path(namespace, name), {"metadata": {"annotations": dict.fromkeys(annotations)}})
-        except KoordletError as e:
-            log.warning("removing %s from %s/%s after a failed bind: %s", ", ".join(annotations), namespace, name, e)
+            for a in undo:
+                self.assumed.pop(key(a.pod), None)
+            self.scheduler.release(undo)
 
 
 VERB_POINTS = {"filter": "Filter", "prioritize": "Score", "bind": "Bind"}
@@ -610,7 +581,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(args, dict):
                 raise BadRequest("the body must be a JSON object")
             started = time.perf_counter()
-            result: Any = getattr(self.server.extender, verb)(args)
+            ext = self.server.extender
+            result: JSON | list[JSON] = (ext.filter(args) if verb == "filter" else ext.prioritize(args)
+                                         if verb == "prioritize" else ext.bind(args))
             metrics = self.server.extender.metrics
             if metrics is not None:  # the extension point kube-scheduler delegates to this verb
                 ok = not (isinstance(result, dict) and result.get("Error"))

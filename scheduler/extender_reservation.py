@@ -1,29 +1,26 @@
-"""The extender's Reservations: the book kept in step with watched objects, owner cycles, status written back."""
+"""The extender's Reservations: the book kept in step with watched objects, status written back."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
-from scheduler.cluster import NodeInfo, is_reserve_pod, key
-from scheduler.framework import Placement, Scheduler
-from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, place, release
+from scheduler.cluster import NodeInfo, key
+from scheduler.framework import Scheduler
+from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, Reservation, place, release
 from scheduler.reservation.model import load as load_book
+from scheduler.reservation.plugin import NAME, ReservationPlugin
 
 log = logging.getLogger(__name__)
 
 RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
-__all__ = ["cycle", "idle_weight", "is_reserve_pod", "load", "on_node", "owner_gone", "status_patch", "write"]
 
 
-def _plugin(sched: Scheduler) -> Any | None:
-    return sched.plugin("Reservation")
+def _plugin(sched: Scheduler) -> ReservationPlugin | None:
+    return sched.plugin(NAME, ReservationPlugin)
 
 
 def load(sched: Scheduler) -> None:
@@ -67,29 +64,13 @@ def owner_gone(sched: Scheduler, pod: JSON) -> None:
             place(r, cluster)
 
 
-@contextmanager
-def cycle(sched: Scheduler, pod: JSON) -> Iterator[list[Placement]]:
-    """One scheduling cycle's begin/end around an extender verb, as Scheduler.schedule does: an owner sees its
-    matched reservations' resources free meanwhile. Append the Placement when the pod was reserved on a node
-    (the reservation then accounts it); otherwise everything goes back as it was."""
-    hooks = [p for p in sched.plugins() if hasattr(p, "begin_cycle")]
-    outcome: list[Placement] = []
-    for h in hooks:
-        h.begin_cycle(pod, sched.cluster)
-    try:
-        yield outcome
-    finally:
-        for h in hooks:
-            h.end_cycle(pod, outcome[0] if outcome else None)
-
-
 def idle_weight(sched: Scheduler, pod: JSON, nodes: list[NodeInfo]) -> int:
     """The Reservation score's weight when it scores every node 0 (no reservation serves the pod), else 0.
 
     **[decision]** its default weight is 5000: counted while idle, it would squash every other plugin's score
     to 0 on kube-scheduler's 0..10 scale; a constant 0 changes no ranking, so it is left out of the scale then."""
     resv = _plugin(sched)
-    if resv is None or resv not in sched.scorers or any(resv.score(pod, n, sched.cluster) for n in nodes):
+    if resv is None or resv not in sched.profile.scorers or any(resv.score(pod, n, sched.cluster) for n in nodes):
         return 0
     return int(resv.weight)
 
@@ -107,14 +88,19 @@ def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, di
     r = resv.book.get(str(ref.get("name") or "")) if isinstance(ref, dict) else None
     if r is None:
         return None
-    have = (r.obj.get("metadata") or {}).get("annotations") or {}
-    extra = {k: v for k, v in r.annotations.items() if have.get(k) != v}
     r.dirty = False
-    return r.name, extra, r.status()
+    return r.name, changed_annotations(r), r.status()
 
 
-def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) -> None:
-    """A merge patch of the object's annotations (when any differ), then of its status subresource, as `run`."""
+def changed_annotations(r: Reservation) -> dict[str, str]:
+    """The annotations (devices and CPUs held) the object does not show yet."""
+    have = (r.obj.get("metadata") or {}).get("annotations") or {}
+    return {k: v for k, v in r.annotations.items() if have.get(k) != v}
+
+
+def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) -> bool:
+    """A merge patch of the object's annotations (when any differ), then of its status subresource (the CRD
+    declares one); False when the API refused (logged)."""
     path = RESERVATION.format(name=name)
     try:
         if extra:
@@ -122,3 +108,5 @@ def write(client: KubeClient, name: str, extra: dict[str, str], status: JSON) ->
         client.patch(f"{path}/status", {"status": status})
     except KoordletError as e:
         log.warning("updating Reservation %s: %s", name, e)
+        return False
+    return True

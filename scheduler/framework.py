@@ -1,15 +1,14 @@
-"""The scheduling cycle: filter every node, score the feasible ones, reserve on the best, explain the rest.
+"""The framework: a profile's plugins resolved per extension point once, and the scheduling cycle over them.
 
-Plugins follow kube-scheduler's extension points in the small: `filter` returns None when the pod fits or a reason,
-`score` returns 0..100 (weighted by the profile), `reserve` returns annotations to add to the pod (DeviceShare's
-`device-allocated`) or raises Unschedulable, `unreserve` undoes it.
+`Profile` sorts the plugins into the extension points they implement (scheduler.interfaces' Protocols) when it is
+made; nothing is looked up on a plugin at call time. `Cycle` is one pod's cycle: begin (the cycle hooks), prefilter,
+filter and score per node, reserve (unreserve in reverse when a later plugin refuses), assume, end. `simulate`,
+`run`, the extender and the gang planner all go through it; `Scheduler.release` undoes assumed pods (Permit's
+reject and the binder's rollback: scheduler.binder).
 
-`schedule` does not run every filter on every node. Plugins may also offer `prefilter_vector(pod, index)` — a
-numpy bool per node of scheduler.nodeindex.NodeIndex that is False only where their `filter` surely fails (None:
-no opinion) — and `score_vector(pod, index)` — their exact `score` for every node (None: not vectorisable for this
-pod, then `score` is called per node). The cycle ranks the nodes passing every prefilter by total score (ties by
-name, as before), runs the exact filters on the best one and reserves there, moving down the ranking on failure.
-Only when no node takes the pod are the remaining nodes filtered one by one, so the reasons stay exact.
+`Cycle.run` does not run every filter on every node: it ranks the nodes passing every vector prefilter by total
+score (ties by name), runs the exact filters on the best one and reserves there, moving down the ranking on
+failure. Only when no node takes the pod are the remaining nodes filtered one by one, so the reasons stay exact.
 """
 
 from __future__ import annotations
@@ -18,20 +17,39 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.resources import PODS
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
+from scheduler.interfaces import (
+    CyclePlugin,
+    FilterPlugin,
+    Placement,
+    Plugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    QueuePlugin,
+    ReservePlugin,
+    ScorePlugin,
+    SyncPlugin,
+    Unschedulable,
+    VectorFilterPlugin,
+    VectorScorePlugin,
+)
+from scheduler.metrics import SchedulerMetrics
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 
 log = logging.getLogger(__name__)
+
+P = TypeVar("P")
 
 
 def invalid_pod(pod: JSON) -> str | None:
@@ -45,105 +63,45 @@ def invalid_pod(pod: JSON) -> str | None:
     return None
 
 
-class Unschedulable(Exception):
-    """A plugin cannot place the pod on this node (the message is the reason shown to users)."""
+class Profile:
+    """One profile's plugins per extension point, resolved once: the Filter, Score and Reserve lists as configured,
+    and every other hook from the plugins (each once, in profile order) that implement it."""
+
+    def __init__(self, filters: Iterable[FilterPlugin] = (), scorers: Iterable[ScorePlugin] = (),
+                 reservers: Iterable[ReservePlugin] = ()) -> None:
+        self.filters = tuple(filters)
+        self.scorers = tuple(scorers)
+        self.reservers = tuple(reservers)
+        plugins: tuple[Plugin, ...] = tuple(dict.fromkeys([*self.filters, *self.scorers, *self.reservers]))
+        self.plugins = plugins
+        self.by_name: dict[str, Plugin] = {}
+        for p in plugins:
+            self.by_name.setdefault(p.name, p)
+        # the vector stage, aligned with `filters` and `scorers` (None: the plugin has no vector hook)
+        self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
+        self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
+        self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
+        self.cycle_hooks = tuple(p for p in plugins if isinstance(p, CyclePlugin))
+        self.post_filters = tuple(p for p in plugins if isinstance(p, PostFilterPlugin))
+        self.prebinders = tuple(p for p in plugins if isinstance(p, PreBindPlugin))
+        self.queue = tuple(p for p in plugins if isinstance(p, QueuePlugin))
+        self.syncers = tuple(p for p in plugins if isinstance(p, SyncPlugin))
 
 
-@runtime_checkable
-class FilterPlugin(Protocol):
-    name: str
+@dataclass
+class Assumed:
+    """A pod assumed on a node, not bound yet: a gang member waiting at Permit (upstream's WaitingPod), or a pod
+    whose Binding is under way."""
 
-    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None: ...
-
-
-@runtime_checkable
-class ScorePlugin(Protocol):
-    name: str
-    weight: int
-
-    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int: ...
-
-
-@runtime_checkable
-class ReservePlugin(Protocol):
-    name: str
-
-    def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]: ...
-
-    def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None: ...
-
-
-@runtime_checkable
-class PreFilterPlugin(Protocol):
-    """A node-independent check before any node is looked at (ElasticQuota); a reason rejects the pod outright."""
-
-    name: str
-
-    def prefilter(self, pod: JSON, cluster: Cluster) -> str | None: ...
-
-
-@runtime_checkable
-class VectorFilterPlugin(Protocol):
-    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None: ...
-
-
-@runtime_checkable
-class VectorScorePlugin(Protocol):
-    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None: ...
-
-
-class NodeResourcesFit:
-    """kube-scheduler's NodeResourcesFit filter: every requested resource fits in allocatable − requested."""
-
-    name = "NodeResourcesFit"
-
-    def __init__(self) -> None:
-        self._pod: JSON | None = None  # the pod of the current cycle: its requests are parsed once, not per node
-        self._requests: dict[str, int] = {}
-        self._tracker = Tracker()
-        self._free: dict[str, IntArray] = {}  # resource → allocatable − requested per node
-        self._full: BoolArray = np.zeros(0, dtype=np.bool_)  # no room for another pod
-
-    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray:
-        if pod is not self._pod:
-            self._pod, self._requests = pod, pod_requests(pod)
-        self.sync(index)
-        ok = ~self._full
-        for r, amount in self._requests.items():
-            if amount > 0:
-                free = self._free.get(r)
-                if free is None:
-                    free = self._free[r] = np.array([n.free(r) for n in index.nodes], dtype=np.int64)
-                ok &= free >= amount
-        return ok
-
-    def sync(self, index: NodeIndex) -> None:
-        changed = self._tracker.changes(index)
-        if changed is None:
-            self._free = {}
-            self._full = np.array([n.free(PODS) < 1 and PODS in n.allocatable for n in index.nodes], dtype=np.bool_)
-        else:
-            for i in changed:
-                n = index.nodes[i]
-                self._full[i] = n.free(PODS) < 1 and PODS in n.allocatable
-                for r, free in self._free.items():
-                    free[i] = n.free(r)
-
-    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
-        if node.free(PODS) < 1 and PODS in node.allocatable:
-            return "Too many pods"
-        if pod is not self._pod:
-            self._pod, self._requests = pod, pod_requests(pod)
-        for resource, amount in self._requests.items():
-            if amount > 0 and amount > node.free(resource):
-                return f"Insufficient {resource}"
-        return None
+    pod: JSON
+    node: str
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 class _Clock:
     """Lap times of one cycle for scheduler.metrics (a no-op without metrics)."""
 
-    def __init__(self, metrics: Any) -> None:
+    def __init__(self, metrics: SchedulerMetrics | None) -> None:
         self.metrics = metrics
         self.last = self.lap = time.perf_counter() if metrics is not None else 0.0
 
@@ -164,7 +122,7 @@ class LazyScores(Mapping[str, int]):
     """Placement.scores from the cycle's arrays, made a dict on first use: few callers read it, and building it
     for every feasible node was a third of a cycle at 5 000 nodes."""
 
-    def __init__(self, names: Any, totals: IntArray, shown: BoolArray) -> None:
+    def __init__(self, names: np.ndarray, totals: IntArray, shown: BoolArray) -> None:
         # the cycle's own arrays, which it no longer touches: nothing is copied until somebody reads
         self._names, self._totals, self._shown = names, totals, shown
         self._dict: dict[str, int] | None = None
@@ -186,99 +144,107 @@ class LazyScores(Mapping[str, int]):
 
 
 @dataclass
-class Placement:
-    pod: str
-    node: str | None
-    annotations: dict[str, str] = field(default_factory=dict)
-    reason: str = ""
-    scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
-
-    def as_json(self) -> dict[str, Any]:
-        return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
-                **({"reason": self.reason} if self.node is None else {})}
-
-
-@dataclass
 class Scheduler:
+    """A profile over a cluster: the extension points as a public API, and `schedule` for one pod's whole cycle."""
+
     cluster: Cluster
-    filters: list[FilterPlugin]
-    scorers: list[ScorePlugin]
-    reservers: list[ReservePlugin]
-    metrics: Any = None  # scheduler.metrics.SchedulerMetrics: recorded only when set (run, extender)
+    profile: Profile
+    metrics: SchedulerMetrics | None = None  # recorded only when set (run, extender)
 
-    # -- the extension points as a public API (the extender and the gang planner use these) ---------------------
-    def plugins(self) -> list[Any]:
-        """Every plugin of the profile once, in profile order."""
-        return list(dict.fromkeys([*self.filters, *self.scorers, *self.reservers]))
+    def plugin(self, name: str, kind: type[P]) -> P | None:
+        """The profile's plugin of that name (None when the profile has none); TypeError when it is not a `kind`."""
+        p = self.profile.by_name.get(name)
+        if p is None:
+            return None
+        if not isinstance(p, kind):
+            raise TypeError(f"plugin {name} is a {type(p).__name__}, not a {kind.__name__}")
+        return p
 
-    def prefilter(self, pod: JSON) -> str | None:
-        """The first PreFilter rejection (a node-independent reason), or None."""
-        for p in self.plugins():
-            check = getattr(p, "prefilter", None)
-            if check is not None:
-                why = check(pod, self.cluster)
-                if why is not None:
-                    return str(why)
-        return None
+    def cycle(self, pod: JSON) -> Cycle:
+        """One cycle for the pod; enter it (`with`) to run the begin/end hooks around what is done in it."""
+        return Cycle(self, pod)
 
+    # -- extension points outside a cycle (informer events, PreBind) ---------------------------------------------
     def admit_pending(self, pods: list[JSON]) -> None:
         """Tell plugins which pods are waiting (ElasticQuota counts their requests), as an informer would."""
-        for p in self.plugins():
-            add = getattr(p, "add_pending", None)
-            if add is not None:
-                add(pods, self.cluster)
+        for p in self.profile.queue:
+            p.add_pending(pods, self.cluster)
 
     def forget(self, pod: JSON) -> None:
         """The pod was deleted or evicted: plugins drop what they account for it beyond its node."""
-        for p in self.plugins():
-            drop = getattr(p, "forget", None)
-            if drop is not None:
-                drop(pod)
+        for p in self.profile.queue:
+            p.forget(pod)
 
     def prebind_patches(self, pod_key: str) -> tuple[dict[str, str], dict[str, str]]:
         """Pod labels and Node annotations plugins want written before the pod's Binding (DeviceShare's device
         plugin adapters: HAMi's vgpu-node label, Cambricon's node lock); handed out once per reservation."""
         labels: dict[str, str] = {}
         node_annotations: dict[str, str] = {}
-        for p in self.plugins():
-            get = getattr(p, "prebind_patches", None)
-            got = get(pod_key) if get is not None else None
+        for p in self.profile.prebinders:
+            got = p.prebind_patches(pod_key)
             if got is not None:
                 labels.update(got.labels)
                 node_annotations.update(got.node_annotations)
         return labels, node_annotations
 
-    def plugin(self, name: str) -> Any | None:
-        return next((p for p in self.plugins() if getattr(p, "name", None) == name), None)
+    # -- the plugins of one extension point (a cycle's steps; the gang planner's dry runs call filter alone) ------
+    def prefilter(self, pod: JSON) -> str | None:
+        """The first PreFilter rejection (a node-independent reason), or None."""
+        for p in self.profile.prefilters:
+            why = p.prefilter(pod, self.cluster)
+            if why is not None:
+                return str(why)
+        return None
 
-    def feasible(self, pod: JSON, node_names: list[str] | None = None) -> tuple[list[NodeInfo], dict[str, str]]:
-        """Nodes (all, or the named ones) the pod fits, and the reason for every other node."""
-        nodes = (self.cluster.nodes.values() if node_names is None else
-                 [self.cluster.nodes[n] for n in node_names if n in self.cluster.nodes])
-        rejected = self.prefilter(pod)
-        if rejected is not None:
-            return [], {n.name: rejected for n in nodes}
-        fits: list[NodeInfo] = []
-        failed: dict[str, str] = {}
-        for node in nodes:
-            why = self._filter(pod, node)
-            if why is None:
-                fits.append(node)
-            else:
-                failed[node.name] = why
-        return fits, failed
+    def filter(self, pod: JSON, node: NodeInfo) -> str | None:
+        """Every Filter on one node: the first reason it fails, or None."""
+        for f in self.profile.filters:
+            try:
+                why = f.filter(pod, node, self.cluster)
+            except Unschedulable as e:
+                why = str(e)
+            if why is not None:
+                return why
+        return None
 
-    def scores(self, pod: JSON, nodes: list[NodeInfo]) -> dict[str, int]:
-        """Weighted score per node (higher is better)."""
-        return {n.name: self._score(pod, n) for n in nodes}
+    def score(self, pod: JSON, node: NodeInfo) -> int:
+        """The weighted total of every Score on one node (each clamped to 0..100)."""
+        return sum(s.weight * max(0, min(100, s.score(pod, node, self.cluster))) for s in self.profile.scorers)
 
-    def reserve_on(self, pod: JSON, node_name: str) -> dict[str, str]:
-        """Reserve (may raise Unschedulable) and assume the pod on the node; returns the annotations added."""
-        node = self.cluster.nodes[node_name]
-        annotations = self._reserve(pod, node)
-        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
-        self.cluster.assume(pod, node_name)
+    def reserve(self, pod: JSON, node: NodeInfo) -> dict[str, str]:
+        """Every Reserve in order; the annotations they add. When one refuses (Unschedulable, raised on) the ones
+        done are unreserved in reverse."""
+        done: list[ReservePlugin] = []
+        annotations: dict[str, str] = {}
+        try:
+            for r in self.profile.reservers:
+                annotations.update(r.reserve(pod, node, self.cluster))
+                done.append(r)
+        except Unschedulable:
+            self._unreserve(done, pod, node)
+            raise
         return annotations
+
+    def unreserve(self, pod: JSON, node: NodeInfo, keep: Collection[str] = ()) -> None:
+        """Every Unreserve in reverse, but those of the plugins named in `keep`."""
+        self._unreserve([r for r in self.profile.reservers if r.name not in keep], pod, node)
+
+    def _unreserve(self, reservers: Sequence[ReservePlugin], pod: JSON, node: NodeInfo) -> None:
+        for r in reversed(reservers):
+            r.unreserve(pod, node, self.cluster)
+
+    def release(self, assumed: Sequence[Assumed]) -> None:
+        """Undo assumed pods, last first (Permit's reject, a failed Binding): Unreserve, off the node, nodeName and
+        the reserved annotations dropped."""
+        for a in reversed(assumed):
+            node = self.cluster.nodes.get(a.node)
+            if node is not None:
+                self.unreserve(a.pod, node)
+                node.remove_pod(key(a.pod))
+            (a.pod.get("spec") or {}).pop("nodeName", None)
+            annotations = (a.pod.get("metadata") or {}).get("annotations") or {}
+            for k in a.annotations:
+                annotations.pop(k, None)
 
     def prepare(self, freeze: bool = True) -> None:
         """Build every plugin's per-node state now rather than in the first cycle (optional; like a cache sync).
@@ -291,78 +257,159 @@ class Scheduler:
         gc.disable()
         try:
             index = node_index(self.cluster)
-            for p in dict.fromkeys([*self.filters, *self.scorers, *self.reservers]):
-                sync = getattr(p, "sync", None)
-                if sync is not None:
-                    sync(index)
+            for p in self.profile.syncers:
+                p.sync(index)
         finally:
             if freeze:
                 gc.freeze()
             if enabled:
                 gc.enable()
 
-    def schedule(self, pod: JSON) -> Placement:
-        """One cycle; on success the pod is assumed on the node (its annotations included).
+    # -- one whole cycle ----------------------------------------------------------------------------------------
+    def schedule(self, pod: JSON, *, attempt: bool = True) -> Placement:
+        """One cycle; on success the pod is assumed on the node (its annotations included). Then PostFilter for a
+        pod no node took (preemption), which may place it.
 
         `Placement.scores` holds the nodes that passed the vector prefilters and were not found infeasible.
-        Plugins with `begin_cycle(pod, cluster)` / `end_cycle(pod, placement)` are told around the cycle (the
-        Reservation plugin restores reserved resources for owners there); with `post_filter(scheduler, pod)` they
-        may place an unschedulable pod (preemption), returning its Placement or None."""
-        hooks = [p for p in self.plugins() if hasattr(p, "begin_cycle")]
-        for h in hooks:
-            h.begin_cycle(pod, self.cluster)
-        placed: Placement | None = None
-        try:
-            with cycle_requests(pod):
-                placed = self._timed(pod)
-        finally:
-            for h in hooks:
-                h.end_cycle(pod, placed)
+        `attempt`: count the attempt in scheduler_schedule_attempts_total (the gang planner counts its members
+        itself, once Permit decided for their group)."""
+        with self.cycle(pod) as cycle, cycle_requests(pod):
+            placed = cycle.run(attempt)
         if placed.node is None:
-            for p in self.plugins():
-                post = getattr(p, "post_filter", None)
-                got = post(self, pod) if post is not None else None
-                if isinstance(got, Placement):
+            for p in self.profile.post_filters:
+                got = p.post_filter(self, pod)
+                if got is not None:
                     return got
         return placed
 
-    def _timed(self, pod: JSON) -> Placement:
-        metrics = self.metrics
+    def unschedulable(self, pod: JSON, reasons: Mapping[str, int]) -> Placement:
+        """kube-scheduler's FitError: the reasons by how many nodes gave each."""
+        summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {summary}."
+                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.")
+
+
+class Cycle:
+    """One pod's scheduling cycle (upstream's scheduleOne with koord-scheduler's transformers): `with` runs the
+    plugins' begin_cycle on entry and end_cycle (told the Placement, if one was assumed) on exit; in between,
+    prefilter → filter/score per node → reserve → assume, by hand (the extender's verbs, the gang planner's
+    planned nodes) or all at once (`run`)."""
+
+    def __init__(self, sched: Scheduler, pod: JSON) -> None:
+        self.sched = sched
+        self.cluster = sched.cluster
+        self.pod = pod
+        self.placed: Placement | None = None
+
+    def __enter__(self) -> Cycle:
+        self.begin()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.end()
+
+    def begin(self) -> None:
+        for h in self.sched.profile.cycle_hooks:
+            h.begin_cycle(self.pod, self.cluster)
+
+    def end(self) -> None:
+        for h in self.sched.profile.cycle_hooks:
+            h.end_cycle(self.pod, self.placed)
+
+    def prefilter(self) -> str | None:
+        return self.sched.prefilter(self.pod)
+
+    def filter(self, node: NodeInfo) -> str | None:
+        return self.sched.filter(self.pod, node)
+
+    def score(self, node: NodeInfo) -> int:
+        return self.sched.score(self.pod, node)
+
+    def reserve(self, node: NodeInfo) -> dict[str, str]:
+        """Reserve on the node (raises Unschedulable, everything unreserved again)."""
+        return self.sched.reserve(self.pod, node)
+
+    def unreserve(self, node: NodeInfo) -> None:
+        self.sched.unreserve(self.pod, node)
+
+    def assume(self, node: NodeInfo, annotations: dict[str, str],
+               scores: Mapping[str, int] | None = None) -> Placement:
+        """The pod is placed: its annotations added, assumed on the node; end_cycle will be told."""
+        self.pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        self.cluster.assume(self.pod, node.name)
+        self.placed = Placement(key(self.pod), node.name, annotations, scores={} if scores is None else scores)
+        return self.placed
+
+    def place_on(self, node: NodeInfo) -> Placement:
+        """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable."""
+        why = self.prefilter() or self.filter(node)
+        if why is not None:
+            raise Unschedulable(why)
+        return self.assume(node, self.reserve(node))
+
+    def feasible(self, node_names: list[str] | None = None) -> tuple[list[NodeInfo], dict[str, str]]:
+        """Nodes (all, or the named ones) the pod fits, and the reason for every other node."""
+        nodes = (self.cluster.nodes.values() if node_names is None else
+                 [self.cluster.nodes[n] for n in node_names if n in self.cluster.nodes])
+        rejected = self.prefilter()
+        if rejected is not None:
+            return [], {n.name: rejected for n in nodes}
+        fits: list[NodeInfo] = []
+        failed: dict[str, str] = {}
+        for node in nodes:
+            why = self.filter(node)
+            if why is None:
+                fits.append(node)
+            else:
+                failed[node.name] = why
+        return fits, failed
+
+    def scores(self, nodes: list[NodeInfo]) -> dict[str, int]:
+        """Weighted score per node (higher is better)."""
+        return {n.name: self.score(n) for n in nodes}
+
+    # -- the whole cycle ----------------------------------------------------------------------------------------
+    def run(self, attempt: bool = True) -> Placement:
+        """Filter, score, reserve and assume on the best node that takes the pod; the reasons when none does."""
+        metrics = self.sched.metrics
         if metrics is None:
-            return self._cycle(pod, None)
+            return self._vector(None)
         start = time.perf_counter()
         try:
-            placed = self._cycle(pod, metrics)
+            placed = self._vector(metrics)
         except Exception:
-            metrics.attempt("error", time.perf_counter() - start)
+            if attempt:
+                metrics.attempt("error", time.perf_counter() - start)
             raise
-        metrics.attempt("scheduled" if placed.node is not None else "unschedulable", time.perf_counter() - start)
+        if attempt:
+            metrics.attempt("scheduled" if placed.node is not None else "unschedulable",
+                            time.perf_counter() - start)
         return placed
 
-    def _cycle(self, pod: JSON, metrics: Any) -> Placement:
+    def _vector(self, metrics: SchedulerMetrics | None) -> Placement:
+        pod, profile = self.pod, self.sched.profile
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
         clock = _Clock(metrics)
-        rejected = self.prefilter(pod)
+        rejected = self.prefilter()
         clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
             return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
-        for f in self.filters:
-            prefilter = getattr(f, "prefilter_vector", None)  # not isinstance(VectorFilterPlugin): 10× cheaper
-            m = prefilter(pod, index) if prefilter is not None else None
+        for f, vf in zip(profile.filters, profile.filter_vectors, strict=True):
+            m = vf.prefilter_vector(pod, index) if vf is not None else None
             clock.plugin(f.name, "Filter")
             if m is not None:
                 mask &= m
         clock.point("Filter")
         total = np.zeros(n, dtype=np.int64)
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
-        for s in self.scorers:
-            scorer = getattr(s, "score_vector", None)
-            v = scorer(pod, index) if scorer is not None else None
+        for s, vs in zip(profile.scorers, profile.score_vectors, strict=True):
+            v = vs.score_vector(pod, index) if vs is not None else None
             if v is None:
                 v = np.zeros(n, dtype=np.int64)
                 for i in np.flatnonzero(mask).tolist():
@@ -386,13 +433,13 @@ class Scheduler:
                 break
             rank[i] = -1
             node = index.nodes[i]
-            why = self._filter(pod, node)
+            why = self.filter(node)
             clock.point("Filter", why is None)
             if why is not None:
                 failed[i] = why
                 continue
             try:
-                annotations = self._reserve(pod, node)
+                annotations = self.reserve(node)
             except Unschedulable as e:
                 clock.point("Reserve", False)
                 reasons[str(e)] += 1
@@ -400,75 +447,37 @@ class Scheduler:
             clock.point("Reserve")
             if metrics is not None:
                 metrics.reserved(annotations)
-            pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
-            self.cluster.assume(pod, node.name)
             if failed:
                 mask[list(failed)] = False
             if per_plugin is not None:
-                self._log_scores(pod, index, np.flatnonzero(mask), total, per_plugin)
-            return Placement(key(pod), node.name, annotations, scores=LazyScores(index.names_array, total, mask))
+                self._log_scores(index, np.flatnonzero(mask), total, per_plugin)
+            return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask).tolist():
-            why = self._filter(pod, index.nodes[i])
+            why = self.filter(index.nodes[i])
             if why is None:  # a prefilter was wrong; never for the built-in plugins
                 log.warning("%s: a vector prefilter ruled out node %s that fits", key(pod), index.names[i])
-                return self._schedule_each(pod)
+                return self.run_each()
             failed[i] = why
         reasons.update(failed.values())
-        return self._unschedulable(pod, reasons)
+        return self.sched.unschedulable(pod, reasons)
 
-    def _log_scores(self, pod: JSON, index: NodeIndex, shown: Any, total: IntArray, per_plugin: list[IntArray]
-                    ) -> None:
+    def _log_scores(self, index: NodeIndex, shown: IntArray, total: IntArray, per_plugin: list[IntArray]) -> None:
         rows = [(index.names[i], int(total[i]), [int(v[i]) for v in per_plugin]) for i in shown.tolist()]
-        log.info("%s", debug.score_table(key(pod), debug.top_n_scores, [s.name for s in self.scorers], rows,
-                                         len(rows)))
+        log.info("%s", debug.score_table(key(self.pod), debug.top_n_scores,
+                                         [s.name for s in self.sched.profile.scorers], rows, len(rows)))
 
-    def _schedule_each(self, pod: JSON) -> Placement:
-        """The cycle without the vector stage: every filter on every node."""
-        fits, failed = self.feasible(pod)
+    def run_each(self) -> Placement:
+        """The cycle without the vector stage: every filter on every node (what the vector stage must agree with)."""
+        fits, failed = self.feasible()
         reasons: Counter[str] = Counter(failed.values())
-        feasible = fits
-        ranked = sorted(((self._score(pod, n), n.name) for n in feasible), key=lambda t: (-t[0], t[1]))
+        ranked = sorted(((self.score(n), n.name) for n in fits), key=lambda t: (-t[0], t[1]))
         for _total, name in ranked:
             node = self.cluster.nodes[name]
             try:
-                annotations = self._reserve(pod, node)
+                annotations = self.reserve(node)
             except Unschedulable as e:
                 reasons[str(e)] += 1
                 continue
-            meta = pod.setdefault("metadata", {})
-            meta.setdefault("annotations", {}).update(annotations)
-            self.cluster.assume(pod, name)
-            return Placement(key(pod), name, annotations, scores={n: s for s, n in ranked})
-        return self._unschedulable(pod, reasons)
-
-    def _unschedulable(self, pod: JSON, reasons: Counter[str]) -> Placement:
-        summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-        return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {summary}."
-                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.")
-
-    def _filter(self, pod: JSON, node: NodeInfo) -> str | None:
-        for f in self.filters:
-            try:
-                why = f.filter(pod, node, self.cluster)
-            except Unschedulable as e:
-                why = str(e)
-            if why is not None:
-                return why
-        return None
-
-    def _score(self, pod: JSON, node: NodeInfo) -> int:
-        return sum(s.weight * max(0, min(100, s.score(pod, node, self.cluster))) for s in self.scorers)
-
-    def _reserve(self, pod: JSON, node: NodeInfo) -> dict[str, str]:
-        done: list[ReservePlugin] = []
-        annotations: dict[str, str] = {}
-        try:
-            for r in self.reservers:
-                annotations.update(r.reserve(pod, node, self.cluster))
-                done.append(r)
-        except Unschedulable:
-            for r in reversed(done):
-                r.unreserve(pod, node, self.cluster)
-            raise
-        return annotations
+            return self.assume(node, annotations, {n: s for s, n in ranked})
+        return self.sched.unschedulable(self.pod, reasons)

@@ -92,9 +92,15 @@ class NodeIndex:
         return len(self.nodes)
 
 
+def built_index(cluster: Cluster) -> NodeIndex | None:
+    """The cluster's index as it is, None when no cycle built one yet (nothing is built or refreshed)."""
+    index: NodeIndex | None = cluster.__dict__.get("_node_index")
+    return index
+
+
 def node_index(cluster: Cluster) -> NodeIndex:
     """The cluster's index (one per Cluster, shared by every Scheduler on it), brought up to date."""
-    index: NodeIndex | None = cluster.__dict__.get("_node_index")
+    index = built_index(cluster)
     if index is None:
         index = NodeIndex(cluster)
         cluster.__dict__["_node_index"] = index

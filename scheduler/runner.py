@@ -13,28 +13,35 @@ from typing import Any
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
 from apis.core.objects import JSON
+from scheduler import extender_reservation as served
 from scheduler import malformed
+from scheduler.binder import Binder, Member, path_of
 from scheduler.cluster import Cluster, build_cluster, is_active, key
+from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
+from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
-from scheduler.extender import ClusterSource, _pod_path
-from scheduler.framework import Placement, Scheduler
+from scheduler.extender import ClusterSource
+from scheduler.framework import Assumed, Scheduler
 from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
-from scheduler.gang.planner import _Held, _release, plan_jobs_detail
+from scheduler.gang.planner import plan_jobs_detail
 from scheduler.gang.topology import cluster_tree
+from scheduler.interfaces import Placement
 from scheduler.metrics import SchedulerMetrics
+from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
+from scheduler.reservation.plugin import ReservationPlugin
 
 log = logging.getLogger(__name__)
 
-# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped.
+# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped. Reservations and
+# ElasticQuotas come with ClusterSource's (the extender watches them too): listing them here again made every
+# quota appear twice.
 EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
     ("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup"),
     ("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology"),
     ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
-    ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
     ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-)  # Reservations come with ClusterSource's (the extender watches them too)
-RESERVATION = "/apis/scheduling.koordinator.sh/v1alpha1/reservations/{name}"
+)
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -82,6 +89,7 @@ class SecondaryScheduler:
         self.enable_preemption = enable_preemption
         self.write_quota_status = write_quota_status
         self.evictor = Evictor(client, scheduler_name)
+        self.binder = Binder(client)
         self.lock = threading.Lock()  # held for a whole cycle; the diagnosis API reads under it
         self.pending_pods: list[JSON] = []  # of the last cycle
         self.preempted: list[dict[str, Any]] = []  # preemptions carried out in the last cycle
@@ -101,7 +109,7 @@ class SecondaryScheduler:
     # -- listing ----------------------------------------------------------------------------------------------
     def _optional(self, path: str) -> list[JSON]:
         try:
-            items = self.source._list_all(path, None)
+            items = self.source.list_all(path, None)
         except NotFound:
             if path not in self._missing:
                 self._missing.add(path)
@@ -112,7 +120,7 @@ class SecondaryScheduler:
 
     def pending(self) -> list[JSON]:
         """Pods for this scheduler, not bound, not terminating, not gated; the field selector is only a hint."""
-        items = self.source._list_all("/api/v1/pods", f"spec.nodeName=,spec.schedulerName={self.scheduler_name}")
+        items = self.source.list_all("/api/v1/pods", f"spec.nodeName=,spec.schedulerName={self.scheduler_name}")
         out = []
         self.gated = 0
         for p in items:
@@ -161,7 +169,7 @@ class SecondaryScheduler:
         sched.metrics = self.metrics
         self.scheduler, self.pending_pods = sched, pods
         self._write_topology_status(cluster)
-        resv = sched.plugin("Reservation")
+        resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
         if resv is not None:
             resv.bind(cluster)
             for r in sorted(resv.book.values(), key=lambda r: r.name):
@@ -174,22 +182,12 @@ class SecondaryScheduler:
             if resv is not None:
                 self._write_reservations(resv)
 
-    def _write_reservations(self, resv: Any) -> None:
+    def _write_reservations(self, resv: ReservationPlugin) -> None:
         """Annotations (devices held) and status of every reservation that changed: a merge patch of the object,
         then of its status subresource (the CRD declares one)."""
         for r in resv.book.values():
-            if not r.dirty:
-                continue
-            path = RESERVATION.format(name=r.name)
-            try:
-                extra = {k: v for k, v in r.annotations.items()
-                         if ((r.obj.get("metadata") or {}).get("annotations") or {}).get(k) != v}
-                if extra:
-                    self.client.patch(path, {"metadata": {"annotations": extra}})
-                self.client.patch(f"{path}/status", {"status": r.status()})
+            if r.dirty and served.write(self.client, r.name, served.changed_annotations(r), r.status()):
                 r.dirty = False
-            except KoordletError as e:
-                log.warning("updating Reservation %s: %s", r.name, e)
 
     def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
         if not pods:
@@ -268,7 +266,7 @@ class SecondaryScheduler:
     def _write_quota_status(self, sched: Scheduler) -> None:
         """status.used and the runtime/request annotations of every ElasticQuota that changed (the upstream
         ElasticQuotaController's merge patch on the object itself: the CRD has no status subresource)."""
-        quota = sched.plugin("ElasticQuota")
+        quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
         if quota is None or not self.write_quota_status or not sched.cluster.elastic_quotas:
             return
         quota.bind(sched.cluster)
@@ -288,70 +286,25 @@ class SecondaryScheduler:
                 log.warning("updating ElasticQuota %s/%s: %s", ns, name, e)
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
-        """PATCH every member's annotations, then POST every Binding. A failed PATCH binds nothing; a failed
-        Binding rolls back the members not bound yet (earlier members stay bound: there is no unbind)."""
-        patched: list[Placement] = []
-        bound: list[Placement] = []
-        locked: dict[str, list[str]] = {}  # pod → node annotations written for it (device plugin locks)
-        error = ""
-        for p in members:
-            labels, node_annotations = sched.prebind_patches(p.pod)
-            try:
-                meta = ({"annotations": p.annotations} if p.annotations else {}) | ({"labels": labels} if labels
-                                                                                     else {})
-                if meta:
-                    self.client.patch(_path(pods[p.pod]), {"metadata": meta})
-                patched.append(p)
-                if node_annotations:
-                    self.client.patch(_node_path(str(p.node)), {"metadata": {"annotations": node_annotations}})
-                    locked[p.pod] = list(node_annotations)
-            except KoordletError as e:
-                error = f"patching {p.pod}: {e}"
-                break
-        if not error:
-            for p in members:
-                try:
-                    self.client.post(f"{_path(pods[p.pod])}/binding", _binding(pods[p.pod], str(p.node)))
-                    bound.append(p)
-                except KoordletError as e:
-                    error = f"binding {p.pod} to {p.node}: {e}"
-                    break
-        for p in bound:
-            log.info("bound %s to %s%s", p.pod, p.node, f" ({', '.join(p.annotations)})" if p.annotations else "")
-        if not error:
+        """Bind a unit's members (scheduler.binder); the members rolled back get the failure as their reason."""
+        targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations),
+                          str((pods[p.pod].get("metadata") or {}).get("uid") or "")) for p in members]
+        result = self.binder.bind(sched, targets, sched.release)
+        if not result.error:
             return
-        done = {p.pod for p in bound}
-        annotated = {p.pod for p in patched}
-        undo = [p for p in members if p.pod not in done]
-        _release(sched, [_Held(pods[p.pod], str(p.node), p.annotations) for p in undo])
-        for p in undo:
-            if p.pod in annotated and p.annotations:
-                self._unannotate(pods[p.pod], p.annotations)
-            if p.pod in locked:
-                self._unlock(str(p.node), locked[p.pod])
-            p.reason = f"{'gang ' + unit + ' ' if len(members) > 1 else ''}bind failed: {error}"
-            p.node, p.annotations = None, {}
-        failure = BindFailure(unit, error, sorted(done), [p.pod for p in undo])
+        undone = {m.key for m in result.rolled_back}
+        for p in members:
+            if p.pod in undone:
+                p.reason = f"{'gang ' + unit + ' ' if len(members) > 1 else ''}bind failed: {result.error}"
+                p.node, p.annotations = None, {}
+        failure = BindFailure(unit, result.error, sorted(m.key for m in result.bound),
+                              [m.key for m in result.rolled_back])
         self.failures.append(failure)
-        if done:
+        if result.bound:
             log.error("unit %s partially bound (%s stay bound, %s rolled back): %s", unit, ", ".join(failure.bound),
-                      ", ".join(failure.rolled_back), error)
+                      ", ".join(failure.rolled_back), result.error)
         else:
-            log.warning("unit %s not bound, rolled back: %s", unit, error)
-
-    def _unannotate(self, pod: JSON, annotations: dict[str, str]) -> None:
-        """Best effort (copied from Extender._unannotate): no device-allocated may outlive its reservation."""
-        try:
-            self.client.patch(_path(pod), {"metadata": {"annotations": dict.fromkeys(annotations)}})
-        except KoordletError as e:
-            log.warning("removing %s from %s after a failed bind: %s", ", ".join(annotations), key(pod), e)
-
-    def _unlock(self, node: str, annotations: list[str]) -> None:
-        """Best effort: a device plugin lock taken for a pod that was not bound would hold the node for 5 minutes."""
-        try:
-            self.client.patch(_node_path(node), {"metadata": {"annotations": dict.fromkeys(annotations)}})
-        except KoordletError as e:
-            log.warning("removing %s from node %s after a failed bind: %s", ", ".join(annotations), node, e)
+            log.warning("unit %s not bound, rolled back: %s", unit, result.error)
 
     def _unschedulable(self, pod: JSON, reason: str) -> None:
         k = key(pod)
@@ -369,7 +322,7 @@ class SecondaryScheduler:
                      "lastTransitionTime": current.get("lastTransitionTime") if current.get("status") == "False"
                      else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         try:  # strategic merge: conditions merge by type, as kube-scheduler's status update does
-            self.client.patch(f"{_path(pod)}/status", {"status": {"conditions": [condition]}},
+            self.client.patch(f"{path_of(pod)}/status", {"status": {"conditions": [condition]}},
                               patch_type=STRATEGIC_MERGE)
         except KoordletError as e:
             log.debug("setting PodScheduled=False on %s: %s", k, e)
@@ -384,20 +337,3 @@ class SecondaryScheduler:
                 log.warning("scheduling cycle: %s", e)
             stop.wait(interval)
 
-
-def _path(pod: JSON) -> str:
-    meta = pod.get("metadata") or {}
-    return _pod_path(str(meta.get("namespace") or "default"), str(meta.get("name")))
-
-
-def _node_path(name: str) -> str:
-    return f"/api/v1/nodes/{name}"
-
-
-def _binding(pod: JSON, node: str) -> JSON:
-    meta = pod.get("metadata") or {}
-    uid = meta.get("uid")
-    return {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace") or "default",
-                         **({"uid": uid} if uid else {})},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}

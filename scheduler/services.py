@@ -18,7 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 from apis.core.objects import JSON
 from scheduler import debug
 from scheduler.cluster import key
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.elasticquota.model import format_quantity, resource_json
+from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
+from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Scheduler
 from scheduler.gang.model import (
     ANN_MIN_AVAILABLE,
@@ -124,7 +127,7 @@ class DiagnosisAPI:
 
     @staticmethod
     def _quota(sched: Scheduler, name: str | None, query: dict[str, str]) -> Response:
-        plugin = sched.plugin("ElasticQuota")
+        plugin = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
         if plugin is None:
             return _error(404, "plugin ElasticQuota is not enabled")
         plugin.bind(sched.cluster)
@@ -138,7 +141,7 @@ class DiagnosisAPI:
 
     @staticmethod
     def _devices(sched: Scheduler, name: str | None) -> Response:
-        plugin = sched.plugin("DeviceShare")
+        plugin = sched.plugin(DeviceShare.name, DeviceShare)
         if plugin is None:
             return _error(404, "plugin DeviceShare is not enabled")
         names = [name] if name is not None else sorted(n for n, info in sched.cluster.nodes.items()

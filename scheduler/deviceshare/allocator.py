@@ -29,7 +29,7 @@ from scheduler.deviceshare.requests import (
 from scheduler.deviceshare.state import VF, Allocation, Allocations, NodeDeviceState
 from scheduler.deviceshare.templates import ERR_NO_TEMPLATE, describe, gpu_model_key
 from scheduler.deviceshare.vendors import gpu_model
-from scheduler.framework import Unschedulable
+from scheduler.interfaces import Unschedulable
 from scheduler.nodeindex import IntArray
 
 log = logging.getLogger(__name__)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
+from scheduler.config.args import DeviceShareArgs
 from scheduler.deviceshare.allocator import (
     ANNOTATION_PARTITIONS,
     LABEL_WELL_PLANNED,
@@ -56,12 +57,10 @@ from scheduler.deviceshare.vendors import (
     lock_held,
     provider_mismatch,
 )
-from scheduler.framework import Unschedulable
+from scheduler.interfaces import ReservationLender, Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.numa.hints import generate
 from scheduler.rowcache import by_rows
-
-if TYPE_CHECKING:
-    from scheduler.config.args import DeviceShareArgs
 
 log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[GPU])}
@@ -211,8 +210,6 @@ class DeviceShare:
         the NUMA sets the devices can be allocated in now); None when the pod asks no devices. **[decision]** a set
         is preferred when it has as few NUMA nodes as the narrowest set holding enough devices of each type at all
         (counted by the devices an unconfined allocation on this node takes)."""
-        from scheduler.numa.hints import generate
-
         try:
             plan = self.plan(pod)
         except InvalidDeviceRequest:
@@ -244,6 +241,14 @@ class DeviceShare:
     reserved_devices: Callable[[JSON, NodeInfo], Allocations | None] | None = None
     # Reservation.restricted_on: the owner's reservation is Restricted, so its devices are the only ones it gets
     restricted_reservation: Callable[[JSON, NodeInfo], bool] | None = None
+
+    def align_numa(self, affinity: Callable[[JSON, NodeInfo], frozenset[int] | None]) -> None:
+        """Allocate within the NUMA nodes NodeNUMAResource chose for the pod (device NUMA alignment)."""
+        self.numa_affinity = affinity
+
+    def serve_reservations(self, lender: ReservationLender) -> None:
+        """Prefer an owner's reserved devices (and only those when its reservation is Restricted)."""
+        self.reserved_devices, self.restricted_reservation = lender.reserved_devices, lender.restricted_on
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         self.sync_templates(cluster)

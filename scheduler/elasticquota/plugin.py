@@ -32,6 +32,7 @@ from scheduler.elasticquota.model import (
     quota_signature,
     validate_quotas,
 )
+from scheduler.nodeindex import NodeIndex
 
 log = logging.getLogger(__name__)
 NAME = "ElasticQuota"
@@ -137,7 +138,7 @@ class ElasticQuota:
         self._cluster = None
         self.bind(cluster)
 
-    def sync(self, index: Any) -> None:
+    def sync(self, index: NodeIndex) -> None:
         """Scheduler.prepare(): build the quota tree and account the cluster's pods now (a cache sync)."""
         self.bind(index.cluster)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
 from typing import Any
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, key
-from scheduler.framework import Placement, Scheduler, Unschedulable, invalid_pod
+from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
+from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.framework import Assumed, Scheduler, invalid_pod
 from scheduler.gang.disruption import Budgets
 from scheduler.gang.model import (
     ANN_BIND_GANG_GROUP_ID,
@@ -36,51 +38,9 @@ from scheduler.gang.topology import (
     cluster_tree,
     place_pods,
 )
+from scheduler.interfaces import Placement, Unschedulable
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Held:
-    """A gang member assumed on a node while its group is still waiting (Permit)."""
-    pod: JSON
-    node: str
-    annotations: dict[str, str] = field(default_factory=dict)
-
-
-def _reserve_on(sched: Scheduler, pod: JSON, node: NodeInfo) -> dict[str, str]:
-    """PreFilter, Filter, Reserve and assume on one given node; raises Unschedulable. Inside the cycle hooks as
-    Scheduler.schedule (an owner is served from its reservation on that node)."""
-    hooks = [p for p in sched.plugins() if hasattr(p, "begin_cycle")]
-    for h in hooks:
-        h.begin_cycle(pod, sched.cluster)
-    placed: Placement | None = None
-    try:
-        why = sched.prefilter(pod) or sched._filter(pod, node)
-        if why is not None:
-            raise Unschedulable(why)
-        annotations = sched._reserve(pod, node)
-        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
-        sched.cluster.assume(pod, node.name)
-        placed = Placement(key(pod), node.name, annotations)
-        return annotations
-    finally:
-        for h in hooks:
-            h.end_cycle(pod, placed)
-
-
-def _release(sched: Scheduler, held: list[_Held]) -> None:
-    """Undo assumes in reverse: Unreserve, remove from the node, drop nodeName and the reserved annotations."""
-    for h in reversed(held):
-        node = sched.cluster.nodes[h.node]
-        for r in reversed(sched.reservers):
-            r.unreserve(h.pod, node, sched.cluster)
-        node.remove_pod(key(h.pod))
-        (h.pod.get("spec") or {}).pop("nodeName", None)
-        annotations = (h.pod.get("metadata") or {}).get("annotations") or {}
-        for k in h.annotations:
-            annotations.pop(k, None)
-    held.clear()
 
 
 def _offer_slots(sched: Scheduler, pods: list[JSON], nodes: list[str]) -> tuple[dict[str, int], str]:
@@ -91,7 +51,7 @@ def _offer_slots(sched: Scheduler, pods: list[JSON], nodes: list[str]) -> tuple[
         node = sched.cluster.nodes[name]
         added: list[str] = []
         for pod in pods:
-            why = sched._filter(pod, node)
+            why = sched.filter(pod, node)
             if why is not None:
                 first_failure = first_failure or f"node {name}: {why}"
                 break
@@ -144,12 +104,13 @@ def _satisfied(gang: Gang, waiting: int, once: bool) -> bool:
     return waiting + gang.bound >= gang.min_member
 
 
-class _Planner:
+class Planner:
     def __init__(self, sched: Scheduler, enable_preemption: bool) -> None:
         self.sched = sched
         self.cluster = sched.cluster
         # the profile's Coscheduling switches (a Scheduler built without it: everything on)
-        self.cos: Coscheduling = sched.plugin(COSCHEDULING) or Coscheduling()
+        self.cos: Coscheduling = sched.plugin(COSCHEDULING, Coscheduling) or Coscheduling()
+        self.quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
         self.enable_preemption = enable_preemption and self.cos.preemption
         self.tree = cluster_tree(sched.cluster) if self.cos.aware_network_topology else None
         self.results: dict[str, Placement] = {}
@@ -174,6 +135,18 @@ class _Planner:
                         f"minMember {g.min_member}, children {g.children}")
         return None
 
+    def attempted(self, pods: list[JSON], started: float) -> None:
+        """One scheduling attempt per pod, by its outcome once Permit decided for its group (kube-scheduler counts
+        a pod rejected at PreFilter or Permit as unschedulable)."""
+        metrics = self.sched.metrics
+        if metrics is None:
+            return
+        seconds = time.perf_counter() - started
+        for p in pods:
+            placed = self.results.get(key(p))
+            metrics.attempt("scheduled" if placed is not None and placed.node is not None else "unschedulable",
+                            seconds)
+
     def run_group(self, group: GangGroup) -> None:
         pending = group.pending
         once = _once_satisfied(group)
@@ -181,12 +154,19 @@ class _Planner:
             for p in pending:  # once satisfied (or no Permit): members pass every gang check one by one
                 self.results[key(p)] = self.sched.schedule(p)
             return
+        started = time.perf_counter()
+        self.decide(group, once)
+        self.attempted(pending, started)
+
+    def decide(self, group: GangGroup, once: bool) -> None:
+        """PreFilter's gang check, every member assumed, then Permit: all of them stamped, or all released."""
+        pending = group.pending
         if self.cos.admission and (why := self.admit(group, once)) is not None:
             self.fail_all(pending, why)
             return
         raw_spec = next((g.topology_spec for g in group.gangs if g.topology_spec), None)
         topo = self.tree is not None and raw_spec is not None
-        held: list[_Held] = []
+        held: list[Assumed] = []
         failure = self.place_topology(group, raw_spec, held) if topo else self.place_members(group, held)
         if failure is None:
             waiting = {g.id: sum(1 for h in held if gang_id_of(h.pod) == g.id) for g in group.gangs}
@@ -200,7 +180,8 @@ class _Planner:
             failure = (f'GangGroup "{group.id}" gets rejected: gang "{g.id}" has {waiting[g.id]} waiting pod(s) '
                        f"and {g.bound} running, minMember {g.min_member} ({g.match_policy}), "
                        f"timed out after {g.wait_seconds:g}s")
-        _release(self.sched, held)
+        self.sched.release(held)
+        held.clear()
         if self.sched.metrics is not None:
             self.sched.metrics.gang_groups.labels("rejected").inc()
         self.rejected_groups += 1
@@ -212,13 +193,13 @@ class _Planner:
             failure = f"{failure.rstrip('.')}. preemption: {note}"
         self.fail_all(pending, failure)
 
-    def place_members(self, group: GangGroup, held: list[_Held]) -> str | None:
+    def place_members(self, group: GangGroup, held: list[Assumed]) -> str | None:
         """Members back to back; Strict: the first failure rejects the group, NonStrict: later members go on."""
         for g in group.gangs:
             for pod in g.pending:
-                p = self.sched.schedule(pod)
+                p = self.sched.schedule(pod, attempt=False)
                 if p.node is not None:
-                    held.append(_Held(pod, p.node, p.annotations))
+                    held.append(Assumed(pod, p.node, p.annotations))
                     self.results[key(pod)] = p
                     continue
                 reason = (f'GangGroup "{group.id}" gets rejected due to member Pod "{key(pod)}" is unschedulable '
@@ -228,7 +209,7 @@ class _Planner:
                 self.results[key(pod)] = Placement(key(pod), None, reason=p.reason)  # NonStrict keeps the waiting
         return None
 
-    def place_topology(self, group: GangGroup, raw_spec: str | None, held: list[_Held]) -> str | None:
+    def place_topology(self, group: GangGroup, raw_spec: str | None, held: list[Assumed]) -> str | None:
         assert self.tree is not None
         spec = NetworkTopologySpec.parse(raw_spec, self.tree.layers)
         pods = group.pending
@@ -237,16 +218,17 @@ class _Planner:
         except NoCandidate as e:
             return f"0/{len(self.cluster.nodes)} nodes are available: {e}."
         for pod, node in plan:
-            try:
-                annotations = _reserve_on(self.sched, pod, self.cluster.nodes[node])
+            try:  # inside the cycle hooks: an owner is served from its reservation on that node
+                with self.sched.cycle(pod) as cycle:
+                    placed = cycle.place_on(self.cluster.nodes[node])
             except Unschedulable as e:
                 return (f'GangGroup "{group.id}" gets rejected due to member Pod "{key(pod)}" is unschedulable '
                         f'on its planned node {node} with reason "{e}", alreadyWaitForBound: {len(held)}')
-            held.append(_Held(pod, node, annotations))
-            self.results[key(pod)] = Placement(key(pod), node, annotations)
+            held.append(Assumed(pod, node, placed.annotations))
+            self.results[key(pod)] = Placement(key(pod), node, placed.annotations)
         return None
 
-    def commit(self, group: GangGroup, held: list[_Held]) -> None:
+    def commit(self, group: GangGroup, held: list[Assumed]) -> None:
         """Permit passed for every gang: stamp PreBind's bind-gang annotations on all members at once."""
         for h in held:
             stamp = {ANN_BIND_GANG_GROUP_ID: group.id, ANN_BIND_GANG_MEMBER_COUNT: str(len(held))}
@@ -263,7 +245,7 @@ class _Planner:
         priority = pod_priority(trigger, self.cluster)
         if self.terminating_on_nominated(pods, priority):
             return "not eligible due to terminating pod on the nominated node."
-        quota = self.sched.plugin("ElasticQuota")
+        quota = self.quota
         if quota is not None and any(key(p) in quota.refused for p in pods):
             # **[decision]** a quota refusal is not helped by evicting pods on nodes (upstream's job preemption
             # would dry-run with Filter only and evict although PreFilter still refuses the job)
@@ -314,7 +296,7 @@ class _Planner:
                     return True
         return False
 
-    def plan_preemption(self, pods: list[JSON], raw_spec: str | None, priority: int, quota: Any,
+    def plan_preemption(self, pods: list[JSON], raw_spec: str | None, priority: int, quota: ElasticQuota | None,
                         job: tuple[str, dict[str, int]] | None, excluded: set[str]
                         ) -> tuple[list[tuple[JSON, str]], dict[str, list[JSON]]] | str:
         """Remove every eligible victim, plan the whole job on that view, pick the victims that must go."""
@@ -355,7 +337,7 @@ class _Planner:
         try:
             for pod in pods:
                 feasible = [n for n in sorted(self.cluster.nodes)
-                            if self.sched._filter(pod, self.cluster.nodes[n]) is None]
+                            if self.sched.filter(pod, self.cluster.nodes[n]) is None]
                 if not feasible:
                     return None
                 # **[quirk]** upstream breaks cost ties by node order, so a node whose only victims have the
@@ -396,7 +378,7 @@ class _Planner:
         added: list[str] = []
         ok = True
         for pod in pods:
-            if self.sched._filter(pod, node) is not None:
+            if self.sched.filter(pod, node) is not None:
                 ok = False
                 break
             node.add_pod(pod)
@@ -457,9 +439,9 @@ def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool
 
 
 def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool = True,
-                     default_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> tuple[list[Placement], _Planner]:
+                     default_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> tuple[list[Placement], Planner]:
     """plan_jobs, and the planner itself: its `victims` are what a live scheduler evicts."""
-    planner = _Planner(scheduler, enable_preemption)
+    planner = Planner(scheduler, enable_preemption)
     valid = []
     for pod in pods:  # a pod whose requests do not parse gets a reason; it never reaches a plugin
         problem = invalid_pod(pod)
@@ -483,6 +465,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
         if gid not in gangs:
             planner.results[k] = Placement(k, None, reason=f'gang "{gid}" not found: no PodGroup and no valid '
                                                           f'gang.scheduling.koordinator.sh/min-available')
+            planner.attempted([pod], time.perf_counter())
             continue
         group = groups[gid]
         if group.id in done:

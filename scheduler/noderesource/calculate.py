@@ -153,7 +153,8 @@ def _cpuset_size(text: str) -> int:
     return n
 
 
-def _rfc3339(text: Any) -> float | None:
+def rfc3339_seconds(text: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (NodeMetric status.updateTime); None when it does not read."""
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -165,7 +166,7 @@ def degraded(strategy: Mapping[str, Any], nodemetric: Mapping[str, Any] | None, 
     degradeTimeMinutes."""
     if not nodemetric:
         return "no NodeMetric"
-    updated = _rfc3339((nodemetric.get("status") or {}).get("updateTime"))
+    updated = rfc3339_seconds((nodemetric.get("status") or {}).get("updateTime"))
     if updated is None:
         return "NodeMetric has no status.updateTime"
     if now > updated + 60 * int(strategy["degradeTimeMinutes"]):

@@ -11,6 +11,7 @@ import threading
 
 from apis.client.kubeapi import KubeClient, KubeConfig, TokenBucket
 from apis.core.errors import KoordletError
+from scheduler.gang.model import parse_go_duration
 from scheduler.noderesource.apply import format_value
 from scheduler.noderesource.controller import NodeResourceController, PassResult, parse_gates
 from scheduler.noderesource.strategy import CONFIG_NAMESPACE
@@ -44,8 +45,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _interval(text: str) -> float | None:
-    from scheduler.gang.model import parse_go_duration
-
     seconds = parse_go_duration(text)
     if seconds is None:
         try:

@@ -15,7 +15,7 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, quantity_value
 from scheduler.noderesource.apply import desired, format_value
-from scheduler.noderesource.calculate import _rfc3339, calculate
+from scheduler.noderesource.calculate import calculate, rfc3339_seconds
 from scheduler.noderesource.strategy import (
     CONFIG_NAME,
     CONFIG_NAMESPACE,
@@ -48,7 +48,7 @@ def fill_missing(cluster: Cluster, config: ColocationConfig, *, sync_gpu_shared:
     for name, info in cluster.nodes.items():
         status = info.obj.setdefault("status", {})
         status.setdefault("capacity", dict(status.get("allocatable") or {}))
-        updated = _rfc3339(((info.nodemetric or {}).get("status") or {}).get("updateTime"))
+        updated = rfc3339_seconds(((info.nodemetric or {}).get("status") or {}).get("updateTime"))
         now = updated if updated is not None else time.time()
         nr = calculate(config.for_node(info.obj), config.enabled_for(info.obj), info.obj, info.pods.values(),
                        info.nodemetric, info.device, now, sync_gpu_shared=sync_gpu_shared)

@@ -24,7 +24,7 @@ from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, 
 from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
-from scheduler.framework import Unschedulable
+from scheduler.interfaces import NUMAHintProvider, ReservationLender, Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
 from scheduler.numa.hints import (
@@ -143,7 +143,7 @@ class NodeNUMAResource:
         self._policy_rows: list[int] = []
         self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
         self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
-        self.deviceshare: Any = None  # scheduler.deviceshare.plugin.DeviceShare when enabled (set by config.build)
+        self.deviceshare: NUMAHintProvider | None = None  # DeviceShare, when its devices are aligned (align_devices)
         self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
         self._affinity: dict[tuple[str, str], frozenset[int] | None] = {}
@@ -189,6 +189,15 @@ class NodeNUMAResource:
     reserved_cpus: Callable[[JSON, NodeInfo], frozenset[int] | None] | None = None
 
     restricted_reservation: Callable[[JSON, NodeInfo], bool] | None = None  # Reservation.restricted_on
+
+    def align_devices(self, provider: NUMAHintProvider) -> None:
+        """Align the provider's devices with the CPUs (its hints join ours; it allocates in our affinity)."""
+        self.deviceshare = provider
+        provider.align_numa(self.affinity)
+
+    def serve_reservations(self, lender: ReservationLender) -> None:
+        """An owner's reserved CPUs come first (and only those when its reservation is Restricted)."""
+        self.reserved_cpus, self.restricted_reservation = lender.reserved_cpus, lender.restricted_on
 
     def _preferred(self, pod: JSON, node: NodeInfo) -> tuple[frozenset[int] | None, bool]:
         """(the owner's reserved CPUs on this node, whether they are the only ones it may get)."""

@@ -21,6 +21,9 @@ from apis.core.objects import JSON
 from apis.core.resources import PODS
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
 from scheduler.cluster import ANNOTATION_RESERVE_POD, Cluster, key, pod_requests
+from scheduler.elasticquota.model import resource_json
+from scheduler.gang.model import parse_go_duration
+from scheduler.reservation import cpus, devices
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +98,13 @@ class Reservation:
 
     def held_devices(self) -> tuple[str, Any] | None:
         """(encoded, Allocations) of the devices still held, or None when it reserved none."""
-        from scheduler.reservation.devices import remaining
-
         reserved = self.annotations.get(ANN_DEVICES)
-        return remaining(reserved, list(self.owner_devices.values())) if reserved else None
+        return devices.remaining(reserved, list(self.owner_devices.values())) if reserved else None
 
     def held_cpus(self) -> tuple[str, frozenset[int]] | None:
         """(resource-status, CPUs) of the cpuset and NUMA resources still held, or None when it was given none."""
-        from scheduler.reservation.cpus import remaining
-
         reserved = self.annotations.get(ANNOTATION_RESOURCE_STATUS)
-        return remaining(reserved, list(self.owner_cpus.values())) if reserved else None
+        return cpus.remaining(reserved, list(self.owner_cpus.values())) if reserved else None
 
     @property
     def restricted(self) -> bool:
@@ -127,8 +126,6 @@ class Reservation:
     def status(self, now: float | None = None) -> JSON:
         """The status subresource; the condition carries lastProbeTime (now) and lastTransitionTime (kept from
         the object's condition of the same type and status, else now), as upstream's reservation controller."""
-        from scheduler.elasticquota.model import resource_json
-
         out: JSON = {"phase": self.phase}
         if self.node:
             out["nodeName"] = self.node
@@ -191,8 +188,6 @@ def _pod_limit(obj: JSON) -> int | None:
 
 def expired(obj: JSON, now: float) -> bool:
     """`expires` first, else creationTimestamp + ttl (default 24h, "0" never)."""
-    from scheduler.gang.model import parse_go_duration
-
     spec = obj.get("spec") or {}
     at = _timestamp(spec.get("expires"))
     if at is not None:
@@ -254,16 +249,12 @@ def account(r: Reservation, pod: JSON) -> None:
     if meta.get("uid"):
         ref["uid"] = meta["uid"]
     r.owner_refs.append(ref)
-    from scheduler.reservation.devices import pod_devices
-
-    devices = pod_devices(pod)
-    if devices:
-        r.owner_devices[key(pod)] = devices
-    from scheduler.reservation.cpus import pod_held
-
-    cpus = pod_held(pod)
-    if cpus:
-        r.owner_cpus[key(pod)] = cpus
+    held_devices = devices.pod_devices(pod)
+    if held_devices:
+        r.owner_devices[key(pod)] = held_devices
+    held_cpus = cpus.pod_held(pod)
+    if held_cpus:
+        r.owner_cpus[key(pod)] = held_cpus
     r.revision += 1
     if r.allocate_once:
         r.phase = SUCCEEDED
@@ -329,16 +320,16 @@ def place(r: Reservation, cluster: Cluster) -> None:
     if r.placed is not pod or not fast or fast[0] != r.revision or fast[1] != r.node or fast[2] is not \
             r.allocatable or fast[3] != r.annotations:  # else: nothing the reserve pod is made from moved
         held = r.held_devices()
-        cpus = r.held_cpus()
+        held_cpu = r.held_cpus()
         left = r.remaining()
         shape = (r.node, tuple(left.items()), held[0] if held is not None else None,
-                 cpus[0] if cpus is not None else None, tuple(r.annotations.items()))
+                 held_cpu[0] if held_cpu is not None else None, tuple(r.annotations.items()))
         if r.placed is not pod or r.placed_shape != shape:
             annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
             if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
                 annotations[ANN_DEVICES] = held[0]
-            if cpus is not None:
-                annotations[ANNOTATION_RESOURCE_STATUS] = cpus[0]
+            if held_cpu is not None:
+                annotations[ANNOTATION_RESOURCE_STATUS] = held_cpu[0]
             r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
                      "spec": {**(pod.get("spec") or {}), "nodeName": r.node, "initContainers": [], "overhead": None,
                               "containers": [{"name": "reserved", "resources": {"requests": {

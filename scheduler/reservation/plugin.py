@@ -18,8 +18,10 @@ import numpy as np
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, is_reserve_pod, key, pod_requests
-from scheduler.framework import Placement, Scheduler
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+from scheduler.elasticquota.model import resource_json
+from scheduler.gang.model import pod_priority
+from scheduler.interfaces import Handle, Placement
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
 from scheduler.reservation import matching
 from scheduler.reservation.model import (
     ANN_ALLOCATED,
@@ -58,8 +60,11 @@ class _Matches:
         self.results: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], bool] | None]] = {}
 
 
+NAME = "Reservation"
+
+
 class ReservationPlugin:
-    name = "Reservation"
+    name = NAME
 
     def __init__(self, args: Any = None, weight: int = 5000, *, preemption: bool = True) -> None:
         self.args = args
@@ -100,7 +105,7 @@ class ReservationPlugin:
         self.book.update(extra)
         return next(iter(extra.values()))
 
-    def schedule_reservation(self, sched: Scheduler, r: Reservation) -> Placement | None:
+    def schedule_reservation(self, sched: Handle, r: Reservation) -> Placement | None:
         """Place a pending reservation as its template pod; status follows. None when it is not pending."""
         if r.phase != PENDING:
             return None
@@ -176,7 +181,7 @@ class ReservationPlugin:
         were last taken off it for a cycle (and put back unchanged), it is now exactly as it was then: its version
         goes back to that state's, so no plugin recomputes its rows (owner after owner, the same ~10 % of the
         nodes would otherwise be recomputed by every per-node cache twice a cycle)."""
-        index: NodeIndex | None = cluster.__dict__.get("_node_index")
+        index = built_index(cluster)
         before = index.version(node) if index is not None else None
         pods = tuple(r.pod for r in restored)
         for r in restored:
@@ -321,20 +326,18 @@ class ReservationPlugin:
                 place(r, cluster)
 
     # -- preemption inside a reservation (ReservationArgs.enablePreemption) -----------------------------------
-    def post_filter(self, sched: Scheduler, pod: JSON) -> Placement | None:
+    def post_filter(self, handle: Handle, pod: JSON) -> Placement | None:
         """An owner that does not fit may evict lower-priority owners of a matched reservation (never the
         reservation itself: upstream does not support preempting Reservations)."""
         if not self.enable_preemption or is_reserve_pod(pod) or self._preempting:
             return None
         self._preempting = True
         try:
-            return self._preempt(sched, pod)
+            return self._preempt(handle, pod)
         finally:
             self._preempting = False
 
-    def _preempt(self, sched: Scheduler, pod: JSON) -> Placement | None:
-        from scheduler.gang.model import pod_priority
-
+    def _preempt(self, sched: Handle, pod: JSON) -> Placement | None:
         v = matching.view(pod)
         if v.invalid or v.ignored:
             return None
@@ -381,8 +384,6 @@ class ReservationPlugin:
 
     # -- reporting ----------------------------------------------------------------------------------------------
     def report(self) -> list[JSON]:
-        from scheduler.elasticquota.model import resource_json
-
         return [{"name": r.name, "node": r.node, "phase": r.phase, "allocated": resource_json(r.allocated),
                  "owners": sorted(r.owners), **({"reason": r.reason} if r.reason else {})}
                 for r in sorted(self.book.values(), key=lambda r: r.name)]

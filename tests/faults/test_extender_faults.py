@@ -56,7 +56,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def ext(km: kmock.KubernetesEmulator) -> Extender:
     return Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))),
-                    lambda c: Scheduler(c, *profile(None)))
+                    lambda c: Scheduler(c, profile(None)))
 
 
 async def eventually(check: Any, timeout: float = 4.0) -> None:

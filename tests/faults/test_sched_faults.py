@@ -51,7 +51,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def runner(km: kmock.KubernetesEmulator) -> SecondaryScheduler:
     return SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME,
-                              lambda c: Scheduler(c, *profile(None)), write_topology_status=False)
+                              lambda c: Scheduler(c, profile(None)), write_topology_status=False)
 
 
 def bindings(km: kmock.KubernetesEmulator) -> list[str]:

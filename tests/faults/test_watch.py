@@ -77,7 +77,7 @@ def _link(km: kmock.KubernetesEmulator, tmp_path: Path) -> tuple[Agent, ClusterL
 
 def _extender(km: kmock.KubernetesEmulator) -> Extender:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     # koord-sched's calls stay out of the agent's least-privilege proof (tests/test_rbac.py counts User-Agent
     # koordlet); tests/scheduler proves koord-sched's role with the same list and watch calls.

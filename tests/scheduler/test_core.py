@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from scheduler.cluster import build_cluster, pod_requests
-from scheduler.framework import NodeResourcesFit, Scheduler
+from scheduler.framework import LazyScores, Profile, Scheduler
+from scheduler.plugins.fit import NodeResourcesFit
 
 
 def node(name: str, cpu: str = "4", memory: str = "8Gi", pods: int = 110) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def test_pod_requests_follow_kube_rules() -> None:
 def test_fit_spreads_nothing_but_fills_and_explains() -> None:
     cluster = build_cluster([node("n1", cpu="2"), node("n2", cpu="1"), pod("running", cpu="1", node_name="n1")])
     assert cluster.nodes["n1"].requested == {"cpu": 1000, "memory": 1 << 30, "pods": 1}
-    sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
+    sched = Scheduler(cluster, Profile([NodeResourcesFit()], [], []))
     first = sched.schedule(pod("p1"))
     assert first.node == "n1"  # equal scores: name order
     second = sched.schedule(pod("p2"))
@@ -46,6 +48,17 @@ def test_fit_spreads_nothing_but_fills_and_explains() -> None:
     third = sched.schedule(pod("p3"))
     assert third.node is None and third.reason == "0/2 nodes are available: 2 Insufficient cpu."
     assert cluster.nodes["n1"].free("cpu") == 0 and cluster.nodes["n2"].free("cpu") == 0
+
+
+def test_a_placement_builds_its_scores_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placement.scores comes from the cycle's arrays on first read (building it was a third of a cycle)."""
+    built: list[int] = []
+    make = LazyScores._get
+    monkeypatch.setattr(LazyScores, "_get", lambda self: built.append(1) or make(self))
+    sched = Scheduler(build_cluster([node("n1"), node("n2")]), Profile([NodeResourcesFit()], [], []))
+    placed = sched.schedule(pod("p1"))
+    assert placed.node == "n1" and built == []
+    assert dict(placed.scores) == {"n1": 0, "n2": 0} and built
 
 
 def test_simulate_command(tmp_path: Path) -> None:
@@ -77,7 +90,7 @@ def test_malformed_inputs_get_a_reason_and_leave_the_cluster_alone() -> None:
     n1 = cluster.nodes["n1"]
     assert list(n1.pods) == ["default/legacy"] and n1.requested["cpu"] == 1000
     assert n1.requested["memory"] == n1.allocatable["memory"] > 0
-    sched = Scheduler(cluster, [NodeResourcesFit()], [], [])
+    sched = Scheduler(cluster, Profile([NodeResourcesFit()], [], []))
     weird = pod("weird", cpu="abc")
     assert sched.schedule(weird).reason == ("invalid pod: spec.containers['c'].resources.requests.cpu: 'abc' is not a "
                                             "Kubernetes quantity")

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from scheduler.cluster import NodeInfo
-from scheduler.deviceshare import DeviceShare, decode_allocations
+from scheduler.deviceshare.plugin import DeviceShare
+from scheduler.deviceshare.state import decode_allocations
 
 from conftest import agent_device
 
@@ -281,7 +282,7 @@ def test_rdma_apply_for_all_and_selector() -> None:
 def test_restricted_reservation_devices_are_the_only_ones() -> None:
     """An owner of a Restricted reservation is allocated on its devices alone; Aligned falls back to the node's."""
     from scheduler.deviceshare.state import Allocation
-    from scheduler.framework import Unschedulable
+    from scheduler.interfaces import Unschedulable
 
     ds = DeviceShare()
     node = node_with(fake_h800("Prefer"))

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.cluster import build_cluster
-from scheduler.deviceshare import DeviceShare, decode_allocations
-from scheduler.framework import NodeResourcesFit, Scheduler
+from scheduler.deviceshare.plugin import DeviceShare
+from scheduler.deviceshare.state import decode_allocations
+from scheduler.framework import Profile, Scheduler
+from scheduler.plugins.fit import NodeResourcesFit
 
 from conftest import agent_device
 
@@ -41,7 +43,7 @@ def test_scheduler_places_device_pods() -> None:
     cluster = build_cluster([node("h800"), node("l20"), node("cpu-only"),
                              device("h800-nvlink", "h800"), device("l20-pcie", "l20"), existing, broken])
     ds = DeviceShare(scoring_strategy="MostAllocated", weight=2)
-    sched = Scheduler(cluster, [NodeResourcesFit(), ds], [ds], [ds])
+    sched = Scheduler(cluster, Profile([NodeResourcesFit(), ds], [ds], [ds]))
     joint = {"scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
     pods = [pod("eight", {"nvidia.com/gpu": 8}), pod("four", {"nvidia.com/gpu": 4}),
             pod("two", {"nvidia.com/gpu": 2}), pod("rdma", {"nvidia.com/gpu": 1, "koordinator.sh/rdma": 1}, joint),
@@ -75,7 +77,7 @@ def test_scheduler_places_device_pods() -> None:
 def test_scheduler_spreads_with_least_allocated() -> None:
     cluster = build_cluster([node("a"), node("b"), device("l20-pcie", "a"), device("l20-pcie", "b")])
     ds = DeviceShare()
-    sched = Scheduler(cluster, [ds], [ds], [ds])
+    sched = Scheduler(cluster, Profile([ds], [ds], [ds]))
     nodes = [sched.schedule(pod(f"p{i}", {"nvidia.com/gpu": 1})).node for i in range(4)]
     assert sorted(nodes) == ["a", "a", "b", "b"]
     # every GPU of both nodes can be handed out exactly once

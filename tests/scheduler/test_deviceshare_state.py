@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from scheduler.cluster import NodeInfo
-from scheduler.deviceshare import DeviceShare, DeviceState, decode_allocations, encode_allocations
-from scheduler.deviceshare.state import VF, Allocation
+from scheduler.deviceshare.plugin import DeviceShare
+from scheduler.deviceshare.state import VF, Allocation, DeviceState, decode_allocations, encode_allocations
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CORE, MEM, RATIO = "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio"

@@ -17,11 +17,14 @@ import pytest
 import yaml
 
 from apis.client.kubeapi import KubeClient, KubeConfig
-from scheduler.cluster import build_cluster
-from scheduler.deviceshare import DeviceShare, decode_allocations
+from scheduler.cluster import NodeInfo, build_cluster
+from scheduler.deviceshare.plugin import DeviceShare
+from scheduler.deviceshare.state import decode_allocations
 from scheduler.deviceshare.templates import TemplatesConfig, match, parse_catalog
 from scheduler.deviceshare.vendors import lock_held, lock_value
-from scheduler.framework import NodeResourcesFit, Placement, Scheduler
+from scheduler.framework import Profile, Scheduler
+from scheduler.interfaces import Placement
+from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.runner import SecondaryScheduler
 
 from conftest import agent_device
@@ -49,6 +52,12 @@ huawei-Ascend-310P:
     koordinator.sh/gpu-memory: 3Gi
 """
 
+
+
+def feasible(sched: Scheduler, pod: dict[str, Any], names: list[str] | None = None
+             ) -> tuple[list[NodeInfo], dict[str, str]]:
+    with sched.cycle(pod) as cycle:
+        return cycle.feasible(names)
 
 def seed(name: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((SEEDS / name).read_text())
@@ -90,7 +99,7 @@ class Clock:
 
 def scheduler(objects: list[dict[str, Any]], **kwargs: Any) -> tuple[Scheduler, DeviceShare]:
     ds = DeviceShare(clock=kwargs.pop("clock", Clock()), **kwargs)
-    return Scheduler(build_cluster(objects), [NodeResourcesFit(), ds], [ds], [ds]), ds
+    return Scheduler(build_cluster(objects), Profile([NodeResourcesFit(), ds], [ds], [ds])), ds
 
 
 def gpu(placement: Placement) -> list[dict[str, Any]]:
@@ -143,7 +152,7 @@ def test_vnpu_request_matches_template_and_writes_huawei_annotations() -> None:
     assert ann["predicate-time"] == ann["scheduling.koordinator.sh/bind-timestamp"] == NANOS_T0
     assert ann["scheduling.koordinator.sh/gpu-minors"] == "0"
     # node-2's model has no template of that shape; node-3 has no NPU allocatable at all
-    _, reasons = sched.feasible(vnpu("probe", 5, 1, "16Gi"), ["node-2", "node-3"])
+    _, reasons = feasible(sched, vnpu("probe", 5, 1, "16Gi"), ["node-2", "node-3"])
     assert reasons["node-2"] == "no matched GPU shared resource template: GPU model huawei-Ascend-910B4 has none"
     assert reasons["node-3"].startswith("Insufficient huawei.com/npu-")
 
@@ -269,15 +278,15 @@ def test_cambricon_lock_on_the_node_object() -> None:
     obj = copy.deepcopy(mlu.obj)
     obj["metadata"]["annotations"] = {"cambricon.com/dsmlu.lock": lock_value(T0, "default", "holder")}
     mlu.obj = obj
-    assert sched.feasible(seed("cambricon-pod.yaml"), ["mlu"])[0]  # the holder pod no longer exists
+    assert feasible(sched, seed("cambricon-pod.yaml"), ["mlu"])[0]  # the holder pod no longer exists
     sched.cluster.assume(pod("holder", {"cpu": "1"}), "mlu")
-    assert sched.feasible(seed("cambricon-pod.yaml"), ["mlu"])[1] == {
+    assert feasible(sched, seed("cambricon-pod.yaml"), ["mlu"])[1] == {
         "mlu": "node(s) locked for the device plugin by pod default/holder"}
     # a freshly listed Node object without the annotation: the device plugin has unlocked
     mlu.obj = copy.deepcopy(mlu.obj)
     mlu.obj["metadata"]["annotations"] = {}
     mlu.changed()
-    assert sched.feasible(seed("cambricon-pod.yaml"), ["mlu"])[0]
+    assert feasible(sched, seed("cambricon-pod.yaml"), ["mlu"])[0]
 
 
 def test_lock_values() -> None:
@@ -343,7 +352,7 @@ def test_hami_seed_pod_fits_only_the_hami_node_and_gets_the_vgpu_node_label() ->
     assert a["resources"]["koordinator.sh/gpu-memory-ratio"] == "50"  # shared: gpu-shared read as gpu.shared
     assert placed.annotations["scheduling.koordinator.sh/gpu-minors"] == str(a["minor"])
     assert sched.prebind_patches("default/pod-example") == ({"hami.io/vgpu-node": "hami"}, {})
-    _, reasons = sched.feasible(seed("hami-pod.yaml"))
+    _, reasons = feasible(sched, seed("hami-pod.yaml"))
     assert reasons == {"plain": "node(s) didn't match gpu-isolation-provider HAMi-core",
                        "mlu": "node(s) didn't match gpu-isolation-provider HAMi-core"}  # never on an MLU node
 
@@ -372,7 +381,7 @@ def test_gpu_share_unsupported_models_are_refused() -> None:
     placed = sched.schedule(pod("s", {"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-core": "50",
                                       "koordinator.sh/gpu-memory-ratio": "50"}))
     assert placed.node == "mlu"
-    _, reasons = sched.feasible(seed("hami-pod.yaml"), ["hami"])
+    _, reasons = feasible(sched, seed("hami-pod.yaml"), ["hami"])
     assert reasons == {"hami": 'model "L20" of vendor "nvidia" does not support GPU Share'}
     assert sched.schedule(pod("w", {"nvidia.com/gpu": "1"})).node in ("hami", "plain")  # whole GPUs still fit
 
@@ -419,7 +428,7 @@ async def test_run_writes_vendor_annotations_labels_and_node_lock(kmock: kmock.K
         p["status"] = {"phase": "Pending"}
         kmock.objects["v1/pods", "default", p["metadata"]["name"]] = p
     runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(kmock.url))), "koord-py",
-                                lambda c: Scheduler(c, *_profile()))
+                                lambda c: Scheduler(c, _profile()))
     placements = await asyncio.to_thread(runner.run_once)
     assert {p.pod: p.node for p in placements} == {"default/test-cambricon-partial": "mlu",
                                                    "default/pod-example": "hami"}

@@ -35,7 +35,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def ext(km: kmock.KubernetesEmulator) -> Extender:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     return Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))), make)
 

@@ -60,7 +60,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def ext(km: kmock.KubernetesEmulator) -> Extender:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     return Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))), make)
 
@@ -165,7 +165,7 @@ async def test_without_the_crd(kmock: kmock.KubernetesEmulator) -> None:
     kmock.objects["v1/nodes", None, "n1"] = {"apiVersion": "v1", "metadata": {"name": "n1"}, "status": {
         "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}}
     ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(kmock.url)))),
-                   lambda c: Scheduler(c, *profile(None)))
+                   lambda c: Scheduler(c, profile(None)))
     await asyncio.to_thread(ext.refresh)
     assert list(ext.filter({"Pod": _pod("p", "4", owner=True), "NodeNames": ["n1"]})["NodeNames"]) == ["n1"]
 
@@ -216,7 +216,7 @@ async def test_reserved_gpus_go_to_the_owner(kmock: kmock.KubernetesEmulator) ->
     kmock.objects[RESV, None, "r1"] = r
     emulate_binding(kmock)
     ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(kmock.url)))),
-                   lambda c: Scheduler(c, *profile(None)))
+                   lambda c: Scheduler(c, profile(None)))
     await asyncio.to_thread(ext.refresh)
 
     def minors(name: str) -> list[int]:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from scheduler.cli import main
 from scheduler.cluster import build_cluster
-from scheduler.framework import NodeResourcesFit, Placement, ReservePlugin, Scheduler, Unschedulable
-from scheduler.gang import collect_gangs, plan_jobs
-from scheduler.gang.model import gang_from_pod, gang_groups, parse_go_duration
+from scheduler.framework import Profile, Scheduler
+from scheduler.gang.model import collect_gangs, gang_from_pod, gang_groups, parse_go_duration
+from scheduler.gang.planner import plan_jobs
+from scheduler.interfaces import Placement, ReservePlugin, Unschedulable
+from scheduler.plugins.fit import NodeResourcesFit
 
 PG_CRD = "scheduling.sigs.k8s.io_podgroups.yaml"
 G = "gang.scheduling.koordinator.sh"
@@ -49,7 +56,7 @@ def ann_gang(name: str, min_available: int, **extra: str) -> dict[str, str]:
 def run(objs: list[dict[str, Any]], pods: list[dict[str, Any]], **kw: Any
         ) -> tuple[dict[str, Placement], list[dict[str, Any]], Any]:
     cluster = build_cluster(objs)
-    placements, preemptions = plan_jobs(Scheduler(cluster, [NodeResourcesFit()], [], []), pods, **kw)
+    placements, preemptions = plan_jobs(Scheduler(cluster, Profile([NodeResourcesFit()], [], [])), pods, **kw)
     return {p.pod: p for p in placements}, preemptions, cluster
 
 
@@ -159,7 +166,7 @@ def test_rollback_calls_unreserve_and_drops_annotations() -> None:
     assert isinstance(refuser, ReservePlugin)
     cluster = build_cluster([node("n1"), podgroup("job", 2)])
     pods = [pod("w0", label_group="job"), pod("w1", label_group="job")]
-    placements, _ = plan_jobs(Scheduler(cluster, [NodeResourcesFit()], [], [refuser]), pods)
+    placements, _ = plan_jobs(Scheduler(cluster, Profile([NodeResourcesFit()], [], [refuser])), pods)
     assert [p.node for p in placements] == [None, None]
     assert refuser.unreserved == ["w0"]
     assert "example/reserved" not in pods[0]["metadata"]["annotations"]
@@ -193,3 +200,21 @@ def test_preemption_reprieves_unneeded_victims_and_respects_never() -> None:
     never["spec"]["preemptionPolicy"] = "Never"
     got, pre, _ = run(objs, [never])
     assert pre == [] and "preemptionPolicy=Never" in got["default/hp"].reason
+
+
+def test_simulate_reads_priority_classes_given_with_the_pods(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A PriorityClass in --pods gives the job its priority: the lower-priority pod filling the node is preempted."""
+    low = pod("low", cpu="4", node_name="n1")
+    low["spec"]["priorityClassName"] = "batch"
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([node("n1"), low]))
+    job = [pod(f"hp{i}", cpu="2", label_group="job") for i in range(2)]
+    for p in job:
+        p["spec"]["priorityClassName"] = "urgent"
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("urgent", 1000), ("batch", 10))]
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([*classes, podgroup("job", 2), *job]))
+    assert main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(tmp_path / "pods.yaml"),
+                 "-o", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [p["victims"] for p in result["preemptions"]] == [["default/low"]]

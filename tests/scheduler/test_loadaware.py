@@ -11,7 +11,8 @@ import pytest
 
 from apis.core.errors import InvalidInput
 from scheduler.cluster import Cluster, NodeInfo, build_cluster
-from scheduler.framework import NodeResourcesFit, Scheduler
+from scheduler.framework import Profile, Scheduler
+from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.loadaware import AggregatedArgs, LoadAware, LoadAwareArgs
 
 NOW = 1_800_000_000.0
@@ -362,14 +363,14 @@ def test_scheduler_steers_away_from_hot_node_and_explains() -> None:
     c = cluster(node("hot"), node("warm"), node("cool"),
                 nodemetric("hot", cpu="9"), nodemetric("warm", cpu="4"), nodemetric("cool", cpu="1"))
     la = LoadAware(LoadAwareArgs(), now=lambda: NOW)
-    sched = Scheduler(c, [NodeResourcesFit(), la], [la], [la])
+    sched = Scheduler(c, Profile([NodeResourcesFit(), la], [la], [la]))
     placement = sched.schedule(pod("a", "500m", "1Gi"))
     assert placement.node == "cool"
     assert "hot" not in placement.scores  # filtered out
     # every node too hot ⇒ the reason says why
     c = cluster(node("hot"), node("hotter"), nodemetric("hot", cpu="9"), nodemetric("hotter", cpu="9500m"))
     la = LoadAware(LoadAwareArgs(), now=lambda: NOW)
-    placement = Scheduler(c, [NodeResourcesFit(), la], [la], [la]).schedule(pod("b", "500m"))
+    placement = Scheduler(c, Profile([NodeResourcesFit(), la], [la], [la])).schedule(pod("b", "500m"))
     assert placement.node is None
     assert placement.reason == "0/2 nodes are available: 2 node(s) cpu usage exceed threshold."
 
@@ -378,6 +379,6 @@ def test_scheduler_counts_pods_it_just_placed() -> None:
     """Pods placed in this run are not in any NodeMetric yet: their estimates spread the next pods."""
     c = cluster(node("a"), node("b"), nodemetric("a", cpu="1"), nodemetric("b", cpu="1"))
     la = LoadAware(LoadAwareArgs(resource_weights={"cpu": 1}), now=lambda: NOW)
-    sched = Scheduler(c, [la], [la], [la])
+    sched = Scheduler(c, Profile([la], [la], [la]))
     nodes = [str(sched.schedule(pod(f"p{i}", "2")).node) for i in range(4)]
     assert sorted(nodes) == ["a", "a", "b", "b"]

@@ -12,6 +12,7 @@ from koordlet.states.cpupools import resource_status
 from scheduler.cli import simulate
 from scheduler.cluster import build_cluster
 from scheduler.numa.hints import BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE, Hint, mask_string, merge
+from scheduler.numa.plugin import NodeNUMAResource
 
 STATUS = "scheduling.koordinator.sh/resource-status"
 SPEC = "scheduling.koordinator.sh/numa-topology-spec"
@@ -300,8 +301,8 @@ def numa_scores(objs: list[dict[str, Any]], p: dict[str, Any], plugin: Any = Non
     from scheduler.cli import profile
     from scheduler.framework import Scheduler
 
-    sched = Scheduler(build_cluster(objs), *profile(None))
-    numa = plugin or sched.plugin("NodeNUMAResource")
+    sched = Scheduler(build_cluster(objs), profile(None))
+    numa = plugin or sched.plugin("NodeNUMAResource", NodeNUMAResource)
     return {n: numa.score(p, node, sched.cluster) for n, node in sorted(sched.cluster.nodes.items())}
 
 

@@ -28,7 +28,7 @@ SINGLE = {SPEC: json.dumps({"numaTopologyPolicy": "SingleNUMANode"})}
 
 
 def make(cluster: Cluster) -> Scheduler:
-    return Scheduler(cluster, *profile(None))
+    return Scheduler(cluster, profile(None))
 
 
 @pytest.fixture

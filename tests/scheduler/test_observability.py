@@ -64,7 +64,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def runner(km: kmock.KubernetesEmulator) -> SecondaryScheduler:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     r = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
     r.metrics = SchedulerMetrics(NAME)
@@ -150,7 +150,7 @@ async def test_extender_metrics(kmock: kmock.KubernetesEmulator) -> None:
     km = seed(kmock)
     metrics = SchedulerMetrics("koord-scheduler")
     ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))),
-                   lambda c: Scheduler(c, *profile(None), metrics=metrics))
+                   lambda c: Scheduler(c, profile(None), metrics=metrics))
     ext.metrics = metrics
     await asyncio.to_thread(ext.refresh)
     two = _pod("two", {"nvidia.com/gpu": 2})
@@ -178,3 +178,22 @@ async def test_extender_metrics(kmock: kmock.KubernetesEmulator) -> None:
     assert sample(text, "scheduler_framework_extension_point_duration_seconds_count", extension_point="Bind",
                   status="Success", profile="koord-scheduler") == 1
     assert sample(text, "scheduler_device_allocations_total", device_type="gpu") == 2
+
+
+async def test_gang_pods_failing_every_cycle_count_unschedulable_attempts(km: kmock.KubernetesEmulator,
+                                                                          runner: SecondaryScheduler) -> None:
+    """A gang short of members is rejected before any member is tried: each member still counts one unschedulable
+    attempt per cycle, as kube-scheduler counts a pod rejected at PreFilter or Permit."""
+    for name in ("w0", "w1"):
+        p = _pod(name, {"nvidia.com/gpu": 1})
+        p["spec"]["schedulerName"] = NAME
+        p["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/name": "train",
+                                        "gang.scheduling.koordinator.sh/min-available": "3"}
+        km.objects["v1/pods", "default", name] = p
+    for _ in range(2):
+        placements = await asyncio.to_thread(runner.run_once)
+        assert [p.node for p in placements] == [None, None]
+    assert runner.metrics is not None
+    text = runner.metrics.exposition()
+    assert sample(text, "scheduler_schedule_attempts_total", result="unschedulable", profile=NAME) == 4
+    assert sample(text, "scheduler_schedule_attempts_total", result="scheduled", profile=NAME) == 0

@@ -62,7 +62,7 @@ def runner(km: kmock.KubernetesEmulator, tmp_path: Path, preemption: bool = True
         {"name": "Coscheduling", "args": {"enablePreemption": preemption}}]}]}))
 
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(str(cfg)))
+        return Scheduler(cluster, profile(str(cfg)))
 
     return SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make, enable_preemption=preemption)
 

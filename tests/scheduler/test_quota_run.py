@@ -17,6 +17,7 @@ from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler import debug
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
+from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler
 from scheduler.services import DiagnosisAPI, DiagnosisServer
@@ -50,7 +51,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 @pytest.fixture
 def runner(km: kmock.KubernetesEmulator) -> SecondaryScheduler:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     return SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
 
@@ -159,7 +160,7 @@ async def test_extender_serves_diagnosis(km: kmock.KubernetesEmulator) -> None:
     from scheduler.extender import ClusterSource, Extender, ExtenderServer
 
     ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))),
-                   lambda c: Scheduler(c, *profile(None)))
+                   lambda c: Scheduler(c, profile(None)))
     await asyncio.to_thread(ext.refresh)
     server = ExtenderServer(("127.0.0.1", 0), ext)
     import threading
@@ -183,12 +184,12 @@ async def test_extender_watch_releases_a_deleted_pods_quota(km: kmock.Kubernetes
     from scheduler.extender import ClusterSource, Extender
 
     api = driver_client(km)
-    ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))), lambda c: Scheduler(c, *profile(None)))
+    ext = Extender(ClusterSource(KubeClient(KubeConfig(server=str(km.url)))), lambda c: Scheduler(c, profile(None)))
     await asyncio.to_thread(ext.refresh)
     ext.start_watches(timeout_seconds=5)
     try:
         def team() -> Any:
-            return ext.scheduler.plugin("ElasticQuota").manager.quotas["team"]
+            return ext.scheduler.plugin("ElasticQuota", ElasticQuota).manager.quotas["team"]
 
         pending, done = team_pod("waits", 6), team_pod("runs", 2)
         for p in (pending, done):
@@ -221,3 +222,17 @@ async def test_extender_watch_releases_a_deleted_pods_quota(km: kmock.Kubernetes
         assert "Insufficient quotas, quotaName: team" in refused["FailedNodes"]["gpu-a"]
     finally:
         ext.stop_watches()
+
+
+async def test_run_lists_each_quota_once_per_cycle(km: kmock.KubernetesEmulator, runner: SecondaryScheduler,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """One GET of the ElasticQuota collection and at most one status patch per quota per cycle; the quotas are not
+    seen twice (a second copy was left out as "already taken" by the first)."""
+    km.objects["v1/pods", "default", "t1"] = team_pod("t1", 2)
+    with caplog.at_level(logging.WARNING):
+        await asyncio.to_thread(runner.run_once)
+    lists = [q for q in km if q.method.value == "GET" and q.url.path.endswith("/elasticquotas")]
+    patches = [q.url.path for q in km if q.method.value == "PATCH" and "/elasticquotas/" in q.url.path]
+    assert len(lists) == 1
+    assert patches and len(patches) == len(set(patches))
+    assert not [r for r in caplog.records if "already taken" in r.getMessage()]

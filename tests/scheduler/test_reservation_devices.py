@@ -14,6 +14,7 @@ from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile, simulate
 from scheduler.cluster import Cluster, build_cluster
 from scheduler.framework import Scheduler
+from scheduler.reservation.plugin import ReservationPlugin
 from scheduler.runner import SecondaryScheduler
 
 from kubedouble import emulate_binding
@@ -123,8 +124,8 @@ def test_owner_served_from_reserved_minors_and_vf_non_owner_never() -> None:
 
 def test_reserve_pod_device_annotation_shrinks_as_owners_take() -> None:
     cluster = build_cluster([node(), device_cr(), reservation()])
-    sched = Scheduler(cluster, *profile(None))
-    resv = sched.plugin("Reservation")
+    sched = Scheduler(cluster, profile(None))
+    resv = sched.plugin("Reservation", ReservationPlugin)
     resv.bind(cluster)
     held = cluster.nodes["n1"].pods["reservation/r1"]["metadata"]["annotations"][DEV]
     assert gpus({DEV: held}) == [1, 3] and vfs({DEV: held}) == ["0000:01:00.2"]
@@ -141,8 +142,8 @@ def test_reserve_pod_device_annotation_shrinks_as_owners_take() -> None:
                                    DEV: placed.annotations[DEV], ALLOCATED: placed.annotations[ALLOCATED]}},
                                "spec": {**pod("owner1", 1)["spec"], "nodeName": "n1"},
                                "status": {"phase": "Running"}}])
-    sched2 = Scheduler(cluster2, *profile(None))
-    sched2.plugin("Reservation").bind(cluster2)
+    sched2 = Scheduler(cluster2, profile(None))
+    sched2.plugin("Reservation", ReservationPlugin).bind(cluster2)
     held2 = cluster2.nodes["n1"].pods["reservation/r1"]["metadata"]["annotations"][DEV]
     assert gpus({DEV: held2}) == [3]
     other = sched2.schedule(pod("other", 3))
@@ -180,7 +181,7 @@ async def test_run_places_device_reservation_then_serves_owner_from_it(km: kmock
     km.objects[RESV, None, "r1"] = reservation(placed=False)
 
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
     await asyncio.to_thread(runner.run_once)

@@ -13,9 +13,11 @@ import numpy as np
 from scheduler import rowcache
 from scheduler.cli import profile
 from scheduler.cluster import Cluster, build_cluster
-from scheduler.framework import Placement, Scheduler
+from scheduler.framework import Scheduler
+from scheduler.interfaces import Placement
 from scheduler.nodeindex import Tracker, node_index
 from scheduler.reservation.model import FAILED
+from scheduler.reservation.plugin import ReservationPlugin
 
 ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
 SPEC = "scheduling.koordinator.sh/numa-topology-spec"
@@ -60,8 +62,8 @@ def _objects() -> list[dict[str, Any]]:
 
 
 def _scheduler(cluster: Cluster) -> Scheduler:
-    sched = Scheduler(cluster, *profile(None))
-    sched.plugin("Reservation").bind(cluster)
+    sched = Scheduler(cluster, profile(None))
+    sched.plugin("Reservation", ReservationPlugin).bind(cluster)
     sched.prepare(freeze=False)
     return sched
 
@@ -70,7 +72,7 @@ def _fresh(cluster: Cluster, book: dict[str, Any]) -> Scheduler:
     """Plugins and a node index with no memory of earlier cycles, on the reservations as they are now."""
     cluster.__dict__.pop("_node_index", None)
     sched = _scheduler(cluster)  # binding loads the objects again (placing nothing new): their state is replaced
-    sched.plugin("Reservation").book = book
+    sched.plugin("Reservation", ReservationPlugin).book = book
     return sched
 
 
@@ -85,10 +87,10 @@ def _outcome(p: Placement) -> tuple[Any, ...]:
 def test_owner_cycles_reuse_node_versions_and_see_every_change_in_between() -> None:
     kept_cluster, ref_cluster = build_cluster(copy.deepcopy(_objects())), build_cluster(copy.deepcopy(_objects()))
     kept = _scheduler(kept_cluster)
-    ref_book = _scheduler(ref_cluster).plugin("Reservation").book
+    ref_book = _scheduler(ref_cluster).plugin("Reservation", ReservationPlugin).book
 
     def both(event: Any) -> None:
-        event(kept_cluster, kept.plugin("Reservation").book)
+        event(kept_cluster, kept.plugin("Reservation", ReservationPlugin).book)
         event(ref_cluster, ref_book)
 
     def step(p: dict[str, Any]) -> Placement:
@@ -98,7 +100,9 @@ def test_owner_cycles_reuse_node_versions_and_see_every_change_in_between() -> N
         want = _fresh(ref_cluster, ref_book).schedule(copy.deepcopy(p))
         assert _outcome(got) == _outcome(want)
         assert _state(kept_cluster) == _state(ref_cluster)
-        assert kept.plugin("Reservation").report() == _fresh(ref_cluster, ref_book).plugin("Reservation").report()
+        fresh = _fresh(ref_cluster, ref_book)
+        assert kept.plugin("Reservation", ReservationPlugin).report() == fresh.plugin("Reservation",
+                                                                                      ReservationPlugin).report()
         after = {n.name: index.version(n) for n in kept_cluster.nodes.values()}
         # a node the cycle left as it was (every one but the chosen) has the version it had before
         assert {n for n in after if after[n] != before[n]} <= {got.node}

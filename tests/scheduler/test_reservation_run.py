@@ -49,7 +49,7 @@ async def test_reservation_placed_then_owner_served(km: kmock.KubernetesEmulator
     km.objects[RESV, None, "r1"] = r
 
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
     await asyncio.to_thread(runner.run_once)

@@ -12,7 +12,7 @@ import pytest
 
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main, profile
-from scheduler.cluster import Cluster
+from scheduler.cluster import Cluster, NodeInfo
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler, order_pending
 
@@ -23,6 +23,12 @@ NAME = "koord-py"
 PODGROUPS = "scheduling.sigs.k8s.io/v1alpha1/podgroups"
 GANG_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
 
+
+
+def feasible(sched: Scheduler, pod: dict[str, Any], names: list[str] | None = None
+             ) -> tuple[list[NodeInfo], dict[str, str]]:
+    with sched.cycle(pod) as cycle:
+        return cycle.feasible(names)
 
 def member(name: str, gpus: int, gang: str = "job", scheduler: str = NAME, created: str = "2024-01-01T00:00:00Z",
            annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -58,7 +64,7 @@ def add(km: kmock.KubernetesEmulator, *pods: dict[str, Any]) -> None:
 @pytest.fixture
 def runner(km: kmock.KubernetesEmulator) -> SecondaryScheduler:
     def make(cluster: Cluster) -> Scheduler:
-        return Scheduler(cluster, *profile(None))
+        return Scheduler(cluster, profile(None))
 
     return SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
 
@@ -163,7 +169,7 @@ async def test_binding_failure_rolls_back_unbound_members(km: kmock.KubernetesEm
     # the rolled-back reservations are free again at device level: every remaining GPU can be taken
     for node, free in (("gpu-a", 7 - (4 if g0_node == "gpu-a" else 0)), ("gpu-b", 8 - (4 if g0_node == "gpu-b"
                                                                                          else 0))):
-        fits, failed = sched.feasible(_pod(f"probe-{node}", {"nvidia.com/gpu": free}), [node])
+        fits, failed = feasible(sched, _pod(f"probe-{node}", {"nvidia.com/gpu": free}), [node])
         assert [n.name for n in fits] == [node], failed
 
 

@@ -15,12 +15,16 @@ import yaml
 
 from scheduler.cli import main, profile, simulate
 from scheduler.cluster import build_cluster
-from scheduler.config import ConfigError, SchedulerConfig, build, load_config, parse_config
+from scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
 from scheduler.config.args import DEVICE_SCORING_RESOURCES, ScoringStrategy
+from scheduler.config.plugins import PLUGINS, RUN
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.framework import Scheduler
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.loadaware import LoadAware
 from scheduler.plugins.scarce import ScarceResourceAvoidance
+from scheduler.registry import REGISTRY, build
+from scheduler.reservation.plugin import ReservationPlugin
 
 from conftest import agent_device
 
@@ -88,7 +92,8 @@ def test_defaults_when_absent() -> None:
     assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["DefaultBinder"]
     assert parse_config({}).points == cfg.points
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
-    filters, scorers, _ = profile(None)
+    made = profile(None)
+    filters, scorers = made.filters, made.scorers
     assert [type(p) for p in filters if p.name == "LoadAwareScheduling"] == [LoadAware]
     assert [s.weight for s in scorers if s.name == "LoadAwareScheduling"] == [1]
 
@@ -133,7 +138,8 @@ def test_overrides(tmp_path: Path) -> None:
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
     assert la.aggregated is not None and la.aggregated.usage_aggregated_duration == 300
     assert cfg.plugin_args("NodeResourcesFitPlus").resources["nvidia.com/gpu"].type == "MostAllocated"
-    filters, scorers, _ = profile(cfg)
+    made = profile(cfg)
+    filters, scorers = made.filters, made.scorers
     by_name = {s.name: s for s in scorers}
     assert isinstance(by_name["LoadAwareScheduling"], LoadAware) and by_name["LoadAwareScheduling"].weight == 3
     assert isinstance(by_name["NodeResourcesFitPlus"], NodeResourcesFitPlus)
@@ -144,7 +150,7 @@ def test_overrides(tmp_path: Path) -> None:
 def test_disabling_at_one_point_disables_it_there_only() -> None:
     cfg = parse_config(profile_of(plugins={"score": {"disabled": [{"name": "*"}]}}))
     plugins = build(cfg)
-    assert plugins.scorers == []
+    assert plugins.scorers == ()
     assert "DeviceShare" in names(plugins.filters) and "DeviceShare" in names(plugins.reservers)
     cfg = parse_config(profile_of(plugins={"filter": {"disabled": [{"name": "LoadAwareScheduling"}]}}))
     plugins = build(cfg)
@@ -154,7 +160,7 @@ def test_disabling_at_one_point_disables_it_there_only() -> None:
                                            "bind": {"enabled": [{"name": "DefaultBinder"}]},
                                            "score": {"enabled": [{"name": "NodeResourcesFitPlus"}]}}))
     plugins = build(cfg)
-    assert names(plugins.scorers) == ["NodeResourcesFitPlus"] and plugins.filters == []
+    assert names(plugins.scorers) == ["NodeResourcesFitPlus"] and plugins.filters == ()
     quota = next(r for r in plugins.reservers if r.name == "ElasticQuota") if "ElasticQuota" in names(
         plugins.reservers) else None
     assert quota is None
@@ -300,7 +306,7 @@ def test_seed_v16_native_noderesourcesfit() -> None:
     fit = next(s for s in build(cfg).scorers if s.name == "NodeResourcesFit")
     assert fit.resources == (("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 1)) and not fit.most
     cluster = build_cluster([cpu_node("a", 8), cpu_node("b", 8), running("x", "a", "6")])
-    assert Scheduler(cluster, *profile(cfg)).schedule(cpu_pod("p", "1")).node == "b"  # spread
+    assert Scheduler(cluster, profile(cfg)).schedule(cpu_pod("p", "1")).node == "b"  # spread
 
 
 def test_seed_v16_fitplus_packs_gpu_spreads_cpu() -> None:
@@ -309,7 +315,7 @@ def test_seed_v16_fitplus_packs_gpu_spreads_cpu() -> None:
     assert cfg.scheduler_name == "koord-scheduler" and cfg.weights["NodeResourcesFitPlus"] == 2
     cluster = build_cluster([*gpu_cluster_objects(), cpu_node("cpu-1", 96), cpu_node("cpu-2", 96),
                              running("busy", "cpu-1", "48")])
-    sched = Scheduler(cluster, *profile(cfg))
+    sched = Scheduler(cluster, profile(cfg))
     first = sched.schedule(gpu_pod("g0"))
     second = sched.schedule(gpu_pod("g1"))
     assert first.node == second.node  # packed
@@ -338,7 +344,8 @@ def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixtu
     assert "not implemented" not in text
     assert cfg.plugin_args("Reservation").enable_preemption is True
     assert "DefaultPreemption" not in cfg.points["postFilter"] and "Reservation" in cfg.points["postFilter"]
-    filters, scorers, reservers = profile(cfg)
+    made = profile(cfg)
+    filters, scorers, reservers = made.filters, made.scorers, made.reservers
     resv = next(p for p in reservers if p.name == "Reservation")
     assert resv in filters and resv in scorers and resv.enable_preemption
 
@@ -417,8 +424,6 @@ def test_simulate_json_with_config(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_deviceshare_args_reach_the_plugin(tmp_path: Path) -> None:
     """gpuSharedResourceTemplatesConfig and gpuShareUnsupportedModels of a config file configure DeviceShare."""
-    from scheduler.deviceshare.plugin import DeviceShare
-
     path = tmp_path / "sched.yaml"
     path.write_text("""apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -438,7 +443,22 @@ profiles:
               model: L20
 """)
     cfg = load_config(str(path))
-    [ds] = {id(p): p for p in profile(cfg)[2] if isinstance(p, DeviceShare)}.values()
+    [ds] = {id(p): p for p in profile(cfg).reservers if isinstance(p, DeviceShare)}.values()
     assert ds.templates.key == "gpu-system/vnpu-templates"
     assert ds.templates.matched_resources == ("huawei.com/npu-core",)
     assert ds.unsupported_models == frozenset({("nvidia", "L20")})
+
+
+def test_every_implemented_plugin_has_a_factory_and_each_hook_is_resolved_once() -> None:
+    """The registry makes every plugin config/plugins.py says runs here, and nothing else; the profile resolves
+    each optional hook from the plugins implementing it (ElasticQuota's PreFilter, Reservation's cycle hooks)."""
+    assert set(REGISTRY) == {p.name for p in PLUGINS.values() if p.status == RUN}
+    made = build(SchedulerConfig())
+    assert [p.name for p in made.prefilters] == ["ElasticQuota"]
+    assert list(made.cycle_hooks) == [made.by_name["Reservation"]]
+    assert list(made.prebinders) == [made.by_name["DeviceShare"]]
+    assert len(made.filter_vectors) == len(made.filters) and None not in made.filter_vectors
+    sched = Scheduler(build_cluster([]), made)
+    assert sched.plugin("Reservation", ReservationPlugin) is not None
+    with pytest.raises(TypeError):
+        sched.plugin("Reservation", DeviceShare)

@@ -107,7 +107,7 @@ def test_v17_device_h20(validate_crd: Callable[[str, dict[str, Any]], None]) -> 
     gpu = {"nvidia.com/gpu": "1", "koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100",
            "koordinator.sh/gpu-memory": "97871Mi"}
     cluster = build_cluster([node("worker01", 32, extra=gpu), device])
-    placed = Scheduler(cluster, *profile(None)).schedule(pod("infer", "1", extra={"nvidia.com/gpu": "1"}))
+    placed = Scheduler(cluster, profile(None)).schedule(pod("infer", "1", extra={"nvidia.com/gpu": "1"}))
     assert placed.node == "worker01"
     alloc = json.loads(placed.annotations[ALLOCATED])
     assert alloc["gpu"][0]["minor"] == 0
@@ -179,7 +179,7 @@ def test_v16_gpu_topology_scopes(scope: str, count: int, same: Callable[[int], i
     p = pod("topo", "1", extra={"koordinator.sh/gpu": str(100 * count)})
     p["metadata"]["annotations"] = {"scheduling.koordinator.sh/device-allocate-hint": json.dumps(
         {"gpu": {"requiredTopologyScope": scope}})}
-    placed = Scheduler(cluster, *profile(None)).schedule(p)
+    placed = Scheduler(cluster, profile(None)).schedule(p)
     assert placed.node == "n1", placed.reason
     minors = [a["minor"] for a in json.loads(placed.annotations[ALLOCATED])["gpu"]]
     assert len(minors) == count and len({same(m) for m in minors}) == 1 and 0 not in minors

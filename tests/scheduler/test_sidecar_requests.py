@@ -7,7 +7,8 @@ from typing import Any
 
 from scheduler.cli import simulate
 from scheduler.cluster import build_cluster
-from scheduler.framework import NodeResourcesFit, Scheduler
+from scheduler.framework import Profile, Scheduler
+from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.fitplus import nonzero_requests
 from scheduler.plugins.loadaware import LoadAware, LoadAwareArgs
 
@@ -34,10 +35,10 @@ def sidecar_pod(name: str, node_name: str = "", labels: dict[str, str] | None = 
 
 def test_fit_counts_the_sidecar_beside_the_app() -> None:
     cluster = build_cluster([node("small", "1500m"), node("exact", "2")])
-    placed = Scheduler(cluster, [NodeResourcesFit()], [], []).schedule(sidecar_pod("p"))
+    placed = Scheduler(cluster, Profile([NodeResourcesFit()], [], [])).schedule(sidecar_pod("p"))
     assert placed.node == "exact"  # 2 CPUs do not fit in 1.5 (1 CPU would have, and "small" sorts first)
     cluster = build_cluster([node("small", "1500m")])
-    refused = Scheduler(cluster, [NodeResourcesFit()], [], []).schedule(sidecar_pod("p"))
+    refused = Scheduler(cluster, Profile([NodeResourcesFit()], [], [])).schedule(sidecar_pod("p"))
     assert refused.node is None and refused.reason == "0/1 nodes are available: 1 Insufficient cpu."
 
 

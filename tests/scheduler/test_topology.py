@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from scheduler.cluster import Cluster, build_cluster
-from scheduler.framework import NodeResourcesFit, Scheduler
-from scheduler.gang import plan_jobs
+from scheduler.framework import Profile, Scheduler
+from scheduler.gang.planner import plan_jobs
 from scheduler.gang.topology import NetworkTopologySpec, NoCandidate, TopologyError, build_tree, place_pods
+from scheduler.plugins.fit import NodeResourcesFit
 
 CNT_CRD = "scheduling.koordinator.sh_clusternetworktopologies.yaml"
 PG_CRD = "scheduling.sigs.k8s.io_podgroups.yaml"
@@ -70,7 +71,7 @@ def priority_classes() -> list[dict[str, Any]]:
 
 
 def sched(cluster: Cluster) -> Scheduler:
-    return Scheduler(cluster, [NodeResourcesFit()], [], [])
+    return Scheduler(cluster, Profile([NodeResourcesFit()], [], []))
 
 
 def test_tree_status_matches_the_manual(validate_crd: Callable[[str, dict[str, Any]], None]) -> None:

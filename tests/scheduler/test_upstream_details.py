@@ -9,8 +9,10 @@ from typing import Any
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.config import parse_config
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.framework import Scheduler
-from scheduler.gang import plan_jobs
+from scheduler.gang.planner import plan_jobs
+from scheduler.gang.plugin import Coscheduling
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 SELECTOR = "scheduling.koordinator.sh/network-topology-selector"
@@ -55,10 +57,10 @@ def test_device_score_uses_the_per_gpu_request() -> None:
     node's summed totals: a = (50 + 100)/2 = 75, b = (62 + 75)/2 = 68; request × count would give a 50, b 62)."""
     busy = pod("busy", {"nvidia.com/gpu": 2}, "b", annotations={ALLOCATED: used_gpus([0, 1])})
     cluster = build_cluster([node("a", 2), gpu_device("a", 2), node("b", 8), gpu_device("b", 8), busy])
-    sched = Scheduler(cluster, *profile(None))
+    sched = Scheduler(cluster, profile(None))
     placed = sched.schedule(pod("p", {"nvidia.com/gpu": 2}))
     assert placed.node == "a", placed
-    share = sched.plugin("DeviceShare")
+    share = sched.plugin("DeviceShare", DeviceShare)
     assert share is not None
     assert share.score(pod("q", {"nvidia.com/gpu": 2}), cluster.nodes["b"], cluster) == 68
 
@@ -78,24 +80,24 @@ def test_once_satisfied_after_any_bound_member() -> None:
     """minMember 3, one member already bound: the gang was satisfied once, so a single new member passes admission
     and Permit (gang_cache.go sets OnceResourceSatisfied on any bound pod) — not only once 3 are bound."""
     cluster = build_cluster([node("n1"), podgroup(3), gang_pod("w0", "n1")])
-    placements, _ = plan_jobs(Scheduler(cluster, *profile(None)), [gang_pod("w1")])
+    placements, _ = plan_jobs(Scheduler(cluster, profile(None)), [gang_pod("w1")])
     assert placements[0].node == "n1", placements[0].reason
 
 
 def test_other_policies_still_count_members() -> None:
     for policy, expect in (("only-waiting", None), ("waiting-and-running", None)):
         cluster = build_cluster([node("n1"), podgroup(3, policy), gang_pod("w0", "n1")])
-        placements, _ = plan_jobs(Scheduler(cluster, *profile(None)), [gang_pod("w1")])
+        placements, _ = plan_jobs(Scheduler(cluster, profile(None)), [gang_pod("w1")])
         assert placements[0].node is expect, (policy, placements[0])
     cluster = build_cluster([node("n1"), podgroup(3, "waiting-and-running"), gang_pod("w0", "n1")])
-    placements, _ = plan_jobs(Scheduler(cluster, *profile(None)), [gang_pod("w1"), gang_pod("w2")])
+    placements, _ = plan_jobs(Scheduler(cluster, profile(None)), [gang_pod("w1"), gang_pod("w2")])
     assert [p.node for p in placements] == ["n1", "n1"]  # 2 waiting + 1 running = 3
 
 
 def test_gang_without_permit_places_members_alone() -> None:
     cfg = parse_config({"profiles": [{"plugins": {"permit": {"disabled": [{"name": "Coscheduling"}]}}}]})
     cluster = build_cluster([node("n1"), podgroup(5)])
-    placements, _ = plan_jobs(Scheduler(cluster, *profile(cfg)), [gang_pod("w1")])
+    placements, _ = plan_jobs(Scheduler(cluster, profile(cfg)), [gang_pod("w1")])
     assert placements[0].node == "n1"
 
 
@@ -117,9 +119,9 @@ def test_selector_pods_are_scored_toward_their_topology() -> None:
     sel = {SELECTOR: "job-a"}
     objects.append(pod("peer", {"cpu": "64"}, "n3", annotations=sel))  # n3 is full
     cluster = build_cluster(objects)
-    sched = Scheduler(cluster, *profile(None))
-    cos = sched.plugin("Coscheduling")
-    assert cos is not None and cos in sched.scorers and cos.weight == 1
+    sched = Scheduler(cluster, profile(None))
+    cos = sched.plugin("Coscheduling", Coscheduling)
+    assert cos is not None and cos in sched.profile.scorers and cos.weight == 1
     ranked = cos.ranking(pod("x", {"cpu": "1"}, annotations=sel), cluster)
     assert ranked["n3"] == 100  # has a peer itself
     assert ranked["n1"] > ranked["n4"] and ranked["n2"] > ranked["n4"]  # same spine as the peer
@@ -130,9 +132,10 @@ def test_selector_pods_are_scored_toward_their_topology() -> None:
 
 def test_coscheduling_score_weight_and_disable() -> None:
     cfg = parse_config({"profiles": [{"plugins": {"score": {"enabled": [{"name": "Coscheduling", "weight": 3}]}}}]})
-    _, scorers, _ = profile(cfg)
+    scorers = profile(cfg).scorers
     assert [s.weight for s in scorers if s.name == "Coscheduling"] == [3]
     cfg = parse_config({"profiles": [{"plugins": {"score": {"disabled": [{"name": "Coscheduling"}]}}}]})
-    _, scorers, reservers = profile(cfg)
+    made = profile(cfg)
+    scorers, reservers = made.scorers, made.reservers
     assert "Coscheduling" not in [s.name for s in scorers]
     assert "Coscheduling" in [r.name for r in reservers]  # the gang switches are still read from it

@@ -11,11 +11,17 @@ from typing import Any
 
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
-from scheduler.framework import Placement, Scheduler
+from scheduler.framework import Scheduler
+from scheduler.interfaces import Placement
 
 NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 OLD = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
 
+
+
+def _each(sched: Scheduler, pod: dict[str, Any]) -> Placement:
+    with sched.cycle(pod) as cycle:
+        return cycle.run_each()
 
 def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -95,11 +101,11 @@ def test_vector_stage_matches_the_per_node_cycle() -> None:
         rng = random.Random(seed)
         objects = _objects(rng, 40)
         pods = [_pod(rng, i) for i in range(120)]
-        fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(None))
-        slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(None))
+        fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
+        slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
         placed = unschedulable = 0
         for pod in pods:
-            a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
+            a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
             assert a.scores == b.scores, (seed, pod["metadata"]["name"])
             placed += a.node is not None
@@ -110,11 +116,11 @@ def test_vector_stage_matches_the_per_node_cycle() -> None:
 def test_vector_stage_follows_node_changes() -> None:
     rng = random.Random(7)
     objects = _objects(rng, 12)
-    fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(None))
-    slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(None))
+    fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
+    slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
     for i in range(40):
         pod = _pod(rng, i)
-        a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
+        a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
         assert _as_tuple(a) == _as_tuple(b)
         if i % 10 == 9:  # a node leaves, a pod is deleted, a NodeMetric is replaced
             for s in (fast, slow):
@@ -139,10 +145,10 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         rng = random.Random(100 + seed)
         objects = _objects(rng, 40)
         pods = [_pod(rng, i) for i in range(100)]
-        fast = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
-        slow = Scheduler(build_cluster(copy.deepcopy(objects)), *profile(cfg))
-        assert len(fast.scorers) == 9  # Reservation (default, weight 5000) and NodeNUMAResource included
+        fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
+        slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
+        assert len(fast.profile.scorers) == 9  # Reservation (default, weight 5000) and NodeNUMAResource included
         for pod in pods:
-            a, b = fast.schedule(copy.deepcopy(pod)), slow._schedule_each(copy.deepcopy(pod))
+            a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
             assert a.scores == b.scores, (seed, pod["metadata"]["name"])

@@ -1,0 +1,166 @@
+"""The extension points' types: what a plugin implements (one Protocol per hook), what it may ask of the framework.
+
+The framework (scheduler.framework) resolves a profile's plugins against these once (`Profile`); plugins import
+only this module of the framework, so they sit below it (upstream pkg/scheduler/framework/interface.go, with
+koord-scheduler's frameworkext additions: the begin/end-cycle transformers and the vector stage).
+
+`filter` returns None when the pod fits or a reason, `score` returns 0..100 (weighted by the profile), `reserve`
+returns annotations to add to the pod (DeviceShare's `device-allocated`) or raises Unschedulable, `unreserve`
+undoes it. Vector hooks: `prefilter_vector(pod, index)` is a numpy bool per node of scheduler.nodeindex.NodeIndex,
+False only where the plugin's `filter` surely fails (None: no opinion); `score_vector(pod, index)` is the exact
+`score` of every node (None: not vectorisable for this pod, `score` is then called per node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+
+
+class Unschedulable(Exception):
+    """A plugin cannot place the pod on this node (the message is the reason shown to users)."""
+
+
+@dataclass
+class Placement:
+    """A cycle's outcome for one pod: the node (None: not placed, with the reason) and the annotations reserved."""
+
+    pod: str
+    node: str | None
+    annotations: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
+                **({"reason": self.reason} if self.node is None else {})}
+
+
+class Handle(Protocol):
+    """What a plugin may ask of the framework (upstream framework.Handle): the cluster and a whole cycle."""
+
+    @property
+    def cluster(self) -> Cluster: ...
+
+    def schedule(self, pod: JSON) -> Placement: ...
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    """A node-independent check before any node is looked at (ElasticQuota); a reason rejects the pod outright."""
+
+    name: str
+
+    def prefilter(self, pod: JSON, cluster: Cluster) -> str | None: ...
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    name: str
+
+    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None: ...
+
+
+@runtime_checkable
+class VectorFilterPlugin(Protocol):
+    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None: ...
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    name: str
+    weight: int
+
+    def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int: ...
+
+
+@runtime_checkable
+class VectorScorePlugin(Protocol):
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None: ...
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    name: str
+
+    def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]: ...
+
+    def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None: ...
+
+
+@runtime_checkable
+class CyclePlugin(Protocol):
+    """Told around every cycle (koord-scheduler's BeforePreFilter/AfterPreFilter transformers: the Reservation
+    plugin lends an owner its matched reservations' resources there)."""
+
+    def begin_cycle(self, pod: JSON, cluster: Cluster) -> None: ...
+
+    def end_cycle(self, pod: JSON, placed: Placement | None) -> None: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    """May place a pod no node took (preemption), returning its Placement, or None."""
+
+    def post_filter(self, handle: Handle, pod: JSON) -> Placement | None: ...
+
+
+class PreBindPatch(Protocol):
+    """Pod labels and Node annotations to write before the pod's Binding."""
+
+    labels: dict[str, str]
+    node_annotations: dict[str, str]
+
+
+@runtime_checkable
+class PreBindPlugin(Protocol):
+    """What to write before the Binding (DeviceShare's device plugin adapters); handed out once per reservation."""
+
+    def prebind_patches(self, pod_key: str) -> PreBindPatch | None: ...
+
+
+@runtime_checkable
+class QueuePlugin(Protocol):
+    """Told which pods wait (ElasticQuota counts their requests) and which are gone (deleted or evicted)."""
+
+    def add_pending(self, pods: Iterable[JSON], cluster: Cluster) -> None: ...
+
+    def forget(self, pod: JSON) -> None: ...
+
+
+@runtime_checkable
+class SyncPlugin(Protocol):
+    """Builds its per-node state ahead of the first cycle (Scheduler.prepare, like a cache sync)."""
+
+    def sync(self, index: NodeIndex) -> None: ...
+
+
+# -- what plugins offer each other (koord-scheduler's reservation nominator and NUMA hint providers) -------------
+class ReservationLender(Protocol):
+    """The Reservation plugin's answers for an owner in the current cycle: what its serving reservation on the node
+    still holds (preferred by DeviceShare and NodeNUMAResource), and whether it is all the owner may get."""
+
+    def reserved_devices(self, pod: JSON, node: NodeInfo) -> Any: ...
+
+    def reserved_cpus(self, pod: JSON, node: NodeInfo) -> frozenset[int] | None: ...
+
+    def restricted_on(self, pod: JSON, node: NodeInfo) -> bool: ...
+
+
+class NUMAHintProvider(Protocol):
+    """A plugin whose resources NodeNUMAResource aligns (DeviceShare): the requested types and the NUMA sets
+    they fit in now; None when the pod asks none."""
+
+    def numa_hints(self, pod: JSON, node: NodeInfo, numa_nodes: list[int]) -> tuple[str, list[Any]] | None: ...
+
+    def align_numa(self, affinity: Callable[[JSON, NodeInfo], frozenset[int] | None]) -> None: ...

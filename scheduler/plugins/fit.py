@@ -1,0 +1,58 @@
+"""kube-scheduler's NodeResourcesFit filter: every requested resource fits in allocatable − requested."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from apis.core.objects import JSON
+from apis.core.resources import PODS
+from scheduler.cluster import Cluster, NodeInfo, pod_requests
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+
+
+class NodeResourcesFit:
+    """The Filter (its Score is scheduler.plugins.fit_score.NodeResourcesFitScore)."""
+
+    name = "NodeResourcesFit"
+
+    def __init__(self) -> None:
+        self._pod: JSON | None = None  # the pod of the current cycle: its requests are parsed once, not per node
+        self._requests: dict[str, int] = {}
+        self._tracker = Tracker()
+        self._free: dict[str, IntArray] = {}  # resource → allocatable − requested per node
+        self._full: BoolArray = np.zeros(0, dtype=np.bool_)  # no room for another pod
+
+    def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray:
+        if pod is not self._pod:
+            self._pod, self._requests = pod, pod_requests(pod)
+        self.sync(index)
+        ok = ~self._full
+        for r, amount in self._requests.items():
+            if amount > 0:
+                free = self._free.get(r)
+                if free is None:
+                    free = self._free[r] = np.array([n.free(r) for n in index.nodes], dtype=np.int64)
+                ok &= free >= amount
+        return ok
+
+    def sync(self, index: NodeIndex) -> None:
+        changed = self._tracker.changes(index)
+        if changed is None:
+            self._free = {}
+            self._full = np.array([n.free(PODS) < 1 and PODS in n.allocatable for n in index.nodes], dtype=np.bool_)
+        else:
+            for i in changed:
+                n = index.nodes[i]
+                self._full[i] = n.free(PODS) < 1 and PODS in n.allocatable
+                for r, free in self._free.items():
+                    free[i] = n.free(r)
+
+    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        if node.free(PODS) < 1 and PODS in node.allocatable:
+            return "Too many pods"
+        if pod is not self._pod:
+            self._pod, self._requests = pod, pod_requests(pod)
+        for resource, amount in self._requests.items():
+            if amount > 0 and amount > node.free(resource):
+                return f"Insufficient {resource}"
+        return None
