@@ -236,7 +236,7 @@ class Bench:
         cfg = Config(node_name="bench", paths=self.paths, pods_dir=str(pods_dir),
                      state_dir=str(self.agent_root.parent / "state"), feature_gates=parse_feature_gates(AGENT_GATES))
         agent = Agent(cfg)
-        assert agent.sync_pods() and agent.driver == DRIVER and len(agent.pods.pods) == len(self.pods)
+        assert agent.sync_pods() and agent.state.driver() == DRIVER and len(agent.state.pods()) == len(self.pods)
         self.suppress = SuppressLoop(agent)
         self.suppress.set(False)
 

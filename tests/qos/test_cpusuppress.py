@@ -646,9 +646,9 @@ def test_real_be_pod_is_suppressed_as_ls_load_rises(tmp_path: Path) -> None:
         cfg = Config(node_name="real-node", paths=paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "state"),
                      feature_gates=parse_feature_gates("RdtResctrl=false,GroupIdentity=false"))
         agent = Agent(cfg)
-        assert agent.sync_pods() and agent.driver == CgroupDriver.CGROUPFS
-        [ls_pod] = [p for p in agent.pods.pods if p.name == "ls"]
-        [be_pod] = [p for p in agent.pods.pods if p.name == "be"]
+        assert agent.sync_pods() and agent.state.driver() == CgroupDriver.CGROUPFS
+        [ls_pod] = [p for p in agent.state.pods() if p.name == "ls"]
+        [be_pod] = [p for p in agent.state.pods() if p.name == "be"]
         quota_file = root / "cpu" / "kubepods/besteffort/cpu.cfs_quota_us"
         assert quota_file.read_text().strip() == "-1"
         slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "real-node"},

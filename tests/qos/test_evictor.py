@@ -304,7 +304,7 @@ async def test_simulated_node_evicts_be_pods_in_order_down_to_the_lower_threshol
                  evict=EvictConfig(only_evict_by_api=True))
     agent = Agent(cfg)
     assert agent.sync_pods(PodsDirSource(str(pods_dir), agent.health)) and agent.load_nodeslo_file()
-    agent.node_obj = {"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "4", "memory": "100Gi"}}}
+    agent.state.set_node({"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "4", "memory": "100Gi"}}})
     agent.collect()
     [memory, cpu] = agent.evict_strategies
     assert (memory.gate, memory.cool_down, cpu.gate, cpu.cool_down) == ("BEMemoryEvict", 4, "BECPUEvict", 20)

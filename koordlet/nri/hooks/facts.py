@@ -2,8 +2,7 @@
 
 Usage (the NRI plugin)::
 
-    reader = NodeFactsReader(paths, cgroup_version, lambda: agent.driver,
-                             lambda: agent.nodeslo_spec if agent.nodeslo_present else None)
+    reader = NodeFactsReader(paths, cgroup_version, state.driver, state.nodeslo_spec_in_force)  # a NodeState
     result = stages.create_container(pod, container, reader.facts(), options)
     if result.stale_facts:                 # e.g. a VF created after the facts were read
         reader.refresh(result.stale_facts)  # re-read only those kinds (at most once a second per kind)
