@@ -52,8 +52,8 @@ from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import parse_quantity
-from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
+from koordlet.states.model import PodMeta, PodView
+from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
 
 log = logging.getLogger(__name__)
 
@@ -330,19 +330,19 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def pod_value(rule: Rule, pod: PodMeta) -> int | None:
+def pod_value(rule: Rule, pod: PodView, kube_qos: K8sQoS) -> int | None:
     """The pod's bvt (interceptor.go SetPodBvtValue); None when its class was skipped for a NodeSLO error.
 
     By the raw `koordinator.sh/qosClass` label, else by kube QoS. For LS pods only, the annotation's groupIdentity
     overrides, and an absent or false `enable` makes it 0. Raises AnnotationError for an LS pod whose annotation is
-    malformed."""
-    qos = koord_qos_class(pod.raw)
-    value = rule.pod_qos[qos] if qos in rule.pod_qos else rule.kube_pod.get(_kube_qos(pod), BVT_NONE)
+    malformed. `kube_qos`: the pod's (the reconciler's pod list) or the one its cgroup parent names (a runtime hook)."""
+    qos = koord_qos_class_of_labels(pod.labels)
+    value = rule.pod_qos[qos] if qos in rule.pod_qos else rule.kube_pod.get(kube_qos, BVT_NONE)
     if qos != QOS_LS:
         # [quirk] upstream's hook parses the annotation for every pod and fails on a malformed one even where it
         # ignores the result (LSR/LSE/BE/unlabelled); we read it only where it counts.
         return value
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_QOS)
+    text = pod.annotations.get(ANNOTATION_CPU_QOS)
     if text is None:
         return value
     try:
@@ -398,7 +398,7 @@ def _pod_values(rule: Rule, pods: Iterable[PodMeta], out: Plan) -> dict[str, tup
     values: dict[str, tuple[PodMeta, int]] = {}
     for pod in pods:
         try:
-            value = pod_value(rule, pod)
+            value = pod_value(rule, pod, _kube_qos(pod))
         except AnnotationError as e:
             out.errors.append(e.error)
             continue

@@ -99,6 +99,11 @@ def values_by_path(p: Plan) -> dict[str, str]:
     return {w.path: w.value for w in p.writes}
 
 
+def value_of(rule: cpuqos.Rule, p: PodMeta) -> int | None:
+    """The reconciler's bvt of a pod of the pod list (its own kube QoS)."""
+    return pod_value(rule, p, K8sQoS(p.k8s_qos))
+
+
 def apply(st: QoSState, ex: Executor, **kw: Any) -> list[str]:
     """One pass: facts, plan, apply; the results that changed a file."""
     results = ex.apply(plan(st, read_facts(st), **kw))
@@ -118,7 +123,7 @@ def test_rule_all_enabled_defaults() -> None:
              (None, "Guaranteed", 2), (None, "Burstable", 2), (None, "BestEffort", -1),
              ("SYSTEM", "Guaranteed", 2), ("SYSTEM", "BestEffort", -1)]
     for label, k8s, want in cases:
-        assert pod_value(rule, pod("p", k8s, label)) == want, (label, k8s)
+        assert value_of(rule, pod("p", k8s, label)) == want, (label, k8s)
 
 
 def test_rule_defaults_disabled_is_all_zero() -> None:
@@ -140,7 +145,7 @@ def test_rule_per_class_enable(lsr: bool, ls: bool, be: bool, pods: dict[tuple[s
     assert rule.enable
     assert dict(rule.kube_dir) == {G: 0, B: 2 if ls else 0, BE: -1 if be else 0}
     for (label, k8s), want in pods.items():
-        assert pod_value(rule, pod("p", k8s, label)) == want, (label, k8s)
+        assert value_of(rule, pod("p", k8s, label)) == want, (label, k8s)
 
 
 def test_rule_custom_values_and_core_sched_policy() -> None:
@@ -169,7 +174,7 @@ def test_rule_malformed_class_is_skipped_with_an_error() -> None:
     assert all(e.kind == "NodeSLO" and e.name == "node-1" for e in rule.errors)
     assert rule.kube_dir[BE] is None and rule.pod_qos["BE"] is None and rule.pod_qos["LSR"] is None
     assert rule.kube_dir[B] == 2 and rule.pod_qos["LS"] == 2
-    assert pod_value(rule, pod("be", "BestEffort", "BE")) is None
+    assert value_of(rule, pod("be", "BestEffort", "BE")) is None
 
     bad_policy = copy.deepcopy(slo())
     bad_policy["resourceQOSStrategy"]["policies"]["cpuPolicy"] = "magic"
@@ -199,12 +204,12 @@ def test_rule_malformed_class_is_skipped_with_an_error() -> None:
 ])
 def test_annotation(label: str | None, annotation: str, want: int) -> None:
     rule = bvt_rule(slo())
-    assert pod_value(rule, pod("p", "BestEffort" if label == "BE" else "Burstable", label, annotation)) == want
+    assert value_of(rule, pod("p", "BestEffort" if label == "BE" else "Burstable", label, annotation)) == want
 
 
 def test_annotation_lets_ls_pods_yield_even_when_ls_is_disabled() -> None:
     rule = bvt_rule(slo(lsr=False, ls=False, be=False))
-    assert pod_value(rule, pod("p", "Burstable", "LS", '{"enable":true,"groupIdentity":-1}')) == -1
+    assert value_of(rule, pod("p", "Burstable", "LS", '{"enable":true,"groupIdentity":-1}')) == -1
 
 
 @pytest.mark.parametrize(("annotation", "field"), [
@@ -217,7 +222,7 @@ def test_annotation_lets_ls_pods_yield_even_when_ls_is_disabled() -> None:
 def test_malformed_annotation(annotation: str, field: str) -> None:
     p = pod("web", "Burstable", "LS", annotation)
     with pytest.raises(AnnotationError) as e:
-        pod_value(bvt_rule(slo()), p)
+        value_of(bvt_rule(slo()), p)
     assert e.value.error.field == f"annotations[{ANN}]{field}"
     assert e.value.error.kind == "Pod" and e.value.error.name == "default/web" and e.value.error.uid == p.uid
 
