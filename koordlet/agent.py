@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
@@ -39,7 +38,7 @@ from koordlet.prediction.predictor import Outcome, predict
 from koordlet.prediction.server import PeakPredictServer, training_pods
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
-from koordlet.qos.evictor import EvictionStats, Evictor
+from koordlet.qos.evictor import EvictionStats, Evictor, Post
 from koordlet.qos.evictstrategy import strategies as eviction_strategies
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
@@ -409,7 +408,7 @@ class Agent:
                         slo.host_apps if slo.present else [], slo.present, slo.refused,
                         cache=self.cache, node=state.node(), kubelet_config=state.kubelet_config())
 
-    def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
+    def qos_manager(self, *, dry_run: bool = False, post_event: Post | None = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""
         if dry_run or self._qos is None:
             metrics = None if dry_run else self.qos_metrics
@@ -425,7 +424,7 @@ class Agent:
             self._qos = manager
         return self._qos
 
-    def evictor(self, post: Any = None) -> Evictor:
+    def evictor(self, post: Post | None = None) -> Evictor:
         """The one evictor of the eviction strategies (its evicted-UID cache is shared): Evictions and Events through
         `post` (KubeClient.post) in a cluster; standalone, or without a client, it only reports."""
         if self._evictor is None:

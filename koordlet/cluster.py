@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
 from koordlet.agent import Agent
 from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
@@ -237,7 +236,7 @@ class ClusterLink:
         list_and_watch(self._stop, list_mine, watch, on_event, backoff=self.watch_backoff, clock=self.clock,
                        on_error=on_error)
 
-    def _is_mine(self, obj: Any) -> bool:
+    def _is_mine(self, obj: object) -> bool:
         return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.config.node_name
 
     def close(self) -> None:
@@ -246,7 +245,7 @@ class ClusterLink:
 
 
 def _address_changed(old: JSON, new: JSON) -> bool:
-    def key(n: JSON) -> Any:
+    def key(n: JSON) -> tuple[object, object]:
         st = n.get("status") or {}
         return (st.get("addresses"), st.get("daemonEndpoints"))
 

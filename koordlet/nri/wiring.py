@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from koordlet.agent import Agent
 from koordlet.nri.connection import Backoff, NriConnection
 from koordlet.nri.hooks.facts import NodeFactsReader
@@ -11,9 +9,10 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.metrics import NriMetrics
 from koordlet.nri.plugin import NriPlugin
 from koordlet.nri.runner import StageRunner
+from koordlet.qos.evictor import Post
 
 
-def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
+def nri_connection(agent: Agent, post_event: Post | None = None) -> NriConnection:
     """The plugin and its connection; writes go through the QoS manager's executor (the agent's one writer)."""
     cfg = agent.config
     qos = agent.qos_manager(post_event=post_event)
