@@ -161,10 +161,11 @@ def run(args: argparse.Namespace, recorder: IoRecorder, which: str) -> list[tupl
         pods = agent.state.pods()
         kept_plan = qos.plan(agent.qos_state())
         steady, floor, compare, execute, writes = [], [], [], [], 0
+        slo = agent.state.nodeslo()
         for _ in range(args.passes):  # interleaved, so machine noise hits both alike
             fresh = relisted(pods)
-            state = QoSState(paths, agent.backend.version, agent.state.driver(), fresh, agent.state.nodeslo().spec,
-                             agent.state.nodeslo().host_apps, agent.state.nodeslo().present, cache=agent.cache, node=agent.state.node())
+            state = QoSState(paths, agent.backend.version, agent.state.driver(), fresh, slo.spec, slo.host_apps,
+                             slo.present, cache=agent.cache, node=agent.state.node())
             ms, written = timed_pass(qos, state)
             steady.append(ms)
             writes += written

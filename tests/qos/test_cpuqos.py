@@ -19,6 +19,7 @@ from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
+from koordlet.nri.hooks.model import PodInfo
 from koordlet.qos import cpuqos
 from koordlet.qos.cpuqos import (
     AnnotationError,
@@ -33,7 +34,7 @@ from koordlet.qos.cpuqos import (
 from koordlet.qos.executor import Executor
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
-from koordlet.states.model import PodMeta
+from koordlet.states.model import PodMeta, PodView
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
 
@@ -225,6 +226,29 @@ def test_malformed_annotation(annotation: str, field: str) -> None:
         value_of(bvt_rule(slo()), p)
     assert e.value.error.field == f"annotations[{ANN}]{field}"
     assert e.value.error.kind == "Pod" and e.value.error.name == "default/web" and e.value.error.uid == p.uid
+
+
+@pytest.mark.parametrize(("label", "annotation"), [
+    ("LS", '{"enable":true,"groupIdentity":-1}'), ("LS", '{"enable":false}'), ("LS", None), ("BE", None),
+    (None, '{"enable":true,"groupIdentity":-1}'), ("LSR", "{not json"), ("LS", '{"groupIdentity":3}'),
+])
+def test_a_runtime_hook_request_and_the_pod_list_get_the_same_value(label: str | None,
+                                                                    annotation: str | None) -> None:
+    """pod_value reads a PodView: the pod list's PodMeta and an NRI request's PodInfo, with the same labels and
+    annotations, get the same value or the same error."""
+    meta = pod("web", "Burstable", label, annotation)
+    info = PodInfo(sandbox_id="s", uid=meta.uid, namespace=meta.namespace, name=meta.name,
+                   labels={"koordinator.sh/qosClass": label} if label else {},
+                   annotations={ANN: annotation} if annotation is not None else {})
+    rule = bvt_rule(slo())
+
+    def outcome(p: PodView) -> int | str | None:
+        try:
+            return pod_value(rule, p, K8sQoS.BURSTABLE)
+        except AnnotationError as e:
+            return f"{e.error.name} {e.error.field} {e.error.uid}"
+
+    assert outcome(meta) == outcome(info)
 
 
 def test_parse_annotation_fields() -> None:
