@@ -59,15 +59,6 @@ class CPUQOS:
     core_expeller: bool = False
 
 
-# MemoryQOS knobs by their JSON names (the pod annotation uses the same), with their attribute names.
-MEMORY_KNOBS: Mapping[str, str] = {
-    "minLimitPercent": "min_limit_percent", "lowLimitPercent": "low_limit_percent",
-    "throttlingPercent": "throttling_percent", "wmarkRatio": "wmark_ratio", "wmarkScalePermill": "wmark_scale_permill",
-    "wmarkMinAdj": "wmark_min_adj", "priorityEnable": "priority_enable", "priority": "priority",
-    "oomKillGroup": "oom_kill_group",
-}
-
-
 @dataclass(frozen=True)
 class MemoryQOS:
     enable: bool = False
@@ -100,9 +91,6 @@ class IOCfg:
     """A block's `ioCfg`: only the fields set, as (JSON name, value) pairs in the CRD's order."""
 
     fields: tuple[tuple[str, int | bool], ...] = ()
-
-    def get(self, key: str) -> int | bool | None:
-        return next((v for k, v in self.fields if k == key), None)
 
 
 @dataclass(frozen=True)
@@ -161,15 +149,16 @@ class ResourceQOSStrategy:
     system_class: ResourceQOS = ResourceQOS()
     cgroup_root: ResourceQOS = ResourceQOS()
 
-    def by_key(self, key: str) -> ResourceQOS | None:
-        """The block under a NodeSLO key (lsrClass, lsClass, beClass, systemClass, cgroupRoot)."""
-        return {"lsrClass": self.lsr_class, "lsClass": self.ls_class, "beClass": self.be_class,
-                "systemClass": self.system_class, "cgroupRoot": self.cgroup_root}.get(key)
-
     def for_class(self, koord_qos: str) -> ResourceQOS | None:
-        """The class block of a koordinator QoS class (LSE takes LSR's); None for a class NodeSLO has none for."""
-        key = CLASS_KEYS.get(koord_qos)
-        return self.by_key(key) if key is not None else None
+        """The class block of a koordinator QoS class (LSE takes LSR's, see CLASS_KEYS); None for a class NodeSLO has
+        none for."""
+        if koord_qos in ("LSE", "LSR"):
+            return self.lsr_class
+        if koord_qos == "LS":
+            return self.ls_class
+        if koord_qos == "BE":
+            return self.be_class
+        return self.system_class if koord_qos == "SYSTEM" else None
 
 
 @dataclass(frozen=True)

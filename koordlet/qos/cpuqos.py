@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from apis.slo.types import NodeSLOSpec
+from apis.slo.types import CPU_POLICY_CORE_SCHED, CPU_POLICY_GROUP_IDENTITY, NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.host.driver import CgroupDriver, K8sQoS
@@ -60,8 +60,6 @@ log = logging.getLogger(__name__)
 ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
 SYSCTL_GROUP_IDENTITY = "sched_group_identity_enabled"
 SYSCTL_CORE_SCHED = "sched_core"
-POLICY_GROUP_IDENTITY = "groupIdentity"
-POLICY_CORE_SCHED = "coreSched"
 BVT_MIN, BVT_MAX = -1, 2
 BVT_NONE = 0  # NoneCPUQOS().GroupIdentity
 CAP_GROUP_IDENTITY = "cpu-qos-group-identity"
@@ -206,7 +204,7 @@ def bvt_rule(nodeslo: NodeSLOSpec) -> Rule:
     """The rule from the merged NodeSLO spec (its values were validated when it was received)."""
     strategy = nodeslo.resource_qos_strategy
     policy = strategy.policies.cpu_policy
-    gi, cs = policy == POLICY_GROUP_IDENTITY, policy == POLICY_CORE_SCHED
+    gi, cs = policy == CPU_POLICY_GROUP_IDENTITY, policy == CPU_POLICY_CORE_SCHED
     classes: dict[str, _Class] = {}
     for qos, block in ((QOS_LSR, strategy.lsr_class), (QOS_LS, strategy.ls_class), (QOS_BE, strategy.be_class)):
         cfg = block.cpu_qos
