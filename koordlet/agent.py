@@ -58,7 +58,7 @@ from koordlet.states.kubeletcpu import (
 )
 from koordlet.states.model import JSON, PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
-from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
+from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file, nodeslo_config
 from koordlet.states.pods import PodsDirSource
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,6 @@ class Agent:
                                numa_memory=PodNumaMemory(paths, self.backend.version))
         self._host_node_obj: JSON | None = None
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
-        self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
         # BECPUEvict reads the besteffort cgroup's usage and limit and the BE requests, collected every tick
         self.be_resource = BEResourceCollector(self.backend, driver, self.health) \
             if config.gate("BECPUEvict") else None
@@ -103,7 +102,7 @@ class Agent:
         self.evict_strategies = eviction_strategies(config, self.health)  # their cool-downs live here
         self._evictor: Evictor | None = None
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
-                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress,
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress_status,
                                     evictions=self.eviction_stats,
                                     max_staleness=config.collect_res_used_interval)
         self._count_node_info("cpu", bool(topology.cpus))  # the first node info collection
@@ -167,16 +166,17 @@ class Agent:
         """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays, and every
         QoS pass (so `koordlet plan` too) reports why as errors, which become Events on the NodeSLO."""
         if obj is None:
-            spec, present = merge_nodeslo_spec(None), False
+            spec, present = nodeslo_config(None), False
         else:
-            problems = validate_nodeslo(obj)
-            if problems:
+            decoded = decode_nodeslo(obj)
+            if decoded.spec is None:
+                problems = list(decoded.problems)
                 name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
                 self.health.skip("nodeslo", "invalid", str(name), "; ".join(problems[:5]))
                 self._refuse_nodeslo(problems)
                 return False
-            spec, present = merge_nodeslo_spec(obj.get("spec") or {}), True
-        self.state.set_nodeslo(SLOState(spec, present, (), host_apps(spec, self.state.driver())))
+            spec, present = decoded.spec, True
+        self.state.set_nodeslo(SLOState(spec, present, (), host_apps(spec.host_applications, self.state.driver())))
         return True
 
     def load_nodeslo_file(self) -> bool:
@@ -416,13 +416,18 @@ class Agent:
                                 audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
                                                                              "qos.jsonl"),
                                 force_seconds=self.config.resource_force_update_seconds, observer=metrics)
-            manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
+            manager = QoSManager(enabled_features(self.config), executor,
                                  EventRecorder(self.health, self.config.node_name, post_event), self.health,
                                  metrics, evictions=eviction_strategies(self.config, self.health) if dry_run else None)
             if dry_run:
                 return manager
             self._qos = manager
         return self._qos
+
+    def suppress_status(self) -> SuppressStatus:
+        """BE CPU suppress's numbers as the daemon's QoS manager last published them (koordlet_be_suppress_*; a dry
+        run's manager publishes its own)."""
+        return self._qos.suppress if self._qos is not None else SuppressStatus()
 
     def evictor(self, post: Post | None = None) -> Evictor:
         """The one evictor of the eviction strategies (its evicted-UID cache is shared): Evictions and Events through

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.devices.model import DeviceSet
 from koordlet.errors import PlanError
@@ -30,7 +31,7 @@ from koordlet.reporters.nodemetric import CollectPolicy, collect_policy, merge_s
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import JSON, PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import PodState
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,9 @@ Subscriber = Callable[[Change], None]
 
 @dataclass(frozen=True, slots=True)
 class SLOState:
-    """The NodeSLO in force: its spec merged on the defaults, and why the last one received was refused."""
+    """The NodeSLO in force: its typed spec (merged on the defaults), and why the last one received was refused."""
 
-    spec: JSON  # merge_nodeslo_spec of the last valid one received (the defaults while none was)
+    spec: NodeSLOSpec  # decode_nodeslo's spec of the last valid one received (the defaults while none was)
     present: bool = False  # a valid NodeSLO was received and not deleted since
     refused: tuple[PlanError, ...] = ()  # the last one received was refused for these (the previous one stays)
     host_apps: list[HostApp] = field(default_factory=list)  # its hostApplications' cgroup dirs; never mutated
@@ -103,7 +104,7 @@ class NodeState:
     def __init__(self, driver: CgroupDriver, health: Health, node_info: NodeInfo) -> None:
         self._pods = PodState(driver, health)
         self._node: NodeObject | None = None
-        self._slo = SLOState(merge_nodeslo_spec(None))
+        self._slo = SLOState(nodeslo_config(None))
         self._nodemetric = NodeMetricSpec.of(None)
         self._kubelet_config: JSON | None = None
         self._node_info = node_info
@@ -136,8 +137,8 @@ class NodeState:
     def nodeslo(self) -> SLOState:
         return self._slo
 
-    def nodeslo_spec_in_force(self) -> JSON | None:
-        """The merged NodeSLO spec once one was received, else None (the runtime hooks wait for one)."""
+    def nodeslo_spec_in_force(self) -> NodeSLOSpec | None:
+        """The typed NodeSLO spec once one was received, else None (the runtime hooks wait for one)."""
         slo = self._slo
         return slo.spec if slo.present else None
 

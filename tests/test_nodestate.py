@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver
 from koordlet.nodestate import Change, NodeState
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.states.model import JSON
+from koordlet.states.nodeslo import decode_nodeslo
 
 from simhost import SimHost, make_pod
 
@@ -84,9 +86,13 @@ def test_a_refused_nodeslo_keeps_the_one_in_force_and_tells_no_one(agent: Agent)
     heard = Heard()
     agent.state.subscribe(Change.NODESLO, heard)
     apps = [{"name": "nginx", "qos": "LS", "priority": "koord-prod"}]
-    assert agent.set_nodeslo(_nodeslo(hostApplications=apps))
+    received = _nodeslo(hostApplications=apps, resourceUsedThresholdWithBE={"enable": True})
+    assert agent.set_nodeslo(received)
     adopted = agent.state.nodeslo()
     assert adopted.present and not adopted.refused
+    # decoded once, on receipt: the QoS snapshot hands the planners that same typed spec
+    assert adopted.spec == decode_nodeslo(received).spec and adopted.spec.resource_used_threshold_with_be.enable
+    assert agent.qos_state().nodeslo is adopted.spec
     assert [a.name for a in adopted.host_apps] == ["nginx"]
     assert agent.state.nodeslo_spec_in_force() is adopted.spec
 
@@ -99,7 +105,7 @@ def test_a_refused_nodeslo_keeps_the_one_in_force_and_tells_no_one(agent: Agent)
 
     assert agent.set_nodeslo(None)  # deleted: the defaults, and the refusal is forgotten
     gone = agent.state.nodeslo()
-    assert not gone.present and not gone.refused and not gone.host_apps
+    assert not gone.present and not gone.refused and not gone.host_apps and gone.spec == NodeSLOSpec()
     assert agent.state.nodeslo_spec_in_force() is None
     assert heard.kinds() == [Change.NODESLO, Change.NODESLO]
 

@@ -10,8 +10,8 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from apis.slo.types import ResctrlQOS
 from koordlet.errors import InvalidInput, KoordletError
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
@@ -249,15 +249,15 @@ def pod_annotation(pod: PodMeta) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def class_resctrl_qos(state: QoSState, koord_qos: str) -> dict[str, Any]:
-    """The NodeSLO resctrlQOS block of a koordinator QoS class ({} when absent)."""
-    value = state.class_config(koord_qos).get("resctrlQOS")
-    return value if isinstance(value, dict) else {}
+def class_resctrl_qos(state: QoSState, koord_qos: str) -> ResctrlQOS:
+    """The NodeSLO resctrlQOS block of a koordinator QoS class (disabled for a class NodeSLO has none for)."""
+    block = state.nodeslo.resource_qos_strategy.for_class(koord_qos)
+    return block.resctrl_qos if block is not None else ResctrlQOS()
 
 
 def class_enabled(state: QoSState, koord_qos: str) -> bool:
     """Whether a NodeSLO is present and enables resctrl for the class (its pods' tasks go to the class group)."""
-    return state.nodeslo_present and class_resctrl_qos(state, koord_qos).get("enable") is True
+    return state.nodeslo_present and class_resctrl_qos(state, koord_qos).enable
 
 
 # ---- kernel formats ---------------------------------------------------------------------------------------------

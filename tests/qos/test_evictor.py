@@ -389,13 +389,13 @@ def test_one_pod_failing_unexpectedly_does_not_stop_the_round() -> None:
 def test_over_threshold_without_be_pods_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from koordlet.metriccache import MetricCache
     from koordlet.qos.state import QoSState
-    from koordlet.states.nodeslo import merge_nodeslo_spec
+    from koordlet.states.nodeslo import nodeslo_config
 
     cache = MetricCache(lambda kind: 3600)
     now = int(time.time() * 1000)
     cache.append(cache.key("node_memory_usage"), now, 90 * GI)
     s = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [meta(make_pod("ls", "uid-ls"))],
-                 merge_nodeslo_spec({"resourceUsedThresholdWithBE": {"enable": True}}), [], True, cache=cache,
+                 nodeslo_config({"resourceUsedThresholdWithBE": {"enable": True}}), [], True, cache=cache,
                  node={"status": {"capacity": {"memory": "100Gi"}}})
     strategy = EvictStrategy("memoryEvict", "BEMemoryEvict", memoryevict, 1, 4, 1, False, Health())
     with caplog.at_level(logging.WARNING):

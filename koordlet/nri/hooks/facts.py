@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.errors import KoordletError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
@@ -86,7 +87,7 @@ class NodeFacts:
     resctrl: ResctrlFacts = field(default_factory=ResctrlFacts)
     resctrl_groups: frozenset[str] = frozenset()  # every control group under the mount, koordlet's or not
     group_identity: GroupIdentityFacts = field(default_factory=GroupIdentityFacts)
-    nodeslo: Mapping[str, Any] | None = None  # merged NodeSLO spec; None until one was received
+    nodeslo: NodeSLOSpec | None = None  # merged NodeSLO spec; None until one was received
     gpu_vendor: str = ""  # node.koordinator.sh/gpu-vendor of this node's GPUs: nvidia, huawei, cambricon or ""
     cpuset_rule: CPUSetRule | None = None  # share pools etc. from the node's CPU facts; None until computed
     # the Node's node.koordinator.sh/cpu-normalization-ratio (BatchResource divides quotas by it when > 1); None:
@@ -118,7 +119,7 @@ class NodeFactsReader:
 
     def __init__(self, paths: HostPaths, cgroup_version: int,
                  driver: CgroupDriver | Callable[[], CgroupDriver] = CgroupDriver.SYSTEMD,
-                 nodeslo: Callable[[], Mapping[str, Any] | None] | None = None, health: Health | None = None, *,
+                 nodeslo: Callable[[], NodeSLOSpec | None] | None = None, health: Health | None = None, *,
                  gpu_vendor: Callable[[], str] | None = None,
                  cpuset_rule: Callable[[], CPUSetRule | None] | None = None,
                  cpu_normalization_ratio: Callable[[], float | None] | None = None,
@@ -201,7 +202,7 @@ class NodeFactsReader:
             self._cached = None
 
     def _read_resctrl(self) -> tuple[ResctrlFacts, frozenset[str]]:
-        state = QoSState(self.paths, self.cgroup_version, self._driver(), [], {}, nodeslo_present=False)
+        state = QoSState(self.paths, self.cgroup_version, self._driver(), [], NodeSLOSpec(), nodeslo_present=False)
         facts = resctrl_facts.read_facts(state, steady=self._steady)
         return facts, frozenset(facts.ctrl_groups)
 

@@ -76,8 +76,6 @@ def set_pod_bvt(call: HookCall) -> HookResult:
         value = pod_value(rule, pod, kube_qos_by_cgroup_parent(rel))
     except AnnotationError as e:
         raise HookInputError(e.error.field, e.error.message) from None
-    if value is None:
-        return HookResult()  # the pod's class was skipped for a NodeSLO error (the QoS manager reports it)
     path = resource_path(facts.cgroup_version, facts.paths, RESOURCE, rel)
     write = Write(path, str(value), f"runtime hook {HOOK_NAME}: pod {pod.key} bvt={value}", resource=RESOURCE)
     return HookResult(plan=Plan(writes=[write]))
