@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path)
     agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(state)))
     agent.sync_pods()
     files = ["/proc/stat", "/proc/meminfo"] + [
-        p for t in pod_targets(agent.pods.pods) for p in agent.backend.stat_paths(t.rel_dir)]
+        p for t in pod_targets(agent.state.pods()) for p in agent.backend.stat_paths(t.rel_dir)]
     agent.collect()
     gc.collect()
     gc.freeze()  # as the daemon does once pods and series are built

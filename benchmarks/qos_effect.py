@@ -54,7 +54,7 @@ from koordlet.qos.cpuqos import kubelet_pod_cpu_shares, plan, read_facts
 from koordlet.qos.executor import Executor
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 V1_ROOT = Path("/sys/fs/cgroup")
@@ -236,7 +236,7 @@ class Bench:
         cfg = Config(node_name="bench", paths=self.paths, pods_dir=str(pods_dir),
                      state_dir=str(self.agent_root.parent / "state"), feature_gates=parse_feature_gates(AGENT_GATES))
         agent = Agent(cfg)
-        assert agent.sync_pods() and agent.driver == DRIVER and len(agent.pods.pods) == len(self.pods)
+        assert agent.sync_pods() and agent.state.driver() == DRIVER and len(agent.state.pods()) == len(self.pods)
         self.suppress = SuppressLoop(agent)
         self.suppress.set(False)
 
@@ -249,7 +249,7 @@ class Bench:
 
     def set_qos(self, on: bool) -> None:
         cpu_qos = {"cpuQOS": {"enable": on}}
-        spec = merge_nodeslo_spec({"resourceQOSStrategy": {k: cpu_qos for k in ("lsrClass", "lsClass", "beClass")}})
+        spec = nodeslo_config({"resourceQOSStrategy": {k: cpu_qos for k in ("lsrClass", "lsClass", "beClass")}})
         state = QoSState(self.paths, 1, DRIVER, self.pods, spec, [], True)
         facts = read_facts(state)
         self.mechanism = facts.mechanism

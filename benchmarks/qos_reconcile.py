@@ -158,13 +158,14 @@ def run(args: argparse.Namespace, recorder: IoRecorder, which: str) -> list[tupl
         recorder.on = False
         opened, listed = list(recorder.opened), list(recorder.listed)
 
-        pods = agent.pods.pods
+        pods = agent.state.pods()
         kept_plan = qos.plan(agent.qos_state())
         steady, floor, compare, execute, writes = [], [], [], [], 0
+        slo = agent.state.nodeslo()
         for _ in range(args.passes):  # interleaved, so machine noise hits both alike
             fresh = relisted(pods)
-            state = QoSState(paths, agent.backend.version, agent.driver, fresh, agent.nodeslo_spec,
-                             agent.host_apps, agent.nodeslo_present, cache=agent.cache, node=agent.node_obj)
+            state = QoSState(paths, agent.backend.version, agent.state.driver(), fresh, slo.spec, slo.host_apps,
+                             slo.present, cache=agent.cache, node=agent.state.node())
             ms, written = timed_pass(qos, state)
             steady.append(ms)
             writes += written

@@ -140,7 +140,7 @@ def tick_cost() -> list[tuple[str, str, str, str]]:
                      feature_gates=parse_feature_gates("CPUSchedLatency=false"))
         agent = Agent(cfg)
         agent.sync_pods()
-        pods = agent.pods.pods
+        pods = agent.state.pods()
         stop = threading.Event()
         placed = threading.Barrier(len(pods) + 1)
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.objects import JSON
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
-from koordlet.collectors.hostapps import HostApp, host_apps
+from koordlet.collectors.hostapps import host_apps
 from koordlet.collectors.node import NodeCollector, parse_meminfo
 from koordlet.collectors.numamemory import PodNumaMemory
 from koordlet.collectors.psi import PSICollector
@@ -36,18 +34,19 @@ from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.driver import detect_driver
 from koordlet.metriccache import MetricCache
+from koordlet.nodestate import NodeInfo, NodeMetricSpec, NodeState, SLOState
 from koordlet.prediction.predictor import Outcome, predict
 from koordlet.prediction.server import PeakPredictServer, training_pods
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
-from koordlet.qos.evictor import EvictionStats, Evictor
+from koordlet.qos.evictor import EvictionStats, Evictor, Post
 from koordlet.qos.evictstrategy import strategies as eviction_strategies
 from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.state import QoSState
 from koordlet.reporters import nrt
-from koordlet.reporters.nodemetric import CollectPolicy, NodeMetricBuilder, collect_policy, merge_spec
+from koordlet.reporters.nodemetric import NodeMetricBuilder
 from koordlet.reporters.statedir import StateDirWriter
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.states.cpuinfo import read_cpu_basic_info, read_numa_memory
@@ -60,8 +59,8 @@ from koordlet.states.kubeletcpu import (
 )
 from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
-from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
-from koordlet.states.pods import PodsDirSource, PodState
+from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file, nodeslo_config
+from koordlet.states.pods import PodsDirSource
 
 log = logging.getLogger(__name__)
 
@@ -81,48 +80,37 @@ class Agent:
         self.health = health or Health()
         paths = config.paths
         self.backend = detect_backend(paths)
-        self.driver, certain = detect_driver(paths, self.backend.version)
+        driver, certain = detect_driver(paths, self.backend.version)
         self._driver_certain = certain
-        log.info("cgroup v%d, driver %s%s, cgroup root %s", self.backend.version, self.driver,
+        log.info("cgroup v%d, driver %s%s, cgroup root %s", self.backend.version, driver,
                  "" if certain else " (assumed: no kubepods dir and no kubelet found)", paths.cgroup_root)
-        self.nodemetric_spec: dict[str, Any] = merge_spec(None)
-        self.policy: CollectPolicy = collect_policy(self.nodemetric_spec)
+        # CPU topology, CPU basic info and NUMA memory: read with the node info, reported in the NRT
+        topology = CPUTopology.read(paths)
+        self.state = NodeState(driver, self.health,
+                               NodeInfo(topology, read_cpu_basic_info(paths, topology), read_numa_memory(paths)))
         self.cache = MetricCache(self._retention)
         self.node = NodeCollector(paths)
         psi = PSICollector(self.backend, self.health) if config.gate("PSICollector") else None
         self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health), psi,
                                self.health, page_cache=config.enable_pagecache_collector,
                                numa_memory=PodNumaMemory(paths, self.backend.version))
-        self.pods = PodState(self.driver, self.health)
-        self.nodeslo_spec: dict[str, Any] = merge_nodeslo_spec(None)
-        self.nodeslo_present = False
-        self.nodeslo_refused: tuple[PlanError, ...] = ()  # why the last NodeSLO received was refused (QoS errors)
-        self.host_apps: list[HostApp] = []
         self._host_node_obj: JSON | None = None
-        self.node_obj: JSON | None = None  # the Node object (cluster mode); QoS budgets read its allocatable
-        # CPU topology, CPU basic info and NUMA memory: read with the node info, reported in the NRT
-        self.cpu_topology = CPUTopology.read(paths)
-        self.cpu_basic = read_cpu_basic_info(paths, self.cpu_topology)
-        self.numa_memory = read_numa_memory(paths)
-        self.kubelet_config: JSON | None = None  # kubelet's /configz (cluster mode); else its config file is read
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
-        self.cpuset_rule: CPUSetRule | None = None  # the NRT's share pools, for the CPUSetAllocator runtime hook
-        self.suppress = SuppressStatus()  # BE CPU suppress's last numbers (koordlet_be_suppress_*)
         # BECPUEvict reads the besteffort cgroup's usage and limit and the BE requests, collected every tick
-        self.be_resource = BEResourceCollector(self.backend, self.driver, self.health) \
+        self.be_resource = BEResourceCollector(self.backend, driver, self.health) \
             if config.gate("BECPUEvict") else None
         self.eviction_stats = EvictionStats()  # koordlet_pod_eviction{,_detail}
         self.evict_strategies = eviction_strategies(config, self.health)  # their cool-downs live here
         self._evictor: Evictor | None = None
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
-                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress,
+                                    nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress_status,
                                     evictions=self.eviction_stats,
                                     max_staleness=config.collect_res_used_interval)
-        self._count_node_info("cpu", bool(self.cpu_topology.cpus))  # the first node info collection
-        if self.cpu_topology.cpus:  # upstream reads the NUMA info only after the CPU info
+        self._count_node_info("cpu", bool(topology.cpus))  # the first node info collection
+        if topology.cpus:  # upstream reads the NUMA info only after the CPU info
             self._count_node_info("numa", True)
         if config.gate("CPUSetAllocator"):  # upstream's cpuset hook records its share pools as it parses the rule
-            self.metrics.cpuset_rule = lambda: self.cpuset_rule
+            self.metrics.cpuset_rule = self.state.cpuset_rule
             self.metrics.per_cpu_metric = config.gate("PerCPUMetric")
         # the QoS executor's update and reconciler latencies and CPU burst's scaled values
         self.qos_metrics = QoSMetrics(config.node_name, self.metrics.internal, cpu_burst=config.gate("CPUBurst"))
@@ -138,7 +126,6 @@ class Agent:
         if self.devices is not None:
             self.metrics.device_view = self.device_view
         self._qos: QoSManager | None = None
-        self.on_change: Callable[[], None] | None = None  # pods or NodeSLO changed (may be called from a thread)
         # Loaded by the first collection tick, off the caller's thread (bcc compiles for a few tenths of a second).
         self.schedlat: SchedLatency | None = None
         if config.gate("CPUSchedLatency"):
@@ -146,9 +133,10 @@ class Agent:
         self.metrics.schedlat = self.schedlat
 
     def _retention(self, kind: str) -> float:
+        policy = self.state.nodemetric().policy
         if kind.startswith(("node_", "sys_")):
-            return self.policy.longest + _GRACE_SECONDS
-        return self.policy.window + _GRACE_SECONDS
+            return policy.longest + _GRACE_SECONDS
+        return policy.window + _GRACE_SECONDS
 
     # -- state ---------------------------------------------------------------------------------------------
     def sync_pods(self, source: PodSource | None = None) -> bool:
@@ -163,8 +151,7 @@ class Agent:
             return False
         if not self._driver_certain:
             self.redetect_driver()
-        if self.pods.update(raw) and self.on_change is not None:
-            self.on_change()
+        self.state.update_pods(raw)
         self.health.recovered("pods", f"{source.name}-failed", source.name)
         return True
 
@@ -172,28 +159,25 @@ class Agent:
         driver, certain = detect_driver(self.config.paths, self.backend.version)
         if certain:
             self._driver_certain = True
-            if driver != self.driver:
+            if driver != self.state.driver():
                 log.info("cgroup driver detected: %s", driver)
-                self.driver = driver
-                self.pods.set_driver(driver)
+                self.state.set_driver(driver)
 
     def set_nodeslo(self, obj: JSON | None) -> bool:
         """Adopt a NodeSLO object (None = absent). A malformed one is logged and skipped: the old one stays, and every
         QoS pass (so `koordlet plan` too) reports why as errors, which become Events on the NodeSLO."""
         if obj is None:
-            self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(None), False
+            spec, present = nodeslo_config(None), False
         else:
-            problems = validate_nodeslo(obj)
-            if problems:
+            decoded = decode_nodeslo(obj)
+            if decoded.spec is None:
+                problems = list(decoded.problems)
                 name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
                 self.health.skip("nodeslo", "invalid", str(name), "; ".join(problems[:5]))
                 self._refuse_nodeslo(problems)
                 return False
-            self.nodeslo_spec, self.nodeslo_present = merge_nodeslo_spec(obj.get("spec") or {}), True
-        self.nodeslo_refused = ()
-        self.host_apps = host_apps(self.nodeslo_spec, self.driver)
-        if self.on_change is not None:
-            self.on_change()
+            spec, present = decoded.spec, True
+        self.state.set_nodeslo(SLOState(spec, present, (), host_apps(spec.host_applications, self.state.driver())))
         return True
 
     def load_nodeslo_file(self) -> bool:
@@ -215,26 +199,27 @@ class Agent:
             errors.append(PlanError("NodeSLO", self.config.node_name, where,
                                     f"{message or where}; the NodeSLO is refused as a whole, nothing from it is "
                                     f"applied (the previous one, or the defaults, stay)", "InvalidNodeSLO"))
-        self.nodeslo_refused = tuple(errors)
+        self.state.refuse_nodeslo(tuple(errors))
 
     def set_nodemetric_spec(self, spec: JSON | None) -> None:
-        self.nodemetric_spec = merge_spec(spec)
-        self.policy = collect_policy(self.nodemetric_spec)
+        """Adopt a NodeMetric spec (None = absent: the defaults)."""
+        self.state.set_nodemetric(NodeMetricSpec.of(spec))
 
     # -- work ----------------------------------------------------------------------------------------------
     def collect(self, now: float | None = None, mono_ns: int | None = None) -> None:
         now = time.time() if now is None else now
         mono_ns = time.monotonic_ns() if mono_ns is None else mono_ns
-        self.advisor.collect_usage(self.pods.pods, self.host_apps, int(now * 1000), mono_ns)
+        pods = self.state.pods()
+        self.advisor.collect_usage(pods, self.state.nodeslo().host_apps, int(now * 1000), mono_ns)
         if self.be_resource is not None:
-            self.be_resource.collect(self.pods.pods, self.cache, int(now * 1000), mono_ns)
+            self.be_resource.collect(pods, self.cache, int(now * 1000), mono_ns)
         if self.schedlat is not None:
-            self.schedlat.collect(self.pods.pods, int(now * 1000), self.cache)
+            self.schedlat.collect(pods, int(now * 1000), self.cache)
         self.collected_once = True
         self.metrics.collected()
 
     def collect_psi(self) -> None:
-        self.advisor.collect_psi(self.pods.pods)
+        self.advisor.collect_psi(self.state.pods())
         self.metrics.collected()
 
     def gc(self, now: float | None = None) -> int:
@@ -253,16 +238,18 @@ class Agent:
             self.health.skip("nodeinfo", "cpu-info-failed", self.config.node_name, f"{type(e).__name__}: {e}")
             self._count_node_info("cpu", False)
             return
-        self.cpu_topology, self.cpu_basic = topology, basic
+        numa_memory = self.state.node_info().numa_memory
+        self.state.set_node_info(NodeInfo(topology, basic, numa_memory))
         self.health.recovered("nodeinfo", "cpu-info-failed", self.config.node_name)
         self._count_node_info("cpu", True)
         try:
             self.node.refresh_topology()
-            self.numa_memory = read_numa_memory(paths)
+            numa_memory = read_numa_memory(paths)
         except Exception as e:
             self.health.skip("nodeinfo", "numa-info-failed", self.config.node_name, f"{type(e).__name__}: {e}")
             self._count_node_info("numa", False)
             return
+        self.state.set_node_info(NodeInfo(topology, basic, numa_memory))
         self.health.recovered("nodeinfo", "numa-info-failed", self.config.node_name)
         self._count_node_info("numa", True)
 
@@ -273,12 +260,13 @@ class Agent:
     def train_prediction(self, now: float | None = None) -> None:
         """One training round, after the pods are known (the first one restores the checkpoints of the models
         still meaningful: the node's and those of the pods listed now)."""
-        if not self.pods.synced:
+        if not self.state.pods_synced():
             return
         now = time.time() if now is None else now
+        pods = self.state.pods()
         if not self.predict_server.restored:
-            self.predict_server.restore(p.uid for p in self.pods.pods)
-        self.predict_server.train(training_pods(p.raw for p in self.pods.pods), now)
+            self.predict_server.restore(p.uid for p in pods)
+        self.predict_server.train(training_pods(p.raw for p in pods), now)
 
     def checkpoint_prediction(self, now: float | None = None) -> None:
         """Every minute: drop expired models and checkpoint the ones due."""
@@ -295,11 +283,13 @@ class Agent:
             except OSError:
                 return None
             self._host_node_obj = {"metadata": {"name": self.config.node_name}, "status": {"allocatable": {
-                "cpu": str(len(self.cpu_topology.cpus)), "memory": f"{mem_kib}Ki"}}}
+                "cpu": str(len(self.state.node_info().cpu_topology.cpus)), "memory": f"{mem_kib}Ki"}}}
         return self._host_node_obj
 
     def _predict(self, pods: list[JSON], now: float) -> Outcome:
-        node = self.node_obj if self.node_obj is not None or not self.config.standalone else self._host_node()
+        node = self.state.node()
+        if node is None and self.config.standalone:
+            node = self._host_node()
         outcome = predict(self.predict_server, self.config.prediction, node, pods, now)
         self.metrics.prediction = outcome
         if outcome.warming_up:  # the first training round is a minute away: expected, not a skipped item
@@ -313,13 +303,14 @@ class Agent:
     def build_nodemetric(self, now: float | None = None) -> JSON:
         """The full NodeMetric object this node reports now (status built from the metric cache)."""
         now = time.time() if now is None else now
-        status = self.builder.build(self.pods.pods, self.host_apps if self.nodeslo_present else [], self.policy,
+        slo, nodemetric = self.state.nodeslo(), self.state.nodemetric()
+        status = self.builder.build(self.state.pods(), slo.host_apps if slo.present else [], nodemetric.policy,
                                     list(self.node.topology.cpus_by_node), now, predict=self._predict)
         obj = {
             "apiVersion": NODEMETRIC_API_VERSION,
             "kind": "NodeMetric",
             "metadata": {"name": self.config.node_name},
-            "spec": self.nodemetric_spec,
+            "spec": nodemetric.spec,
             "status": status,
         }
         self.metrics.last_nodemetric = obj
@@ -332,6 +323,7 @@ class Agent:
         if self.devices is None:
             return None
         composed = self.devices.refresh()
+        self.state.set_devices(composed)
         backend = self.devices.nvml()
         if backend is not None and self.devices.gpus:
             if self.advisor.gpu is None:
@@ -344,7 +336,7 @@ class Agent:
         """What the device series show: the last device round and the last tick's GPU usage."""
         if self.devices is None:
             return None
-        composed = self.devices.composed
+        composed = self.state.devices()
         return DeviceView(composed.devices, composed.labels, self.devices.gpus, self.advisor.latest.gpu,
                           self.advisor.latest.pods)
 
@@ -363,11 +355,11 @@ class Agent:
         """The kubelet CPU manager (from /configz when the cluster link fetched it, else kubelet's config file) and,
         under the static policy, its checkpoint's assignments; bad input is logged once and counts as unknown."""
         paths, name = self.config.paths, self.config.node_name
-        config = self.kubelet_config
+        config = self.state.kubelet_config()
         try:
             if config is None:
                 config = read_kubelet_config_file(paths)
-            kubelet = cpu_manager(config, self.cpu_topology)
+            kubelet = cpu_manager(config, self.state.node_info().cpu_topology)
         except InvalidInput as e:
             self.health.skip("kubelet-config", "invalid", name, str(e))
             return KubeletCPUManager(), None
@@ -382,9 +374,9 @@ class Agent:
     def node_cpu_facts(self) -> NodeCPUFacts:
         """The CPU facts both the NRT and the cpuset rule use (share pools from the pods' resource-status)."""
         kubelet, entries = self.kubelet_cpu_manager()
-        node_meta = (self.node_obj or {}).get("metadata") or {}
-        facts = node_cpu_facts(self.cpu_topology, self.pods.pods, node_meta.get("annotations") or {}, kubelet,
-                               entries, self.config.node_name)
+        node_meta = (self.state.node() or {}).get("metadata") or {}
+        facts = node_cpu_facts(self.state.node_info().cpu_topology, self.state.pods(),
+                               node_meta.get("annotations") or {}, kubelet, entries, self.config.node_name)
         for e in facts.errors:
             self.health.skip("nrt", e.reason, f"{e.kind}/{e.name}", f"{e.field}: {e.message}")
         return facts
@@ -393,10 +385,9 @@ class Agent:
         """What this node's NodeResourceTopology says now (computed even with the report off: the runtime hook's
         cpuset rule follows it, as upstream's follows the local NRT); InvalidInput when sysfs is inconsistent."""
         facts = self.node_cpu_facts()
-        rule = CPUSetRule.from_facts(facts)
-        if rule != self.cpuset_rule:
-            self.cpuset_rule = rule
-        return nrt.topology_status(facts, self.cpu_basic, self.numa_memory, self.node_obj,
+        self.state.set_cpuset_rule(CPUSetRule.from_facts(facts))
+        info = self.state.node_info()
+        return nrt.topology_status(facts, info.cpu_basic, info.numa_memory, self.state.node(),
                                    hugepage_report=self.config.gate("HugePageReport"))
 
     def write_nrt(self, status: nrt.TopologyStatus) -> bool:
@@ -412,11 +403,13 @@ class Agent:
 
     # -- QoS ---------------------------------------------------------------------------------------------------
     def qos_state(self) -> QoSState:
-        return QoSState(self.config.paths, self.backend.version, self.driver, self.pods.pods, self.nodeslo_spec,
-                        self.host_apps if self.nodeslo_present else [], self.nodeslo_present, self.nodeslo_refused,
-                        cache=self.cache, node=self.node_obj, kubelet_config=self.kubelet_config)
+        """The snapshot one QoS pass (or eviction round) plans from."""
+        state, slo = self.state, self.state.nodeslo()
+        return QoSState(self.config.paths, self.backend.version, state.driver(), state.pods(), slo.spec,
+                        slo.host_apps if slo.present else [], slo.present, slo.refused,
+                        cache=self.cache, node=state.node(), kubelet_config=state.kubelet_config())
 
-    def qos_manager(self, *, dry_run: bool = False, post_event: Any = None) -> QoSManager:
+    def qos_manager(self, *, dry_run: bool = False, post_event: Post | None = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""
         if dry_run or self._qos is None:
             metrics = None if dry_run else self.qos_metrics
@@ -424,7 +417,7 @@ class Agent:
                                 audit_path=None if dry_run else os.path.join(self.config.state_dir, "audit",
                                                                              "qos.jsonl"),
                                 force_seconds=self.config.resource_force_update_seconds, observer=metrics)
-            manager = QoSManager(enabled_features(self.config, None if dry_run else self.suppress), executor,
+            manager = QoSManager(enabled_features(self.config), executor,
                                  EventRecorder(self.health, self.config.node_name, post_event), self.health,
                                  metrics, evictions=eviction_strategies(self.config, self.health) if dry_run else None)
             if dry_run:
@@ -432,7 +425,12 @@ class Agent:
             self._qos = manager
         return self._qos
 
-    def evictor(self, post: Any = None) -> Evictor:
+    def suppress_status(self) -> SuppressStatus:
+        """BE CPU suppress's numbers as the daemon's QoS manager last published them (koordlet_be_suppress_*; a dry
+        run's manager publishes its own)."""
+        return self._qos.suppress if self._qos is not None else SuppressStatus()
+
+    def evictor(self, post: Post | None = None) -> Evictor:
         """The one evictor of the eviction strategies (its evicted-UID cache is shared): Evictions and Events through
         `post` (KubeClient.post) in a cluster; standalone, or without a client, it only reports."""
         if self._evictor is None:

@@ -35,15 +35,16 @@ def banner(agent: Agent, seen: Seen) -> list[str]:
     url = base_url(cfg.addr)
     mode = f"standalone, pods from {cfg.pods_dir}" if cfg.standalone else "cluster"
     lines = [f"koordlet {__version__} on node {node} ({mode}): cgroup v{agent.backend.version}, "
-             f"{agent.driver} driver, cgroup root {cfg.paths.cgroup_root}"]
+             f"{agent.state.driver()} driver, cgroup root {cfg.paths.cgroup_root}"]
     if cfg.standalone:
-        pods = f"  pods        {len(agent.pods.pods)}"
+        pods = f"  pods        {len(agent.state.pods())}"
         if seen.cgroup_pods is not None:
             pods += (f" (example cgroups, a sleeping process each: {', '.join(seen.cgroup_pods)})"
                      if seen.cgroup_pods else " (no cgroups: usage not collected)")
         lines.append(pods)
-        if agent.nodeslo_present and agent.host_apps:
-            lines.append(f"  host apps   {len(agent.host_apps)} ({', '.join(a.name for a in agent.host_apps)})")
+        slo = agent.state.nodeslo()
+        if slo.present and slo.host_apps:
+            lines.append(f"  host apps   {len(slo.host_apps)} ({', '.join(a.name for a in slo.host_apps)})")
     else:
         lines.append("  pods        from kubelet / the API server")
     if agent.devices is None:

@@ -235,8 +235,8 @@ def cmd_run(config: Config, example_pods_cgroups: bool = False, given: Mapping[s
                 agent.load_nodeslo_file()
             agent.sync_pods()
             if example_pods_cgroups and examples is None:
-                examplepods.quiet_missing_cgroups(health, agent.pods.pods,
-                                                  agent.host_apps if agent.nodeslo_present else [])
+                slo = agent.state.nodeslo()
+                examplepods.quiet_missing_cgroups(health, agent.state.pods(), slo.host_apps if slo.present else [])
         seen = Seen(_first_devices(agent), None if not example_pods_cgroups else
                     examples.names if examples is not None else [])
         log.info("%s", "\n".join(banner(agent, seen)))
@@ -305,7 +305,7 @@ def cmd_sched_latency(config: Config, window: float, output: str) -> int:
     # Measured even with the gate off: the gate decides what the daemon runs all the time.
     schedlat = agent.schedlat or SchedLatency(config.paths, agent.backend.version, agent.health)
     try:
-        rows = sample(schedlat, agent.pods.pods, window)
+        rows = sample(schedlat, agent.state.pods(), window)
     finally:
         schedlat.close()
     _dump(rows, output, tables.schedlat_table)
@@ -381,7 +381,8 @@ def cmd_plan(config: Config, output: str, apply: bool) -> int:
 
     agent = _agent_with_state(config)
     usage_gates = ("BECPUSuppress", "BEMemoryEvict", "BECPUEvict")
-    if any(config.gate(g) for g in usage_gates) and agent.nodeslo_present and suppress_acts(agent.nodeslo_spec):
+    slo = agent.state.nodeslo()
+    if any(config.gate(g) for g in usage_gates) and slo.present and suppress_acts(slo.spec):
         # BE CPU suppress and the evictions (resourceUsedThresholdWithBE.enable) plan from usage: two collection
         # ticks give the CPU rates and memory samples they need
         agent.collect()

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
 from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from apis.client.kubeapi import Gone, KubeClient, KubeConfig
@@ -49,7 +48,6 @@ class ClusterLink:
         self.kube = kube
         self.client = client
         self.clock: Clock = REAL_CLOCK  # the watches' and report retries' waits (a test's own clock)
-        self.node: JSON | None = None
         self.kubelet: KubeletPodSource | None = None
         self.apiserver_pods = ApiServerPodSource(client, config.node_name)
         self.writer = NodeMetricApiWriter(client, config.node_name, clock=lambda: self.clock.now())
@@ -72,10 +70,11 @@ class ClusterLink:
 
     # -- pods ----------------------------------------------------------------------------------------------
     def _kubelet_source(self) -> KubeletPodSource | None:
-        if self.kubelet is None and self.node is not None:
+        node = self._agent.state.node()
+        if self.kubelet is None and node is not None:
             try:
                 self.kubelet = KubeletPodSource.from_node(
-                    self.node, self.kube, preferred_address_type=self.config.kubelet_preferred_address_type,
+                    node, self.kube, preferred_address_type=self.config.kubelet_preferred_address_type,
                     insecure_tls=self.config.kubelet_insecure_tls,
                     read_only_port=self.config.kubelet_read_only_port, timeout=self.config.kubelet_sync_timeout,
                     observe=self._agent.metrics.observe_kubelet)
@@ -85,7 +84,7 @@ class ClusterLink:
 
     def sync_pods(self, agent: Agent) -> None:
         """kubelet first; when it fails, the API server (field selector on this node)."""
-        if self.node is None:
+        if agent.state.node() is None:
             self.load_node(agent)
         source = self._kubelet_source()
         if source is not None and agent.sync_pods(source):
@@ -110,9 +109,8 @@ class ClusterLink:
     def apply_node(self, agent: Agent, node: JSON | None) -> None:
         if node is None:
             return
-        old = self.node
-        self.node = node
-        agent.node_obj = node
+        old = agent.state.node()
+        agent.state.set_node(node)
         if old is not None and _address_changed(old, node):
             self.kubelet = None
         alloc = (node.get("status") or {}).get("allocatable") or {}
@@ -143,7 +141,7 @@ class ClusterLink:
             return  # NodeMetric not created yet by koord-manager: nothing to report (not an error)
         # A failed write is tried again within this period (upstream waits for the next one), rebuilt each time,
         # one attempt after the other, after a growing wait and never sooner than the writer allows.
-        deadline = self.clock.now() + agent.policy.report_period
+        deadline = self.clock.now() + agent.state.nodemetric().policy.report_period
         waits = ExponentialBackoff(self.report_backoff, clock=self.clock.now)
         while True:
             obj = agent.build_nodemetric()
@@ -165,7 +163,7 @@ class ClusterLink:
                 return
 
     def report_devices(self, composed: DeviceSet) -> None:
-        uid = ((self.node or {}).get("metadata") or {}).get("uid")
+        uid = ((self._agent.state.node() or {}).get("metadata") or {}).get("uid")
         self.device_writer.report(composed, str(uid) if uid else None)
 
     def refresh_kubelet_config(self, agent: Agent, now: float | None = None) -> None:
@@ -181,13 +179,13 @@ class ClusterLink:
             return
         self._configz_at = now
         try:
-            agent.kubelet_config = source.get_configz()
+            agent.state.set_kubelet_config(source.get_configz())
             agent.health.recovered("kubelet", "configz-failed", self.config.node_name)
         except Exception as e:
             agent.health.skip("kubelet", "configz-failed", self.config.node_name, str(e))
 
     def report_nrt(self, status: TopologyStatus) -> bool:
-        uid = ((self.node or {}).get("metadata") or {}).get("uid")
+        uid = ((self._agent.state.node() or {}).get("metadata") or {}).get("uid")
         return self.nrt_writer.report(status, str(uid) if uid else None)
 
     # -- watches -------------------------------------------------------------------------------------------
@@ -238,7 +236,7 @@ class ClusterLink:
         list_and_watch(self._stop, list_mine, watch, on_event, backoff=self.watch_backoff, clock=self.clock,
                        on_error=on_error)
 
-    def _is_mine(self, obj: Any) -> bool:
+    def _is_mine(self, obj: object) -> bool:
         return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.config.node_name
 
     def close(self) -> None:
@@ -247,7 +245,7 @@ class ClusterLink:
 
 
 def _address_changed(old: JSON, new: JSON) -> bool:
-    def key(n: JSON) -> Any:
+    def key(n: JSON) -> tuple[object, object]:
         st = n.get("status") or {}
         return (st.get("addresses"), st.get("daemonEndpoints"))
 

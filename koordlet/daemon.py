@@ -21,6 +21,7 @@ from koordlet.agent import Agent
 from koordlet.cluster import ClusterLink
 from koordlet.exporter import HttpServer
 from koordlet.host.files import descriptor_cap, raise_nofile_limit
+from koordlet.nodestate import Change
 from koordlet.qos.evictstrategy import EvictStrategy
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class Daemon:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        if not self.agent.pods.synced:
+        if not self.agent.state.pods_synced():
             return False, "pods not synced yet"
         if not self.agent.collected_once:
             return False, "no collection yet"
@@ -153,7 +154,7 @@ class Daemon:
         self.agent.checkpoint_prediction()
 
     async def _sync_pods(self) -> None:
-        before = self.agent.pods.pods
+        before = self.agent.state.pods()
         waiting, self._pods_waiting = self._pods_waiting, []
         try:
             if self.cluster is not None:
@@ -164,7 +165,7 @@ class Daemon:
             for f in waiting:
                 if not f.done():
                     f.set_result(None)
-        if self.agent.pods.pods is not before:
+        if self.agent.state.pods() is not before:
             self._settle = True
 
     async def sync_pods_now(self) -> None:
@@ -205,7 +206,7 @@ class Daemon:
     async def _nrt(self) -> None:
         """NodeResourceTopology once pods (and in a cluster the Node) are known: always computed (the runtime
         hook's cpuset rule follows it), written only with gate NodeTopologyReport."""
-        if not self.agent.pods.synced or (self.cluster is not None and self.cluster.node is None):
+        if not self.agent.state.pods_synced() or (self.cluster is not None and self.agent.state.node() is None):
             return
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.refresh_kubelet_config, self.agent)
@@ -218,14 +219,14 @@ class Daemon:
             await asyncio.to_thread(self.agent.write_nrt, status)
 
     async def _qos(self) -> None:
-        if self.agent.pods.synced:
+        if self.agent.state.pods_synced():
             # the plan's refusals (resctrl groups) feed the QoS metrics
             self.agent.qos_manager().reconcile(self.agent.qos_state(), report=self.agent.qos_metrics.planned)
 
     async def _evict(self, strategy: EvictStrategy) -> None:
         """One round of an eviction strategy once pods are synced: planned on the loop (it reads the metric cache),
         carried out in a thread (Eviction API calls block; killing waits for the kernel)."""
-        if not self.agent.pods.synced:
+        if not self.agent.state.pods_synced():
             return
         plan = strategy.plan(self.agent.qos_state())
         if plan is None:
@@ -245,14 +246,14 @@ class Daemon:
         # Standalone: a first report soon after start so `make run` shows something; then the spec's period.
         first = 2 * self.agent.config.collect_res_used_interval + 0.5 if self.cluster is None else None
         loop = asyncio.get_running_loop()
-        next_at = loop.time() + (first if first is not None else self.agent.policy.report_period)
+        next_at = loop.time() + (first if first is not None else self.agent.state.nodemetric().policy.report_period)
         while not self.stop_event.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop_event.wait(), max(next_at - loop.time(), 0))
             if self.stop_event.is_set():
                 return
             await self._run_once("report", self._report)
-            next_at = loop.time() + self.agent.policy.report_period  # re-read after each round (upstream)
+            next_at = loop.time() + self.agent.state.nodemetric().policy.report_period  # re-read each round (upstream)
 
     # -- run -----------------------------------------------------------------------------------------------
     def bind(self) -> HttpServer:
@@ -311,10 +312,10 @@ class Daemon:
             tasks.append(self.podresources.run(self.stop_event))
         qos_kick = asyncio.Event()
 
-        def changed() -> None:  # called from the pod-sync thread or the loop
+        def changed(_: Change) -> None:  # called from the pod-sync thread or the loop
             loop.call_soon_threadsafe(qos_kick.set)
 
-        self.agent.on_change = changed
+        self.agent.state.subscribe((Change.PODS, Change.NODESLO), changed)
         tasks.append(self._every("qos", cfg.reconcile_interval_seconds, self._qos, first_delay=0.2, kick=qos_kick))
         for strategy in self.agent.evict_strategies:  # BEMemoryEvict / BECPUEvict, each at its own interval
             tasks.append(self._every(strategy.name, strategy.interval, functools.partial(self._evict, strategy),
@@ -326,6 +327,7 @@ class Daemon:
             await self.stop_event.wait()
         finally:
             log.info("stopping")
+            self.agent.state.unsubscribe(changed)
             for t in running:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)

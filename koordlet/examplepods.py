@@ -26,7 +26,7 @@ from koordlet.host.cgroup import detect_backend
 from koordlet.host.cgtree import CgroupTree
 from koordlet.host.driver import CgroupDriver, detect_driver
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
+from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file
 from koordlet.states.pods import PodsDirSource, pod_meta
 
 log = logging.getLogger("koordlet")
@@ -125,9 +125,8 @@ def _host_apps(config: Config, driver: CgroupDriver) -> list[HostApp]:
         obj = load_nodeslo_file(config.nodeslo_file)
     except (InvalidInput, KoordletError, OSError):
         return []  # the agent logs an unreadable NodeSLO itself
-    if validate_nodeslo(obj):
-        return []
-    return host_apps(merge_nodeslo_spec(obj.get("spec") or {}), driver)
+    spec = decode_nodeslo(obj).spec
+    return [] if spec is None else host_apps(spec.host_applications, driver)
 
 
 def _sleeper(procs_files: list[Path]) -> subprocess.Popen[bytes]:

@@ -75,7 +75,7 @@ class AgentMetrics:
     node_allocatable: dict[str, float] = field(default_factory=dict)
     nodemetric_prom: bool = False
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
-    suppress: SuppressStatus | None = None  # gate BECPUSuppress: the planner's last numbers
+    suppress: Callable[[], SuppressStatus] | None = None  # BE CPU suppress's numbers, as the QoS manager has them
     evictions: EvictionStats | None = None  # the eviction strategies' koordlet_pod_eviction{,_detail}
     device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
     prediction: Outcome | None = None  # the last NodeMetric report's Prod reclaimable prediction
@@ -238,7 +238,7 @@ class _InternalCollector(Collector):
         yield from self._health()
         yield from self._bpf_programs()
         if m.suppress is not None:
-            yield from _suppress_families(node, m.suppress)
+            yield from _suppress_families(node, m.suppress())
         if m.evictions is not None:
             yield from _eviction_families(node, m.evictions)
         yield from _predicted_families(node, m.prediction)

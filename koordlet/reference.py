@@ -172,7 +172,7 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
     if "CPUSchedLatency" in parts:
         m.schedlat = SimpleNamespace(program_stats=lambda: {"p": (1, 1)}, latest=[])  # type: ignore[assignment]
     if "BECPUSuppress" in parts:
-        m.suppress = SuppressStatus()
+        m.suppress = SuppressStatus
     if "BEMemoryEvict, BECPUEvict" in parts:
         from koordlet.qos.evictor import EvictionStats
 

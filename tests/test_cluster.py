@@ -72,7 +72,7 @@ async def test_kubelet_pods_then_status_report(km: kmock.KubernetesEmulator, hos
     agent, link = _link(km, host, tmp_path)
 
     await asyncio.to_thread(link.sync_pods, agent)
-    assert [p.name for p in agent.pods.pods] == ["web"]
+    assert [p.name for p in agent.state.pods()] == ["web"]
     assert agent.metrics.node_allocatable == {"kubernetes.io/batch-cpu": 3500.0,
                                               "kubernetes.io/batch-memory": float(8 << 30)}
     start = time.time() - 3
@@ -83,7 +83,7 @@ async def test_kubelet_pods_then_status_report(km: kmock.KubernetesEmulator, hos
 
     stored = km.objects[NM, None, NODE].raw
     assert stored["spec"] == {"metricCollectPolicy": {"reportIntervalSeconds": 45}}  # spec untouched
-    assert agent.policy.report_period == 45
+    assert agent.state.nodemetric().policy.report_period == 45
     status = stored["status"]
     validate_crd("slo.koordinator.sh_nodemetrics.yaml", stored)
     assert status["podsMetric"] == [{"namespace": "default", "name": "web", "priority": "koord-prod", "qos": "LS",
@@ -101,7 +101,7 @@ async def test_falls_back_to_apiserver_when_kubelet_fails(km: kmock.KubernetesEm
     km.objects["v1/pods", "default", "web"] = pod
     agent, link = _link(km, host, tmp_path)
     await asyncio.to_thread(link.sync_pods, agent)
-    assert [p.uid for p in agent.pods.pods] == [UID]
+    assert [p.uid for p in agent.state.pods()] == [UID]
     listed = km["get", kmock.resource("v1/pods")][0]
     assert listed.params.get("fieldSelector") == f"spec.nodeName={NODE}"
     assert agent.health.skipped[("pods", "kubelet-failed")] == 1
@@ -129,19 +129,19 @@ async def test_watch_applies_nodeslo_changes(km: kmock.KubernetesEmulator, host:
     link.start_watches(agent)
     try:
         for _ in range(100):
-            if agent.host_apps:
+            if agent.state.nodeslo().host_apps:
                 break
             await asyncio.sleep(0.05)
-        assert [a.name for a in agent.host_apps] == ["nginx"]
-        assert agent.host_apps[0].rel_dir == "host-latency-sensitive/nginx"
+        assert [a.name for a in agent.state.nodeslo().host_apps] == ["nginx"]
+        assert agent.state.nodeslo().host_apps[0].rel_dir == "host-latency-sensitive/nginx"
         client = KubeClient(KubeConfig(server=str(km.url), user_agent="kubectl"))  # a person, not the agent
         patch = {"spec": {"hostApplications": [{"name": "redis", "qos": "BE"}]}}
         await asyncio.to_thread(client.patch, f"/apis/{NODESLO}/{NODE}", patch)
         for _ in range(100):
-            if [a.name for a in agent.host_apps] == ["redis"]:
+            if [a.name for a in agent.state.nodeslo().host_apps] == ["redis"]:
                 break
             await asyncio.sleep(0.05)
-        assert [a.rel_dir for a in agent.host_apps] == ["host-best-effort/redis"]
+        assert [a.rel_dir for a in agent.state.nodeslo().host_apps] == ["host-best-effort/redis"]
     finally:
         link.close()
 
@@ -156,7 +156,7 @@ async def test_one_shot_commands_read_the_nodeslo_by_name(km: kmock.KubernetesEm
     agent, link = _link(km, host, tmp_path)
     try:
         await asyncio.to_thread(link.load_once, agent)
-        assert [a.name for a in agent.host_apps] == ["nginx"]
+        assert [a.name for a in agent.state.nodeslo().host_apps] == ["nginx"]
         del km.objects[NODESLO, None, NODE]
         await asyncio.to_thread(link.load_once, agent)  # 404: defaults, logged, no exception
     finally:

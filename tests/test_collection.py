@@ -43,7 +43,7 @@ def _pod_cgroups(simhost: SimHost, pod: dict[str, Any], qos: K8sQoS) -> tuple[st
 def test_detects_version_and_driver(simhost: SimHost, tmp_path: Path) -> None:
     agent = _agent(simhost, tmp_path, [])
     assert agent.backend.version == simhost.version
-    assert agent.driver == simhost.driver
+    assert agent.state.driver() == simhost.driver
 
 
 def test_pod_and_node_usage_over_ticks(simhost: SimHost, tmp_path: Path, validate_crd: Any) -> None:
@@ -52,7 +52,7 @@ def test_pod_and_node_usage_over_ticks(simhost: SimHost, tmp_path: Path, validat
     agent = _agent(simhost, tmp_path, [pod_b, pod_a])
     rel_a, ctr_a = _pod_cgroups(simhost, pod_a, K8sQoS.BURSTABLE)
     rel_b, ctr_b = _pod_cgroups(simhost, pod_b, K8sQoS.BESTEFFORT)
-    assert rel_a in {p.cgroup_dir for p in agent.pods.pods}
+    assert rel_a in {p.cgroup_dir for p in agent.state.pods()}
 
     gib = 1 << 30
     for tick in range(4):
@@ -171,8 +171,8 @@ def test_hostile_ids_are_skipped_never_read(simhost: SimHost, tmp_path: Path) ->
     bad_cid = make_pod("ctr", UID_B, "Burstable")
     bad_cid["status"]["containerStatuses"][0]["containerID"] = "containerd://../../../x"  # type: ignore[index]
     agent = _agent(simhost, tmp_path, [bad_uid, bad_cid])
-    assert [p.name for p in agent.pods.pods] == ["ctr"]
-    assert agent.pods.pods[0].containers[0].cgroup_dir is None
+    assert [p.name for p in agent.state.pods()] == ["ctr"]
+    assert agent.state.pods()[0].containers[0].cgroup_dir is None
     agent.set_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n"},
                        "spec": {"hostApplications": [{"name": "x", "cgroupPath": {"base": "CgroupRoot",
                                                                                "relativePath": "../../../etc"}}]}})

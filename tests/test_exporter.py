@@ -253,7 +253,7 @@ def test_node_info_collections_are_counted_under_upstreams_counter_names(tmp_pat
     assert 'koordlet_collect_node_cpu_info_status{node="n1",status="failed"} 1.0\n' in text
     assert 'koordlet_collect_node_numa_info_status{node="n1",status="succeeded"} 2.0\n' in text  # not collected
     assert 'koordlet_collect_node_numa_info_status{node="n1",status="failed"}' not in text
-    assert [c.id for c in agent.cpu_topology.cpus] == [0, 1, 2, 3]  # the last info stays
+    assert [c.id for c in agent.state.node_info().cpu_topology.cpus] == [0, 1, 2, 3]  # the last info stays
     host.write_cpu_topology()
     assert online.read_text() == saved
     agent.refresh_node_info()
@@ -311,7 +311,7 @@ def test_the_agents_qos_pass_feeds_the_update_and_reconciler_histograms(tmp_path
     histograms on /metrics; a steady pass (cached writes) adds nothing."""
     host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()
     agent = _agent(tmp_path, host, [_lsr_pod("lsr", UID, "0-1")])
-    [pod] = agent.pods.pods
+    [pod] = agent.state.pods()
     for rel in (pod.cgroup_dir, str(pod.containers[0].cgroup_dir)):
         host.write_cgroup(rel, SimCgroup())
         (host.cgroup_root() / "cpuset" / rel / "cpuset.cpus").write_text("0-3\n")

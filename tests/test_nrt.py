@@ -201,8 +201,8 @@ def test_simulated_node_with_example_pods(tmp_path: Path, version: int, validate
     assert [z["name"] for z in obj["zones"]] == ["node-0", "node-1"]
     basic = json.loads(obj["metadata"]["annotations"]["node.koordinator.sh/cpu-basic-info"])
     assert basic == {"cpuModel": "unknown", "hyperThreadEnabled": True}
-    assert agent.cpuset_rule is not None and [p.cpuset for p in agent.cpuset_rule.share_pools] == ["0-1,4-5",
-                                                                                                   "2-3,6-7"]
+    rule = agent.state.cpuset_rule()
+    assert rule is not None and [p.cpuset for p in rule.share_pools] == ["0-1,4-5", "2-3,6-7"]
 
 
 def test_this_host(tmp_path: Path, validate_crd: Any) -> None:
@@ -212,7 +212,7 @@ def test_this_host(tmp_path: Path, validate_crd: Any) -> None:
     obj = nrt.updated(nrt.new_object("node-a", None), st)
     validate_crd(CRD, obj)
     topo = json.loads(obj["metadata"]["annotations"]["node.koordinator.sh/cpu-topology"])["detail"]
-    assert [c["id"] for c in topo] == agent.cpu_topology.ids() and topo
+    assert [c["id"] for c in topo] == agent.state.node_info().cpu_topology.ids() and topo
     assert sum(int(next(r for r in z["resources"] if r["name"] == "cpu")["capacity"]) for z in obj["zones"]) \
         == len(topo)
 

@@ -225,9 +225,9 @@ def test_nodemetric_carries_the_prediction(simhost: Any, tmp_path: Path, validat
     status = agent.build_nodemetric(now=NOW + 60)["status"]
     # standalone: no Node object; the machine stands in (its CPUs and MemTotal), so no warning and a figure
     standalone = status["prodReclaimableMetric"]["resource"]["resources"]
-    assert parse_quantity(standalone["cpu"]) <= len(agent.cpu_topology.cpus)
+    assert parse_quantity(standalone["cpu"]) <= len(agent.state.node_info().cpu_topology.cpus)
     assert "prodPeakMetric" in status
-    agent.node_obj = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+    agent.state.set_node({"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}})
     obj = agent.build_nodemetric(now=NOW + 60)
     validate_crd("slo.koordinator.sh_nodemetrics.yaml", obj)
     reclaimable = obj["status"]["prodReclaimableMetric"]["resource"]["resources"]

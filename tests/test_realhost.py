@@ -87,7 +87,7 @@ def test_pod_cpu_usage_matches_a_real_burner(v1_root: tuple[Path, str], tmp_path
     for sub in V1_SUBSYSTEMS:
         (root / sub / ctr_rel).mkdir(parents=True)
     agent = _agent(tmp_path, root, pod)
-    assert agent.backend.version == 1 and agent.driver == CgroupDriver.CGROUPFS
+    assert agent.backend.version == 1 and agent.state.driver() == CgroupDriver.CGROUPFS
 
     proc = _burner_in([root / sub / ctr_rel / "cgroup.procs" for sub in V1_SUBSYSTEMS])
     try:

@@ -177,7 +177,7 @@ def test_mean_wait_agrees_with_the_kernels_schedstat_and_orders_pods_as_the_fall
     assert ebpf.backend.attach == ("raw_tracepoint" if raw and os.path.exists(VMLINUX) else "tracepoint")
     assert fallback.wait_ready(10) and fallback.source == "schedstat"
     agent = node.agent()
-    pods = agent.pods.pods
+    pods = agent.state.pods()
     ebpf.collect(pods, 0)
     fallback.collect(pods, 0, force=True)
     before = node.schedstat("busy")
@@ -236,7 +236,7 @@ def test_runqlat_over_the_same_window(node: Node) -> None:
     ebpf = SchedLatency(node.paths(), 1, _health(), use_bcc=True)
     assert ebpf.wait_ready(60) and ebpf.source == "ebpf", ebpf.reason
     agent = node.agent()
-    pods = agent.pods.pods
+    pods = agent.state.pods()
     peer = subprocess.Popen([_RUNQLAT, "-L", "3", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     time.sleep(1.5)  # runqlat compiles and attaches, then samples 3 s

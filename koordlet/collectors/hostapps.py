@@ -6,9 +6,10 @@ Upstream: pkg/koordlet/util/host_application.go (dir rules), collectors/hostappl
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from apis.slo.types import HostApplication
 from koordlet.collectors.cgroups import Target
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 
@@ -25,26 +26,19 @@ class HostApp:
     rel_dir: str
 
 
-def hostapp_dir(spec: dict[str, Any], driver: CgroupDriver) -> str:
-    name = str(spec.get("name", ""))
-    cgroup_path = spec.get("cgroupPath")
-    if not isinstance(cgroup_path, dict):
-        qos = spec.get("qos", "")
-        base = "host-latency-sensitive" if qos in _LS_QOS else "host-best-effort" if qos == "BE" else ""
-        return os.path.join(base, name)
-    base_qos = _BASES.get(str(cgroup_path.get("base", "")))
+def hostapp_dir(app: HostApplication, driver: CgroupDriver) -> str:
+    path = app.cgroup_path
+    if path is None:
+        base = "host-latency-sensitive" if app.qos in _LS_QOS else "host-best-effort" if app.qos == "BE" else ""
+        return os.path.join(base, app.name)
+    base_qos = _BASES.get(path.base)
     base = qos_dir(driver, base_qos) if base_qos is not None else ""
-    return os.path.join(base, str(cgroup_path.get("parentDir", "")), str(cgroup_path.get("relativePath", "")))
+    return os.path.join(base, path.parent_dir, path.relative_path)
 
 
-def host_apps(nodeslo_spec: dict[str, Any] | None, driver: CgroupDriver) -> list[HostApp]:
-    apps = (nodeslo_spec or {}).get("hostApplications") or []
-    out = []
-    for spec in apps if isinstance(apps, list) else []:
-        if isinstance(spec, dict) and spec.get("name"):
-            out.append(HostApp(str(spec["name"]), str(spec.get("priority", "")), str(spec.get("qos", "")),
-                               hostapp_dir(spec, driver)))
-    return out
+def host_apps(apps: Sequence[HostApplication], driver: CgroupDriver) -> list[HostApp]:
+    """The named host applications of a NodeSLO spec, with their cgroup dirs."""
+    return [HostApp(app.name, app.priority, app.qos, hostapp_dir(app, driver)) for app in apps if app.name]
 
 
 def hostapp_targets(apps: list[HostApp]) -> list[Target]:

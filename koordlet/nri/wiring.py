@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from koordlet.agent import Agent
 from koordlet.nri.connection import Backoff, NriConnection
 from koordlet.nri.hooks.facts import NodeFactsReader
@@ -11,18 +9,18 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.metrics import NriMetrics
 from koordlet.nri.plugin import NriPlugin
 from koordlet.nri.runner import StageRunner
-from koordlet.qos.batchresource import normalization_ratio
+from koordlet.qos.evictor import Post
 
 
-def nri_connection(agent: Agent, post_event: Any = None) -> NriConnection:
+def nri_connection(agent: Agent, post_event: Post | None = None) -> NriConnection:
     """The plugin and its connection; writes go through the QoS manager's executor (the agent's one writer)."""
     cfg = agent.config
     qos = agent.qos_manager(post_event=post_event)
     metrics = NriMetrics(cfg.node_name, agent.metrics.internal)
-    facts = NodeFactsReader(cfg.paths, agent.backend.version, lambda: agent.driver,
-                            lambda: agent.nodeslo_spec if agent.nodeslo_present else None, agent.health,
-                            cpuset_rule=lambda: agent.cpuset_rule,
-                            cpu_normalization_ratio=lambda: normalization_ratio(agent.node_obj)[0])
+    state = agent.state
+    facts = NodeFactsReader(cfg.paths, agent.backend.version, state.driver, state.nodeslo_spec_in_force,
+                            agent.health, cpuset_rule=state.cpuset_rule,
+                            cpu_normalization_ratio=state.cpu_normalization_ratio)
     options = HookOptions(gates=dict(cfg.feature_gates), gpu_env_uuid=cfg.nri.gpu_env_uuid,
                           xpu_device_inject=cfg.nri.xpu_device_inject,
                           disable_unset_cpu_quota=cfg.disable_unset_cpu_quota,

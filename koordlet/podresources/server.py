@@ -56,7 +56,7 @@ class _Index:
 class ProxyServer:
     """Serves on `socket_path` until stopped:
 
-        server = ProxyServer(path, KubeletClient(kubelet_socket), lambda: agent.pods.pods)
+        server = ProxyServer(path, KubeletClient(kubelet_socket), agent.state.pods)
         await server.start(); ...; await server.stop()
     """
 

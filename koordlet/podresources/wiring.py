@@ -42,7 +42,7 @@ def pod_resources_proxy(agent: Agent, post_event: Any = None,
         if errors:  # posting is a blocking HTTP call in a cluster
             asyncio.get_running_loop().run_in_executor(None, _report_all, events.report, errors)
 
-    return ProxyServer(pr.socket(cfg.paths, cfg.host_root), kubelet, lambda: agent.pods.pods,
+    return ProxyServer(pr.socket(cfg.paths, cfg.host_root), kubelet, agent.state.pods,
                        limiter=TokenBucket(pr.qps, pr.burst), metrics=metrics, report=report,
                        refresh_pods=refresh_pods, refresh_timeout=cfg.kubelet_sync_timeout + 1.0)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import HostReadError, PlanError
+from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, NodeSLOSpec
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
 from koordlet.qos import cpuqos
@@ -50,7 +51,6 @@ from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 
 ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
-CPU_SUPPRESS_CFS_QUOTA = "cfsQuota"
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
 _TERMINATED = ("Succeeded", "Failed")
 
@@ -92,13 +92,13 @@ def normalization_ratio(node: dict[str, Any] | None) -> tuple[float | None, str 
     return value, None
 
 
-def cfs_quota_enabled(nodeslo: dict[str, Any]) -> bool:
-    """rule.go parseRuleForNodeSLO: off while BE CPU suppress is enabled with the cfsQuota policy (merged spec: the
-    policy defaults to cpuset, enable to false)."""
-    threshold = nodeslo.get("resourceUsedThresholdWithBE")
-    if not isinstance(threshold, dict):
+def cfs_quota_enabled(nodeslo: NodeSLOSpec | None) -> bool:
+    """rule.go parseRuleForNodeSLO: off while BE CPU suppress is enabled with the cfsQuota policy (no NodeSLO yet:
+    on)."""
+    if nodeslo is None:
         return True
-    return not (threshold.get("enable") is True and threshold.get("cpuSuppressPolicy") == CPU_SUPPRESS_CFS_QUOTA)
+    threshold = nodeslo.resource_used_threshold_with_be
+    return not (threshold.enable and threshold.cpu_suppress_policy == CPU_SUPPRESS_CFS_QUOTA)
 
 
 def plan(state: QoSState, facts: BatchFacts, *, group_identity: bool = True, node_name: str = "") -> Plan:
@@ -108,8 +108,7 @@ def plan(state: QoSState, facts: BatchFacts, *, group_identity: bool = True, nod
         name = str(((state.node or {}).get("metadata") or {}).get("name") or node_name or "node")
         out.errors.append(PlanError("Node", name, f"annotations[{ANNOTATION_CPU_NORMALIZATION_RATIO}]",
                                     facts.ratio_error))
-    idled = cpuqos.idled_pods(state, "cpu-idle" if facts.cpu_idle else "none", group_identity=group_identity,
-                              node_name=node_name)
+    idled = cpuqos.idled_pods(state, "cpu-idle" if facts.cpu_idle else "none", group_identity=group_identity)
     cfs = cfs_quota_enabled(state.nodeslo)
     for pod in state.pods:
         if not is_batch_pod(pod) or pod.phase in _TERMINATED:

@@ -19,7 +19,7 @@ from apis.core.errors import InvalidInput
 from apis.core.quantity import parse_quantity
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, koord_qos_class
+from koordlet.states.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
 
 BATCH_CPU = "kubernetes.io/batch-cpu"  # counted in milli-cores: "1000" (or "1k") is one core
 BATCH_MEMORY = "kubernetes.io/batch-memory"
@@ -74,7 +74,7 @@ def is_batch_pod(pod: PodMeta) -> bool:
 
 def is_batch_labels(labels: Mapping[str, str]) -> bool:
     """is_batch_pod from the pod's labels alone (the runtime hooks' GetQoSClassByAttrs)."""
-    return koord_qos_class({"metadata": {"labels": dict(labels)}}) == QOS_BE
+    return koord_qos_class_of_labels(labels) == QOS_BE
 
 
 def spec_containers(pod: PodMeta) -> dict[str, ContainerBatch]:

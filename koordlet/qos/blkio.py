@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from apis.core.errors import PlanError
+from apis.slo.types import BlkioQOS
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import INT64_MAX
 from koordlet.qos.blkio_facts import (
@@ -39,7 +40,6 @@ from koordlet.qos.blkio_facts import (
     cgroup_dir,
     pod_annotations,
 )
-from koordlet.qos.blkio_facts import read_facts as read_facts  # the manager calls module.read_facts/module.plan
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
@@ -126,30 +126,59 @@ def _decode_blocks(raw: Any, where: str) -> list[_Block]:
         name, kind, io_raw = f.get("name", ""), f.get("type", ""), f.get("ioCfg", {})
         if not isinstance(name, str):
             raise _Bad(f"{at}.name", "must be a string")
-        if not isinstance(kind, str) or kind not in BLOCK_TYPES:
+        if not isinstance(kind, str):
             raise _Bad(f"{at}.type", f"block type {kind!r} is not supported (one of {', '.join(BLOCK_TYPES)})")
+        _check_type(kind, at)
         if not isinstance(io_raw, dict):
             raise _Bad(f"{at}.ioCfg", "must be an object")
-        io: dict[str, int | bool] = {}
+        io: list[tuple[str, int | bool]] = []
         for key, value in _fields(io_raw, (*_INT_FIELDS, *_BOOL_FIELDS)).items():
             if key in _BOOL_FIELDS:
                 if not isinstance(value, bool):
                     raise _Bad(f"{at}.ioCfg.{key}", f"{value!r} is not a boolean")
-                io[key] = value
-                continue
-            lo, hi = _INT_FIELDS[key]
-            if isinstance(value, bool) or not isinstance(value, int):
+            elif isinstance(value, bool) or not isinstance(value, int):
                 raise _Bad(f"{at}.ioCfg.{key}", f"{value!r} is not an integer")
-            if not lo <= value <= hi:
-                raise _Bad(f"{at}.ioCfg.{key}", f"{value} is not in [{lo}, {hi}]")
-            io[key] = value
-        if io.get("enableUserModel") is True:
-            missing = [k for _, k in _MODEL_KEYS if k not in io]
-            if missing:
-                # [quirk] upstream writes 0 for an unset model field, which the kernel refuses (every value >= 1).
-                raise _Bad(f"{at}.ioCfg.{missing[0]}", "is required (>= 1) when enableUserModel is true")
-        blocks.append(_Block(name, kind, io, at))
+            _check_io(key, value, at)
+            io.append((key, value))
+        blocks.append(_block(name, kind, io, at))
     return blocks
+
+
+def _nodeslo_blocks(cfg: BlkioQOS, where: str) -> list[_Block]:
+    """Enabled: the blocks; disabled: an empty list, which resets every entry (upstream). Their JSON types were
+    checked when the NodeSLO was received; what the kernel and the resolver take is checked here."""
+    if not cfg.enable:
+        return []
+    blocks = []
+    for i, b in enumerate(cfg.blocks):
+        at = f"{where}[{i}]"
+        _check_type(b.type, at)
+        for key, value in b.io_cfg.fields:
+            _check_io(key, value, at)
+        blocks.append(_block(b.name, b.type, b.io_cfg.fields, at))
+    return blocks
+
+
+def _check_type(kind: str, at: str) -> None:
+    if kind not in BLOCK_TYPES:
+        raise _Bad(f"{at}.type", f"block type {kind!r} is not supported (one of {', '.join(BLOCK_TYPES)})")
+
+
+def _check_io(key: str, value: int | bool, at: str) -> None:
+    if key in _INT_FIELDS and not isinstance(value, bool):
+        lo, hi = _INT_FIELDS[key]
+        if not lo <= value <= hi:
+            raise _Bad(f"{at}.ioCfg.{key}", f"{value} is not in [{lo}, {hi}]")
+
+
+def _block(name: str, kind: str, io_cfg: Iterable[tuple[str, int | bool]], at: str) -> _Block:
+    io = dict(io_cfg)
+    if io.get("enableUserModel") is True:
+        missing = [k for _, k in _MODEL_KEYS if k not in io]
+        if missing:
+            # [quirk] upstream writes 0 for an unset model field, which the kernel refuses (every value >= 1).
+            raise _Bad(f"{at}.ioCfg.{missing[0]}", "is required (>= 1) when enableUserModel is true")
+    return _Block(name, kind, io, at)
 
 
 def _decode_annotation(value: Any) -> list[_Block]:
@@ -308,10 +337,10 @@ def plan(state: QoSState, facts: BlkioFacts) -> Plan:
     if not state.nodeslo_present:
         return out  # upstream: no NodeSLO, no reconcile at all (pods included)
     resolver = _Resolver(state, facts)
-    strategy = state.strategy()
-    for key in ("lsrClass", "lsClass", "systemClass"):
-        cfg = _blkio_cfg(strategy, key)
-        if cfg.get("enable") is True and cfg.get("blocks"):
+    strategy = state.nodeslo.resource_qos_strategy
+    for key, block in (("lsrClass", strategy.lsr_class), ("lsClass", strategy.ls_class),
+                       ("systemClass", strategy.system_class)):
+        if block.blkio_qos.enable and block.blkio_qos.blocks:
             out.errors.append(PlanError("NodeSLO", "", f"resourceQOSStrategy.{key}.blkioQOS",
                                         "blkio QoS applies to beClass, cgroupRoot and pod annotations only; "
                                         "these blocks are ignored", "UnsupportedBlkioQOS"))
@@ -320,25 +349,14 @@ def plan(state: QoSState, facts: BlkioFacts) -> Plan:
     iocost_on = _plan_root(state, facts, resolver, root, out)
     be = _Level("beClass", state.qos_dir(K8sQoS.BESTEFFORT), "NodeSLO", "", "resourceQOSStrategy.beClass.blkioQOS",
                 "InvalidBlkioQOS")
-    be_cfg = _blkio_cfg(strategy, "beClass")
-    _plan_class(state, facts, resolver, be, partial(_nodeslo_blocks, be_cfg, "blocks"), None, iocost_on, out)
+    _plan_class(state, facts, resolver, be, partial(_nodeslo_blocks, strategy.be_class.blkio_qos, "blocks"), None,
+                iocost_on, out)
     for pod in annotated_pods(state):
         level = _Level(f"pod {pod.namespace}/{pod.name}", pod.cgroup_dir, "Pod", f"{pod.namespace}/{pod.name}",
                        f"annotations[{ANNOTATION}]", "InvalidBlkioQOSAnnotation", pod.uid)
         decode = partial(_decode_annotation, pod_annotations(pod)[ANNOTATION])
         _plan_class(state, facts, resolver, level, decode, pod, iocost_on, out)
     return out
-
-
-def _blkio_cfg(strategy: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    level = strategy.get(key)
-    cfg = level.get("blkioQOS") if isinstance(level, dict) else None
-    return cfg if isinstance(cfg, dict) else {}
-
-
-def _nodeslo_blocks(cfg: Mapping[str, Any], where: str) -> list[_Block]:
-    """Enabled: the blocks; disabled: an empty list, which resets every entry (upstream)."""
-    return _decode_blocks(cfg.get("blocks"), where) if cfg.get("enable") is True else []
 
 
 def _error(level: _Level, bad: _Bad) -> PlanError:
@@ -404,7 +422,7 @@ def _plan_root(state: QoSState, facts: BlkioFacts, resolver: _Resolver, level: _
     current_qos = _lines(facts.files.get(qos_path))
     enabled = {n for n, line in current_qos.items() if _kv(line).get("enable") == "1"}
     try:
-        blocks = _nodeslo_blocks(_blkio_cfg(state.strategy(), "cgroupRoot"), "blocks")
+        blocks = _nodeslo_blocks(state.nodeslo.resource_qos_strategy.cgroup_root.blkio_qos, "blocks")
     except _Bad as bad:
         out.errors.append(_error(level, bad))
         return enabled

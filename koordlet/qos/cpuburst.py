@@ -25,22 +25,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from koordlet.health import Health
+from apis.slo.types import CPUBurstConfig
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
 from koordlet.qos.cpuburst_config import (
-    BurstConfig,
     base_quota,
     burstable,
     ceiling_quota,
     container_specs,
-    node_strategy,
     pod_config,
     static_burst_us,
 )
 from koordlet.qos.cpuburst_facts import BurstFacts, ContainerFacts, NodeState
-from koordlet.qos.cpuburst_facts import new_memory as new_memory  # the manager keeps one BurstMemory per feature
-from koordlet.qos.cpuburst_facts import read_facts as read_facts  # the manager calls module.read_facts/module.plan
-from koordlet.qos.model import Plan, Write
+from koordlet.qos.model import Capability, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.model import ContainerMeta, PodMeta
 
@@ -51,14 +47,14 @@ Operation = Literal["up", "down", "remain", "reset"]
 Note = tuple[str, tuple[str, ...], float]  # Write.note: the container's scaled value for koordlet/qos/metrics.py
 
 
-def report_capabilities(health: Health, facts: BurstFacts) -> None:
+def capabilities(facts: BurstFacts) -> tuple[Report, ...]:
     """`koordlet_agent_kernel_capability{capability="cpu-burst"}`; a kernel without cfs_burst_us is logged once."""
-    health.capability(CAP_CPU_BURST, facts.burst_file,
-                      "no cpu.cfs_burst_us (v2 cpu.max.burst) at the kubepods root (kernel < 5.14): static CPU burst "
-                      "is not written; the cfs-quota burst still works")
+    return (Capability(CAP_CPU_BURST, facts.burst_file,
+                       "no cpu.cfs_burst_us (v2 cpu.max.burst) at the kubepods root (kernel < 5.14): static CPU burst "
+                       "is not written; the cfs-quota burst still works"),)
 
 
-def operation(cfg: BurstConfig, facts: ContainerFacts) -> Operation:
+def operation(cfg: CPUBurstConfig, facts: ContainerFacts) -> Operation:
     """genOperationByContainer."""
     if not cfg.cfs_quota_burst:
         return "reset"
@@ -96,7 +92,7 @@ def plan(state: QoSState, facts: BurstFacts, *, node_name: str = "") -> Plan:
     out = Plan()
     if not state.nodeslo_present:
         return out
-    node = node_strategy(state.nodeslo)
+    node = state.nodeslo.cpu_burst_strategy
     for pod in state.pods:
         if not burstable(pod):
             continue
@@ -110,7 +106,7 @@ def plan(state: QoSState, facts: BurstFacts, *, node_name: str = "") -> Plan:
     return out
 
 
-def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: BurstConfig,
+def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: CPUBurstConfig,
                  out: Plan) -> None:
     """applyCPUBurst: each container with an id, then the pod with the sum."""
     who = f"cpuburst: pod {pod.namespace}/{pod.name}"
@@ -129,7 +125,7 @@ def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str,
     out.writes.append(_burst(state, pod.cgroup_dir, total, who))
 
 
-def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: BurstConfig,
+def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: CPUBurstConfig,
                 facts: BurstFacts, out: Plan) -> None:
     """applyCFSQuotaBurst and applyContainerCFSQuota for one pod."""
     pod_now = facts.pods.get(pod.cgroup_dir)

@@ -1,9 +1,9 @@
-"""CPU burst configuration: NodeSLO `cpuBurstStrategy`, the pod's `koordinator.sh/cpuBurst` override, eligibility."""
+"""CPU burst configuration: the pod's `koordinator.sh/cpuBurst` over NodeSLO `cpuBurstStrategy`, eligibility."""
 
 # Upstream: pkg/koordlet/qosmanager/plugins/cpuburst/cpu_burst.go (genPodBurstConfig, calcStaticCPUBurstVal, the
 # policy helpers), apis/slo/v1alpha1/{nodeslo_types.go,pod.go} (CPUBurstConfig, GetPodCPUBurstConfig),
 # pkg/util/pod_qos_utils.go IsPodCPUBurstable, pkg/util/pod.go IsPodInactive, pkg/koordlet/util/container.go
-# GetContainerBaseCFSQuota. Defaults: pkg/util/sloconfig DefaultCPUBurstStrategy (koordlet/states/nodeslo.py).
+# GetContainerBaseCFSQuota. Defaults: pkg/util/sloconfig DefaultCPUBurstStrategy (apis/slo/defaults.py).
 
 from __future__ import annotations
 
@@ -11,22 +11,19 @@ import functools
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
+from apis.slo.types import CPUBurstConfig
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 
 ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
-POLICY_NONE = "none"
-POLICY_CPU_BURST_ONLY = "cpuBurstOnly"
-POLICY_CFS_QUOTA_BURST_ONLY = "cfsQuotaBurstOnly"
-POLICY_AUTO = "auto"
 _INT64 = (-(2**63), 2**63 - 1)
 _RANGES = {  # the NodeSLO CRD's bounds for the same fields (apis/slo/v1alpha1/nodeslo_types.go)
     "cpu_burst_percent": (0, 10000), "cfs_quota_burst_percent": (0, _INT64[1]),
@@ -38,48 +35,7 @@ _FIELDS = {  # Go matches JSON keys to struct fields case-insensitively
 }
 
 
-@dataclass(frozen=True)
-class BurstConfig:
-    """slov1alpha1.CPUBurstConfig; the defaults are upstream's (DefaultCPUBurstConfig)."""
-
-    policy: str = POLICY_NONE
-    cpu_burst_percent: int = 1000
-    cfs_quota_burst_percent: int = 300
-    cfs_quota_burst_period_seconds: int = -1
-
-    @property
-    def cpu_burst(self) -> bool:
-        """cpuBurstEnabled: the static cfs_burst_us."""
-        return self.policy in (POLICY_CPU_BURST_ONLY, POLICY_AUTO)
-
-    @property
-    def cfs_quota_burst(self) -> bool:
-        """cfsQuotaBurstEnabled: the scaled cfs quota."""
-        return self.policy in (POLICY_CFS_QUOTA_BURST_ONLY, POLICY_AUTO)
-
-
-@dataclass(frozen=True)
-class NodeBurstStrategy:
-    config: BurstConfig
-    share_pool_threshold_percent: int = 50
-
-
-def node_strategy(nodeslo: Mapping[str, Any]) -> NodeBurstStrategy:
-    """The merged NodeSLO's cpuBurstStrategy (merge_nodeslo_spec already put upstream's defaults under it)."""
-    raw = nodeslo.get("cpuBurstStrategy")
-    raw = raw if isinstance(raw, dict) else {}
-    base = BurstConfig()
-    cfg = BurstConfig(
-        policy=raw["policy"] if isinstance(raw.get("policy"), str) and raw["policy"] else base.policy,
-        cpu_burst_percent=_int_or(raw.get("cpuBurstPercent"), base.cpu_burst_percent),
-        cfs_quota_burst_percent=_int_or(raw.get("cfsQuotaBurstPercent"), base.cfs_quota_burst_percent),
-        cfs_quota_burst_period_seconds=_int_or(raw.get("cfsQuotaBurstPeriodSeconds"),
-                                               base.cfs_quota_burst_period_seconds),
-    )
-    return NodeBurstStrategy(cfg, _int_or(raw.get("sharePoolThresholdPercent"), 50))
-
-
-def pod_config(pod: PodMeta, node: BurstConfig) -> tuple[BurstConfig, PlanError | None]:
+def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, PlanError | None]:
     """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
     node's config is used, as upstream does."""
     text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_BURST)
@@ -98,8 +54,8 @@ class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
-def _merge(node: BurstConfig, text: str) -> BurstConfig:
-    """json.Unmarshal into CPUBurstConfig, then the set fields over a copy of the node's (a null or "" policy, like
+def _merge(node: CPUBurstConfig, text: str) -> CPUBurstConfig:
+    """json.Unmarshal into CPUCPUBurstConfig, then the set fields over a copy of the node's (a null or "" policy, like
     an absent field, keeps the node's: upstream marshals the pod config with omitempty first)."""
     try:
         doc = json.loads(text, object_pairs_hook=_Pairs, parse_float=Decimal, parse_constant=_reject_constant)
@@ -178,14 +134,14 @@ def base_quota(container: Mapping[str, Any]) -> int:
     return milli_cpu_to_quota(cpu_limit_milli(container))
 
 
-def ceiling_quota(base: int, cfg: BurstConfig) -> int:
+def ceiling_quota(base: int, cfg: CPUBurstConfig) -> int:
     """The largest scaled quota: base × cfsQuotaBurstPercent / 100 when the percent is > 100, else the base."""
     if cfg.cfs_quota_burst_percent > 100:
         return int(float(base) * float(cfg.cfs_quota_burst_percent) / 100)
     return base
 
 
-def static_burst_us(container: Mapping[str, Any], cfg: BurstConfig) -> int:
+def static_burst_us(container: Mapping[str, Any], cfg: CPUBurstConfig) -> int:
     """calcStaticCPUBurstVal: limit cores × cpuBurstPercent / 100 × 100000 µs; 0 when the policy has no static
     burst or the container has no limit (upstream's value; the plan caps it, see koordlet/qos/cpuburst.py)."""
     if not cfg.cpu_burst:
@@ -195,10 +151,6 @@ def static_burst_us(container: Mapping[str, Any], cfg: BurstConfig) -> int:
         return 0
     cores = (float(milli) / 1000) * (float(cfg.cpu_burst_percent) / 100)
     return int(cores * float(CFS_BASE_PERIOD_US))
-
-
-def _int_or(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _obj(value: object) -> Mapping[str, Any]:

@@ -4,7 +4,7 @@
 # cfsBurstAllowedByLimiter, the container/pod quota reads), qosmanager/helpers/metrics_query.go (windows).
 #
 # The planner's memory between passes is the token bucket of each container (upstream's containerLimiter map). It
-# lives in a BurstMemory the QoS manager keeps for the feature (koordlet/qos/manager.py `new_memory`); read_facts
+# lives in a BurstMemory the CPUBurst feature object keeps (koordlet/qos/features.py); read_facts
 # advances the buckets with this pass's usage and puts only their verdicts in the facts, so plan is a pure function
 # of (state, facts). The quota a scaling step starts from is the cgroup file itself, read here, as upstream does.
 
@@ -20,17 +20,15 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.slo.types import CPUBurstConfig, CPUBurstStrategy
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import parse_cpu_max
 from koordlet.metriccache import MetricCache, SeriesKey
 from koordlet.qos.cpuburst_config import (
-    BurstConfig,
-    NodeBurstStrategy,
     base_quota,
     burstable,
     container_specs,
     cpu_limit_milli,
-    node_strategy,
     pod_config,
 )
 from koordlet.qos.cpuqos import pod_cpu_request_milli
@@ -100,7 +98,7 @@ class BurstMemory:
         self.rng = rng or random.Random()
         self.limiters: dict[str, Limiter] = {}
 
-    def allowed(self, container_id: str, cfg: BurstConfig, limit_milli: int, usage: float | None) -> bool:
+    def allowed(self, container_id: str, cfg: CPUBurstConfig, limit_milli: int, usage: float | None) -> bool:
         """cfsBurstAllowedByLimiter."""
         if cfg.cfs_quota_burst_period_seconds < 0:
             return True  # no period: bursting is not limited over time
@@ -121,10 +119,6 @@ class BurstMemory:
         now = self.clock()
         for key in [k for k, v in self.limiters.items() if v.expired(now)]:
             del self.limiters[key]
-
-
-def new_memory(collect_interval: float = 1.0, reconcile_interval: float = 1.0) -> BurstMemory:
-    return BurstMemory(collect_interval, reconcile_interval)
 
 
 # ---- facts ------------------------------------------------------------------------------------------------------
@@ -159,7 +153,7 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
         state.cgroup_file("cpu.cfs_burst_us", state.qos_dir(K8sQoS.GUARANTEED))))
     if not state.nodeslo_present:
         return BurstFacts(burst_file)
-    node = node_strategy(state.nodeslo)
+    node = state.nodeslo.cpu_burst_strategy
     targets = _kept(steady, "cpuburst/targets", lambda: _targets(state, node.config))
     if steady is not None and steady.get("cpuburst/resets-only", lambda: not any(
             fresh or _limited(cfg) for _, _, cfg, fresh, _ in targets)):
@@ -169,12 +163,12 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None,
     return _gather(state, steady, memory, node, targets, burst_file)
 
 
-def _limited(cfg: BurstConfig) -> bool:
+def _limited(cfg: CPUBurstConfig) -> bool:
     """Whether the token bucket limits bursting over time (only then does its verdict need the usage)."""
     return cfg.cfs_quota_burst_period_seconds >= 0 and cfg.cfs_quota_burst_percent >= 100
 
 
-def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, node: NodeBurstStrategy,
+def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, node: CPUBurstStrategy,
             targets: list[_Target], burst_file: bool) -> BurstFacts:
     now_ms = int(memory.wall() * 1000)
     containers: dict[str, ContainerFacts] = {}
@@ -206,10 +200,10 @@ def _gather(state: QoSState, steady: SteadyFacts | None, memory: BurstMemory, no
     return BurstFacts(burst_file, node_state, containers, pods)
 
 
-_Target = tuple[str, str, BurstConfig, bool, tuple[tuple[str, str, str, int], ...]]
+_Target = tuple[str, str, CPUBurstConfig, bool, tuple[tuple[str, str, str, int], ...]]
 
 
-def _targets(state: QoSState, node: BurstConfig) -> list[_Target]:
+def _targets(state: QoSState, node: CPUBurstConfig) -> list[_Target]:
     """(pod cgroup dir, its quota file, its config, whether it has the cfs-quota burst, its running containers with
     a CPU limit as (container ID, cgroup dir, quota file, limit in milli-CPU)) for each burstable pod: a function of
     the pods and the NodeSLO only, so kept with the steady facts."""

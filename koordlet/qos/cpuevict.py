@@ -29,16 +29,15 @@ from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.quantity import milli_value, parse_quantity
+from apis.slo.types import CPU_EVICT_BY_ALLOCATABLE, ResourceThresholdStrategy
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
     Eviction,
     EvictionPlan,
     feature_disabled,
-    int_field,
     message,
     spec_priority,
-    threshold_config,
 )
 from koordlet.qos.state import QoSState
 from koordlet.states.cpupools import CPUTopology
@@ -51,7 +50,6 @@ SATISFACTION_LOWER_MAX = 60  # beCPUSatisfactionLowPercentMax
 SATISFACTION_UPPER_MAX = 100  # beCPUSatisfactionUpperPercentMax
 USAGE_THRESHOLD_PERCENT = 90  # beCPUUsageThresholdPercent
 MIN_ALLOCATABLE_BATCH_MILLI = 1  # defaultMinAllocatableBatchMilliCPU
-POLICY_ALLOCATABLE = "evictByAllocatable"
 
 
 @dataclass(frozen=True)
@@ -75,19 +73,20 @@ class CPUFacts:
     pod_cpu: Mapping[str, float] = field(default_factory=dict)  # pod uid -> last CPU cores
 
 
-def window_seconds(cfg: Mapping[str, object], interval_seconds: int) -> int:
+def window_seconds(cfg: ResourceThresholdStrategy, interval_seconds: int) -> int:
     """v1.7+: max(collect interval, cpuEvictTimeWindowSeconds)."""
-    configured = int_field(cfg, "cpuEvictTimeWindowSeconds")
+    configured = cfg.cpu_evict_time_window_seconds
     return configured if configured is not None and configured > interval_seconds else interval_seconds
 
 
 def read_facts(state: QoSState, *, collect_interval: float, now_ms: int, standalone: bool = False) -> CPUFacts:
     interval = int(collect_interval)  # Duration.Seconds() truncated to int64, as upstream
-    window = window_seconds(threshold_config(state.nodeslo), interval)
+    cfg = state.nodeslo.resource_used_threshold_with_be
+    window = window_seconds(cfg, interval)
     capacity = _capacity(state, standalone)
     cache = state.cache
     if cache is None or feature_disabled(state.nodeslo_present, state.nodeslo) is not None \
-            or isinstance(check_config(threshold_config(state.nodeslo)), str):
+            or isinstance(check_config(cfg), str):
         # no usage, or the plan stops at the config (under the chart, every round: no satisfaction percents)
         return CPUFacts(capacity, window, interval, batch_allocatable=_batch_allocatable(state))
     avg = _query(cache, now_ms - window * 1000, now_ms, last=False)
@@ -143,10 +142,10 @@ def _status(state: QoSState, key: str) -> Mapping[str, object]:
 
 
 
-def check_config(cfg: Mapping[str, object]) -> tuple[int, int] | str:
+def check_config(cfg: ResourceThresholdStrategy) -> tuple[int, int] | str:
     """isSatisfactionConfigValid: (lower, upper) percents, or upstream's reason for refusing them."""
-    lower = int_field(cfg, "cpuEvictBESatisfactionLowerPercent")
-    upper = int_field(cfg, "cpuEvictBESatisfactionUpperPercent")
+    lower = cfg.cpu_evict_be_satisfaction_lower_percent
+    upper = cfg.cpu_evict_be_satisfaction_upper_percent
     if lower is None or upper is None:
         return "CPUEvictBESatisfactionLowerPercent or CPUEvictBESatisfactionUpperPercent not config"
     if lower > SATISFACTION_LOWER_MAX or lower <= 0:
@@ -189,14 +188,14 @@ def plan(state: QoSState, facts: CPUFacts) -> EvictionPlan:
     off = feature_disabled(state.nodeslo_present, state.nodeslo)
     if off is not None:
         return EvictionPlan(GATE, skip=off)
-    cfg = threshold_config(state.nodeslo)
+    cfg = state.nodeslo.resource_used_threshold_with_be
     checked = check_config(cfg)
     if isinstance(checked, str):
         return EvictionPlan(GATE, skip=f"invalid config: {checked}")
     lower, upper = checked
-    threshold = int_field(cfg, "cpuEvictBEUsageThresholdPercent")
+    threshold = cfg.cpu_evict_be_usage_threshold_percent
     threshold = USAGE_THRESHOLD_PERCENT if threshold is None else threshold
-    by_allocatable = cfg.get("cpuEvictPolicy") == POLICY_ALLOCATABLE
+    by_allocatable = cfg.cpu_evict_policy == CPU_EVICT_BY_ALLOCATABLE
     avg, last = facts.avg, facts.last
     if facts.avg.count * facts.interval_seconds < facts.window_seconds // 3:
         return EvictionPlan(GATE, skip=f"BE CPU samples not enough ({avg.count} in a {facts.window_seconds}s window)")
@@ -236,3 +235,8 @@ def _order(info: tuple[PodMeta, int, float]) -> tuple[int, float]:
     """Lower priority first, then higher use/request. [quirk] upstream compares priorities only when both pods have
     one (else by use), which is no strict weak order; an unset priority counts as 0 here (docs/decisions.md)."""
     return spec_priority(info[0]) or 0, -info[2]
+
+
+def plan_round(state: QoSState, *, collect_interval: float, now_ms: int, standalone: bool = False) -> EvictionPlan:
+    """One round: the facts read now, then the plan (koordlet.qos.evictstrategy runs it)."""
+    return plan(state, read_facts(state, collect_interval=collect_interval, now_ms=now_ms, standalone=standalone))

@@ -43,24 +43,22 @@ from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.resources import CPU, pod_requests
+from apis.slo.types import CPU_POLICY_CORE_SCHED, CPU_POLICY_GROUP_IDENTITY, NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
-from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight
 from koordlet.qos.batchspec import batch_pod_shares
-from koordlet.qos.model import Plan, Write
+from koordlet.qos.model import Capability, Notice, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
+from koordlet.states.model import PodMeta, PodView
+from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
 SYSCTL_GROUP_IDENTITY = "sched_group_identity_enabled"
 SYSCTL_CORE_SCHED = "sched_core"
-POLICY_GROUP_IDENTITY = "groupIdentity"
-POLICY_CORE_SCHED = "coreSched"
 BVT_MIN, BVT_MAX = -1, 2
 BVT_NONE = 0  # NoneCPUQOS().GroupIdentity
 CAP_GROUP_IDENTITY = "cpu-qos-group-identity"
@@ -68,7 +66,6 @@ CAP_CPU_IDLE = "cpu-qos-cpu-idle"
 
 Mechanism = Literal["group-identity", "cpu-idle", "none"]
 _KUBE_QOS = (K8sQoS.GUARANTEED, K8sQoS.BURSTABLE, K8sQoS.BESTEFFORT)
-_CLASSES = (("lsrClass", QOS_LSR), ("lsClass", QOS_LS), ("beClass", QOS_BE))
 _POD_DIR = {
     CgroupDriver.CGROUPFS: dict.fromkeys(_KUBE_QOS, re.compile(r"pod[A-Za-z0-9][A-Za-z0-9_.-]*")),
     CgroupDriver.SYSTEMD: {
@@ -127,18 +124,19 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUQoSF
     return CPUQoSFacts(bvt_file, gi, cs, cpu_idle, dangling, {d: _subdirs(state, d) for d in pod_dirs})
 
 
-def report_capabilities(health: Health, facts: CPUQoSFacts) -> None:
-    """Expose the mechanism as `koordlet_agent_kernel_capability{capability=cpu-qos-*}` (a missing one logs once)."""
-    health.capability(CAP_GROUP_IDENTITY, facts.group_identity,
-                      "no cpu.bvt_warp_ns at the kubepods root and no kernel.sched_group_identity_enabled",
-                      fallback=facts.cpu_idle)
-    health.capability(CAP_CPU_IDLE, facts.cpu_idle, "no cpu.idle at the kubepods root")
+def capabilities(facts: CPUQoSFacts) -> tuple[Report, ...]:
+    """The mechanism as `koordlet_agent_kernel_capability{capability=cpu-qos-*}` (a missing one logs once) and a
+    line naming it."""
     detail = {
         "group-identity": "group identity (cpu.bvt_warp_ns), as upstream",
         "cpu-idle": "no group identity: a class at groupIdentity -1 gets cpu.idle=1 on its pod cgroups",
         "none": "neither group identity nor cpu.idle: CPU QoS writes nothing",
     }[facts.mechanism]
-    health.once(f"cpuqos-mechanism/{facts.mechanism}", logging.INFO, "CPU QoS mechanism: %s", detail)
+    return (Capability(CAP_GROUP_IDENTITY, facts.group_identity,
+                       "no cpu.bvt_warp_ns at the kubepods root and no kernel.sched_group_identity_enabled",
+                       fallback=facts.cpu_idle),
+            Capability(CAP_CPU_IDLE, facts.cpu_idle, "no cpu.idle at the kubepods root"),
+            Notice(f"cpuqos-mechanism/{facts.mechanism}", f"CPU QoS mechanism: {detail}"))
 
 
 def _read_sysctl(path: str) -> int | None:
@@ -179,18 +177,17 @@ def _pod_dirs_on_disk(state: QoSState, qos: K8sQoS) -> list[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """The parsed NodeSLO part (rule.go parseRule, coresched/rule.go). A value of None: its class was skipped."""
+    """The parsed NodeSLO part (rule.go parseRule, coresched/rule.go)."""
 
     policy: str
     enable: bool  # any of LSR/LS/BE enabled under the groupIdentity policy
-    pod_qos: Mapping[str, int | None]  # bvt by koordinator QoS label (LSE, LSR, LS, BE)
-    kube_pod: Mapping[K8sQoS, int | None]  # bvt fallback for pods by kube QoS
-    kube_dir: Mapping[K8sQoS, int | None]  # bvt of the kube-QoS dirs
-    dir_idle: Mapping[K8sQoS, int | None]  # coreSched cpu.idle of the kube-QoS dirs (0 under other policies)
+    pod_qos: Mapping[str, int]  # bvt by koordinator QoS label (LSE, LSR, LS, BE)
+    kube_pod: Mapping[K8sQoS, int]  # bvt fallback for pods by kube QoS
+    kube_dir: Mapping[K8sQoS, int]  # bvt of the kube-QoS dirs
+    dir_idle: Mapping[K8sQoS, int]  # coreSched cpu.idle of the kube-QoS dirs (0 under other policies)
     core_sched_enable: bool  # any class enabled under the coreSched policy
-    errors: tuple[PlanError, ...] = ()
 
-    def host_app_value(self, qos: str) -> int | None:
+    def host_app_value(self, qos: str) -> int:
         """rule.go getHostQOSBvtValue: the pod value of the app's class, else none (0)."""
         return self.pod_qos.get(qos, BVT_NONE)
 
@@ -198,54 +195,29 @@ class Rule:
 @dataclass(frozen=True)
 class _Class:
     enabled: bool
-    bvt: int | None
-    sched_idle: int | None
+    bvt: int
+    sched_idle: int
 
 
-def bvt_rule(nodeslo: Mapping[str, Any], name: str = "") -> Rule:
-    """The rule from a merged NodeSLO spec; a malformed class is skipped (None values) with a PlanError."""
-    errors: list[PlanError] = []
-    strategy = _obj(nodeslo.get("resourceQOSStrategy"))
-
-    def bad(fld: str, message: str) -> None:
-        errors.append(PlanError("NodeSLO", name or "nodeslo", f"resourceQOSStrategy.{fld}", message))
-
-    raw_policy = _obj(strategy.get("policies")).get("cpuPolicy")
-    if raw_policy is None or raw_policy == "":
-        policy = POLICY_GROUP_IDENTITY  # nil or empty means the default policy (rule.go)
-    elif raw_policy in (POLICY_GROUP_IDENTITY, POLICY_CORE_SCHED):
-        policy = str(raw_policy)
-    else:
-        bad("policies.cpuPolicy", f"{raw_policy!r} is not one of 'groupIdentity', 'coreSched'")
-        none: dict[K8sQoS, int | None] = dict.fromkeys(_KUBE_QOS)
-        return Rule("", False, dict.fromkeys((QOS_LSE, QOS_LSR, QOS_LS, QOS_BE)), none, none, none, False,
-                    tuple(errors))
-
-    gi, cs = policy == POLICY_GROUP_IDENTITY, policy == POLICY_CORE_SCHED
+def bvt_rule(nodeslo: NodeSLOSpec) -> Rule:
+    """The rule from the merged NodeSLO spec (its values were validated when it was received)."""
+    strategy = nodeslo.resource_qos_strategy
+    policy = strategy.policies.cpu_policy
+    gi, cs = policy == CPU_POLICY_GROUP_IDENTITY, policy == CPU_POLICY_CORE_SCHED
     classes: dict[str, _Class] = {}
-    for key, qos in _CLASSES:
-        cfg = _obj(_obj(strategy.get(key)).get("cpuQOS"))
-        enable, bvt, idle = cfg.get("enable", False), cfg.get("groupIdentity", BVT_NONE), cfg.get("schedIdle", 0)
-        ok = True
-        if not isinstance(enable, bool):
-            bad(f"{key}.cpuQOS.enable", f"expected boolean, got {_json_type(enable)}")
-            enable, ok = False, False
-        if not _is_int(bvt) or not BVT_MIN <= bvt <= BVT_MAX:
-            bad(f"{key}.cpuQOS.groupIdentity", f"{bvt!r} is not an integer in [{BVT_MIN}, {BVT_MAX}]")
-            ok = False
-        if not _is_int(idle) or idle not in (0, 1):
-            bad(f"{key}.cpuQOS.schedIdle", f"{idle!r} is not 0 or 1")
-            ok = False
+    for qos, block in ((QOS_LSR, strategy.lsr_class), (QOS_LS, strategy.ls_class), (QOS_BE, strategy.be_class)):
+        cfg = block.cpu_qos
         # Disabled classes carry the None values (states_nodeslo.go mergeNoneCPUQOSIfDisabled); policy gates all.
         classes[qos] = _Class(
-            enabled=gi and enable,
-            bvt=(int(bvt) if gi and enable else BVT_NONE) if ok else None,
-            sched_idle=(1 if cs and idle == 1 else 0) if ok else None,
+            enabled=gi and cfg.enable,
+            bvt=cfg.group_identity if gi and cfg.enable else BVT_NONE,
+            sched_idle=1 if cs and cfg.sched_idle == 1 else 0,
         )
     lsr, ls, be = classes[QOS_LSR], classes[QOS_LS], classes[QOS_BE]
     guaranteed_pod = lsr.bvt if lsr.enabled else ls.bvt if ls.enabled else BVT_NONE
     # coresched/rule.go: Guaranteed takes LSR's params when LSR is enabled under coreSched, else LS's.
-    cs_enabled = {q: cs and _enabled_raw(strategy, k) for k, q in _CLASSES}
+    cs_enabled = {QOS_LSR: cs and strategy.lsr_class.cpu_qos.enable, QOS_LS: cs and strategy.ls_class.cpu_qos.enable,
+                  QOS_BE: cs and strategy.be_class.cpu_qos.enable}
     return Rule(
         policy=policy,
         enable=lsr.enabled or ls.enabled or be.enabled,
@@ -256,12 +228,7 @@ def bvt_rule(nodeslo: Mapping[str, Any], name: str = "") -> Rule:
         dir_idle={K8sQoS.GUARANTEED: lsr.sched_idle if cs_enabled[QOS_LSR] else ls.sched_idle,
                   K8sQoS.BURSTABLE: ls.sched_idle, K8sQoS.BESTEFFORT: be.sched_idle},
         core_sched_enable=any(cs_enabled.values()),
-        errors=tuple(errors),
     )
-
-
-def _enabled_raw(strategy: Mapping[str, Any], key: str) -> bool:
-    return _obj(_obj(strategy.get(key)).get("cpuQOS")).get("enable") is True
 
 
 # ---- the pod value and its annotation -------------------------------------------------------------------------
@@ -329,19 +296,19 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def pod_value(rule: Rule, pod: PodMeta) -> int | None:
-    """The pod's bvt (interceptor.go SetPodBvtValue); None when its class was skipped for a NodeSLO error.
+def pod_value(rule: Rule, pod: PodView, kube_qos: K8sQoS) -> int:
+    """The pod's bvt (interceptor.go SetPodBvtValue).
 
     By the raw `koordinator.sh/qosClass` label, else by kube QoS. For LS pods only, the annotation's groupIdentity
     overrides, and an absent or false `enable` makes it 0. Raises AnnotationError for an LS pod whose annotation is
-    malformed."""
-    qos = koord_qos_class(pod.raw)
-    value = rule.pod_qos[qos] if qos in rule.pod_qos else rule.kube_pod.get(_kube_qos(pod), BVT_NONE)
+    malformed. `kube_qos`: the pod's (the reconciler's pod list) or the one its cgroup parent names (a runtime hook)."""
+    qos = koord_qos_class_of_labels(pod.labels)
+    value = rule.pod_qos[qos] if qos in rule.pod_qos else rule.kube_pod.get(kube_qos, BVT_NONE)
     if qos != QOS_LS:
         # [quirk] upstream's hook parses the annotation for every pod and fails on a malformed one even where it
         # ignores the result (LSR/LSE/BE/unlabelled); we read it only where it counts.
         return value
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_QOS)
+    text = pod.annotations.get(ANNOTATION_CPU_QOS)
     if text is None:
         return value
     try:
@@ -379,8 +346,7 @@ def plan(state: QoSState, facts: CPUQoSFacts, *, group_identity: bool = True, co
     out = Plan()
     if not state.nodeslo_present:
         return out
-    rule = bvt_rule(state.nodeslo, node_name)
-    out.errors.extend(rule.errors)
+    rule = bvt_rule(state.nodeslo)
     if group_identity and facts.mechanism != "none":
         values = _pod_values(rule, state.pods, out)
         if facts.mechanism == "group-identity":
@@ -397,12 +363,9 @@ def _pod_values(rule: Rule, pods: Iterable[PodMeta], out: Plan) -> dict[str, tup
     values: dict[str, tuple[PodMeta, int]] = {}
     for pod in pods:
         try:
-            value = pod_value(rule, pod)
+            values[pod.cgroup_dir] = (pod, pod_value(rule, pod, _kube_qos(pod)))
         except AnnotationError as e:
             out.errors.append(e.error)
-            continue
-        if value is not None:
-            values[pod.cgroup_dir] = (pod, value)
     return values
 
 
@@ -432,8 +395,7 @@ def _plan_bvt(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapping[s
         return  # interceptor.go prepare: rule and sysctl both off, nothing to reset (an absent sysctl counts as on)
     for qos in _KUBE_QOS:
         value = rule.kube_dir[qos]
-        if value is not None:
-            out.writes.append(_bvt(state, state.qos_dir(qos), value, f"kube-QoS {qos.value}", "kubeqos"))
+        out.writes.append(_bvt(state, state.qos_dir(qos), value, f"kube-QoS {qos.value}", "kubeqos"))
     for rel, (pod, value) in values.items():
         # Containers inherit the pod's bvt; they are written too so that disabling resets the whole subtree.
         # [quirk] upstream's rule callback ignores the annotation here (only its hook and pod reconciler apply it,
@@ -443,15 +405,13 @@ def _plan_bvt(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapping[s
         out.writes.extend(_bvt(state, c, value, f"{who} container") for c in facts.children.get(rel, ()))
     for qos in _KUBE_QOS:
         dir_value = rule.kube_dir[qos]
-        if dir_value is None:
-            continue
         for rel in facts.dangling.get(qos, ()):
             out.writes.append(_bvt(state, rel, dir_value, f"dangling pod dir ({qos.value})"))
             out.writes.extend(_bvt(state, c, dir_value, "dangling pod container") for c in facts.children.get(rel, ()))
     for app in state.host_apps:
         app_value = rule.host_app_value(app.qos)
         rel_dir = _host_app_dir(app, node_name, out)
-        if app_value is not None and rel_dir is not None:
+        if rel_dir is not None:
             out.writes.append(_bvt(state, rel_dir, app_value, f"host application {app.name}"))
 
 
@@ -485,7 +445,7 @@ def _plan_pod_idle(state: QoSState, facts: CPUQoSFacts, rule: Rule, values: Mapp
               restore if restore is not None else _kubelet_shares(pod), out)
     for qos in _KUBE_QOS:
         dir_value = rule.kube_dir[qos]
-        if dir_value is None or dir_value == -1:
+        if dir_value == -1:
             continue
         shares = CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None  # kubelet's value is known for BestEffort only
         for rel in facts.dangling.get(qos, ()):
@@ -497,14 +457,13 @@ def _idles(pod: PodMeta, value: int) -> bool:
     return value == -1 and any(c.running for c in pod.containers)
 
 
-def idled_pods(state: QoSState, mechanism: Mechanism, *, group_identity: bool = True,
-               node_name: str = "") -> frozenset[str]:
+def idled_pods(state: QoSState, mechanism: Mechanism, *, group_identity: bool = True) -> frozenset[str]:
     """The pod cgroup dirs `plan` sets cpu.idle=1 on in this pass, by the same rule (`mechanism` is
     CPUQoSFacts.mechanism). An idle cgroup refuses cpu.shares / cpu.weight writes, so features writing pod-level
     shares (BatchResource) skip these."""
     if not state.nodeslo_present or not group_identity or mechanism != "cpu-idle":
         return frozenset()
-    values = _pod_values(bvt_rule(state.nodeslo, node_name), state.pods, Plan())
+    values = _pod_values(bvt_rule(state.nodeslo), state.pods, Plan())
     return frozenset(rel for rel, (pod, value) in values.items() if _idles(pod, value))
 
 
@@ -531,10 +490,8 @@ def _plan_core_sched(state: QoSState, facts: CPUQoSFacts, rule: Rule, out: Plan)
     (koordinator-sh/koordinator#2732). Leaving idle resets the dir's shares to 1024; we restore besteffort's 2 and
     kubelet restores the others within its one-minute QoS update."""
     for qos in _KUBE_QOS:
-        value = rule.dir_idle[qos]
-        if value is not None:
-            _idle(state, state.qos_dir(qos), value, f"coreSched kube-QoS {qos.value}",
-                  CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None, out, "kubeqos")
+        _idle(state, state.qos_dir(qos), rule.dir_idle[qos], f"coreSched kube-QoS {qos.value}",
+              CPU_SHARES_MIN if qos is K8sQoS.BESTEFFORT else None, out, "kubeqos")
     if rule.core_sched_enable and facts.group_identity_sysctl is not None:
         # coresched initSystem: group identity off before core scheduling is used (spec §2.5)
         out.writes.append(_sysctl(state, SYSCTL_GROUP_IDENTITY, 0, "group identity off for core scheduling"))

@@ -34,10 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apis.core.errors import InvalidInput, KoordletError, PlanError
-from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
-from koordlet.qos.model import Plan, Write
+from koordlet.qos.model import Capability, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.cpupools import (
@@ -137,12 +136,13 @@ class CPUSetFacts:
 CAPABILITY = "cpuset-allocator"
 
 
-def report_capabilities(health: Health, facts: CPUSetFacts) -> None:
+def capabilities(facts: CPUSetFacts) -> tuple[Report, ...]:
     """No cpuset controller at the kubepods root: said once (log, koordlet_agent_kernel_capability), and no
     cpuset writes planned, rather than writes to dirs that are not there every pass."""
-    health.capability(CAPABILITY, facts.controller,
-                      "no cpuset.cpus at the kubepods root: CPUSetAllocator writes no cpusets (CFS quota only)",
-                      fallback=True)  # kubelet always makes one: only a node without kubelet (standalone) lacks it
+    # kubelet always makes one: only a node without kubelet (standalone) lacks it
+    return (Capability(CAPABILITY, facts.controller,
+                       "no cpuset.cpus at the kubepods root: CPUSetAllocator writes no cpusets (CFS quota only)",
+                       fallback=True),)
 
 
 def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> CPUSetFacts:

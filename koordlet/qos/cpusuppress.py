@@ -39,6 +39,7 @@ from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
 from apis.core.quantity import milli_value
+from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, CPU_SUPPRESS_CPUSET, HostApplication, NodeSLOSpec
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path
@@ -52,8 +53,6 @@ from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
 
-POLICY_CPUSET = "cpuset"
-POLICY_CFS_QUOTA = "cfsQuota"
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
 BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
@@ -66,15 +65,28 @@ UNSET_QUOTA = -1
 # ---- what the exporter shows ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuppressStatus:
-    """The last pass's numbers behind `koordlet_be_suppress_*` (upstream's gauges keep their last value likewise).
+    """The numbers behind `koordlet_be_suppress_*`: what one pass decided, or (QoSManager.suppress) every pass's
+    last value, as upstream's gauges keep theirs."""
 
-    The planner stays pure with respect to files; it records here what it decided, the exporter reads it."""
-
-    cores: dict[str, float] = field(default_factory=dict)  # policy -> BE CPU allowed, cores (type label)
+    cores: Mapping[str, float] = field(default_factory=dict)  # policy -> BE CPU allowed, cores (type label)
     ls_used: float | None = None  # non-BE pods' usage the budget subtracted, cores
     be_used: float | None = None  # besteffort pods' and BE host apps' usage, cores
+
+    def then(self, later: SuppressStatus) -> SuppressStatus:
+        """The gauges after a later pass: what it set replaces the value before, the rest keeps its last value (a
+        GaugeVec child, once set, stays)."""
+        return SuppressStatus({**self.cores, **later.cores},
+                              self.ls_used if later.ls_used is None else later.ls_used,
+                              self.be_used if later.be_used is None else later.be_used)
+
+
+@dataclass
+class SuppressPlan(Plan):
+    """A pass's writes and errors, and the numbers it decided (for the exporter, by way of the QoS manager)."""
+
+    status: SuppressStatus = SuppressStatus()
 
 
 # ---- facts ------------------------------------------------------------------------------------------------------
@@ -149,12 +161,12 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> Suppres
     pods = steady.get("cpusuppress/pods", lambda: pod_classes(state.pods)) if steady else pod_classes(state.pods)
     common = SuppressFacts(host.topology, host.quota_file, host.be_dirs, be_cpuset=be_cpuset, rule=cpu.rule,
                            rule_errors=cpu.errors, pods=pods)
-    cfg = _config(state.nodeslo)
-    if cfg.get("enable") is not True:
+    cfg = state.nodeslo.resource_used_threshold_with_be
+    if not cfg.enable:
         return common
     usage = _usage(state, steady) if state.cache is not None else None
     quota = period = None
-    if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
+    if cfg.cpu_suppress_policy == CPU_SUPPRESS_CFS_QUOTA:
         quota, period = _read_quota(state)
     return replace(common, usage=usage, quota=quota, period=period)
 
@@ -256,10 +268,9 @@ def non_be_pod(pod: PodMeta) -> bool:
     return koord_qos_class(pod.raw) != QOS_BE and pod.k8s_qos != K8S_BEST_EFFORT
 
 
-def non_be_app(spec: Mapping[str, Any]) -> bool:
+def non_be_app(app: HostApplication) -> bool:
     """helpers.NonBEHostAppFilter: a host app counts as BE only with qos BE *and* a cgroup under kube besteffort."""
-    path = spec.get("cgroupPath")
-    return spec.get("qos") != QOS_BE or not isinstance(path, dict) or path.get("base") != "KubepodsBesteffort"
+    return app.qos != QOS_BE or app.cgroup_path is None or app.cgroup_path.base != "KubepodsBesteffort"
 
 
 def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
@@ -328,12 +339,12 @@ def budget(state: QoSState, facts: SuppressFacts, threshold: int, min_percent: i
         elif kind == _KUBE_BE:
             be_used += sample[1]
     apps_all = apps_ls = 0.0
-    for spec in _list(state.nodeslo.get("hostApplications")):
-        sample = usage.apps.get(str(spec.get("name", "")))
+    for app in state.nodeslo.host_applications:
+        sample = usage.apps.get(app.name)
         if sample is None or sample[0] < oldest:
             continue
         apps_all += sample[1]
-        if non_be_app(spec):
+        if non_be_app(app):
             apps_ls += sample[1]
         else:
             be_used += sample[1]
@@ -530,8 +541,8 @@ def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
 
 
 def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False, node_name: str = "",
-         collect_interval: float = 1.0, status: SuppressStatus | None = None) -> Plan:
-    out = _plan(state, facts, be_cpu_manager, node_name, collect_interval, status)
+         collect_interval: float = 1.0) -> SuppressPlan:
+    out = _plan(state, facts, be_cpu_manager, node_name, collect_interval)
     if not state.nodeslo_present:
         return out
     # the budget and the node's CPU facts both read the reservation annotation: one error for it
@@ -540,45 +551,39 @@ def plan(state: QoSState, facts: SuppressFacts, *, be_cpu_manager: bool = False,
     return out
 
 
-def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name: str, collect_interval: float,
-          status: SuppressStatus | None) -> Plan:
+def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name: str,
+          collect_interval: float) -> SuppressPlan:
     """One pass (suppressBECPU). Nothing before a NodeSLO was received; with gate BECPUManager on or
     `resourceUsedThresholdWithBE.enable` false the recovery values; else the budget applied by the configured policy
     and the other policy's recovery."""
-    out = Plan()
+    out = SuppressPlan()
     if not state.nodeslo_present:
         return out
-    cfg = _config(state.nodeslo)
+    cfg = state.nodeslo.resource_used_threshold_with_be
     if be_cpu_manager:
         # suppress cannot work with BECPUManager: undo the quota, give BE cgroups the BE pools but for the containers
         # whose cpuset the BE cpuset hook sets (cpu_suppress.go suppressBECPU step 0)
         _recover_quota(state, facts, out, "BECPUManager")
         _recover_cpuset(state, facts, node_name, out, "BECPUManager", _be_cpu_manager_dirs(state, facts))
         return out
-    if cfg.get("enable") is not True:
+    if not cfg.enable:
         _recover_quota(state, facts, out, "suppress disabled")
         _recover_cpuset(state, facts, node_name, out, "suppress disabled")
         return out
-    name = node_name or "nodeslo"
-    threshold = _percent(cfg, "cpuSuppressThresholdPercent", name, out.errors)
-    min_percent = _percent(cfg, "cpuSuppressMinPercent", name, out.errors) \
-        if cfg.get("cpuSuppressMinPercent") is not None else None
-    if threshold is None:
-        return out
-    b = budget(state, facts, threshold, min_percent, int(2000 * collect_interval), node_name, out.errors)
+    b = budget(state, facts, cfg.cpu_suppress_threshold_percent, cfg.cpu_suppress_min_percent,
+               int(2000 * collect_interval), node_name, out.errors)
     if b is None:
         return out
-    if status is not None:
-        status.ls_used, status.be_used = b.ls_pods, b.be_used
-    if cfg.get("cpuSuppressPolicy") == POLICY_CFS_QUOTA:
+    cores: dict[str, float] = {}
+    if cfg.cpu_suppress_policy == CPU_SUPPRESS_CFS_QUOTA:
         if facts.quota is not None:
             quota = target_quota(b, facts.quota)
             if quota is not None:
                 out.writes.append(_quota_write(state, quota, facts.period,
                                                f"BE budget {b.milli}m -> besteffort cfs quota {quota}"))
-            if status is not None:
-                status.cores[POLICY_CFS_QUOTA] = (facts.quota if quota is None else quota) / CFS_PERIOD_US
+            cores[CPU_SUPPRESS_CFS_QUOTA] = (facts.quota if quota is None else quota) / CFS_PERIOD_US
         _recover_cpuset(state, facts, node_name, out, "cfsQuota policy")
+        out.status = SuppressStatus(cores, b.ls_pods, b.be_used)
         return out
     if facts.be_cpuset is not None and facts.topology.cpus:
         allowed = be_cpus(facts)
@@ -592,35 +597,16 @@ def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name
                 _static_policy_writes(state, facts, allowed, cpus, reason, out)
             else:
                 _cpuset_writes(state, facts.be_dirs, facts.be_cpuset, cpus, reason, out)
-            if status is not None:
-                status.cores[POLICY_CPUSET] = float(len(cpus))
+            cores[CPU_SUPPRESS_CPUSET] = float(len(cpus))
     _recover_quota(state, facts, out, "cpuset policy")
+    out.status = SuppressStatus(cores, b.ls_pods, b.be_used)
     return out
 
 
-def suppress_acts(nodeslo: Mapping[str, Any]) -> bool:
+def suppress_acts(nodeslo: NodeSLOSpec) -> bool:
     """Whether the merged NodeSLO turns suppress on (then a pass needs collected usage)."""
-    return _config(nodeslo).get("enable") is True
-
-
-def _config(nodeslo: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _obj(nodeslo.get("resourceUsedThresholdWithBE"))
-
-
-def _percent(cfg: Mapping[str, Any], key: str, name: str, errors: list[PlanError]) -> int | None:
-    value = cfg.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
-        return value
-    errors.append(PlanError("NodeSLO", name, f"resourceUsedThresholdWithBE.{key}",
-                            f"{value!r} is not an integer percent in [0, 100]; BE CPU suppress is skipped"))
-    return None
-
+    return nodeslo.resource_used_threshold_with_be.enable
 
 
 def _obj(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-

@@ -6,10 +6,10 @@ carries the plan out. Upstream: pkg/koordlet/qosmanager/plugins/util/evict.go (E
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.states.model import PodMeta
 
 REASON_EVICTED = "evicted"  # util.EvictedStr: the reason of every v1.7+ eviction, Event and metric
@@ -65,25 +65,14 @@ class EvictionPlan:
         return out
 
 
-def threshold_config(nodeslo: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = nodeslo.get("resourceUsedThresholdWithBE")
-    return value if isinstance(value, dict) else {}
-
-
-def feature_disabled(nodeslo_present: bool, nodeslo: Mapping[str, Any]) -> str | None:
+def feature_disabled(nodeslo_present: bool, nodeslo: NodeSLOSpec) -> str | None:
     """features.IsFeatureDisabled for the suppress/evict gates: why the NodeSLO leaves the strategy off, or None.
     No NodeSLO yet, or `resourceUsedThresholdWithBE.enable` missing or not true, counts as disabled."""
     if not nodeslo_present:
         return "no NodeSLO received yet"
-    if threshold_config(nodeslo).get("enable") is not True:
+    if not nodeslo.resource_used_threshold_with_be.enable:
         return "NodeSLO resourceUsedThresholdWithBE.enable is not true"
     return None
-
-
-def int_field(cfg: Mapping[str, object], key: str) -> int | None:
-    """An integer NodeSLO field (int64/int32 upstream); None when absent or not an integer."""
-    value = cfg.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def spec_priority(pod: PodMeta) -> int | None:

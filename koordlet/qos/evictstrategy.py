@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from typing import Protocol
 
 from koordlet.config import Config
 from koordlet.health import Health
@@ -23,11 +23,19 @@ from koordlet.qos.state import QoSState
 log = logging.getLogger(__name__)
 
 
+class EvictionPlanner(Protocol):
+    """An eviction planner (koordlet/qos/memoryevict.py, cpuevict.py: the modules themselves): one round's facts
+    read and planned."""
+
+    def plan_round(self, state: QoSState, *, collect_interval: float, now_ms: int,
+                   standalone: bool) -> EvictionPlan: ...
+
+
 @dataclass
 class EvictStrategy:
     name: str  # upstream's strategy name (memoryEvict, CPUEvict): log lines and the daemon's loop
     gate: str
-    planner: ModuleType  # read_facts(state, collect_interval=, now_ms=, standalone=) and plan(state, facts)
+    planner: EvictionPlanner
     interval: float
     cool_down: float
     collect_interval: float
@@ -47,9 +55,8 @@ class EvictStrategy:
             log.debug("skip %s, still in evict cool time", self.name)
             return None
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        facts = self.planner.read_facts(state, collect_interval=self.collect_interval, now_ms=now_ms,
-                                        standalone=self.standalone)
-        plan: EvictionPlan = self.planner.plan(state, facts)
+        plan = self.planner.plan_round(state, collect_interval=self.collect_interval, now_ms=now_ms,
+                                       standalone=self.standalone)
         over_without_victims = plan.need > 0 and not plan.candidates
         self._say(plan.skip or (f"{plan.summary}, but there is no BE pod to evict" if over_without_victims else None))
         if plan.need <= 0 or not plan.candidates:

@@ -12,10 +12,8 @@ loops of their own).
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from koordlet.config import Config
@@ -24,6 +22,8 @@ from koordlet.health import Health
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictstrategy import EvictStrategy
 from koordlet.qos.executor import Executor, Result
+from koordlet.qos.feature import FeatureResult, QoSFeature, record
+from koordlet.qos.features import BatchResource, Blkio, CPUBurst, CPUQoS, CPUSet, CPUSuppress, MemoryQoS, Resctrl
 from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import CGROUP_FILES, QoSState
@@ -32,68 +32,50 @@ from koordlet.qos.steady import SteadyFacts
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Feature:
-    name: str
-    module: str  # koordlet.qos.<module> exposing read_facts(state) and plan(state, facts, **options)
-    options: dict[str, Any]
-    # A feature that remembers between passes (CPU burst's token buckets) exposes new_memory(**memory); the manager
-    # keeps one such object per feature and hands it to read_facts(state, steady=..., memory=...), which turns it
-    # into plain facts, so plan stays a pure function of (state, facts).
-    memory: dict[str, Any] = field(default_factory=dict)
-
-
-def enabled_features(config: Config, suppress: SuppressStatus | None = None) -> list[Feature]:
-    """The features the gates enable; `suppress` receives BE CPU suppress's numbers for the exporter (None: a dry
-    run, whose numbers must not replace the daemon's)."""
-    out = []
+def enabled_features(config: Config) -> list[QoSFeature]:
+    """The features the gates enable, in the order a pass plans and applies them."""
+    out: list[QoSFeature] = []
     if config.gate("RdtResctrl") or config.gate("Resctrl"):
-        out.append(Feature("resctrl", "koordlet.qos.resctrl",
-                           {"pod_level": config.gate("Resctrl"), "node_name": config.node_name}))
+        out.append(Resctrl(pod_level=config.gate("Resctrl"), node_name=config.node_name))
     if config.gate("GroupIdentity") or config.gate("CoreSched"):
-        out.append(Feature("cpuqos", "koordlet.qos.cpuqos",
-                           {"group_identity": config.gate("GroupIdentity"), "core_sched": config.gate("CoreSched"),
-                            "node_name": config.node_name, "batch_resource": config.gate("BatchResource")}))
+        out.append(CPUQoS(group_identity=config.gate("GroupIdentity"), core_sched=config.gate("CoreSched"),
+                          node_name=config.node_name, batch_resource=config.gate("BatchResource")))
     if config.gate("CPUSetAllocator"):
-        out.append(Feature("cpuset", "koordlet.qos.cpuset",
-                           {"disable_unset_cpu_quota": config.disable_unset_cpu_quota,
-                            "be_cpu_manager": config.gate("BECPUManager")}))
+        out.append(CPUSet(disable_unset_cpu_quota=config.disable_unset_cpu_quota,
+                          be_cpu_manager=config.gate("BECPUManager")))
     if config.gate("BlkIOReconcile"):
-        out.append(Feature("blkio", "koordlet.qos.blkio", {}))
+        out.append(Blkio())
     if config.gate("BatchResource"):  # after cpuqos: the same pass's cpu.idle decisions (koordlet/qos/batchresource.py)
-        out.append(Feature("batchresource", "koordlet.qos.batchresource",
-                           {"group_identity": config.gate("GroupIdentity"), "node_name": config.node_name}))
+        out.append(BatchResource(group_identity=config.gate("GroupIdentity"), node_name=config.node_name))
     if config.gate("CgroupReconcile"):  # memory QoS (koordlet/qos/memoryqos.py)
-        out.append(Feature("memoryqos", "koordlet.qos.memoryqos", {}))
+        out.append(MemoryQoS())
     if config.gate("CPUBurst"):
-        out.append(Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": config.node_name},
-                           memory={"collect_interval": config.collect_res_used_interval,
-                                   "reconcile_interval": config.reconcile_interval_seconds}))
+        out.append(CPUBurst(node_name=config.node_name, collect_interval=config.collect_res_used_interval,
+                            reconcile_interval=config.reconcile_interval_seconds))
     # after BatchResource: on cgroup v1 a parent's quota must be at least each child's, and BatchResource is what
     # sets the BE pods' quotas to -1 under the cfsQuota policy before the besteffort dir's is lowered
     if config.gate("BECPUSuppress"):
-        out.append(Feature("cpusuppress", "koordlet.qos.cpusuppress",
-                           {"be_cpu_manager": config.gate("BECPUManager"), "node_name": config.node_name,
-                            "collect_interval": config.collect_res_used_interval, "status": suppress}))
+        out.append(CPUSuppress(be_cpu_manager=config.gate("BECPUManager"), node_name=config.node_name,
+                               collect_interval=config.collect_res_used_interval))
     return out
 
 
 class QoSManager:
-    def __init__(self, features: list[Feature], executor: Executor, events: EventRecorder, health: Health,
+    def __init__(self, features: Sequence[QoSFeature], executor: Executor, events: EventRecorder, health: Health,
                  metrics: QoSMetrics | None = None, *, evictions: list[EvictStrategy] | None = None) -> None:
-        self.features = features
+        self.features = list(features)
         self.evictions = evictions or []  # shown by a dry run only: the daemon runs them in their own loops
         self.metrics = metrics  # the executor's observer, pruned here when the pods change
         self.executor = executor
         self.events = events
         self.health = health
-        self._modules = {f.name: importlib.import_module(f.module) for f in features}
-        self._memory = {f.name: self._modules[f.name].new_memory(**f.memory) for f in features
-                        if hasattr(self._modules[f.name], "new_memory")}
         # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
         self.steady = SteadyFacts(executor.force_seconds, executor.clock)
-        self._last: dict[str, tuple[int, Any, Plan]] = {}  # feature -> (steady generation, facts, its plan)
+        self._last: dict[str, tuple[int, object, FeatureResult]] = {}  # feature -> (steady generation, facts, result)
         self._retained = -1  # the steady generation the metrics were last pruned at
+        # BE CPU suppress's numbers, every pass's last value (koordlet_be_suppress_*): replaced, never changed in
+        # place, by the pass that has new ones; the exporter reads it from its own thread
+        self.suppress = SuppressStatus()
 
     def plan(self, state: QoSState) -> Plan:
         """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once).
@@ -104,20 +86,18 @@ class QoSManager:
         if not self.steady.begin(state):  # pods, NodeSLO or the window changed: gone pods' paths may go
             CGROUP_FILES.rotate()
         for f in self.features:
-            module = self._modules[f.name]
             try:
-                memory = {"memory": self._memory[f.name]} if f.name in self._memory else {}
-                facts = module.read_facts(state, steady=self.steady, **memory)
-                report = getattr(module, "report_capabilities", None)
-                if report is not None:  # which kernel mechanism the feature uses: a metric, a log line once
-                    report(self.health, facts)
+                prepared = f.prepare(state, self.steady)
+                record(self.health, prepared.reports)  # which kernel mechanism the feature uses
                 last = self._last.get(f.name)
-                if last is not None and last[0] == self.steady.generation and last[1] == facts:
-                    part = last[2]
+                if last is not None and last[0] == self.steady.generation and last[1] == prepared.facts:
+                    result = last[2]
                 else:
-                    part = module.plan(state, facts, **f.options)
-                    self._last[f.name] = (self.steady.generation, facts, part)
-                total.extend(part)
+                    result = prepared.plan()
+                    self._last[f.name] = (self.steady.generation, prepared.facts, result)
+                total.extend(result.plan)
+                if result.suppress is not None:
+                    self.suppress = self.suppress.then(result.suppress)
                 self.health.recovered("qos", "feature-failed", f.name)
             except Exception as e:  # one feature's bug must not stop the others
                 self.health.skip("qos", "feature-failed", f.name, f"{type(e).__name__}: {e}")

@@ -21,16 +21,15 @@ from dataclasses import dataclass, field
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.slo.types import ResourceThresholdStrategy
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
     Eviction,
     EvictionPlan,
     feature_disabled,
-    int_field,
     message,
     spec_priority,
-    threshold_config,
 )
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
@@ -69,7 +68,7 @@ def read_facts(state: QoSState, *, collect_interval: float, now_ms: int, standal
 
 def _over(state: QoSState, capacity: int | None, used: float | None) -> bool:
     """Whether the plan gets as far as the victims: enabled, a valid config, the node at or over its threshold."""
-    checked = check_config(threshold_config(state.nodeslo))
+    checked = check_config(state.nodeslo.resource_used_threshold_with_be)
     if feature_disabled(state.nodeslo_present, state.nodeslo) is not None or isinstance(checked, str):
         return False
     return capacity is not None and capacity > 0 and used is not None and int(used) * 100 // capacity >= checked[0]
@@ -102,14 +101,14 @@ def _capacity(state: QoSState, standalone: bool) -> tuple[int | None, str | None
         return None, f"Node status.capacity.memory {value!r}: {e}"
 
 
-def check_config(cfg: Mapping[str, object]) -> tuple[int, int] | str:
+def check_config(cfg: ResourceThresholdStrategy) -> tuple[int, int] | str:
     """(threshold, lower) percents, or why the config is refused (upstream's messages)."""
-    thr = int_field(cfg, "memoryEvictThresholdPercent")
+    thr = cfg.memory_evict_threshold_percent
     if thr is None:
         return "threshold percent is nil"
     if thr < 0:
         return f"threshold percent({thr}) should equal or greater than 0"
-    lower = int_field(cfg, "memoryEvictLowerPercent")
+    lower = cfg.memory_evict_lower_percent
     if lower is None:
         lower = thr - RELEASE_BUFFER_PERCENT
     if lower >= thr:
@@ -122,7 +121,7 @@ def plan(state: QoSState, facts: MemoryFacts) -> EvictionPlan:
     off = feature_disabled(state.nodeslo_present, state.nodeslo)
     if off is not None:
         return EvictionPlan(GATE, skip=off)
-    checked = check_config(threshold_config(state.nodeslo))
+    checked = check_config(state.nodeslo.resource_used_threshold_with_be)
     if isinstance(checked, str):
         return EvictionPlan(GATE, skip=f"invalid config: {checked}")
     thr, lower = checked
@@ -161,3 +160,8 @@ def _compare(a: tuple[PodMeta, float], b: tuple[PodMeta, float]) -> int:
         na, nb = a[0].name, b[0].name
         return -1 if na > nb else (1 if na < nb else 0)
     return -1 if mb == 0 else 1
+
+
+def plan_round(state: QoSState, *, collect_interval: float, now_ms: int, standalone: bool = False) -> EvictionPlan:
+    """One round: the facts read now, then the plan (koordlet.qos.evictstrategy runs it)."""
+    return plan(state, read_facts(state, collect_interval=collect_interval, now_ms=now_ms, standalone=standalone))

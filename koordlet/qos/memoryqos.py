@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from apis.core.errors import InvalidInput, PlanError
-from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import resource_supported
 from koordlet.qos.memoryqos_config import (
@@ -41,7 +40,7 @@ from koordlet.qos.memoryqos_config import (
     pod_request,
     spec_container,
 )
-from koordlet.qos.model import Plan, Write
+from koordlet.qos.model import Capability, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 
@@ -79,12 +78,12 @@ class MemoryQoSFacts:
     absent: frozenset[str] = frozenset()  # of those, the ones no target dir has (a stock kernel)
 
 
-def report_capabilities(health: Health, facts: MemoryQoSFacts) -> None:
+def capabilities(facts: MemoryQoSFacts) -> tuple[Report, ...]:
     """A memory-QoS file the config asks for but the kernel lacks (v1 without Anolis, the Anolis-only files on
     v2): `koordlet_agent_kernel_capability{capability="memory-qos/<file>"}` 0 and one log line, not one per pass."""
-    for resource in sorted(facts.planned):
-        health.capability(f"memory-qos/{resource}", resource not in facts.absent,
-                          "not on this kernel (Anolis memcg files): not written", fallback=True)
+    return tuple(Capability(f"memory-qos/{resource}", resource not in facts.absent,
+                            "not on this kernel (Anolis memcg files): not written", fallback=True)
+                 for resource in sorted(facts.planned))
 
 
 def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> MemoryQoSFacts:

@@ -24,11 +24,11 @@ from typing import Any
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
 from apis.core.resources import MEMORY, pod_requests
+from apis.slo.config import DEFAULT_SPEC
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import default_nodeslo_spec
-from koordlet.states.qos import QOS_BE, koord_qos_class, koord_qos_class_with_default
+from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSR, koord_qos_class, koord_qos_class_with_default
 
 ANNOTATION = "koordinator.sh/memoryQOS"
 POLICY_DEFAULT, POLICY_NONE, POLICY_AUTO = "default", "none", "auto"
@@ -38,7 +38,7 @@ FIELDS: dict[str, tuple[int, int]] = {
     "wmarkRatio": (0, 100), "wmarkScalePermill": (1, 1000), "wmarkMinAdj": (-25, 50),
     "priorityEnable": (0, 1), "priority": (0, 12), "oomKillGroup": (0, 1),
 }
-KUBE_QOS_CLASS_KEYS = {"Guaranteed": "lsrClass", "Burstable": "lsClass", "BestEffort": "beClass"}
+KUBE_QOS_CLASSES = {"Guaranteed": QOS_LSR, "Burstable": QOS_LS, "BestEffort": QOS_BE}  # the classes' NodeSLO blocks
 
 
 @dataclass(frozen=True)
@@ -49,27 +49,25 @@ class MemoryConfig:
     asked: frozenset[str]
 
 
-def class_config(state: QoSState, class_key: str) -> tuple[dict[str, int], bool]:
-    """(the class's memoryQOS fields, whether it is enabled) from the merged NodeSLO."""
-    block = (state.strategy().get(class_key) or {}).get("memoryQOS")
-    block = block if isinstance(block, dict) else {}
-    values = {k: v for k, v in block.items() if k in FIELDS and isinstance(v, int) and not isinstance(v, bool)}
-    return values, block.get("enable") is True
+def class_config(state: QoSState, koord_qos: str) -> tuple[dict[str, int], bool]:
+    """(the class's memoryQOS knobs, whether it is enabled) from the merged NodeSLO; none for a class without one."""
+    block = state.nodeslo.resource_qos_strategy.for_class(koord_qos)
+    if block is None:
+        return {}, False
+    return block.memory_qos.knobs(), block.memory_qos.enable
 
 
 def kube_qos_config(state: QoSState, k8s_qos: str) -> MemoryConfig:
     """GetKubeQoSResourceQoSByQoSClass: Guaranteed (the kubepods root) -> lsrClass, Burstable -> lsClass,
     BestEffort -> beClass."""
-    values, enabled = class_config(state, KUBE_QOS_CLASS_KEYS[k8s_qos])
+    values, enabled = class_config(state, KUBE_QOS_CLASSES[k8s_qos])
     return MemoryConfig(values, frozenset(values) if enabled else frozenset())
 
 
 def pod_config(state: QoSState, pod: PodMeta) -> tuple[MemoryConfig, PlanError | None]:
     """The pod's merged config; a malformed annotation is reported and ignored (as upstream: node config only)."""
     qos = koord_qos_class_with_default(pod.raw)
-    class_key = {"LSE": "lsrClass", "LSR": "lsrClass", "LS": "lsClass", "BE": "beClass",
-                 "SYSTEM": "systemClass"}.get(qos, "")
-    values, enabled = class_config(state, class_key) if class_key else ({}, False)
+    values, enabled = class_config(state, qos)
     error = None
     try:
         policy, own = _annotation(pod)
@@ -80,8 +78,8 @@ def pod_config(state: QoSState, pod: PodMeta) -> tuple[MemoryConfig, PlanError |
         return MemoryConfig(values, frozenset()), error
     asked = frozenset(FIELDS) if enabled else frozenset()
     if policy == POLICY_AUTO:  # the default strategy's values for the pod's class
-        defaults = default_nodeslo_spec()["resourceQOSStrategy"].get(class_key, {}).get("memoryQOS", {})
-        values = {k: v for k, v in defaults.items() if k in FIELDS}
+        block = DEFAULT_SPEC.resource_qos_strategy.for_class(qos)
+        values = block.memory_qos.knobs() if block is not None else {}
         asked = frozenset(FIELDS)
     merged = {**values, **own}
     return MemoryConfig(merged, asked | frozenset(own)), error

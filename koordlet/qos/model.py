@@ -62,3 +62,25 @@ class Plan:
         self.errors.extend(other.errors)
         self.evictions.extend(other.evictions)
         return self
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A kernel mechanism a feature uses, found present or missing: `koordlet_agent_kernel_capability`; a missing one
+    is logged once, as info where the feature has a fallback, else as a warning."""
+
+    name: str
+    supported: bool
+    detail: str = ""
+    fallback: bool = False
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An info line logged once per key (e.g. which mechanism a feature chose)."""
+
+    key: str
+    text: str
+
+
+Report = Capability | Notice  # what a feature's facts say about the host, recorded by the QoS manager

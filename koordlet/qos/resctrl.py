@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.slo.types import CLASS_KEYS, ResctrlQOS
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl_closids import Claim, granted, pod_group_slots
 from koordlet.qos.resctrl_facts import (
@@ -27,8 +27,7 @@ from koordlet.qos.resctrl_facts import (
     class_resctrl_qos,
     parse_schemata,
 )
-from koordlet.qos.resctrl_facts import read_facts as read_facts  # the manager calls module.read_facts/module.plan
-from koordlet.qos.state import CLASS_KEYS, QoSState
+from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
 
 # Upstream sources: pkg/koordlet/util/system/resctrl.go (CalculateCatL3MaskValue),
@@ -345,25 +344,20 @@ def _class_plan(state: QoSState, facts: ResctrlFacts, node_name: str, closids: _
     return out
 
 
-def _class_schemata(cfg: Mapping[str, Any], facts: ResctrlFacts,
+def _class_schemata(cfg: ResctrlQOS, facts: ResctrlFacts,
                     base: str) -> tuple[dict[int, int] | None, dict[int, int] | None]:
-    """The class's L3 masks (both catRange ends set) and MB values (mbaPercent set, not 0), per cache id.
+    """The class's L3 masks and MB values (mbaPercent not 0), per cache id.
 
     **[quirk]** upstream writes `L3:0=0;..` for a range that selects no way and silently skips an mbaPercent
     out of (0, 100]; both are reported here (0 stays "no MB write", as upstream)."""
-    start, end, percent = (cfg.get(k) for k in ("catRangeStartPercent", "catRangeEndPercent", "mbaPercent"))
-    l3 = None
-    if start is not None and end is not None:
-        for name, v in (("catRangeStartPercent", start), ("catRangeEndPercent", end)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise AnnotationError(f"{base}.{name}", f"{v!r} is not an integer")
-        try:
-            mask = l3_mask(facts.cbm_mask, start, end, facts.min_cbm_bits)
-        except InvalidInput as e:
-            raise AnnotationError(f"{base}.catRangeStartPercent", str(e)) from None
-        l3 = {i: mask for i in facts.cache_ids}
+    start, end, percent = cfg.cat_range_start_percent, cfg.cat_range_end_percent, cfg.mba_percent
+    try:
+        mask = l3_mask(facts.cbm_mask, start, end, facts.min_cbm_bits)
+    except InvalidInput as e:
+        raise AnnotationError(f"{base}.catRangeStartPercent", str(e)) from None
+    l3 = {i: mask for i in facts.cache_ids}
     mb = None
-    if percent is not None and facts.has_mb and percent != 0:
+    if facts.has_mb and percent != 0:
         try:
             value = mba_value(percent, facts.vendor, facts.mba_mbps, gran=facts.bandwidth_gran,
                               min_bandwidth=facts.min_bandwidth)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput, KoordletError
+from apis.slo.types import ResctrlQOS
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
@@ -250,15 +251,15 @@ def _pod_tids(state: QoSState, pod: PodMeta) -> frozenset[int]:
     return frozenset(tids)
 
 
-def class_resctrl_qos(state: QoSState, koord_qos: str) -> dict[str, Any]:
-    """The NodeSLO resctrlQOS block of a koordinator QoS class ({} when absent)."""
-    value = state.class_config(koord_qos).get("resctrlQOS")
-    return value if isinstance(value, dict) else {}
+def class_resctrl_qos(state: QoSState, koord_qos: str) -> ResctrlQOS:
+    """The NodeSLO resctrlQOS block of a koordinator QoS class (disabled for a class NodeSLO has none for)."""
+    block = state.nodeslo.resource_qos_strategy.for_class(koord_qos)
+    return block.resctrl_qos if block is not None else ResctrlQOS()
 
 
 def class_enabled(state: QoSState, koord_qos: str) -> bool:
     """Whether a NodeSLO is present and enables resctrl for the class (its pods' tasks go to the class group)."""
-    return state.nodeslo_present and class_resctrl_qos(state, koord_qos).get("enable") is True
+    return state.nodeslo_present and class_resctrl_qos(state, koord_qos).enable
 
 
 # ---- the pod annotation -----------------------------------------------------------------------------------------

@@ -7,15 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import PlanError
+from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
 from koordlet.metriccache import MetricCache
 from koordlet.states.model import PodMeta
-
-# NodeSLO resourceQOSStrategy key per koordinator QoS class (spec §7.1).
-CLASS_KEYS = {"LSE": "lsrClass", "LSR": "lsrClass", "LS": "lsClass", "BE": "beClass", "SYSTEM": "systemClass"}
 
 
 @dataclass(frozen=True)
@@ -24,7 +22,7 @@ class QoSState:
     cgroup_version: int
     driver: CgroupDriver
     pods: list[PodMeta]
-    nodeslo: dict[str, Any]  # merged spec (koordlet.states.nodeslo.merge_nodeslo_spec)
+    nodeslo: NodeSLOSpec  # merged, typed (koordlet.states.nodeslo.decode_nodeslo)
     host_apps: list[HostApp] = field(default_factory=list)
     nodeslo_present: bool = True
     input_errors: tuple[PlanError, ...] = ()  # found before planning (a refused NodeSLO): in every plan's errors
@@ -35,16 +33,6 @@ class QoSState:
     # kubelet's running configuration (/configz) when the cluster link fetched it; else planners that need the CPU
     # manager policy read kubelet's config file themselves
     kubelet_config: dict[str, Any] | None = field(default=None, compare=False)
-
-    def strategy(self) -> dict[str, Any]:
-        value = self.nodeslo.get("resourceQOSStrategy")
-        return value if isinstance(value, dict) else {}
-
-    def class_config(self, koord_qos: str) -> dict[str, Any]:
-        """The ResourceQOS block (cpuQOS, memoryQOS, resctrlQOS, blkioQOS, ...) for a koordinator QoS class."""
-        key = CLASS_KEYS.get(koord_qos)
-        value = self.strategy().get(key) if key else None
-        return value if isinstance(value, dict) else {}
 
     def qos_dir(self, qos: K8sQoS) -> str:
         return qos_dir(self.driver, qos)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +31,43 @@ class PodMeta:
     cgroup_dir: str  # pod cgroup parent dir, relative to a subsystem root
     containers: tuple[ContainerMeta, ...]
     raw: JSON = field(repr=False, compare=False)
+
+    @property
+    def labels(self) -> Mapping[str, object]:
+        """metadata.labels ({} when absent or not an object; values as received)."""
+        return _mapping(_mapping(self.raw.get("metadata")).get("labels"))
+
+    @property
+    def annotations(self) -> Mapping[str, object]:
+        """metadata.annotations ({} when absent or not an object; values as received)."""
+        return _mapping(_mapping(self.raw.get("metadata")).get("annotations"))
+
+
+class PodView(Protocol):
+    """What rules shared by the QoS reconciler and the runtime hooks read of a pod: a PodMeta of the pod list and
+    an NRI request's pod (koordlet.nri.hooks.model.PodInfo) are both one, so no hook builds a Pod to call them."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> Mapping[str, object]: ...
+
+    @property
+    def annotations(self) -> Mapping[str, object]: ...
+
+
+_EMPTY: Mapping[str, object] = {}
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else _EMPTY
 
 
 class PodSource(Protocol):

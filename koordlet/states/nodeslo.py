@@ -1,4 +1,4 @@
-"""NodeSLO as the agent uses it: upstream defaults, the upstream merge of a received spec, and its validation."""
+"""NodeSLO as the agent takes it in: validation, upstream's merge of a received spec over the defaults, typed."""
 
 from __future__ import annotations
 
@@ -12,89 +12,41 @@ import yaml
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, parse_quantity
+from apis.slo.config import spec_from_merged
+from apis.slo.defaults import NONE_CPU_QOS, NONE_MEMORY_QOS, NONE_RESCTRL_QOS, default_nodeslo_spec
+from apis.slo.types import NodeSLOSpec
 
 API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"
 
-# pkg/util/sloconfig/nodeslo_config.go: Default*QOS / None*QOS per QoS class.
-_DEFAULT_CPU_QOS: dict[str, JSON] = {
-    "LSR": {"groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
-    "LS": {"groupIdentity": 2, "schedIdle": 0, "coreExpeller": True},
-    "BE": {"groupIdentity": -1, "schedIdle": 0, "coreExpeller": False},
-    "SYSTEM": {"groupIdentity": 0, "schedIdle": 0, "coreExpeller": False},
+_NONE_IF_DISABLED: dict[str, Mapping[str, object]] = {
+    "cpuQOS": NONE_CPU_QOS, "memoryQOS": NONE_MEMORY_QOS, "resctrlQOS": NONE_RESCTRL_QOS,
 }
-_DEFAULT_RESCTRL_QOS: dict[str, JSON] = {
-    "LSR": {"catRangeStartPercent": 0, "catRangeEndPercent": 100, "mbaPercent": 100},
-    "LS": {"catRangeStartPercent": 0, "catRangeEndPercent": 100, "mbaPercent": 100},
-    "BE": {"catRangeStartPercent": 0, "catRangeEndPercent": 30, "mbaPercent": 100},
-    "SYSTEM": {"catRangeStartPercent": 0, "catRangeEndPercent": 100, "mbaPercent": 100},
-}
-
-
-def _memory_qos(wmark_ratio: int, wmark_scale_permill: int, wmark_min_adj: int) -> JSON:
-    return {
-        "minLimitPercent": 0, "lowLimitPercent": 0, "throttlingPercent": 0,
-        "wmarkRatio": wmark_ratio, "wmarkScalePermill": wmark_scale_permill, "wmarkMinAdj": wmark_min_adj,
-        "priorityEnable": 0, "priority": 0, "oomKillGroup": 0,
-    }
-
-
-_DEFAULT_MEMORY_QOS: dict[str, JSON] = {
-    "LSR": _memory_qos(95, 20, -25),
-    "LS": _memory_qos(95, 20, -25),
-    "BE": _memory_qos(95, 20, 50),
-    "SYSTEM": _memory_qos(0, 50, 0),
-}
-_NONE_CPU_QOS: JSON = {"groupIdentity": 0, "schedIdle": 0, "coreExpeller": False}
-_NONE_RESCTRL_QOS: JSON = {"catRangeStartPercent": 0, "catRangeEndPercent": 100, "mbaPercent": 100}
-_NONE_MEMORY_QOS: JSON = _memory_qos(0, 50, 0)
-_NONE_NETWORK_QOS: JSON = {"ingressRequest": 0, "ingressLimit": 0, "egressRequest": 0, "egressLimit": 0}
-_NONE_IF_DISABLED: dict[str, JSON] = {
-    "cpuQOS": _NONE_CPU_QOS, "memoryQOS": _NONE_MEMORY_QOS, "resctrlQOS": _NONE_RESCTRL_QOS,
-}
-_CLASS_KEYS = {"lsrClass": "LSR", "lsClass": "LS", "beClass": "BE", "systemClass": "SYSTEM"}
 _DISABLE_CLASSES = ("lsrClass", "lsClass", "beClass")
 _MERGED_STRATEGIES = ("resourceUsedThresholdWithBE", "resourceQOSStrategy", "cpuBurstStrategy", "systemStrategy")
-_DEFAULT_EXTENSIONS: JSON = {}
 
 
-def default_nodeslo_spec() -> JSON:
-    """DefaultNodeSLOSpecConfig as JSON: a fresh dict each call."""
-    return {
-        "resourceUsedThresholdWithBE": {
-            "enable": False,
-            "cpuSuppressThresholdPercent": 65,
-            "cpuSuppressPolicy": "cpuset",
-            "memoryEvictThresholdPercent": 70,
-            "cpuEvictPolicy": "evictByRealLimit",
-        },
-        "resourceQOSStrategy": _default_resource_qos_strategy(),
-        "cpuBurstStrategy": {
-            "policy": "none",
-            "cpuBurstPercent": 1000,
-            "cfsQuotaBurstPercent": 300,
-            "cfsQuotaBurstPeriodSeconds": -1,
-            "sharePoolThresholdPercent": 50,
-        },
-        # Upstream commit a7a1b76 (the one shared/crds and the spec are pinned to): DefaultSystemStrategy.
-        "systemStrategy": {"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150, "memcgReapBackGround": 0,
-                           "totalNetworkBandwidth": "0"},
-        "extensions": copy.deepcopy(_DEFAULT_EXTENSIONS),
-    }
+@dataclass(frozen=True)
+class DecodedNodeSLO:
+    """What the agent adopts from a received NodeSLO object: the merged, typed spec, or why it is refused."""
+
+    spec: NodeSLOSpec | None  # None: refused (see problems)
+    problems: tuple[str, ...] = ()
 
 
-def _default_resource_qos_strategy() -> JSON:
-    strategy: JSON = {"policies": {"cpuPolicy": "groupIdentity", "netQOSPolicy": "tc"}}
-    for key, qos in _CLASS_KEYS.items():
-        strategy[key] = {
-            "cpuQOS": {"enable": False, **_DEFAULT_CPU_QOS[qos]},
-            "memoryQOS": {"enable": False, **_DEFAULT_MEMORY_QOS[qos]},
-            "blkioQOS": {"enable": False},
-            "resctrlQOS": {"enable": False, **_DEFAULT_RESCTRL_QOS[qos]},
-            "networkQOS": {"enable": False, **_NONE_NETWORK_QOS},
-        }
-    strategy["cgroupRoot"] = {"blkioQOS": {"enable": False}}  # the root cgroup only takes blkio settings
-    return strategy
+def decode_nodeslo(obj: object) -> DecodedNodeSLO:
+    """The one validating decoder, run once per NodeSLO change: validate the object, merge its spec over upstream's
+    defaults, and freeze the result into the typed spec the planners take (apis.slo.types)."""
+    problems = validate_nodeslo(obj)
+    if problems or not isinstance(obj, dict):
+        return DecodedNodeSLO(None, tuple(problems))
+    spec = obj.get("spec")
+    return DecodedNodeSLO(nodeslo_config(spec if isinstance(spec, dict) else None))
+
+
+def nodeslo_config(received: JSON | None) -> NodeSLOSpec:
+    """`received` merged over the defaults, typed (not validated: for a spec known to be valid)."""
+    return spec_from_merged(merge_nodeslo_spec(received))
 
 
 def merge_nodeslo_spec(received: JSON | None) -> JSON:
@@ -130,10 +82,10 @@ def merge_nodeslo_spec(received: JSON | None) -> JSON:
     return merged
 
 
-def _merge_extensions(default: JSON, received: object) -> JSON:
+def _merge_extensions(default: object, received: object) -> JSON:
     if not isinstance(received, dict):
         return {}  # upstream: a nil map unmarshals as null and clears the default map
-    merged = copy.deepcopy(default)
+    merged: JSON = copy.deepcopy(default) if isinstance(default, dict) else {}
     merged.update(copy.deepcopy(received))
     return merged
 

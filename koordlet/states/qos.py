@@ -77,7 +77,13 @@ def computed_k8s_qos_class(pod: Mapping[str, Any]) -> str:
 
 def koord_qos_class(pod: Mapping[str, Any]) -> str:
     """The `koordinator.sh/qosClass` label when it names a known class, else QoSNone ("")."""
-    value = _labels(pod).get(LABEL_POD_QOS)
+    return koord_qos_class_of_labels(_labels(pod))
+
+
+def koord_qos_class_of_labels(labels: Mapping[str, object]) -> str:
+    """koord_qos_class from the pod's labels alone (a runtime hook's request has no Pod: upstream's
+    GetQoSClassByAttrs)."""
+    value = labels.get(LABEL_POD_QOS)
     if isinstance(value, str) and value in KOORD_QOS_CLASSES:
         return value
     return QOS_NONE

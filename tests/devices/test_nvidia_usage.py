@@ -139,7 +139,7 @@ def test_nodemetric_gpu_devices(simhost: SimHost, tmp_path: Path, validate_crd: 
     assert pods["a"]["devices"] == [dev("GPU-aaaa", 0, "60", "16Gi", "20")]
     assert "devices" not in pods["b"]  # no GPU process: no device entries at all
     cache: MetricCache = agent.cache
-    c0 = next(p for p in agent.pods.pods if p.name == "a").containers[0].container_id
+    c0 = next(p for p in agent.state.pods() if p.name == "a").containers[0].container_id
     key = cache.key("container_gpu_core_usage", container_id=c0, gpu_minor="0", gpu_device_uuid="GPU-aaaa")
     assert cache.last(key) is not None and cache.last(key)[1] == 40.0  # type: ignore[index]
     validate_crd("slo.koordinator.sh_nodemetrics.yaml", obj)

@@ -62,7 +62,7 @@ def test_a_read_only_cgroup_file_is_a_counted_skip_and_the_other_pods_are_writte
     require(_have_v1(), "needs root and the cgroup v1 cpu, cpuacct, memory, blkio, cpuset hierarchies")
     with churn_node(4, 1, gates=GATES) as node:
         node.agent.sync_pods()
-        be = [p for p in node.agent.pods.pods if p.koord_qos == "BE"]
+        be = [p for p in node.agent.state.pods() if p.koord_qos == "BE"]
         assert len(be) == 2
         victim = Path(node.root / "cpu" / be[0].cgroup_dir / "cpu.cfs_quota_us")
         other = Path(node.root / "cpu" / be[1].cgroup_dir / "cpu.cfs_quota_us")
@@ -200,7 +200,7 @@ def test_no_write_outside_the_pods_own_cgroup_with_hostile_pods() -> None:
             if round_:
                 _make_hostile(node, rng)
             node.agent.sync_pods()
-            pods = node.agent.pods.pods
+            pods = node.agent.state.pods()
             pod_dirs = tuple(os.path.join(p.cgroup_dir, "") for p in pods)
             RECORDER.paths.clear()
             RECORDER.on = True

@@ -51,7 +51,7 @@ def _link(km: kmock.KubernetesEmulator, tmp_path: Path) -> tuple[Agent, ClusterL
     kube = KubeConfig(server=str(km.url), token="sa-token")
     link = ClusterLink(cfg, kube, KubeClient(kube), agent)
     link.clock = clock = SkipClock()
-    link.node = {"metadata": {"name": NODE, "uid": "node-uid"}}
+    agent.state.set_node({"metadata": {"name": NODE, "uid": "node-uid"}})
     return agent, link, clock
 
 
@@ -85,7 +85,7 @@ async def test_server_errors_are_retried_within_the_period(km: kmock.KubernetesE
     first, second = _waits(clock)
     assert REPORT_RETRY.initial <= first < 2 * REPORT_RETRY.initial
     assert first + second >= 1 / STATUS_UPDATE_QPS - 0.1  # the third write needed a token back (burst 2)
-    assert first + second < agent.policy.report_period
+    assert first + second < agent.state.nodemetric().policy.report_period
 
 
 async def test_too_many_requests_waits_its_retry_after(km: kmock.KubernetesEmulator, tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ async def test_a_failing_api_server_gets_a_bounded_round(km: kmock.KubernetesEmu
 
     await asyncio.to_thread(link.report, agent)
 
-    period = agent.policy.report_period
+    period = agent.state.nodemetric().policy.report_period
     puts = _nodemetric_calls(km).count("PUT")
     assert 2 <= puts <= 2 + period * STATUS_UPDATE_QPS
     assert sum(_waits(clock)) < period

@@ -215,7 +215,7 @@ async def test_watch_delivers_promptly_after_recovery(km: kmock.KubernetesEmulat
         patch = {"spec": {"hostApplications": [{"name": "redis", "qos": "BE"}]}}
         changed = time.monotonic()
         await asyncio.to_thread(api.patch, f"/apis/{NODESLO}/{NODE}", patch)
-        while [a.name for a in agent.host_apps] != ["redis"]:
+        while [a.name for a in agent.state.nodeslo().host_apps] != ["redis"]:
             assert time.monotonic() - changed < 1.0, "the recovered watch did not deliver"
             await asyncio.sleep(0.01)
         settled = len(_requests(km, AGENT_PATHS))

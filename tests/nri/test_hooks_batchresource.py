@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir
 from koordlet.host.paths import HostPaths
@@ -23,7 +23,7 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos import batchresource
 from koordlet.qos.batchspec import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from koordlet.qos.state import QoSState
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import make_pod
@@ -35,7 +35,7 @@ OPTIONS = HookOptions(gates={"BatchResource": True, "CPUSetAllocator": True, "Gr
 SPEC = {"containers": {
     "main": {"requests": {BATCH_CPU: "500", BATCH_MEMORY: "2Gi"}, "limits": {BATCH_CPU: "1500", BATCH_MEMORY: "4Gi"}},
     "sidecar": {"requests": {BATCH_CPU: "250"}, "limits": {BATCH_CPU: "500", BATCH_MEMORY: "1Gi"}}}}
-SUPPRESS_CFS = merge_nodeslo_spec({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}})
+SUPPRESS_CFS = nodeslo_config({"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressPolicy": "cfsQuota"}})
 
 
 def pod(spec: object = SPEC, *, label: str | None = "BE", annotations: dict[str, str] | None = None,
@@ -49,7 +49,7 @@ def pod(spec: object = SPEC, *, label: str | None = "BE", annotations: dict[str,
                    annotations=notes, cgroup_parent=parent)
 
 
-def facts(tmp_path: Path, *, version: int = 1, nodeslo: dict[str, Any] | None = None, ratio: float | None = None,
+def facts(tmp_path: Path, *, version: int = 1, nodeslo: NodeSLOSpec | None = None, ratio: float | None = None,
           driver: CgroupDriver = CgroupDriver.CGROUPFS) -> NodeFacts:
     return NodeFacts(HostPaths.under(str(tmp_path)), version, driver, nodeslo=nodeslo, cpu_normalization_ratio=ratio)
 
@@ -119,7 +119,7 @@ def test_the_hook_and_the_reconciler_agree(tmp_path: Path, version: int) -> None
     meta = pod_meta(raw, CgroupDriver.CGROUPFS, Health())
     paths = HostPaths.under(str(tmp_path))
     node = {"metadata": {"name": "n", "annotations": {batchresource.ANNOTATION_CPU_NORMALIZATION_RATIO: "1.5"}}}
-    for slo in (merge_nodeslo_spec(None), SUPPRESS_CFS):
+    for slo in (nodeslo_config(None), SUPPRESS_CFS):
         state = QoSState(paths, version, CgroupDriver.CGROUPFS, [meta], slo, node=node)
         planned = batchresource.plan(state, batchresource.BatchFacts(False, 1.5))
         reconciler = {w.path: w.value for w in planned.writes if os.path.dirname(w.path).endswith(meta.cgroup_dir)}

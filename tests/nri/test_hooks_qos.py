@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
@@ -20,7 +21,7 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos.executor import Executor
 from koordlet.qos.model import Write
 from koordlet.qos.resctrl_facts import ResctrlFacts
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 
 UID = "7712555c-ce62-454a-9e18-9ff0217b8941"
 GATES = {"GroupIdentity": True, "Resctrl": True}
@@ -38,14 +39,14 @@ def pod(*, qos: K8sQoS = K8sQoS.BURSTABLE, driver: CgroupDriver = CgroupDriver.C
                    annotations=annotations or {}, cgroup_parent=parent)
 
 
-def nodeslo(policy: str | None = None, **classes: bool) -> dict[str, Any]:
+def nodeslo(policy: str | None = None, **classes: bool) -> NodeSLOSpec:
     strategy: dict[str, Any] = {f"{c}Class": {"cpuQOS": {"enable": on}} for c, on in classes.items()}
     if policy is not None:
         strategy["policies"] = {"cpuPolicy": policy}
-    return merge_nodeslo_spec({"resourceQOSStrategy": strategy})
+    return nodeslo_config({"resourceQOSStrategy": strategy})
 
 
-def gi_facts(tmp_path: Path, slo: dict[str, Any] | None, *, version: int = 1,
+def gi_facts(tmp_path: Path, slo: NodeSLOSpec | None, *, version: int = 1,
              driver: CgroupDriver = CgroupDriver.CGROUPFS, gi: GroupIdentityFacts | None = None) -> NodeFacts:
     return NodeFacts(HostPaths.under(str(tmp_path)), version, driver, nodeslo=slo,
                      group_identity=gi or GroupIdentityFacts(bvt_file=True, sysctl=1))

@@ -20,7 +20,7 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.hooks.stages import STAGES, Hook
 from koordlet.qos.resctrl_facts import ResctrlFacts
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 
 UID = "0f6bb8d1-5d2c-4f6e-8a3a-1b2c3d4e5f60"
 EVERYTHING = HookOptions(gates={"GPUEnvInject": True, "RDMADeviceInject": True, "Resctrl": True,
@@ -39,7 +39,7 @@ def node_facts(root: str = "/node", vendor: str = "huawei") -> NodeFacts:
         resctrl=ResctrlFacts(supported=True, vendor="GenuineIntel", mounted=True, cbm_mask=0x7ff, cache_ids=(0, 1),
                              has_mb=True, num_closids=16),
         resctrl_groups=frozenset({f"koordlet-{UID}"}), group_identity=GroupIdentityFacts(True, 1),
-        nodeslo=merge_nodeslo_spec({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": True}},
+        nodeslo=nodeslo_config({"resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": True}},
                                                             "beClass": {"cpuQOS": {"enable": True}}}}),
         gpu_vendor=vendor)
 

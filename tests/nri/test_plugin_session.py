@@ -20,6 +20,7 @@ from test_hooks_allocation import fixture_annotation
 from test_hooks_devices import rdma_node
 from test_hooks_qos import build_resctrl
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
@@ -34,7 +35,7 @@ from koordlet.nri.ttrpc import UNIMPLEMENTED
 from koordlet.pb import nri_pb2 as api
 from koordlet.qos.executor import Executor
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 
@@ -58,7 +59,7 @@ class Agent:
 
 
 def build_agent(paths: HostPaths, socket: Path, gates: dict[str, bool] | None = None,
-                nodeslo: dict[str, Any] | None = None) -> Agent:
+                nodeslo: NodeSLOSpec | None = None) -> Agent:
     health, registry, posted = Health(), CollectorRegistry(), []
     metrics = NriMetrics("node-1", registry)
     executor = Executor(paths, 1, health)
@@ -281,7 +282,7 @@ async def test_pod_level_qos_through_the_wire(gopeer_bin: Path, tmp_path: Path, 
     (pod_cg / "cpu.bvt_warp_ns").write_text("0\n")
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/kernel/sched_group_identity_enabled").write_text("1\n")
-    slo = merge_nodeslo_spec({"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}}}})
+    slo = nodeslo_config({"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True}}}})
     agent = build_agent(paths, socket_path, {"Resctrl": True, "GroupIdentity": True}, nodeslo=slo)
     pod = pod_msg(labels={"koordinator.sh/qosClass": "BE"},
                   annotations={"node.koordinator.sh/resctrl": '{"llc":{"schemata":{"range":[20,80]}}}'})

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -48,11 +49,12 @@ from koordlet.qos.blkio_facts import (
     V2_WEIGHT,
 )
 from koordlet.qos.executor import Executor
-from koordlet.qos.manager import Feature, QoSManager
+from koordlet.qos.features import Blkio, CPUQoS, Resctrl
+from koordlet.qos.manager import QoSManager
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec, validate_nodeslo
+from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import PodState
 
 from simhost import make_pod
@@ -497,7 +499,7 @@ ALL_ON = {"resourceQOSStrategy": {
 }}
 
 
-ALL_ON_MERGED = merge_nodeslo_spec(ALL_ON)  # planners only read it
+ALL_ON_MERGED = nodeslo_config(ALL_ON)  # planners only read it
 
 
 # ---- the pipeline and the invariants -------------------------------------------------------------------------
@@ -519,19 +521,19 @@ def pods_of(raw: list[Any], driver: CgroupDriver) -> list[PodMeta]:
     return state.pods
 
 
-def qos_state(host: Host, pods: list[PodMeta], spec: dict[str, Any], present: bool = True) -> QoSState:
-    return QoSState(host.paths, host.version, host.driver, pods, spec, host_apps(spec, host.driver) if present else [],
-                    present)
+def qos_state(host: Host, pods: list[PodMeta], spec: NodeSLOSpec, present: bool = True) -> QoSState:
+    apps = host_apps(spec.host_applications, host.driver) if present else []
+    return QoSState(host.paths, host.version, host.driver, pods, spec, apps, present)
 
 
 def plan_all(host: Host, state: QoSState, opts: Options) -> list[tuple[str, Plan]]:
     """Each feature's read_facts + plan, called directly so that any exception fails the test."""
     return [
-        ("resctrl", resctrl.plan(state, resctrl.read_facts(state), pod_level=opts.pod_level, node_name="n",
+        ("resctrl", resctrl.plan(state, resctrl_facts.read_facts(state), pod_level=opts.pod_level, node_name="n",
                                  max_mbps=10_000)),
         ("cpuqos", cpuqos.plan(state, cpuqos.read_facts(state), group_identity=True, core_sched=opts.core_sched,
                                node_name="n")),
-        ("blkio", blkio.plan(state, blkio.read_facts(state))),
+        ("blkio", blkio.plan(state, blkio_facts.read_facts(state))),
     ]
 
 
@@ -716,18 +718,20 @@ def test_3500_generated_pods_through_all_planners(hosts: list[Host], data: st.Da
 @given(data=st.data(), host_index=st.integers(0, 2), opts=OPTIONS, spec=NODESLO_SPEC, present=st.booleans())
 def test_2500_generated_nodeslo_specs_through_all_planners(hosts: list[Host], data: st.DataObject, host_index: int,
                                                            opts: Options, spec: dict[str, Any], present: bool) -> None:
-    """NodeSLO specs with fields out of range, of the wrong type, or junk: the merged spec is planned whether the
-    agent's validation would refuse it or not (the planners must not rely on it)."""
+    """NodeSLO specs with fields out of range, of the wrong type, or junk, as the agent takes them in: the decoder
+    refuses what validation refuses (the defaults stay, as for a refused NodeSLO in the agent), and what it accepts
+    goes through every planner to writes the executor and the kernel take."""
     host = hosts[host_index]
-    accepted = not validate_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "spec": spec})
+    decoded = decode_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "spec": spec})
+    assert (decoded.spec is None) == bool(decoded.problems)
     indexes = data.draw(POD_INDEXES[1, 2])
     pods = pods_of([data.draw(raw_pod(i, garbage=False)) for i in indexes], host.driver)
-    state = qos_state(host, pods, merge_nodeslo_spec(spec), present)
+    state = qos_state(host, pods, decoded.spec or nodeslo_config(None), present)
     plans = plan_all(host, state, opts)
     check(host, state, plans, opts)
-    if accepted:  # what the agent's validation lets through, the CPU QoS rule takes whole (it depends on no host fact)
-        assert not [e for e in dict(plans)["cpuqos"].errors if e.kind == "NodeSLO"]
-    SEEN["nodeslo:accepted" if accepted else "nodeslo:refused"] += 1
+    # the CPU QoS rule depends on no host fact: a spec the decoder let through is taken whole
+    assert not [e for e in dict(plans)["cpuqos"].errors if e.kind == "NodeSLO"]
+    SEEN["nodeslo:accepted" if decoded.spec is not None else "nodeslo:refused"] += 1
 
 
 @settings(FUZZ, max_examples=scaled(1_500))
@@ -735,19 +739,19 @@ def test_2500_generated_nodeslo_specs_through_all_planners(hosts: list[Host], da
 def test_1500_random_json_pods_and_specs_through_the_manager(hosts: list[Host], data: st.DataObject, host_index: int,
                                                              spec: Any) -> None:
     """Whole subtrees of the pods and the NodeSLO replaced by random JSON, through QoSManager with a dry-run
-    executor and the event recorder, as `koordlet plan` runs it: no feature fails, nothing invalid is applied."""
+    executor and the event recorder, as `koordlet plan` runs it (a NodeSLO the decoder refuses leaves the defaults):
+    no feature fails, nothing invalid is applied."""
     host = hosts[host_index]
     indexes = data.draw(POD_INDEXES[1, 3])
     raw: list[Any] = [data.draw(raw_pod(i, garbage=True)) for i in indexes]
     raw += data.draw(EXTRA_PODS)
     pods = pods_of(raw, host.driver)
-    state = qos_state(host, pods, merge_nodeslo_spec(spec if isinstance(spec, dict) else None))
+    decoded = decode_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "spec": spec})
+    state = qos_state(host, pods, decoded.spec or nodeslo_config(None))
     health = Health()
     executor = Executor(host.paths, host.version, health, dry_run=True)
-    features = [Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "n"}),
-                Feature("cpuqos", "koordlet.qos.cpuqos", {"group_identity": True, "core_sched": True,
-                                                          "node_name": "n"}),
-                Feature("blkio", "koordlet.qos.blkio", {})]
+    features = [Resctrl(pod_level=True, node_name="n"), CPUQoS(group_identity=True, core_sched=True, node_name="n"),
+                Blkio()]
     manager = QoSManager(features, executor, EventRecorder(health, "n"), health)
     plans: list[Plan] = []
     results = manager.reconcile(state, plans.append)
@@ -869,7 +873,7 @@ def test_deeply_nested_annotation_skips_only_its_pod(hosts: Hosts, feature: str,
         pod["metadata"]["annotations"] = {annotation: text}  # type: ignore[index]
         raw.append(pod)
     pods = pods_of(raw, host.driver)
-    state = qos_state(host, pods, merge_nodeslo_spec(ALL_ON))
+    state = qos_state(host, pods, nodeslo_config(ALL_ON))
     planned = dict(plan_all(host, state, Options()))[feature]
     bad_dir, good_dir = pods[1].cgroup_dir, pods[0].cgroup_dir
     assert [(e.kind, e.name) for e in planned.errors] == [("Pod", "fuzz/p1")]

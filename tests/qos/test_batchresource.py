@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.slo.types import NodeSLOSpec
 from koordlet import cli
 from koordlet.config import Config
 from koordlet.events import EventRecorder
@@ -30,11 +31,12 @@ from koordlet.qos.batchspec import (
     pod_batch,
 )
 from koordlet.qos.executor import Executor
-from koordlet.qos.manager import Feature, QoSManager, enabled_features
+from koordlet.qos.features import BatchResource
+from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
@@ -83,13 +85,13 @@ SPEC3 = {"containers": {"container-0": {"requests": res("500", "2Gi"), "limits":
                         "container-1": {"requests": res("500", "2Gi")}}}
 
 
-def slo(*, suppress: str | None = None, be_cpu_qos: bool = False) -> dict[str, Any]:
+def slo(*, suppress: str | None = None, be_cpu_qos: bool = False) -> NodeSLOSpec:
     spec: dict[str, Any] = {}
     if suppress is not None:
         spec["resourceUsedThresholdWithBE"] = {"enable": True, "cpuSuppressPolicy": suppress}
     if be_cpu_qos:
         spec["resourceQOSStrategy"] = {"beClass": {"cpuQOS": {"enable": True}}}
-    return merge_nodeslo_spec(spec)
+    return nodeslo_config(spec)
 
 
 def node(ratio: str) -> dict[str, Any]:
@@ -379,7 +381,7 @@ def test_real_cgroup_v1_batch_limits_land_in_the_kernel(real_root: tuple[Path, s
     st = QoSState(paths, 1, driver, [p], slo())
     health = Health()
     ex = Executor(paths, 1, health, force_seconds=0)  # no cache: a second pass compares with the kernel's files
-    qos = QoSManager([Feature("batchresource", "koordlet.qos.batchresource", {})], ex,
+    qos = QoSManager([BatchResource()], ex,
                      EventRecorder(health, "n1"), health)
     assert written(qos.reconcile(st))
 
@@ -420,7 +422,7 @@ def test_real_cgroup_v1_shrinking_quota_settles_in_one_pass(real_root: tuple[Pat
     paths = HostPaths.under("/").with_overrides(cgroup_root=str(root))
     health = Health()
     ex = Executor(paths, 1, health, force_seconds=0)
-    qos = QoSManager([Feature("batchresource", "koordlet.qos.batchresource", {})], ex, EventRecorder(health, "n"),
+    qos = QoSManager([BatchResource()], ex, EventRecorder(health, "n"),
                      health)
     written(qos.reconcile(QoSState(paths, 1, CgroupDriver.CGROUPFS, [p], slo())))
     results = qos.reconcile(QoSState(paths, 1, CgroupDriver.CGROUPFS, [p], slo(), node=node("2")))

@@ -19,7 +19,7 @@ from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
@@ -125,11 +125,11 @@ class Node:
             strategy["beClass"] = {"blkioQOS": be}
         if root is not None:
             strategy["cgroupRoot"] = {"blkioQOS": root}
-        spec = merge_nodeslo_spec({"resourceQOSStrategy": strategy})
+        spec = nodeslo_config({"resourceQOSStrategy": strategy})
         return QoSState(self.paths, self.version, self.driver, list(self.pods), spec)
 
     def plan(self, state: QoSState) -> Plan:
-        return blkio.plan(state, blkio.read_facts(state, self.pv_names))
+        return blkio.plan(state, blkio_facts.read_facts(state, self.pv_names))
 
     def rel(self, plan: Plan) -> list[tuple[str, str]]:
         base = str(self.dir(""))
@@ -558,7 +558,7 @@ def test_no_nodeslo_no_reconcile(tmp_path: Path) -> None:
 
 
 def _number(node: Node, name: str, kind: str = "device") -> str:
-    facts = blkio.read_facts(node.state())
+    facts = blkio_facts.read_facts(node.state())
     block = blkio._Block(name, kind, {}, "blocks[0]")
     return blkio._Resolver(node.state(), facts).block(block, None)
 
@@ -595,7 +595,7 @@ def test_resolution(tmp_path: Path) -> None:
 def test_facts_from_sysfs_and_mountinfo(tmp_path: Path) -> None:
     node = example_node(tmp_path)
     node.mount("/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/with\\040space/mount", "253:17", "/dev/vdb1")
-    facts = blkio.read_facts(node.state())
+    facts = blkio_facts.read_facts(node.state())
     assert facts.devices["vdb1"] == blkio_facts.BlockDevice("vdb1", "253:17", "part", parent="vdb",
                                                             scheduler="mq-deadline")
     assert facts.devices["dm-0"].lvm and facts.devices["dm-0"].slaves == ("vdb",)
@@ -646,7 +646,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
     def state(be_cfg: dict[str, Any], annotation: str | None = None) -> QoSState:
         if annotation is not None:
             raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: annotation}  # type: ignore[index]
-        spec = merge_nodeslo_spec({"resourceQOSStrategy": {"beClass": {"blkioQOS": be_cfg}}})
+        spec = nodeslo_config({"resourceQOSStrategy": {"beClass": {"blkioQOS": be_cfg}}})
         return QoSState(paths, 1, CgroupDriver.CGROUPFS, [pod], spec)
 
     def kernel(rel: str, name: str) -> str:
@@ -654,7 +654,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
 
     executor = Executor(paths, 1, Health())
     on = state(be)
-    facts = blkio.read_facts(on)
+    facts = blkio_facts.read_facts(on)
     assert facts.devices[disk].number == number
     plan = blkio.plan(on, facts)
     assert plan.errors == []
@@ -671,13 +671,13 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
         assert f"{number} 40" in kernel(be_rel, blkio_facts.V1_BFQ_WEIGHT)
 
     # the unchanged node: nothing planned, and a fresh executor (no cache) writes nothing
-    again = blkio.plan(on, blkio.read_facts(on))
+    again = blkio.plan(on, blkio_facts.read_facts(on))
     assert again.writes == [] and again.errors == []
 
     off = state({"enable": False}, annotation="")
-    results = Executor(paths, 1, Health()).apply(blkio.plan(off, blkio.read_facts(off)))
+    results = Executor(paths, 1, Health()).apply(blkio.plan(off, blkio_facts.read_facts(off)))
     assert all(r.result == "written" for r in results), [(r.result, r.detail) for r in results]
     assert {r.write.value for r in results} == {f"{number} 0"}
     for rel in (be_rel, pod_rel):
         assert all(kernel(rel, f) == "" for f in THROTTLE)
-    assert blkio.plan(off, blkio.read_facts(off)).writes == []
+    assert blkio.plan(off, blkio_facts.read_facts(off)).writes == []

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from apis.slo.types import CPUBurstConfig, NodeSLOSpec
 from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -27,8 +28,6 @@ from koordlet.qos import cpuburst
 from koordlet.qos.cpuburst import by_node, operation, target_quota
 from koordlet.qos.cpuburst_config import (
     ANNOTATION_CPU_BURST,
-    BurstConfig,
-    node_strategy,
     pod_config,
     static_burst_us,
 )
@@ -42,20 +41,22 @@ from koordlet.qos.cpuburst_facts import (
     share_pool_state,
 )
 from koordlet.qos.executor import Executor
-from koordlet.qos.manager import Feature, QoSManager, enabled_features
+from koordlet.qos.feature import record
+from koordlet.qos.features import CPUBurst
+from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.metrics import SCALED_LABELS, QoSMetrics
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
 from simhost import SimHost
 
 B = 100_000  # system.CFSBasePeriodValue
-AUTO = BurstConfig("auto", 1000, 300, -1)  # upstream's defaultAutoBurstCfg
+AUTO = CPUBurstConfig("auto", 1000, 300, -1)  # upstream's defaultAutoBurstCfg
 DRIVER = CgroupDriver.CGROUPFS
 
 
@@ -89,11 +90,11 @@ def pod(name: str, limits: dict[str, str | None], *, label: str | None = None, r
     return pod_meta(raw, driver, Health())
 
 
-def slo(**strategy: Any) -> dict[str, Any]:
-    return merge_nodeslo_spec({"cpuBurstStrategy": strategy} if strategy else {})
+def slo(**strategy: Any) -> NodeSLOSpec:
+    return nodeslo_config({"cpuBurstStrategy": strategy} if strategy else {})
 
 
-def cfg_slo(cfg: BurstConfig, share_pool: int = 50) -> dict[str, Any]:
+def cfg_slo(cfg: CPUBurstConfig, share_pool: int = 50) -> NodeSLOSpec:
     return slo(policy=cfg.policy, cpuBurstPercent=cfg.cpu_burst_percent,
                cfsQuotaBurstPercent=cfg.cfs_quota_burst_percent,
                cfsQuotaBurstPeriodSeconds=cfg.cfs_quota_burst_period_seconds, sharePoolThresholdPercent=share_pool)
@@ -116,21 +117,21 @@ def apply_to(values: dict[str, int], p: Plan, st: QoSState) -> dict[str, int]:
 
 
 def test_node_strategy_defaults_are_upstreams() -> None:
-    s = node_strategy(merge_nodeslo_spec(None))
-    assert s.config == BurstConfig("none", 1000, 300, -1) and s.share_pool_threshold_percent == 50
+    s = nodeslo_config(None).cpu_burst_strategy
+    assert s.config == CPUBurstConfig("none", 1000, 300, -1) and s.share_pool_threshold_percent == 50
 
 
 def test_pod_config_cases() -> None:
-    node = BurstConfig("auto", 1000, 300, 600)
+    node = CPUBurstConfig("auto", 1000, 300, 600)
     assert pod_config(pod("p", {"c": "1"}), node) == (node, None)  # "use-node-config"
     full = {"policy": "auto", "cpuBurstPercent": 1000, "cfsQuotaBurstPercent": 300, "cfsQuotaBurstPeriodSeconds": 600}
-    assert pod_config(pod("p", {"c": "1"}, annotation=full), BurstConfig())[0] == node  # "use-pod-config"
+    assert pod_config(pod("p", {"c": "1"}, annotation=full), CPUBurstConfig())[0] == node  # "use-pod-config"
     merged, err = pod_config(pod("p", {"c": "1"}, annotation={"policy": "cpuBurstOnly", "cpuBurstPercent": 500}),
                              node)  # "merge-pod-config"
-    assert err is None and merged == BurstConfig("cpuBurstOnly", 500, 300, 600)
+    assert err is None and merged == CPUBurstConfig("cpuBurstOnly", 500, 300, 600)
     # Go's decoding: keys match fields case-insensitively, null and "" unset, unknown keys are ignored
     merged, _ = pod_config(pod("p", {"c": "1"}, annotation='{"CPUBURSTPERCENT": 200, "policy": "", "x": 1}'), node)
-    assert merged == BurstConfig("auto", 200, 300, 600)
+    assert merged == CPUBurstConfig("auto", 200, 300, 600)
     assert pod_config(pod("p", {"c": "1"}, annotation="null"), node)[0] == node
 
 
@@ -138,7 +139,7 @@ def test_pod_config_cases() -> None:
                                   '{"policy": 3}', '{"cfsQuotaBurstPercent": 1e3}', '{"cpuBurstPercent": -5}',
                                   '{"cpuBurstPercent": 10001}', '{"cfsQuotaBurstPeriodSeconds": -2}'])
 def test_bad_annotation_uses_the_node_config_and_is_an_event(text: str) -> None:
-    node = BurstConfig("auto", 1000, 300, 600)
+    node = CPUBurstConfig("auto", 1000, 300, 600)
     got, err = pod_config(pod("p", {"c": "1"}, annotation=text), node)
     assert got == node and err is not None and err.field == f"annotations[{ANNOTATION_CPU_BURST}]"
 
@@ -146,7 +147,7 @@ def test_bad_annotation_uses_the_node_config_and_is_an_event(text: str) -> None:
 # ---- static burst: upstream TestCPUBurst_applyCPUBurst -----------------------------------------------------------
 
 
-def burst_plan(p: PodMeta, cfg: BurstConfig, *, burst_file: bool = True) -> dict[str, str]:
+def burst_plan(p: PodMeta, cfg: CPUBurstConfig, *, burst_file: bool = True) -> dict[str, str]:
     st = QoSState(HostPaths.under("/x"), 1, DRIVER, [p], cfg_slo(cfg))
     out = cpuburst.plan(st, BurstFacts(burst_file))
     return {w.path: w.value for w in out.writes if w.resource == "cpu.cfs_burst_us"}
@@ -163,19 +164,19 @@ def test_static_burst_upstream_values() -> None:
     # "apply-by-default-burst-config": 5 × 10 × B and 3 × 10 × B (pod: the sum)
     assert (static_burst_us(five, AUTO), static_burst_us(three, AUTO)) == (5 * 10 * B, 3 * 10 * B)
     # "apply-by-specified-burst-config": 500 %
-    half = BurstConfig("auto", 500)
+    half = CPUBurstConfig("auto", 500)
     assert (static_burst_us(five, half), static_burst_us(three, half)) == (5 * 5 * B, 3 * 5 * B)
     # "apply-by-disabled-burst-config" (cfsQuotaBurstOnly) and "apply-by-unlimited-container"
-    assert static_burst_us(five, BurstConfig("cfsQuotaBurstOnly", 500)) == 0
+    assert static_burst_us(five, CPUBurstConfig("cfsQuotaBurstOnly", 500)) == 0
     assert static_burst_us({"resources": {}}, AUTO) == 0
-    assert static_burst_us({"resources": {"limits": {"cpu": "1500m"}}}, BurstConfig("cpuBurstOnly", 50)) == 75000
+    assert static_burst_us({"resources": {"limits": {"cpu": "1500m"}}}, CPUBurstConfig("cpuBurstOnly", 50)) == 75000
 
 
 def test_static_burst_is_capped_at_the_quota_the_kernel_allows() -> None:
     p = pod("p", {"test-container-1": "5", "test-container-2": "3"})
     assert burst_of(p, burst_plan(p, AUTO)) == ([5 * B, 3 * B], 8 * B)  # upstream: 50 and 30 × B, EINVAL
-    assert burst_of(p, burst_plan(p, BurstConfig("auto", 50))) == ([250000, 150000], 400000)  # below the cap
-    assert burst_of(p, burst_plan(p, BurstConfig("cfsQuotaBurstOnly", 500))) == ([0, 0], 0)
+    assert burst_of(p, burst_plan(p, CPUBurstConfig("auto", 50))) == ([250000, 150000], 400000)  # below the cap
+    assert burst_of(p, burst_plan(p, CPUBurstConfig("cfsQuotaBurstOnly", 500))) == ([0, 0], 0)
     unlimited = pod("p", {"test-container-1": None, "test-container-2": None})
     assert burst_of(unlimited, burst_plan(unlimited, AUTO)) == ([0, 0], 0)
     assert burst_plan(p, AUTO, burst_file=False) == {}  # a kernel without cfs_burst_us
@@ -197,7 +198,7 @@ def test_eligibility() -> None:
 
 QUOTA_CASES = [
     # name, cfg, node state, {container: (limit, current, throttled)}, pod current, want pod, want containers
-    ("scale-reset-for-burst-config-disabled-on-idle-state", BurstConfig("cpuBurstOnly", 1000, 300, -1), "idle",
+    ("scale-reset-for-burst-config-disabled-on-idle-state", CPUBurstConfig("cpuBurstOnly", 1000, 300, -1), "idle",
      {"c1": ("2", 4 * B, 0.5)}, 4 * B, 2 * B, {"c1": 2 * B}),
     ("scale-remain-for-throttled-pod-on-cooling-state", AUTO, "cooling",
      {"c1": ("2", 4 * B, 0.5)}, 4 * B, 4 * B, {"c1": 4 * B}),
@@ -205,9 +206,9 @@ QUOTA_CASES = [
      {"c1": ("2", 202000, 0.5)}, 202000, 2 * B, {"c1": 2 * B}),
     ("scale-down-for-throttled-pod-on-overload-state", AUTO, "overload",
      {"c1": ("2", 4 * B, 0.5)}, 4 * B, 320000, {"c1": 320000}),
-    ("scale-down-because-burst-period-config-zero-on-idle-state", BurstConfig("auto", 1000, 300, 0), "idle",
+    ("scale-down-because-burst-period-config-zero-on-idle-state", CPUBurstConfig("auto", 1000, 300, 0), "idle",
      {"c1": ("2", 4 * B, 0.5)}, 4 * B, 320000, {"c1": 320000}),
-    ("scale-reset-because-burst-percent-config-illegal-on-idle-state", BurstConfig("auto", 1000, 90, -1), "idle",
+    ("scale-reset-because-burst-percent-config-illegal-on-idle-state", CPUBurstConfig("auto", 1000, 90, -1), "idle",
      {"c1": ("2", 4 * B, 0.5)}, 4 * B, 2 * B, {"c1": 2 * B}),
     ("scale-remain-because-not-throttled-on-idle-state", AUTO, "idle",
      {"c1": ("2", 580000, 0)}, 580000, 580000, {"c1": 580000}),
@@ -224,7 +225,7 @@ QUOTA_CASES = [
 
 @pytest.mark.parametrize(("name", "cfg", "state_", "containers", "pod_now", "want_pod", "want"), QUOTA_CASES,
                          ids=[c[0] for c in QUOTA_CASES])
-def test_cfs_quota_burst_upstream_cases(name: str, cfg: BurstConfig, state_: Any,
+def test_cfs_quota_burst_upstream_cases(name: str, cfg: CPUBurstConfig, state_: Any,
                                         containers: dict[str, tuple[str | None, int, float]], pod_now: int,
                                         want_pod: int, want: dict[str, int]) -> None:
     p = pod("test-pod-1", {n: c[0] for n, c in containers.items()})
@@ -291,11 +292,11 @@ def test_limiter_allow(period: int, percent: int, fill: float, elapsed: int, usa
 def test_limiter_starts_below_half_full_and_resets_when_the_config_changes() -> None:
     clock = [0.0]
     memory = BurstMemory(clock=lambda: clock[0], rng=random.Random(7))
-    cfg = BurstConfig("auto", 1000, 300, 600)
+    cfg = CPUBurstConfig("auto", 1000, 300, 600)
     memory.allowed("c", cfg, 1000, 1.0)
     first = memory.limiters["c"]
     assert first.capacity == 600 * 200 and 0 <= first.tokens < first.capacity / 2
-    memory.allowed("c", BurstConfig("auto", 1000, 200, 300), 1000, 1.0)  # "update-limiter"
+    memory.allowed("c", CPUBurstConfig("auto", 1000, 200, 300), 1000, 1.0)  # "update-limiter"
     assert memory.limiters["c"].capacity == 300 * 100
     # Recycle ("delete-expire-limiter"): a bucket unused for 2 × its period goes
     memory.allowed("d", cfg, 1000, 1.0)
@@ -314,8 +315,8 @@ def test_limiter_counts_fractions_of_seconds() -> None:
 
 def test_no_period_or_illegal_percent() -> None:
     memory = BurstMemory()
-    assert memory.allowed("c", BurstConfig("auto", 1000, 300, -1), 1000, 5.0)
-    assert not memory.allowed("c", BurstConfig("auto", 1000, 90, 600), 1000, 0.1)
+    assert memory.allowed("c", CPUBurstConfig("auto", 1000, 300, -1), 1000, 5.0)
+    assert not memory.allowed("c", CPUBurstConfig("auto", 1000, 90, 600), 1000, 0.1)
     assert memory.limiters == {}
 
 
@@ -502,7 +503,7 @@ def test_reset_under_policy_none_then_steady_passes_write_nothing(tmp_path: Path
     health = Health()
     clock = [0.0]
     ex = Executor(node.host.paths, 1, health, force_seconds=60, clock=lambda: clock[0])
-    qos = QoSManager([Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": "n"})], ex,
+    qos = QoSManager([CPUBurst(node_name="n")], ex,
                      EventRecorder(health, "n"), health)
     st = node.state(slo())
     assert sorted(v for _, v in written(qos.reconcile(st))) == ["200000", "300000"]  # the burst files hold 0
@@ -527,7 +528,7 @@ def test_scaled_values_are_exported_once_written_and_leave_with_the_pod(tmp_path
     reg = CollectorRegistry(auto_describe=False)
     metrics = QoSMetrics("n1", reg, cpu_burst=True)
     ex = Executor(node.host.paths, 1, health, observer=metrics)
-    qos = QoSManager([Feature("cpuburst", "koordlet.qos.cpuburst", {"node_name": "n1"})], ex,
+    qos = QoSManager([CPUBurst(node_name="n1")], ex,
                      EventRecorder(health, "n1"), health, metrics)
     qos.reconcile(node.state(slo()))
 
@@ -552,13 +553,15 @@ def test_scaled_values_are_exported_once_written_and_leave_with_the_pod(tmp_path
     assert scraped() == {"koordlet_container_scaled_cfs_burst_us": {}, "koordlet_container_scaled_cfs_quota_us": {}}
 
 
-def test_manager_keeps_the_memory_and_passes_it_to_read_facts(tmp_path: Path) -> None:
+def test_the_feature_keeps_one_memory_with_the_configured_windows(tmp_path: Path) -> None:
     cfg = Config("n", HostPaths.under(str(tmp_path)), collect_res_used_interval=2.0, reconcile_interval_seconds=3.0)
-    feature = next(f for f in enabled_features(cfg) if f.name == "cpuburst")
+    [feature] = [f for f in enabled_features(cfg) if isinstance(f, CPUBurst)]
+    memory = feature.memory
+    assert memory.last_window == 4.0 and memory.avg_window == 10.0
     health = Health()
-    qos = QoSManager([feature], Executor(cfg.paths, 1, health), EventRecorder(health, "n"), health)
-    memory = qos._memory["cpuburst"]
-    assert isinstance(memory, BurstMemory) and memory.last_window == 4.0 and memory.avg_window == 10.0
+    QoSManager([feature], Executor(cfg.paths, 1, health), EventRecorder(health, "n"), health).plan(
+        QoSState(cfg.paths, 1, DRIVER, [], slo(), nodeslo_present=True))
+    assert feature.memory is memory  # kept between passes
 
 
 def test_v2_cpu_max_keeps_its_period_and_burst_goes_to_cpu_max_burst(tmp_path: Path) -> None:
@@ -580,10 +583,10 @@ def test_v2_cpu_max_keeps_its_period_and_burst_goes_to_cpu_max_burst(tmp_path: P
     written(ex.apply(out))
 
 
-def test_report_capabilities_logs_a_missing_burst_file_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_capabilities_log_a_missing_burst_file_once(caplog: pytest.LogCaptureFixture) -> None:
     health = Health()
     for _ in range(3):
-        cpuburst.report_capabilities(health, BurstFacts(False))
+        record(health, cpuburst.capabilities(BurstFacts(False)))
     assert health.capabilities["cpu-burst"] is False
     assert sum("cpu-burst" in r.getMessage() for r in caplog.records) == 1
 

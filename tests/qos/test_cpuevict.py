@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.types import NodeSLOSpec, ResourceThresholdStrategy
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.metriccache import MetricCache
@@ -16,7 +17,7 @@ from koordlet.qos import cpuevict
 from koordlet.qos.cpuevict import BEWindow, CPUFacts
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod
@@ -37,8 +38,8 @@ def node(batch_cpu: str | None = "30000") -> dict[str, Any]:
     return {"metadata": {"name": "test-node"}, "status": {"capacity": dict(alloc), "allocatable": alloc}}
 
 
-def slo(**cfg: Any) -> dict[str, Any]:
-    return merge_nodeslo_spec({"resourceUsedThresholdWithBE": {"enable": True, **cfg}})
+def slo(**cfg: Any) -> NodeSLOSpec:
+    return nodeslo_config({"resourceUsedThresholdWithBE": {"enable": True, **cfg}})
 
 
 def state(pods: list[PodMeta], nodeslo: dict[str, Any], node_obj: dict[str, Any] | None = None,
@@ -101,7 +102,7 @@ def test_upstream_release(cfg: dict[str, Any], avg: BEWindow, last: BEWindow, ba
 ])
 def test_satisfaction_config_valid(cfg: dict[str, Any], valid: bool) -> None:
     """Test_isSatisfactionConfigValid; an invalid config skips the round with upstream's reason."""
-    assert isinstance(cpuevict.check_config(cfg), tuple) == valid
+    assert isinstance(cpuevict.check_config(slo(**cfg).resource_used_threshold_with_be), tuple) == valid
     plan = cpuevict.plan(state([be_pod("be", 50000, 1)], slo(**cfg)),
                          CPUFacts(60_000, 60, 1, w(59, 10000, 9500, 50000), w(1, 10000, 9500, 50000)))
     assert (plan.skip is None) == valid
@@ -111,7 +112,7 @@ def test_satisfaction_config_valid(cfg: dict[str, Any], valid: bool) -> None:
 
 def test_chart_nodeslo_is_a_no_op() -> None:
     """Under the chart NodeSLO (enable true, no satisfaction percents) nothing can happen."""
-    chart = merge_nodeslo_spec({"resourceUsedThresholdWithBE": {
+    chart = nodeslo_config({"resourceUsedThresholdWithBE": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset",
         "memoryEvictThresholdPercent": 70, "cpuEvictPolicy": "evictByRealLimit"}})
     plan = cpuevict.plan(state([be_pod("be", 50000, 1)], chart),
@@ -121,8 +122,8 @@ def test_chart_nodeslo_is_a_no_op() -> None:
     assert plan.candidates == ()
 
 
-@pytest.mark.parametrize(("nodeslo", "present"), [(merge_nodeslo_spec(None), False),
-                                                  (merge_nodeslo_spec({"resourceUsedThresholdWithBE": BASE}), True)])
+@pytest.mark.parametrize(("nodeslo", "present"), [(nodeslo_config(None), False),
+                                                  (nodeslo_config({"resourceUsedThresholdWithBE": BASE}), True)])
 def test_nodeslo_gate(nodeslo: dict[str, Any], present: bool) -> None:
     plan = cpuevict.plan(state([be_pod("be", 50000, 1)], nodeslo, present=present),
                          CPUFacts(60_000, 60, 1, w(59, 10000, 9500, 50000), w(1, 10000, 9500, 50000)))
@@ -187,7 +188,7 @@ def test_facts_from_the_metric_cache() -> None:
     plan = cpuevict.plan(s, facts)
     assert plan.need == 10000 and [e.pod.name for e in plan.evictions] == ["be"]
     # a window shorter than the interval is the interval; no samples at all → skipped, not evicted
-    assert cpuevict.window_seconds({"cpuEvictTimeWindowSeconds": 0}, 1) == 1
+    assert cpuevict.window_seconds(ResourceThresholdStrategy(cpu_evict_time_window_seconds=0), 1) == 1
     empty = cpuevict.read_facts(state([], slo(**BASE, cpuEvictTimeWindowSeconds=10), cache=MetricCache(
         lambda kind: 3600)), collect_interval=1.0, now_ms=T0)
     assert cpuevict.plan(s, empty).skip == "BE CPU samples not enough (0 in a 10s window)"

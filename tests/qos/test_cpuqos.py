@@ -2,39 +2,42 @@
 
 from __future__ import annotations
 
-import copy
 import errno
 import logging
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
+from koordlet.nri.hooks.model import PodInfo
 from koordlet.qos import cpuqos
 from koordlet.qos.cpuqos import (
     AnnotationError,
     bvt_rule,
+    capabilities,
     kubelet_pod_cpu_shares,
     parse_cpuqos_annotation,
     plan,
     pod_value,
     read_facts,
-    report_capabilities,
 )
 from koordlet.qos.executor import Executor
+from koordlet.qos.feature import record
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
-from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.model import PodMeta, PodView
+from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
@@ -48,14 +51,14 @@ ANN = "koordinator.sh/cpuQOS"
 
 
 def slo(*, lsr: bool = True, ls: bool = True, be: bool = True, policy: str | None = None,
-        **cpu_qos: dict[str, Any]) -> dict[str, Any]:
+        host_applications: list[dict[str, Any]] | None = None, **cpu_qos: dict[str, Any]) -> NodeSLOSpec:
     """A merged NodeSLO spec with CPU QoS enabled per class; `cpu_qos` overrides a class's cpuQOS fields."""
     strategy: dict[str, Any] = {}
     for key, on in (("lsrClass", lsr), ("lsClass", ls), ("beClass", be)):
         strategy[key] = {"cpuQOS": {"enable": on, **cpu_qos.get(key, {})}}
     if policy is not None:
         strategy["policies"] = {"cpuPolicy": policy}
-    return merge_nodeslo_spec({"resourceQOSStrategy": strategy})
+    return nodeslo_config({"resourceQOSStrategy": strategy, "hostApplications": host_applications})
 
 
 def pod(name: str, k8s_qos: str = "Burstable", label: str | None = None, annotation: str | None = None,
@@ -70,13 +73,13 @@ def pod(name: str, k8s_qos: str = "Burstable", label: str | None = None, annotat
     return pod_meta(raw, driver, Health())
 
 
-def state(host: SimHost | None, pods: list[PodMeta], spec: dict[str, Any], *, present: bool = True,
+def state(host: SimHost | None, pods: list[PodMeta], spec: NodeSLOSpec, *, present: bool = True,
           paths: HostPaths | None = None, version: int = 1,
           driver: CgroupDriver = CgroupDriver.CGROUPFS) -> QoSState:
     if host is not None:
         paths, version, driver = host.paths, host.version, host.driver
     assert paths is not None
-    return QoSState(paths, version, driver, pods, spec, host_apps(spec, driver), present)
+    return QoSState(paths, version, driver, pods, spec, host_apps(spec.host_applications, driver), present)
 
 
 def cg_file(host: SimHost, resource: str, rel: str) -> Path:
@@ -99,6 +102,11 @@ def values_by_path(p: Plan) -> dict[str, str]:
     return {w.path: w.value for w in p.writes}
 
 
+def value_of(rule: cpuqos.Rule, p: PodMeta) -> int:
+    """The reconciler's bvt of a pod of the pod list (its own kube QoS)."""
+    return pod_value(rule, p, K8sQoS(p.k8s_qos))
+
+
 def apply(st: QoSState, ex: Executor, **kw: Any) -> list[str]:
     """One pass: facts, plan, apply; the results that changed a file."""
     results = ex.apply(plan(st, read_facts(st), **kw))
@@ -112,17 +120,17 @@ def apply(st: QoSState, ex: Executor, **kw: Any) -> list[str]:
 
 def test_rule_all_enabled_defaults() -> None:
     rule = bvt_rule(slo())
-    assert rule.enable and not rule.errors
+    assert rule.enable
     assert dict(rule.kube_dir) == {G: 0, B: 2, BE: -1}
     cases = [("LSR", "Guaranteed", 2), ("LSE", "Guaranteed", 2), ("LS", "Burstable", 2), ("BE", "BestEffort", -1),
              (None, "Guaranteed", 2), (None, "Burstable", 2), (None, "BestEffort", -1),
              ("SYSTEM", "Guaranteed", 2), ("SYSTEM", "BestEffort", -1)]
     for label, k8s, want in cases:
-        assert pod_value(rule, pod("p", k8s, label)) == want, (label, k8s)
+        assert value_of(rule, pod("p", k8s, label)) == want, (label, k8s)
 
 
 def test_rule_defaults_disabled_is_all_zero() -> None:
-    rule = bvt_rule(merge_nodeslo_spec(None))
+    rule = bvt_rule(nodeslo_config(None))
     assert not rule.enable
     assert set(rule.kube_dir.values()) == set(rule.kube_pod.values()) == set(rule.pod_qos.values()) == {0}
 
@@ -140,7 +148,7 @@ def test_rule_per_class_enable(lsr: bool, ls: bool, be: bool, pods: dict[tuple[s
     assert rule.enable
     assert dict(rule.kube_dir) == {G: 0, B: 2 if ls else 0, BE: -1 if be else 0}
     for (label, k8s), want in pods.items():
-        assert pod_value(rule, pod("p", k8s, label)) == want, (label, k8s)
+        assert value_of(rule, pod("p", k8s, label)) == want, (label, k8s)
 
 
 def test_rule_custom_values_and_core_sched_policy() -> None:
@@ -159,23 +167,18 @@ def test_rule_custom_values_and_core_sched_policy() -> None:
     assert bvt_rule(slo(policy="coreSched", lsr=False, lsClass={"schedIdle": 1})).dir_idle[G] == 1
 
 
-def test_rule_malformed_class_is_skipped_with_an_error() -> None:
-    spec = slo()
-    spec["resourceQOSStrategy"]["beClass"]["cpuQOS"]["groupIdentity"] = 7  # the merge keeps a well-typed value
-    spec["resourceQOSStrategy"]["lsrClass"]["cpuQOS"]["enable"] = "yes"
-    rule = bvt_rule(spec, "node-1")
-    assert {e.field for e in rule.errors} == {"resourceQOSStrategy.beClass.cpuQOS.groupIdentity",
-                                              "resourceQOSStrategy.lsrClass.cpuQOS.enable"}
-    assert all(e.kind == "NodeSLO" and e.name == "node-1" for e in rule.errors)
-    assert rule.kube_dir[BE] is None and rule.pod_qos["BE"] is None and rule.pod_qos["LSR"] is None
-    assert rule.kube_dir[B] == 2 and rule.pod_qos["LS"] == 2
-    assert pod_value(rule, pod("be", "BestEffort", "BE")) is None
-
-    bad_policy = copy.deepcopy(slo())
-    bad_policy["resourceQOSStrategy"]["policies"]["cpuPolicy"] = "magic"
-    rule = bvt_rule(bad_policy)
-    assert [e.field for e in rule.errors] == ["resourceQOSStrategy.policies.cpuPolicy"]
-    assert set(rule.kube_dir.values()) == {None}
+def test_malformed_class_is_refused_before_any_rule() -> None:
+    """A class the rule could not use refuses the whole NodeSLO when it is received, naming the fields: no planner
+    (nor the runtime hook) ever builds a rule from it."""
+    obj = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "node-1"},
+           "spec": {"resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": True, "groupIdentity": 7}},
+                                            "lsrClass": {"cpuQOS": {"enable": "yes"}},
+                                            "policies": {"cpuPolicy": "magic"}}}}
+    decoded = decode_nodeslo(obj)
+    assert decoded.spec is None
+    assert [p.split(":")[0] for p in decoded.problems] == [
+        "spec.resourceQOSStrategy.policies.cpuPolicy", "spec.resourceQOSStrategy.lsrClass.cpuQOS.enable",
+        "spec.resourceQOSStrategy.beClass.cpuQOS.groupIdentity"]
 
 
 # ---- the annotation (spec §2.4) -----------------------------------------------------------------------------------
@@ -199,12 +202,12 @@ def test_rule_malformed_class_is_skipped_with_an_error() -> None:
 ])
 def test_annotation(label: str | None, annotation: str, want: int) -> None:
     rule = bvt_rule(slo())
-    assert pod_value(rule, pod("p", "BestEffort" if label == "BE" else "Burstable", label, annotation)) == want
+    assert value_of(rule, pod("p", "BestEffort" if label == "BE" else "Burstable", label, annotation)) == want
 
 
 def test_annotation_lets_ls_pods_yield_even_when_ls_is_disabled() -> None:
     rule = bvt_rule(slo(lsr=False, ls=False, be=False))
-    assert pod_value(rule, pod("p", "Burstable", "LS", '{"enable":true,"groupIdentity":-1}')) == -1
+    assert value_of(rule, pod("p", "Burstable", "LS", '{"enable":true,"groupIdentity":-1}')) == -1
 
 
 @pytest.mark.parametrize(("annotation", "field"), [
@@ -217,9 +220,32 @@ def test_annotation_lets_ls_pods_yield_even_when_ls_is_disabled() -> None:
 def test_malformed_annotation(annotation: str, field: str) -> None:
     p = pod("web", "Burstable", "LS", annotation)
     with pytest.raises(AnnotationError) as e:
-        pod_value(bvt_rule(slo()), p)
+        value_of(bvt_rule(slo()), p)
     assert e.value.error.field == f"annotations[{ANN}]{field}"
     assert e.value.error.kind == "Pod" and e.value.error.name == "default/web" and e.value.error.uid == p.uid
+
+
+@pytest.mark.parametrize(("label", "annotation"), [
+    ("LS", '{"enable":true,"groupIdentity":-1}'), ("LS", '{"enable":false}'), ("LS", None), ("BE", None),
+    (None, '{"enable":true,"groupIdentity":-1}'), ("LSR", "{not json"), ("LS", '{"groupIdentity":3}'),
+])
+def test_a_runtime_hook_request_and_the_pod_list_get_the_same_value(label: str | None,
+                                                                    annotation: str | None) -> None:
+    """pod_value reads a PodView: the pod list's PodMeta and an NRI request's PodInfo, with the same labels and
+    annotations, get the same value or the same error."""
+    meta = pod("web", "Burstable", label, annotation)
+    info = PodInfo(sandbox_id="s", uid=meta.uid, namespace=meta.namespace, name=meta.name,
+                   labels={"koordinator.sh/qosClass": label} if label else {},
+                   annotations={ANN: annotation} if annotation is not None else {})
+    rule = bvt_rule(slo())
+
+    def outcome(p: PodView) -> int | str:
+        try:
+            return pod_value(rule, p, K8sQoS.BURSTABLE)
+        except AnnotationError as e:
+            return f"{e.error.name} {e.error.field} {e.error.uid}"
+
+    assert outcome(meta) == outcome(info)
 
 
 def test_parse_annotation_fields() -> None:
@@ -305,10 +331,9 @@ def test_dangling_pod_dirs_and_host_apps(tmp_path: Path) -> None:
     gone_g = pod_dir(host.driver, G, "0000-cafe")
     for rel in (gone_be, gone_bu, gone_g, f"{gone_be}/cri-containerd-abc.scope", "kubepods.slice/other.slice"):
         put(host, rel, cpu__bvt_warp_ns="0")
-    spec = slo()
-    spec["hostApplications"] = [{"name": "nginx", "qos": "LS"}, {"name": "batch", "qos": "BE"},
-                                {"name": "sys", "qos": "SYSTEM", "cgroupPath": {"base": "CgroupRoot",
-                                                                               "parentDir": "host-system"}}]
+    spec = slo(host_applications=[{"name": "nginx", "qos": "LS"}, {"name": "batch", "qos": "BE"},
+                                  {"name": "sys", "qos": "SYSTEM", "cgroupPath": {"base": "CgroupRoot",
+                                                                                 "parentDir": "host-system"}}])
     for rel in ("host-latency-sensitive/nginx", "host-best-effort/batch", "host-system"):
         put(host, rel, cpu__bvt_warp_ns="0")
     st = state(host, [known], spec)
@@ -340,20 +365,23 @@ def test_malformed_annotation_skips_only_that_pod(tmp_path: Path) -> None:
     assert paths[cg_file(host, "cpu.bvt_warp_ns", good[1].cgroup_dir).as_posix()] == "-1"
 
 
-def test_malformed_nodeslo_class_never_reaches_a_file(tmp_path: Path) -> None:
+def test_an_out_of_range_class_value_never_reaches_a_file(tmp_path: Path) -> None:
+    """The decoder refuses a groupIdentity outside [-1, 2]; a spec built past it still has its write refused by the
+    executor's validation of cpu.bvt_warp_ns, and the other values are written."""
     host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()
     pods = [pod("ls", "Burstable", "LS"), pod("be", "BestEffort", "BE")]
     _bvt_host(host, pods)
     spec = slo()
-    spec["resourceQOSStrategy"]["beClass"]["cpuQOS"]["groupIdentity"] = -5
-    st = state(host, pods, spec)
-    p = plan(st, read_facts(st), node_name="node-1")
-    assert [e.field for e in p.errors] == ["resourceQOSStrategy.beClass.cpuQOS.groupIdentity"]
-    assert all(-1 <= int(w.value) <= 2 for w in p.writes)
-    paths = values_by_path(p)
-    assert cg_file(host, "cpu.bvt_warp_ns", pods[1].cgroup_dir).as_posix() not in paths
-    assert cg_file(host, "cpu.bvt_warp_ns", qos_dir(host.driver, BE)).as_posix() not in paths
-    assert paths[cg_file(host, "cpu.bvt_warp_ns", pods[0].cgroup_dir).as_posix()] == "2"
+    strategy = spec.resource_qos_strategy
+    bad = replace(spec, resource_qos_strategy=replace(strategy, be_class=replace(
+        strategy.be_class, cpu_qos=replace(strategy.be_class.cpu_qos, group_identity=-5))))
+    st = state(host, pods, bad)
+    results = Executor(host.paths, 1, Health()).apply(plan(st, read_facts(st), node_name="node-1"))
+    refused = {r.write.path for r in results if r.result == "invalid"}
+    assert refused == {cg_file(host, "cpu.bvt_warp_ns", rel).as_posix() for rel in (
+        pods[1].cgroup_dir, qos_dir(host.driver, BE), *(c.cgroup_dir for c in pods[1].containers if c.cgroup_dir))}
+    assert read(host, "cpu.bvt_warp_ns", pods[1].cgroup_dir) == "0"
+    assert read(host, "cpu.bvt_warp_ns", pods[0].cgroup_dir) == "2"
 
 
 def test_nothing_before_a_nodeslo_or_without_a_mechanism(tmp_path: Path) -> None:
@@ -497,7 +525,7 @@ def test_read_facts_sysctl_errors_and_capabilities(tmp_path: Path) -> None:
     f = read_facts(st)
     assert f.group_identity and not f.bvt_file and not f.cpu_idle
     health = Health()
-    report_capabilities(health, f)
+    record(health, capabilities(f))
     assert health.capabilities == {cpuqos.CAP_GROUP_IDENTITY: True, cpuqos.CAP_CPU_IDLE: False}
 
 
@@ -506,7 +534,7 @@ def test_missing_group_identity_is_a_warning_only_without_the_cpu_idle_fallback(
         cpu_idle: bool, level: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     facts = cpuqos.CPUQoSFacts(False, None, None, cpu_idle)
-    report_capabilities(Health(), facts)
+    record(Health(), capabilities(facts))
     [line] = [r for r in caplog.records if cpuqos.CAP_GROUP_IDENTITY in r.getMessage()]
     assert line.levelno == level
 

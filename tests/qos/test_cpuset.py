@@ -28,7 +28,7 @@ from koordlet.states.cpupools import (
     resource_status,
 )
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
@@ -103,7 +103,7 @@ def pod(name: str, k8s_qos: str = "Burstable", label: str | None = None, res_sta
 
 def qstate(host: SimHost, pods: list[PodMeta], node: dict[str, Any] | None = None,
            kubelet_config: dict[str, Any] | None = None) -> QoSState:
-    return QoSState(host.paths, host.version, host.driver, pods, merge_nodeslo_spec(None), node=node,
+    return QoSState(host.paths, host.version, host.driver, pods, nodeslo_config(None), node=node,
                     kubelet_config=kubelet_config)
 
 
@@ -229,7 +229,7 @@ def test_planned_cpuset_lands_and_second_pass_writes_nothing(tmp_path: Path) -> 
                         if sub == "cpuset":  # a new v1 cpuset starts empty: give it the parent's, as kubelet does
                             for f in ("cpuset.cpus", "cpuset.mems"):
                                 (d / f).write_text((d.parent / f).read_text())
-        st = QoSState(paths, 1, CgroupDriver.CGROUPFS, [lsr, ls], merge_nodeslo_spec(None))
+        st = QoSState(paths, 1, CgroupDriver.CGROUPFS, [lsr, ls], nodeslo_config(None))
         ex = Executor(paths, 1, Health())
         results = ex.apply(plan(st, read_facts(st)))
         assert not [r for r in results if r.result in ("invalid", "error")], results

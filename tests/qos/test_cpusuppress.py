@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.hostapps import host_apps
@@ -29,7 +30,6 @@ from koordlet.qos.cpusuppress import (
     Budget,
     SuppressFacts,
     SuppressStatus,
-    Usage,
     budget,
     plan,
     read_facts,
@@ -42,7 +42,7 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.cpupools import CPUInfo, CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require
@@ -73,14 +73,14 @@ def pod(name: str, label: str | None, k8s_qos: str = "Burstable", uid: str | Non
 
 
 def spec(enable: bool = True, policy: str = "cfsQuota", threshold: int = 70, min_percent: int | None = None,
-         apps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         apps: list[dict[str, Any]] | None = None) -> NodeSLOSpec:
     cfg: dict[str, Any] = {"enable": enable, "cpuSuppressPolicy": policy, "cpuSuppressThresholdPercent": threshold}
     if min_percent is not None:
         cfg["cpuSuppressMinPercent"] = min_percent
     received: dict[str, Any] = {"resourceUsedThresholdWithBE": cfg}
     if apps is not None:
         received["hostApplications"] = apps
-    return merge_nodeslo_spec(received)
+    return nodeslo_config(received)
 
 
 def cache_with(node_cpu: float, pods: dict[str, float], apps: dict[str, float] | None = None,
@@ -94,12 +94,12 @@ def cache_with(node_cpu: float, pods: dict[str, float], apps: dict[str, float] |
     return cache
 
 
-def qstate(host: SimHost | None, pods: list[PodMeta], nodeslo: dict[str, Any], cache: MetricCache | None,
+def qstate(host: SimHost | None, pods: list[PodMeta], nodeslo: NodeSLOSpec, cache: MetricCache | None,
            node_obj: dict[str, Any] | None, present: bool = True) -> QoSState:
     if host is None:
         host = SimHost(Path("/nonexistent"), 1, CgroupDriver.CGROUPFS)
-    return QoSState(host.paths, host.version, host.driver, pods, nodeslo, host_apps(nodeslo, host.driver), present,
-                    cache=cache, node=node_obj)
+    apps = host_apps(nodeslo.host_applications, host.driver)
+    return QoSState(host.paths, host.version, host.driver, pods, nodeslo, apps, present, cache=cache, node=node_obj)
 
 
 def budget_of(pods: list[PodMeta], node_cpu: float, usage: dict[str, float], threshold: int = 70,
@@ -247,8 +247,11 @@ def host(simhost: SimHost) -> SimHost:
     return simhost
 
 
-def _apply(host: SimHost, s: QoSState, status: SuppressStatus | None = None) -> list[str]:
-    p = plan(s, read_facts(s), node_name="test-node0", status=status)
+def _apply(host: SimHost, s: QoSState, seen: list[SuppressStatus] | None = None) -> list[str]:
+    """One pass applied; the numbers it decided appended to `seen`."""
+    p = plan(s, read_facts(s), node_name="test-node0")
+    if seen is not None:
+        seen.append(p.status)
     assert p.errors == []
     results = Executor(host.paths, host.version, Health()).apply(p)
     return [r.result for r in results]
@@ -256,19 +259,19 @@ def _apply(host: SimHost, s: QoSState, status: SuppressStatus | None = None) -> 
 
 def test_cfs_quota_follows_the_budget(host: SimHost) -> None:
     pods = [pod(LS, "LS", uid=LS), pod(BE, "BE", "BestEffort", uid=BE)]
-    status = SuppressStatus()
+    seen: list[SuppressStatus] = []
     s = qstate(host, pods, spec(), cache_with(12, {LS: 8, BE: 2}), node("16"))
-    assert _apply(host, s, status) == ["written"]
+    assert _apply(host, s, seen) == ["written"]
     # 16*0.7 - (12-8-2) - 8 = 1.2 cores
     assert quota_now(host) == int(1.2 * PERIOD)
-    assert status.cores == {"cfsQuota": 1.2} and status.ls_used == 8 and status.be_used == 2
+    assert seen[-1] == SuppressStatus({"cfsQuota": 1.2}, ls_used=8, be_used=2)
     # LS load falls: the quota grows by at most 10 % of capacity (1.6 cores) per pass
     s = qstate(host, pods, spec(), cache_with(4, {LS: 0, BE: 2}), node("16"))
-    _apply(host, s, status)
+    _apply(host, s, seen)
     assert quota_now(host) == int(1.2 * PERIOD) + int(0.1 * 16 * PERIOD)
-    _apply(host, s, status)
+    _apply(host, s, seen)
     assert quota_now(host) == int(1.2 * PERIOD) + 2 * int(0.1 * 16 * PERIOD)
-    assert status.cores == {"cfsQuota": quota_now(host) / PERIOD}
+    assert seen[-1].cores == {"cfsQuota": quota_now(host) / PERIOD}
 
 
 def test_cfs_quota_missing_pod_meta(host: SimHost) -> None:
@@ -312,12 +315,14 @@ def test_node_without_capacity_is_an_error(host: SimHost) -> None:
     assert p.writes == [] and [(e.kind, e.field) for e in p.errors] == [("Node", "status.capacity.cpu")]
 
 
-def test_bad_threshold_is_an_error() -> None:
-    nodeslo = spec()
-    nodeslo["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = 170
-    s = qstate(None, [], nodeslo, cache_with(12, {}), node("16"))
-    p = plan(s, SuppressFacts(usage=Usage(T0, 12, {}, {}), quota=10 * PERIOD, period=PERIOD), node_name="n")
-    assert p.writes == [] and p.errors[0].field == "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"
+def test_bad_threshold_refuses_the_nodeslo() -> None:
+    """A threshold out of [0, 100] never reaches the planner: the NodeSLO is refused when received, naming it."""
+    decoded = decode_nodeslo({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
+                              "spec": {"resourceUsedThresholdWithBE": {"enable": True,
+                                                                       "cpuSuppressThresholdPercent": 170}}})
+    assert decoded.spec is None
+    assert [p.split(":")[0] for p in decoded.problems] == [
+        "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"]
 
 
 def test_v2_writes_cpu_max_keeping_the_period(tmp_path: Path) -> None:
@@ -346,10 +351,9 @@ def test_gate_registers_the_feature_on_by_default() -> None:
 
 def test_manager_replans_when_usage_changes_and_exports(host: SimHost) -> None:
     health = Health()
-    status = SuppressStatus()
     executor = Executor(host.paths, host.version, health)
-    manager = QoSManager([f for f in enabled_features(config("test-node0"), status)
-                          if f.name == "cpusuppress"], executor, EventRecorder(health, "test-node0"), health)
+    manager = QoSManager([f for f in enabled_features(config("test-node0")) if f.name == "cpusuppress"], executor,
+                         EventRecorder(health, "test-node0"), health)
     pods = [pod(LS, "LS", uid=LS), pod(BE, "BE", "BestEffort", uid=BE)]
     cache = cache_with(12, {LS: 8, BE: 2})
     s = qstate(host, pods, spec(), cache, node("16"))
@@ -360,7 +364,7 @@ def test_manager_replans_when_usage_changes_and_exports(host: SimHost) -> None:
     cache.append(cache.key("pod_cpu_usage", pod_uid=BE), T0 + 1000, 2)
     manager.reconcile(s)
     assert quota_now(host) == int(0.2 * PERIOD)
-    metrics = AgentMetrics("test-node0", health, Latest(), cache, suppress=status)
+    metrics = AgentMetrics("test-node0", health, Latest(), cache, suppress=lambda: manager.suppress)
     text = metrics.render("internal").decode()
     assert 'koordlet_be_suppress_cpu_cores{node="test-node0",type="cfsQuota"} 0.2' in text
     assert 'koordlet_be_suppress_ls_used_cpu_cores{node="test-node0"} 9.0' in text
@@ -406,10 +410,23 @@ def test_kept_pod_classes_follow_a_relabelled_pod(host: SimHost) -> None:
     assert budget_now([pod(LS, "BE", uid=LS), be]) == 12000  # 14 − 2: its usage is no longer LS
 
 
-def test_dry_run_features_do_not_record() -> None:
-    """`koordlet plan` builds its features without the holder: its numbers never reach the daemon's exporter."""
-    [f] = [f for f in enabled_features(config()) if f.name == "cpusuppress"]
-    assert f.options["status"] is None
+def test_the_exporter_shows_the_daemons_manager_only(host: SimHost, tmp_path: Path) -> None:
+    """`koordlet plan` runs a manager of its own: what it decides never reaches the daemon's exporter, which reads
+    the numbers the daemon's manager last published."""
+    agent = Agent(Config(node_name="test-node0", paths=host.paths, state_dir=str(tmp_path / "state")))
+    assert agent.metrics.suppress is not None and agent.metrics.suppress() == SuppressStatus()
+    daemon, dry = agent.qos_manager(), agent.qos_manager(dry_run=True)
+    dry.suppress = SuppressStatus({"cfsQuota": 1.0}, 1.0, 1.0)
+    assert agent.metrics.suppress() == SuppressStatus()
+    daemon.suppress = SuppressStatus({"cpuset": 2.0}, 3.0, 0.5)
+    assert agent.metrics.suppress() == SuppressStatus({"cpuset": 2.0}, 3.0, 0.5)
+
+
+def test_status_keeps_each_gauges_last_value() -> None:
+    """A GaugeVec child, once set, keeps its value: a pass that sets one policy's cores leaves the other's."""
+    first = SuppressStatus({"cfsQuota": 1.5}, 2.0, 1.0)
+    assert first.then(SuppressStatus({"cpuset": 4.0}, 3.0, None)) == SuppressStatus(
+        {"cfsQuota": 1.5, "cpuset": 4.0}, 3.0, 1.0)
 
 
 # ---- the cpuset policy: selection (upstream Test_calculateBESuppressCPUSetPolicy) ------------------------------------
@@ -482,14 +499,16 @@ def lsr_lse_pods() -> list[PodMeta]:
 
 
 def suppress_cpuset(host: SimHost, budget_cores: int, node_obj: dict[str, Any] | None = None,
-                    pods: list[PodMeta] | None = None, status: SuppressStatus | None = None) -> list[Any]:
+                    pods: list[PodMeta] | None = None, seen: list[SuppressStatus] | None = None) -> list[Any]:
     """One pass of the cpuset policy with a BE budget of `budget_cores` (threshold 100 %, no usage)."""
     capacity = len(CPUTopology.read(host.paths).cpus)
     nodeslo = spec(policy="cpuset", threshold=100)
     obj = node_obj or node(str(capacity))
     s = qstate(host, lsr_lse_pods() if pods is None else pods, nodeslo,
                cache_with(capacity - budget_cores, {}), obj)
-    p = plan(s, read_facts(s), node_name="test-node0", status=status)
+    p = plan(s, read_facts(s), node_name="test-node0")
+    if seen is not None:
+        seen.append(p.status)
     assert p.errors == []
     Executor(host.paths, host.version, Health()).apply(p)
     return p.writes
@@ -502,11 +521,11 @@ BE_DIRS = ["kubepods/besteffort", "kubepods/besteffort/pod1", "kubepods/besteffo
 @pytest.mark.parametrize("old", ["2-3,6-7", "6-7"], ids=["scale down", "scale up"])
 def test_cpuset_from_the_ls_pool(tmp_path: Path, old: str) -> None:
     host = cpuset_host(tmp_path, old)
-    status = SuppressStatus()
-    suppress_cpuset(host, 3, status=status)
+    seen: list[SuppressStatus] = []
+    suppress_cpuset(host, 3, seen=seen)
     # LSR pod holds 0,6 (its share 3*2/7 rounds to 0), LSE pod 7: the HT pair (2,3) on node 0, then 4 on node 1
     assert [cpuset_now(host, d) for d in BE_DIRS] == ["2-4"] * 4
-    assert status.cores == {"cpuset": 3.0}
+    assert seen[-1].cores == {"cpuset": 3.0}
     assert quota_now(host) == -1  # the other policy's recovery
 
 
@@ -646,9 +665,9 @@ def test_real_be_pod_is_suppressed_as_ls_load_rises(tmp_path: Path) -> None:
         cfg = Config(node_name="real-node", paths=paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "state"),
                      feature_gates=parse_feature_gates("RdtResctrl=false,GroupIdentity=false"))
         agent = Agent(cfg)
-        assert agent.sync_pods() and agent.driver == CgroupDriver.CGROUPFS
-        [ls_pod] = [p for p in agent.pods.pods if p.name == "ls"]
-        [be_pod] = [p for p in agent.pods.pods if p.name == "be"]
+        assert agent.sync_pods() and agent.state.driver() == CgroupDriver.CGROUPFS
+        [ls_pod] = [p for p in agent.state.pods() if p.name == "ls"]
+        [be_pod] = [p for p in agent.state.pods() if p.name == "be"]
         quota_file = root / "cpu" / "kubepods/besteffort/cpu.cfs_quota_us"
         assert quota_file.read_text().strip() == "-1"
         slo = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "real-node"},
@@ -669,12 +688,13 @@ def test_real_be_pod_is_suppressed_as_ls_load_rises(tmp_path: Path) -> None:
         try:
             procs += [_busy_in(root, be_pod.containers[0].cgroup_dir or "") for _ in range(cpus)]
             alone = [tick() for _ in range(5)]
-            assert alone[-1] != -1 and agent.suppress.be_used is not None
+            assert alone[-1] != -1 and agent.suppress_status().be_used is not None
             ls_procs = [_busy_in(root, ls_pod.containers[0].cgroup_dir or "") for _ in range(cpus)]
             procs += ls_procs
             loaded = [tick() for _ in range(10)]
             assert 2000 in loaded, f"LS load did not squeeze BE to the floor: {alone} -> {loaded}"
-            assert agent.suppress.ls_used is not None and agent.suppress.ls_used > 0.5  # cores the LS pod took
+            ls_used = agent.suppress_status().ls_used
+            assert ls_used is not None and ls_used > 0.5  # cores the LS pod took
             _stop_all(ls_procs)
             back = [int(quota_file.read_text())]
             system = []

@@ -304,7 +304,7 @@ async def test_simulated_node_evicts_be_pods_in_order_down_to_the_lower_threshol
                  evict=EvictConfig(only_evict_by_api=True))
     agent = Agent(cfg)
     assert agent.sync_pods(PodsDirSource(str(pods_dir), agent.health)) and agent.load_nodeslo_file()
-    agent.node_obj = {"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "4", "memory": "100Gi"}}}
+    agent.state.set_node({"metadata": {"name": NODE}, "status": {"capacity": {"cpu": "4", "memory": "100Gi"}}})
     agent.collect()
     [memory, cpu] = agent.evict_strategies
     assert (memory.gate, memory.cool_down, cpu.gate, cpu.cool_down) == ("BEMemoryEvict", 4, "BECPUEvict", 20)
@@ -389,13 +389,13 @@ def test_one_pod_failing_unexpectedly_does_not_stop_the_round() -> None:
 def test_over_threshold_without_be_pods_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from koordlet.metriccache import MetricCache
     from koordlet.qos.state import QoSState
-    from koordlet.states.nodeslo import merge_nodeslo_spec
+    from koordlet.states.nodeslo import nodeslo_config
 
     cache = MetricCache(lambda kind: 3600)
     now = int(time.time() * 1000)
     cache.append(cache.key("node_memory_usage"), now, 90 * GI)
     s = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [meta(make_pod("ls", "uid-ls"))],
-                 merge_nodeslo_spec({"resourceUsedThresholdWithBE": {"enable": True}}), [], True, cache=cache,
+                 nodeslo_config({"resourceUsedThresholdWithBE": {"enable": True}}), [], True, cache=cache,
                  node={"status": {"capacity": {"memory": "100Gi"}}})
     strategy = EvictStrategy("memoryEvict", "BEMemoryEvict", memoryevict, 1, 4, 1, False, Health())
     with caplog.at_level(logging.WARNING):

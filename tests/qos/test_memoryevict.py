@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.config import spec_from_merged
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.metriccache import MetricCache
@@ -14,7 +15,7 @@ from koordlet.qos import memoryevict
 from koordlet.qos.eviction import EvictionPlan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod
@@ -53,7 +54,7 @@ def state(pods: list[PodMeta], cfg: dict[str, Any] | None, node_used: float | No
     for p in pods:
         if p.name in memory:
             cache.append(cache.key("pod_memory_usage", pod_uid=p.uid), ts, memory[p.name])
-    slo = merge_nodeslo_spec({"resourceUsedThresholdWithBE": cfg} if cfg is not None else None)
+    slo = nodeslo_config({"resourceUsedThresholdWithBE": cfg} if cfg is not None else None)
     host = SimHost(Path("/nonexistent"), 1, CgroupDriver.CGROUPFS)
     return QoSState(host.paths, 1, CgroupDriver.CGROUPFS, pods, slo, [], present, cache=cache, node=node_obj)
 
@@ -124,7 +125,8 @@ def test_need_is_capacity_times_percent_over_lower() -> None:
     ({"memoryEvictThresholdPercent": 80, "memoryEvictLowerPercent": 70}, None),
 ])
 def test_config_check(cfg: dict[str, Any], error: str | None) -> None:
-    got = memoryevict.check_config(cfg)
+    unmerged = spec_from_merged({"resourceUsedThresholdWithBE": cfg})  # no default threshold
+    got = memoryevict.check_config(unmerged.resource_used_threshold_with_be)
     assert (got if isinstance(got, str) else None) == error
     plan = run(state(upstream_pods(), {"enable": True, **cfg}, 115 * G, UPSTREAM_MEMORY, node()))
     if "memoryEvictThresholdPercent" not in cfg:  # the merged NodeSLO defaults it to 70 (the chart's case)

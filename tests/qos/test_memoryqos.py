@@ -21,10 +21,11 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.qos import memoryqos
 from koordlet.qos.executor import Executor
+from koordlet.qos.feature import record
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root
@@ -39,12 +40,12 @@ ANOLIS = (*STOCK_V2, "memory.wmark_ratio", "memory.wmark_scale_factor", "memory.
 KUBELET = {"memory.min": "0", "memory.low": "0", "memory.high": "max", "memory.oom.group": "1",
            "memory.wmark_ratio": "0", "memory.wmark_scale_factor": "50", "memory.wmark_min_adj": "0",
            "memory.priority": "0", "memory.use_priority_oom": "0"}
-CHART = merge_nodeslo_spec({"resourceQOSStrategy": {}})  # koordinator's chart: every class's memoryQOS off
+CHART = nodeslo_config({"resourceQOSStrategy": {}})  # koordinator's chart: every class's memoryQOS off
 NODE = {"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "16Gi"}}}
 
 
 def slo(**classes: dict[str, Any]) -> dict[str, Any]:
-    return merge_nodeslo_spec({"resourceQOSStrategy": {f"{c}Class": {"memoryQOS": {"enable": True, **cfg}}
+    return nodeslo_config({"resourceQOSStrategy": {f"{c}Class": {"memoryQOS": {"enable": True, **cfg}}
                                                        for c, cfg in classes.items()}})
 
 
@@ -207,7 +208,7 @@ def test_anolis_v1_and_stock_v1(tmp_path: Path) -> None:
     st = state(stock, [p], slo(ls={"minLimitPercent": 100}))
     assert planned(st) == {}
     health = Health()
-    memoryqos.report_capabilities(health, memoryqos.read_facts(st))
+    record(health, memoryqos.capabilities(memoryqos.read_facts(st)))
     assert health.capabilities["memory-qos/memory.min"] is False
 
 
@@ -317,7 +318,7 @@ def test_real_cgroup_v1_memory_hierarchy(tmp_path: Path) -> None:
         st = QoSState(paths, 1, CgroupDriver.CGROUPFS, [p], slo(ls={"minLimitPercent": 100}), node=NODE)
         health = Health()
         facts = memoryqos.read_facts(st)
-        memoryqos.report_capabilities(health, facts)
+        record(health, memoryqos.capabilities(facts))
         results = Executor(paths, 1, health).apply(memoryqos.plan(st, facts))
         anolis = (root / "memory/kubepods/memory.min").exists()
         assert health.capabilities["memory-qos/memory.min"] is anolis

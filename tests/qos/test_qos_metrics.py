@@ -20,7 +20,7 @@ from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod
@@ -156,7 +156,7 @@ def test_planners_tag_the_writes_upstream_makes_with_reconcilers(tmp_path: Path)
     sandbox = f"{lsr.cgroup_dir}/{'f' * 64}"
     host._mkdir(sandbox)
     (host.cgroup_root() / "cpu/kubepods/cpu.bvt_warp_ns").write_text("0\n")  # group identity (Anolis)
-    slo = merge_nodeslo_spec({"resourceQOSStrategy": {"lsrClass": {"cpuQOS": {"enable": True}},
+    slo = nodeslo_config({"resourceQOSStrategy": {"lsrClass": {"cpuQOS": {"enable": True}},
                                                       "beClass": {"cpuQOS": {"enable": True}}}})
     st = QoSState(host.paths, 1, host.driver, [lsr, be], slo, nodeslo_present=True)
 

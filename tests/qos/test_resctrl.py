@@ -19,7 +19,8 @@ from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.qos.executor import Executor, Result
-from koordlet.qos.manager import Feature, QoSManager, plan_json
+from koordlet.qos.features import Resctrl
+from koordlet.qos.manager import QoSManager, plan_json
 from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl import (
@@ -48,7 +49,7 @@ from koordlet.qos.resctrl_facts import (
     read_facts,
 )
 from koordlet.qos.state import QoSState
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 INTEL, AMD = "GenuineIntel", "AuthenticAMD"
@@ -172,7 +173,7 @@ class Tree:
         health = Health()
         return QoSState(self.paths, self.cgroup_version, CgroupDriver.CGROUPFS,
                         [pod_meta(p, CgroupDriver.CGROUPFS, health) for p in self.pods],
-                        merge_nodeslo_spec(nodeslo), nodeslo_present=present)
+                        nodeslo_config(nodeslo), nodeslo_present=present)
 
     def plan(self, nodeslo: dict[str, Any] | None = None, *, pod_level: bool = True, later: float = 0.0,
              **kw: Any) -> Plan:
@@ -329,13 +330,13 @@ def test_read_facts_amd_mbps_and_flags(tmp_path: Path) -> None:
 
 
 def test_read_facts_tolerates_an_empty_host(tmp_path: Path) -> None:
-    state = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [], merge_nodeslo_spec(None))
+    state = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [], nodeslo_config(None))
     assert read_facts(state) == ResctrlFacts()
     assert plan(state, read_facts(state), pod_level=True) == Plan()
 
 
 def test_supported_cpu_without_a_mount_plans_the_mount_first(tmp_path: Path) -> None:
-    state = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [], merge_nodeslo_spec(None))
+    state = QoSState(HostPaths.under(str(tmp_path)), 1, CgroupDriver.CGROUPFS, [], nodeslo_config(None))
     p = plan(state, ResctrlFacts(supported=True, vendor=INTEL), pod_level=True)
     assert [(w.op, w.path, w.value) for w in p.writes] == [("mount", str(tmp_path / "sys/fs/resctrl"), "resctrl")]
 
@@ -588,7 +589,7 @@ def test_a_kept_plan_still_removes_a_group_once_it_expires(tree: Tree) -> None:
         tree.add_group(cls)
     group = tree.add_group("koordlet-gone", age=5)  # its pod left; NRI may still be ahead: kept for now
     health = Health()
-    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "n"})],
+    manager = QoSManager([Resctrl(pod_level=True, node_name="n")],
                          tree.executor(dry_run=True), EventRecorder(health, "n"), health)
     nodeslo = _enabled(lsClass={})
     assert manager.plan(tree.state(nodeslo)) == Plan()
@@ -705,7 +706,7 @@ def test_hostile_pods_leave_a_latency_sensitive_pod_its_group(tmp_path: Path) ->
     registry = CollectorRegistry(auto_describe=False)
     metrics = QoSMetrics("node-1", registry)
     executor = t.executor(dry_run=True)
-    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "node-1"})],
+    manager = QoSManager([Resctrl(pod_level=True, node_name="node-1")],
                          executor, EventRecorder(health, "node-1"), health)
     reported: list[Plan] = []
     results = manager.reconcile(t.state(nodeslo), report=lambda p: (reported.append(p), metrics.planned(p)))
@@ -809,7 +810,7 @@ def test_the_annotation_is_read_once_per_pod_per_pass(tree: Tree) -> None:
         raw = tree.add_pod(uid, koord="LS", annotation=HALF_LLC, tids={"c1": (7,)})
         raw["metadata"]["annotations"] = Counted(raw["metadata"]["annotations"])
     health = Health()
-    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": True, "node_name": "n"})],
+    manager = QoSManager([Resctrl(pod_level=True, node_name="n")],
                          tree.executor(dry_run=True), EventRecorder(health, "n"), health)
     state = tree.state(_enabled(lsClass={}))
     assert [w for _, w, _ in _writes(manager.plan(state), "mkdir", prefix="koordlet-")] == ["koordlet-u1",
@@ -905,7 +906,7 @@ def test_one_pass_that_mounts_resctrl_also_configures_the_groups(tmp_path: Path)
     tree.resctrl.mkdir()
     (tmp_path / "proc/mounts").write_text("sysfs /sys sysfs rw 0 0\n")
     health = Health()
-    manager = QoSManager([Feature("resctrl", "koordlet.qos.resctrl", {"pod_level": False, "node_name": "n"})],
+    manager = QoSManager([Resctrl(pod_level=False, node_name="n")],
                          _KernelPlayingExecutor(tree, hidden), EventRecorder(health, "n"), health)
     results = manager.reconcile(tree.state(_enabled(beClass={"catRangeEndPercent": 30})))
     done = [(r.write.op, r.write.path.split("/resctrl/")[-1]) for r in results if r.result == "written"]

@@ -6,21 +6,22 @@ import copy
 import dataclasses
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.resources import resource_path
 from koordlet.qos.executor import Executor
-from koordlet.qos.manager import Feature, QoSManager
+from koordlet.qos.features import CPUQoS
+from koordlet.qos.manager import QoSManager
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts, same_pods
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import merge_nodeslo_spec
+from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod
@@ -37,8 +38,8 @@ class Clock:
         return self.now
 
 
-def _slo(be: bool = True, lsr: bool = True) -> dict[str, Any]:
-    return merge_nodeslo_spec({"resourceQOSStrategy": {
+def _slo(be: bool = True, lsr: bool = True) -> NodeSLOSpec:
+    return nodeslo_config({"resourceQOSStrategy": {
         "lsrClass": {"cpuQOS": {"enable": lsr}}, "lsClass": {"cpuQOS": {"enable": True}},
         "beClass": {"cpuQOS": {"enable": be}}}})
 
@@ -56,7 +57,7 @@ class Node:
         self.clock = Clock()
         self.health = Health()
         executor = Executor(self.host.paths, 1, self.health, force_seconds=WINDOW, clock=self.clock)
-        self.manager = QoSManager([Feature("cpuqos", "koordlet.qos.cpuqos", {"node_name": "n"})], executor,
+        self.manager = QoSManager([CPUQoS(node_name="n")], executor,
                                   EventRecorder(self.health, "n"), self.health)
         for qos, shares in ((K8sQoS.GUARANTEED, "2048"), (K8sQoS.BURSTABLE, "1024"), (K8sQoS.BESTEFFORT, "2")):
             self.put(qos_dir(DRIVER, qos), idle="0", shares=shares)
@@ -75,10 +76,10 @@ class Node:
     def idle(self, rel: str) -> str:
         return self.file(rel, "cpu.idle").read_text().strip()
 
-    def state(self, spec: dict[str, Any] | None = None, pods: list[PodMeta] | None = None) -> QoSState:
+    def state(self, spec: NodeSLOSpec | None = None, pods: list[PodMeta] | None = None) -> QoSState:
         spec = _slo() if spec is None else spec
         return QoSState(self.host.paths, 1, DRIVER, self.pods if pods is None else pods, spec,
-                        host_apps(spec, DRIVER), True)
+                        host_apps(spec.host_applications, DRIVER), True)
 
     def reconcile(self, state: QoSState) -> list[str]:
         return [r.write.path for r in self.manager.reconcile(state) if r.result == "written"]

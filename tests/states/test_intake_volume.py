@@ -19,9 +19,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.slo.config import spec_from_merged
+from apis.slo.defaults import default_nodeslo_spec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
-from koordlet.states.nodeslo import default_nodeslo_spec, merge_nodeslo_spec, validate_nodeslo
+from koordlet.states.nodeslo import merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodState
 
 from simhost import make_pod
@@ -85,7 +87,8 @@ def json_type(value: Any) -> str:
 @settings(FUZZ, max_examples=1_500)
 @given(spec=st.one_of(mutated_spec(), mutated_spec(), RANDOM_JSON))
 def test_1500_nodeslo_objects_through_validation_and_merge(spec: Any) -> None:
-    """Never raises; the merged spec has every default leaf with the default's type; accepted stays valid."""
+    """Never raises (nor does its typed form); the merged spec has every default leaf with the default's type;
+    accepted stays valid."""
     obj = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": "n"}, "spec": spec}
     problems = validate_nodeslo(obj)
     assert all(isinstance(p, str) and p for p in problems)
@@ -99,6 +102,7 @@ def test_1500_nodeslo_objects_through_validation_and_merge(spec: Any) -> None:
             assert json_type(got) == json_type(value), f"{'.'.join(path)}: {got!r} replaced the default {value!r}"
     if not problems:
         assert validate_nodeslo({**obj, "spec": merged}) == [], "a valid NodeSLO became invalid when merged"
+    spec_from_merged(merged)  # the typed form of any merged spec: never raises
 
 
 _SAFE_DIR = re.compile(r"[A-Za-z0-9_.-]+")

@@ -15,7 +15,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.core.errors import InvalidInput
-from koordlet.states.nodeslo import default_nodeslo_spec, load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
+from apis.slo.config import DEFAULT_SPEC, spec_from_merged
+from apis.slo.defaults import default_nodeslo_spec
+from apis.slo.types import (
+    CgroupPath,
+    CPUBurstConfig,
+    HostApplication,
+    IOCfg,
+    NodeSLOSpec,
+    ResctrlQOS,
+    ResourceThresholdStrategy,
+)
+from koordlet.states.nodeslo import (
+    decode_nodeslo,
+    load_nodeslo_file,
+    merge_nodeslo_spec,
+    nodeslo_config,
+    validate_nodeslo,
+)
 
 from conftest import crd_schema
 
@@ -292,6 +309,70 @@ def test_merge_does_not_alias_or_mutate_received() -> None:
     merged["extensions"]["k"]["v"].append(2)
     merged["hostApplications"][0]["name"] = "b"
     assert received == before
+
+
+# ---- the typed spec (apis/slo) ----------------------------------------------------------------------------------
+
+
+def test_the_typed_defaults_are_the_merged_defaults() -> None:
+    """A spec built from dataclass defaults is what merging nothing over upstream's defaults gives."""
+    assert nodeslo_config(None) == NodeSLOSpec()
+
+
+def test_typed_spec_holds_the_received_values() -> None:
+    spec = nodeslo_config({
+        "resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressMinPercent": 20,
+                                        "cpuEvictBESatisfactionLowerPercent": 40},
+        "resourceQOSStrategy": {"policies": {"cpuPolicy": "coreSched"},
+                                "beClass": {"resctrlQOS": {"enable": True, "catRangeEndPercent": 50},
+                                            "memoryQOS": {"enable": True, "wmarkRatio": 90}},
+                                "cgroupRoot": {"blkioQOS": {"enable": True, "blocks": [
+                                    {"name": "vg0", "type": "volumegroup", "ioCfg": {"ioWeightPercent": 60}}]}}},
+        "cpuBurstStrategy": {"policy": "auto", "sharePoolThresholdPercent": 40},
+        "systemStrategy": {"totalNetworkBandwidth": "1000M", "schedFeatures": {"B": True, "A": False}},
+        "hostApplications": [{"name": "nginx", "qos": "LS", "cgroupPath": {"base": "CgroupRoot"}}],
+    })
+    threshold = spec.resource_used_threshold_with_be
+    assert (threshold.enable, threshold.cpu_suppress_threshold_percent, threshold.cpu_suppress_min_percent) == (
+        True, 65, 20)
+    assert threshold.cpu_evict_be_satisfaction_lower_percent == 40
+    assert threshold.cpu_evict_be_satisfaction_upper_percent is None
+    strategy = spec.resource_qos_strategy
+    assert strategy.policies.cpu_policy == "coreSched"
+    assert strategy.be_class.resctrl_qos == ResctrlQOS(True, 0, 50, 100)
+    assert strategy.ls_class.resctrl_qos == ResctrlQOS(False, 0, 100, 100)  # disabled: the None values
+    assert strategy.be_class.memory_qos.knobs()["wmarkRatio"] == 90
+    assert strategy.for_class("LSE") is strategy.lsr_class and strategy.for_class("NONE") is None
+    [block] = strategy.cgroup_root.blkio_qos.blocks
+    assert (block.name, block.type, block.io_cfg) == ("vg0", "volumegroup", IOCfg((("ioWeightPercent", 60),)))
+    assert spec.cpu_burst_strategy.config == CPUBurstConfig("auto", 1000, 300, -1)
+    assert spec.cpu_burst_strategy.share_pool_threshold_percent == 40
+    assert spec.system_strategy.total_network_bandwidth == "1G"
+    assert spec.system_strategy.sched_features == (("A", False), ("B", True))
+    assert spec.host_applications == (HostApplication("nginx", qos="LS", cgroup_path=CgroupPath("CgroupRoot")),)
+
+
+def test_memory_qos_auto_takes_the_unmerged_defaults() -> None:
+    """`policy: auto` reads a class's default knobs before the merge turns a disabled block into "None" values."""
+    assert DEFAULT_SPEC.resource_qos_strategy.ls_class.memory_qos.knobs() == memory(95, 20, -25)
+    assert nodeslo_config(None).resource_qos_strategy.ls_class.memory_qos.knobs() == NONE_MEMORY
+
+
+def test_decode_refuses_what_validation_refuses() -> None:
+    bad = nodeslo({"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 170}})
+    decoded = decode_nodeslo(bad)
+    assert decoded.spec is None and list(decoded.problems) == validate_nodeslo(bad) != []
+    good = nodeslo({"cpuBurstStrategy": {"policy": "auto"}})
+    assert decode_nodeslo(good).spec == nodeslo_config(good["spec"])
+    assert decode_nodeslo([]).spec is None
+
+
+def test_spec_from_a_wrongly_typed_object_reads_as_defaults() -> None:
+    """The typed form is total: a field of the wrong type (only an unmerged spec has one) is the default."""
+    assert spec_from_merged({"resourceQOSStrategy": "x", "cpuBurstStrategy": {"policy": 3},
+                             "hostApplications": [1, {"name": 2}]}) == NodeSLOSpec(
+        resource_used_threshold_with_be=ResourceThresholdStrategy(memory_evict_threshold_percent=None),
+        host_applications=(HostApplication(),))
 
 
 # ---- validation against the CRD schema -------------------------------------------------------------------------

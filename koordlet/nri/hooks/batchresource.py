@@ -55,7 +55,7 @@ def _batch(call: HookCall) -> PodBatch | None:
 
 
 def _cfs_quota(call: HookCall) -> bool:
-    return cfs_quota_enabled(dict(call.facts.nodeslo or {}))
+    return cfs_quota_enabled(call.facts.nodeslo)
 
 
 def _checked(values: BatchValues) -> BatchValues:

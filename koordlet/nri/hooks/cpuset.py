@@ -19,7 +19,7 @@ from koordlet.nri.hooks.model import Adjustment, HookResult
 from koordlet.qos.cpuset import GATE_BE_CPU_MANAGER, canonical, container_cpuset
 from koordlet.qos.model import Plan, Write
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus, resource_status
-from koordlet.states.qos import koord_qos_class
+from koordlet.states.qos import koord_qos_class_of_labels
 
 HOOK_NAME = "CPUSetAllocator"
 GATE = "CPUSetAllocator"
@@ -37,7 +37,7 @@ def set_container(call: HookCall) -> HookResult:
     """CreateContainer / UpdateContainer: `linux.resources.cpu.cpus`, and quota -1 for a pod with a cpuset."""
     status = _status(call)
     pod = call.pod
-    qos = koord_qos_class({"metadata": {"labels": dict(pod.labels)}})
+    qos = koord_qos_class_of_labels(pod.labels)
     value = container_cpuset(call.facts.cpuset_rule, status, qos, pod.cgroup_parent,
                              be_cpu_manager=call.options.gate(GATE_BE_CPU_MANAGER))
     adj = Adjustment()

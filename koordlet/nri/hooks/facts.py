@@ -2,8 +2,7 @@
 
 Usage (the NRI plugin)::
 
-    reader = NodeFactsReader(paths, cgroup_version, lambda: agent.driver,
-                             lambda: agent.nodeslo_spec if agent.nodeslo_present else None)
+    reader = NodeFactsReader(paths, cgroup_version, state.driver, state.nodeslo_spec_in_force)  # a NodeState
     result = stages.create_container(pod, container, reader.facts(), options)
     if result.stale_facts:                 # e.g. a VF created after the facts were read
         reader.refresh(result.stale_facts)  # re-read only those kinds (at most once a second per kind)
@@ -33,9 +32,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
 from apis.core.errors import KoordletError
+from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
@@ -87,7 +87,7 @@ class NodeFacts:
     resctrl: ResctrlFacts = field(default_factory=ResctrlFacts)
     resctrl_groups: frozenset[str] = frozenset()  # every control group under the mount, koordlet's or not
     group_identity: GroupIdentityFacts = field(default_factory=GroupIdentityFacts)
-    nodeslo: Mapping[str, Any] | None = None  # merged NodeSLO spec; None until one was received
+    nodeslo: NodeSLOSpec | None = None  # merged NodeSLO spec; None until one was received
     gpu_vendor: str = ""  # node.koordinator.sh/gpu-vendor of this node's GPUs: nvidia, huawei, cambricon or ""
     cpuset_rule: CPUSetRule | None = None  # share pools etc. from the node's CPU facts; None until computed
     # the Node's node.koordinator.sh/cpu-normalization-ratio (BatchResource divides quotas by it when > 1); None:
@@ -119,7 +119,7 @@ class NodeFactsReader:
 
     def __init__(self, paths: HostPaths, cgroup_version: int,
                  driver: CgroupDriver | Callable[[], CgroupDriver] = CgroupDriver.SYSTEMD,
-                 nodeslo: Callable[[], Mapping[str, Any] | None] | None = None, health: Health | None = None, *,
+                 nodeslo: Callable[[], NodeSLOSpec | None] | None = None, health: Health | None = None, *,
                  gpu_vendor: Callable[[], str] | None = None,
                  cpuset_rule: Callable[[], CPUSetRule | None] | None = None,
                  cpu_normalization_ratio: Callable[[], float | None] | None = None,
@@ -202,7 +202,7 @@ class NodeFactsReader:
             self._cached = None
 
     def _read_resctrl(self) -> tuple[ResctrlFacts, frozenset[str]]:
-        state = QoSState(self.paths, self.cgroup_version, self._driver(), [], {}, nodeslo_present=False)
+        state = QoSState(self.paths, self.cgroup_version, self._driver(), [], NodeSLOSpec(), nodeslo_present=False)
         facts = resctrl_facts.read_facts(state, steady=self._steady)
         return facts, frozenset(facts.ctrl_groups)
 

@@ -25,7 +25,6 @@ from koordlet.nri.hooks.context import HookCall, HookInputError
 from koordlet.nri.hooks.model import HookResult
 from koordlet.qos.cpuqos import AnnotationError, pod_value
 from koordlet.qos.model import Plan, Write
-from koordlet.states.model import PodMeta
 
 HOOK_NAME = "GroupIdentity"
 GATE = "GroupIdentity"
@@ -73,16 +72,10 @@ def set_pod_bvt(call: HookCall) -> HookResult:
         return HookResult()  # interceptor.go prepare: rule and sysctl both off
     pod = call.pod
     rel = pod_cgroup_dir(pod.cgroup_parent)
-    meta = PodMeta(uid=pod.uid, namespace=pod.namespace, name=pod.name,
-                   k8s_qos=kube_qos_by_cgroup_parent(rel).value, koord_qos="", priority_class="", phase="Pending",
-                   cgroup_dir=rel, containers=(),
-                   raw={"metadata": {"labels": dict(pod.labels), "annotations": dict(pod.annotations)}})
     try:
-        value = pod_value(rule, meta)
+        value = pod_value(rule, pod, kube_qos_by_cgroup_parent(rel))
     except AnnotationError as e:
         raise HookInputError(e.error.field, e.error.message) from None
-    if value is None:
-        return HookResult()  # the pod's class was skipped for a NodeSLO error (the QoS manager reports it)
     path = resource_path(facts.cgroup_version, facts.paths, RESOURCE, rel)
     write = Write(path, str(value), f"runtime hook {HOOK_NAME}: pod {pod.key} bvt={value}", resource=RESOURCE)
     return HookResult(plan=Plan(writes=[write]))
