@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension.resctrl import ANNOTATION_RESCTRL
 from koordlet.errors import InvalidInput, KoordletError
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
@@ -21,7 +22,6 @@ from koordlet.states.model import PodMeta
 # Upstream: pkg/koordlet/util/system/resctrl.go (detection, schemata parsing), pkg/koordlet/util/resctrl/resctrl.go
 # (the groups on disk), pkg/koordlet/qosmanager/plugins/resctrl/resctrl_reconcile.go (which pods' tasks are read).
 
-ANNOTATION = "node.koordinator.sh/resctrl"
 CLASS_GROUPS = ("LSR", "LS", "BE")  # the order upstream reconciles them in
 POD_GROUP_PREFIX = "koordlet-"  # upstream ClosdIdPrefix
 GROUP_EXPIRATION_SECONDS = 10.0  # ctrl_mgr.go ExpirationTime: a young group is not removed (NRI may be ahead)
@@ -245,7 +245,7 @@ def pod_annotation(pod: PodMeta) -> str | None:
     """The pod's `node.koordinator.sh/resctrl` annotation, None when absent or not a string."""
     meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    value = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    value = annotations.get(ANNOTATION_RESCTRL) if isinstance(annotations, dict) else None
     return value if isinstance(value, str) else None
 
 

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.extension.resctrl import ANNOTATION_RESCTRL
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -67,7 +68,7 @@ def scaled(n: int) -> int:
 
 QOS_LABEL = "koordinator.sh/qosClass"
 PRIORITY_LABEL = "koordinator.sh/priority-class"
-ANNOTATIONS = (resctrl_facts.ANNOTATION, cpuqos.ANNOTATION_CPU_QOS, blkio_facts.ANNOTATION)
+ANNOTATIONS = (ANNOTATION_RESCTRL, cpuqos.ANNOTATION_CPU_QOS, blkio_facts.ANNOTATION)
 POOL = tuple(f"0000000{i}-aaaa-bbbb-cccc-00000000000{i}" for i in range(5))  # pod uids with cgroups on the hosts
 KUBE_QOS = (K8sQoS.GUARANTEED, K8sQoS.BURSTABLE, K8sQoS.BESTEFFORT)
 CPU_FILES = ("cpu.bvt_warp_ns", "cpu.idle", "cpu.shares", "cpu.weight")
@@ -854,7 +855,7 @@ def test_fuzzed_runs_left_every_host_file_as_built(hosts: Hosts, tmp_path: Path)
 
 
 @pytest.mark.parametrize(("feature", "annotation", "good"), [
-    ("resctrl", resctrl_facts.ANNOTATION, '{"llc": {"schemata": {"range": [0, 50]}}}'),
+    ("resctrl", ANNOTATION_RESCTRL, '{"llc": {"schemata": {"range": [0, 50]}}}'),
     ("cpuqos", cpuqos.ANNOTATION_CPU_QOS, '{"enable": true, "groupIdentity": 2}'),
     ("blkio", blkio_facts.ANNOTATION, '{"blocks": [{"name": "/dev/vdb", "type": "device", "ioCfg": {"readIOPS": 9}}]}'),
 ])

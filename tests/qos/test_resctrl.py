@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from apis.extension.errors import AnnotationError
+from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig, decode_resctrl
 from koordlet.errors import InvalidInput
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -25,9 +27,6 @@ from koordlet.qos.resctrl import (
     REASON_CLOSID,
     REASON_NODESLO,
     REASON_UNAVAILABLE,
-    AnnotationError,
-    ResctrlConfig,
-    decode_annotation,
     format_schemata,
     l3_line,
     l3_mask,
@@ -36,7 +35,7 @@ from koordlet.qos.resctrl import (
     plan,
     pod_schemata,
 )
-from koordlet.qos.resctrl_facts import ANNOTATION, ResctrlFacts, Schemata, parse_schemata, read_facts
+from koordlet.qos.resctrl_facts import ResctrlFacts, Schemata, parse_schemata, read_facts
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta
@@ -137,7 +136,7 @@ class Tree:
         tids = {"c1": (100,)} if tids is None else tids
         meta: dict[str, Any] = {"uid": uid, "name": name or f"pod-{uid}", "namespace": "default",
                                 "labels": {"koordinator.sh/qosClass": koord} if koord else {},
-                                "annotations": {ANNOTATION: annotation} if annotation is not None else {}}
+                                "annotations": {ANNOTATION_RESCTRL: annotation} if annotation is not None else {}}
         raw = {"metadata": meta, "status": {"phase": phase, "qosClass": qos, "containerStatuses": [
             {"name": cid, "containerID": f"containerd://{cid}", "state": {"running": {}}}
             for cid in tids if not cid.startswith("sandbox")]}}
@@ -331,16 +330,16 @@ def test_supported_cpu_without_a_mount_plans_the_mount_first(tmp_path: Path) -> 
 
 
 def test_decode_annotation_case_insensitive_like_go() -> None:
-    cfg = decode_annotation(SPEC_EXAMPLE)
+    cfg = decode_resctrl(SPEC_EXAMPLE)
     assert cfg == ResctrlConfig((20, 80), ((0, (20, 30)),), 35, ((0, 80),))
     upper = ('{"LLC":{"Schemata":{"RANGE":[0,50]},"schemataPerCache":[{"cacheid":1,"range":[0,30]}]},'
              '"Mb":{"schemata":{"Percent":60}},"unknown":{"x":1}}')
-    assert decode_annotation(upper) == ResctrlConfig((0, 50), ((1, (0, 30)),), 60, ())
-    assert decode_annotation("null") == decode_annotation("{}") == ResctrlConfig()
-    assert decode_annotation('{"mb":{"schemata":{"percent":0}},"llc":{"schemata":{"range":[]}}}') == ResctrlConfig()
+    assert decode_resctrl(upper) == ResctrlConfig((0, 50), ((1, (0, 30)),), 60, ())
+    assert decode_resctrl("null") == decode_resctrl("{}") == ResctrlConfig()
+    assert decode_resctrl('{"mb":{"schemata":{"percent":0}},"llc":{"schemata":{"range":[]}}}') == ResctrlConfig()
     # a duplicate key: the last non-null value wins; objects under one field are merged, as encoding/json does
-    assert decode_annotation('{"mb":{"schemata":{"percent":30}},"MB":{"schemata":{"percent":null}}}').mb_percent == 30
-    assert decode_annotation('{"llc":{"schemata":{"range":[0,10]}},"llc":{"Schemata":{"percent":5}}}'
+    assert decode_resctrl('{"mb":{"schemata":{"percent":30}},"MB":{"schemata":{"percent":null}}}').mb_percent == 30
+    assert decode_resctrl('{"llc":{"schemata":{"range":[0,10]}},"llc":{"Schemata":{"percent":5}}}'
                              ).llc_range == (0, 10)
 
 
@@ -365,18 +364,18 @@ def test_decode_annotation_case_insensitive_like_go() -> None:
 ])
 def test_decode_annotation_errors_name_the_field(text: str, path: str, needle: str) -> None:
     with pytest.raises(AnnotationError) as e:
-        decode_annotation(text)
+        decode_resctrl(text)
     assert e.value.path == path and needle in e.value.message
 
 
 def test_pod_schemata_fills_unset_ids_and_rejects_unknown_ids(tree: Tree) -> None:
     facts = read_facts(tree.state())
-    l3, mb = pod_schemata(decode_annotation('{"llc":{"schemataPerCache":[{"cacheID":1,"range":[0,30]}]}}'), facts)
+    l3, mb = pod_schemata(decode_resctrl('{"llc":{"schemataPerCache":[{"cacheID":1,"range":[0,30]}]}}'), facts)
     assert l3 == {0: 0x7ff, 1: 0xf} and mb is None
     with pytest.raises(AnnotationError, match="cache id 3 is not one of"):
-        pod_schemata(decode_annotation('{"mb":{"schemataPerCache":[{"cacheID":3,"percent":50}]}}'), facts)
+        pod_schemata(decode_resctrl('{"mb":{"schemataPerCache":[{"cacheID":3,"percent":50}]}}'), facts)
     with pytest.raises(AnnotationError) as e:
-        pod_schemata(decode_annotation('{"llc":{"schemata":{"range":[50,52]}}}'), facts)
+        pod_schemata(decode_resctrl('{"llc":{"schemata":{"range":[50,52]}}}'), facts)
     assert e.value.path == "llc.schemata.range" and "selects 0 ways" in e.value.message
 
 
@@ -386,7 +385,7 @@ def test_pod_schemata_fills_unset_ids_and_rejects_unknown_ids(tree: Tree) -> Non
 def test_pod_level_worked_example(tree: Tree) -> None:
     tree.add_pod("u1", annotation=SPEC_EXAMPLE, tids={"c1": (30, 20)})
     facts = read_facts(tree.state())
-    l3, mb = pod_schemata(decode_annotation(SPEC_EXAMPLE), facts)
+    l3, mb = pod_schemata(decode_resctrl(SPEC_EXAMPLE), facts)
     assert l3 is not None and mb is not None
     assert format_schemata(Schemata(l3, mb)) == "L3:0=8;1=1f8;\nMB:0=80;1=40;\n"
     p = tree.plan()
@@ -521,7 +520,7 @@ def test_pod_level_lifecycle(tree: Tree) -> None:
     assert tree.plan().writes == []
 
     # the annotation changes: re-applied ([quirk] upstream keeps the old schemata); MB goes back to unlimited
-    tree.pods[0]["metadata"]["annotations"][ANNOTATION] = '{"mb":{"schemata":{"percent":50}}}'
+    tree.pods[0]["metadata"]["annotations"][ANNOTATION_RESCTRL] = '{"mb":{"schemata":{"percent":50}}}'
     changed = tree.plan()
     assert _writes(changed) == [("write", "koordlet-u1/schemata", "L3:0=7ff;1=7ff;\n"),
                                 ("write", "koordlet-u1/schemata", "MB:0=50;1=50;\n")]
@@ -562,7 +561,7 @@ def test_terminated_or_unannotated_pod_loses_its_group(tree: Tree) -> None:
     tree.add_group("koordlet-u2", tasks=(8,))
     for cls in ("LSR", "LS", "BE"):
         tree.add_group(cls)
-    del tree.pods[0]["metadata"]["annotations"][ANNOTATION]
+    del tree.pods[0]["metadata"]["annotations"][ANNOTATION_RESCTRL]
     tree.pods[1]["status"]["phase"] = "Succeeded"
     p = tree.plan(_enabled(lsClass={}))
     # removed first, then the pod's threads go to its class group
@@ -601,7 +600,7 @@ def test_malformed_annotation_skips_only_that_pod(tree: Tree) -> None:
     tree.add_pod("cls", koord="BE", qos="BestEffort", tids={"c1": (10,)})
     p = tree.plan(_enabled(beClass={}))
     assert [(e.kind, e.name, e.field, e.reason, e.uid) for e in p.errors] == [
-        ("Pod", "default/web-0", f"annotations[{ANNOTATION}].llc.schemata.range", REASON_ANNOTATION, "bad")]
+        ("Pod", "default/web-0", f"annotations[{ANNOTATION_RESCTRL}].llc.schemata.range", REASON_ANNOTATION, "bad")]
     assert "[80, 20]" in p.errors[0].message
     paths = {w for _, w, _ in _writes(p)}
     assert not any("koordlet-bad" in w for w in paths)  # untouched, not removed, not in the BE group either
