@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
 from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 from scheduler import malformed
@@ -33,17 +34,6 @@ MEMORY = "memory"
 PODS = "pods"
 _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
-# apis/extension/deprecated.go DeprecatedDeviceResourcesMapper: v0.7's `kubernetes.io/` device names. Upstream's
-# informer transformers (pkg/util/transformer) rename them in pods' containers, nodes' allocatable and Device CRs
-# when the new name is absent; we do the same wherever resource lists are read.
-DEPRECATED_DEVICE_RESOURCES = {
-    "kubernetes.io/rdma": "koordinator.sh/rdma",
-    "kubernetes.io/fpga": "koordinator.sh/fpga",
-    "kubernetes.io/gpu": "koordinator.sh/gpu",
-    "kubernetes.io/gpu-core": "koordinator.sh/gpu-core",
-    "kubernetes.io/gpu-memory": "koordinator.sh/gpu-memory",
-    "kubernetes.io/gpu-memory-ratio": "koordinator.sh/gpu-memory-ratio",
-}
 
 
 def quantity_value(resource: str, value: Any) -> int:
@@ -57,10 +47,8 @@ def _quantity_value(milli: bool, text: str) -> int:  # a cluster repeats the sam
     return math.ceil(q * 1000) if milli else math.ceil(q)
 
 
-# **[decision]** the v1.6 release text's HAMi pod asks `koordinator.sh/gpu-shared`; upstream ignores that name (and
-# kubelet drops extended resources a node does not have), so the GPU would not be shared. Read as gpu.shared, logged.
-MISSPELLED_DEVICE_RESOURCES = {"koordinator.sh/gpu-shared": "koordinator.sh/gpu.shared"}
-_RENAMED = DEPRECATED_DEVICE_RESOURCES | MISSPELLED_DEVICE_RESOURCES
+# names read under another (renameDeviceResources in pkg/util/transformer): the v0.7 names, a misspelling
+_RENAMED = {**DEPRECATED_DEVICE_RESOURCES, **MISSPELLED_DEVICE_RESOURCES}
 _told: set[str] = set()
 
 

@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from apis.extension.resources import RESOURCE_RDMA
 from koordlet.devices import pci
-from koordlet.devices.model import RESOURCE_RDMA, DeviceEntry, DeviceSet, topology
+from koordlet.devices.model import DeviceEntry, DeviceSet, topology
 from koordlet.errors import HostReadError
 from koordlet.health import Health
 from koordlet.host.files import read_text

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apis.extension.resources import RESOURCE_NVIDIA_GPU, RESOURCE_RDMA
 from koordlet.errors import InvalidInput
 from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.pb import podresources_v1alpha1_pb2 as v1alpha1
@@ -31,7 +32,7 @@ from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, TYPE_GPU, TY
 from koordlet.states.model import PodMeta
 
 # apis/extension/device_share.go: ResourceNvidiaGPU, ResourceRDMA
-RESOURCE_NAMES: Mapping[str, str] = {TYPE_GPU: "nvidia.com/gpu", TYPE_RDMA: "koordinator.sh/rdma"}
+RESOURCE_NAMES: Mapping[str, str] = {TYPE_GPU: RESOURCE_NVIDIA_GPU, TYPE_RDMA: RESOURCE_RDMA}
 
 PodKey = tuple[str, str]  # (namespace, name), how PodResources names a pod
 

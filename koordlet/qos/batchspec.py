@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from apis.extension.resources import BATCH_CPU, BATCH_MEMORY
 from koordlet.errors import InvalidInput
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_BE, koord_qos_class
 
-BATCH_CPU = "kubernetes.io/batch-cpu"  # counted in milli-cores: "1000" (or "1k") is one core
-BATCH_MEMORY = "kubernetes.io/batch-memory"
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 UNLIMITED = -1
 

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.extension.resources import BATCH_CPU
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.errors import InvalidInput
 from koordlet.metriccache import MetricCache
@@ -121,7 +122,7 @@ def _batch_allocatable(state: QoSState) -> float:
     """getBEMilliAllocatable: the Node's allocatable batch-cpu (milli already), 0 → 1, missing or negative → −1."""
     if state.node is None:
         return -1.0
-    value = _status(state, "allocatable").get("kubernetes.io/batch-cpu")
+    value = _status(state, "allocatable").get(BATCH_CPU)
     if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
         return -1.0
     try:

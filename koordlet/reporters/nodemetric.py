@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet import godur
 from koordlet.collectors.hostapps import HostApp
-from koordlet.devices.model import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.errors import InvalidInput
 from koordlet.metriccache import AGGREGATIONS, MetricCache, SeriesKey
 from koordlet.prediction.predictor import Outcome, resource_list

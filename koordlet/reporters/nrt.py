@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from apis.extension.resources import RESOURCE_GPU
 from koordlet.errors import InvalidInput
 from koordlet.quantity import format_bytes, format_milli, parse_quantity
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
@@ -47,7 +48,7 @@ ANNOTATION_POD_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"
 LABEL_ENABLE_NUMA_RESERVATION = "node.koordinator.sh/enable-numa-reservation"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
-MANAGED_RESOURCES = ("cpu", "memory", "koordinator.sh/gpu", "hugepages-2Mi", "hugepages-1Gi")
+MANAGED_RESOURCES = ("cpu", "memory", RESOURCE_GPU, "hugepages-2Mi", "hugepages-1Gi")
 MANAGED_ANNOTATIONS = (
     ANNOTATION_CPU_BASIC_INFO, ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_CPU_SHARED_POOLS,
     ANNOTATION_BE_CPU_SHARED_POOLS, ANNOTATION_CPU_TOPOLOGY, ANNOTATION_POD_CPU_ALLOCS, ANNOTATION_NODE_RESERVATION,

@@ -31,9 +31,6 @@ TYPE_GPU = "gpu"
 TYPE_RDMA = "rdma"
 TYPE_FPGA = "fpga"
 
-RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
-RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
-RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)

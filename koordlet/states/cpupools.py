@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from apis.extension.resources import BATCH_CPU
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
@@ -24,7 +25,6 @@ from koordlet.states.model import PodMeta
 from koordlet.states.qos import QOS_LSE, koord_qos_class
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-RESOURCE_BATCH_CPU = "kubernetes.io/batch-cpu"
 
 _MAX_CPU_ID = 4096  # pkg/util/cpuset maxAvailableCPUCount: the end of a range may not exceed it
 _INT32_MAX = 2**31 - 1
@@ -272,7 +272,7 @@ class NUMANodeResource:
 
     def allocates_cpu(self) -> bool:
         """cpuset rule's NUMA-aware test: a non-zero `cpu` or a positive batch-cpu on this node."""
-        return self.resources.get("cpu", Decimal(0)) != 0 or self.resources.get(RESOURCE_BATCH_CPU, Decimal(0)) > 0
+        return self.resources.get("cpu", Decimal(0)) != 0 or self.resources.get(BATCH_CPU, Decimal(0)) > 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension.resources import (
+    RESOURCE_FPGA,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_NPU_CORE,
+    RESOURCE_RDMA,
+)
 from koordlet.errors import InvalidInput
 from scheduler.config.fields import (
     TYPE_FIELDS,
@@ -39,10 +46,8 @@ log = logging.getLogger("koord-sched.config")
 
 LEAST_ALLOCATED, MOST_ALLOCATED, BALANCED = "LeastAllocated", "MostAllocated", "BalancedAllocation"
 REQUESTED_TO_CAPACITY = "RequestedToCapacityRatio"
-GPU_MEMORY_RATIO, GPU_MEMORY = "koordinator.sh/gpu-memory-ratio", "koordinator.sh/gpu-memory"
-RDMA, FPGA = "koordinator.sh/rdma", "koordinator.sh/fpga"
-NPU_CORE = "huawei.com/npu-core"
-DEVICE_SCORING_RESOURCES: tuple[tuple[str, int], ...] = ((GPU_MEMORY_RATIO, 1), (GPU_MEMORY, 1), (RDMA, 1), (FPGA, 1))
+DEVICE_SCORING_RESOURCES: tuple[tuple[str, int], ...] = ((RESOURCE_GPU_MEMORY_RATIO, 1), (RESOURCE_GPU_MEMORY, 1),
+                                                       (RESOURCE_RDMA, 1), (RESOURCE_FPGA, 1))
 
 
 def _resource_specs(raw: Mapping[str, Any], where: str, default: tuple[tuple[str, int], ...]
@@ -80,7 +85,7 @@ class ScoringStrategy:
 class GPUSharedResourceTemplatesConfig:
     config_map_namespace: str = "koordinator-system"
     config_map_name: str = "gpu-shared-resource-templates"
-    matched_resources: tuple[str, ...] = (NPU_CORE,)
+    matched_resources: tuple[str, ...] = (RESOURCE_NPU_CORE,)
 
 
 @dataclass

@@ -9,15 +9,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apis.extension.device_share import (
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
+    LABEL_GPU_VENDOR,
+)
+from apis.extension.resources import RESOURCE_FPGA, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_RDMA
 from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,
-    FPGA_RESOURCE,
     GPU,
-    GPU_MEMORY,
-    GPU_MEMORY_RATIO,
-    RDMA_RESOURCE,
     SCOPE_LEVELS,
     DeviceHint,
     GPURequirement,
@@ -36,13 +39,8 @@ log = logging.getLogger(__name__)
 
 MOST_ALLOCATED = "MostAllocated"
 LEAST_ALLOCATED = "LeastAllocated"
-DEFAULT_WEIGHTS = {GPU_MEMORY_RATIO: 1, GPU_MEMORY: 1, RDMA_RESOURCE: 1, FPGA_RESOURCE: 1}
+DEFAULT_WEIGHTS = {RESOURCE_GPU_MEMORY_RATIO: 1, RESOURCE_GPU_MEMORY: 1, RESOURCE_RDMA: 1, RESOURCE_FPGA: 1}
 
-LABEL_VENDOR = "node.koordinator.sh/gpu-vendor"
-LABEL_MODEL = "node.koordinator.sh/gpu-model"
-LABEL_PARTITION_POLICY = "node.koordinator.sh/gpu-partition-policy"
-LABEL_WELL_PLANNED = "node.koordinator.sh/secondary-device-well-planned"
-ANNOTATION_PARTITIONS = "scheduling.koordinator.sh/gpu-partitions"
 HONOR = "Honor"
 
 ERR_PARTITION_TABLE = "node(s) missing GPU Partition Table"
@@ -167,20 +165,20 @@ def partition_table(st: NodeDeviceState, node_labels: dict[str, str]) -> tuple[P
         cached: tuple[PartitionTable | None, bool] = st.partition_cache
         return cached
     table: PartitionTable | None = None
-    raw = st.annotations.get(ANNOTATION_PARTITIONS)
+    raw = st.annotations.get(ANNOTATION_GPU_PARTITIONS)
     if raw:
         try:
             table = parse_partition_table(raw)
         except (ValueError, TypeError, AttributeError) as e:
-            log.warning("Device %s: ignoring malformed %s: %s", st.name, ANNOTATION_PARTITIONS, e)
-    policy = st.labels.get(LABEL_PARTITION_POLICY, "")
+            log.warning("Device %s: ignoring malformed %s: %s", st.name, ANNOTATION_GPU_PARTITIONS, e)
+    policy = st.labels.get(LABEL_GPU_PARTITION_POLICY, "")
     if table is None:
         # Built-in Hopper table; vendor/model/policy read from the Node, falling back to the Device CR labels.
-        vendor = node_labels.get(LABEL_VENDOR, st.labels.get(LABEL_VENDOR, ""))
-        model = node_labels.get(LABEL_MODEL, st.labels.get(LABEL_MODEL, ""))
+        vendor = node_labels.get(LABEL_GPU_VENDOR, st.labels.get(LABEL_GPU_VENDOR, ""))
+        model = node_labels.get(LABEL_GPU_MODEL, st.labels.get(LABEL_GPU_MODEL, ""))
         if vendor in ("nvidia", "") and model in HOPPER_MODELS:
             table = _hopper_table()
-            policy = node_labels.get(LABEL_PARTITION_POLICY, policy)
+            policy = node_labels.get(LABEL_GPU_PARTITION_POLICY, policy)
     st.partition_cache = (table, policy == HONOR)
     return st.partition_cache  # type: ignore[no-any-return]
 
@@ -499,11 +497,11 @@ class Allocator:
     def _fill_gpu_memory(st: NodeDeviceState, allocs: list[Allocation]) -> None:
         """fillGPUTotalMem: complete each GPU allocation with both gpu-memory and gpu-memory-ratio."""
         for a in allocs:
-            total = st.devices[GPU][a.minor].total.get(GPU_MEMORY, 0)
+            total = st.devices[GPU][a.minor].total.get(RESOURCE_GPU_MEMORY, 0)
             if total <= 0:
                 continue
             r = a.resources
-            if GPU_MEMORY_RATIO in r and GPU_MEMORY not in r:
-                r[GPU_MEMORY] = r[GPU_MEMORY_RATIO] * total // 100
-            elif GPU_MEMORY in r and GPU_MEMORY_RATIO not in r:
-                r[GPU_MEMORY_RATIO] = int(r[GPU_MEMORY] / total * 100)
+            if RESOURCE_GPU_MEMORY_RATIO in r and RESOURCE_GPU_MEMORY not in r:
+                r[RESOURCE_GPU_MEMORY] = r[RESOURCE_GPU_MEMORY_RATIO] * total // 100
+            elif RESOURCE_GPU_MEMORY in r and RESOURCE_GPU_MEMORY_RATIO not in r:
+                r[RESOURCE_GPU_MEMORY_RATIO] = int(r[RESOURCE_GPU_MEMORY] / total * 100)

@@ -9,19 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
-from scheduler.deviceshare.allocator import (
-    ANNOTATION_PARTITIONS,
-    LABEL_WELL_PLANNED,
-    LEAST_ALLOCATED,
-    Allocator,
-    Scorer,
+from apis.extension.device_share import (
+    ANNOTATION_DEVICE_ALLOCATE_HINT,
+    ANNOTATION_DEVICE_JOINT_ALLOCATE,
+    ANNOTATION_GPU_PARTITION_SPEC,
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_SECONDARY_DEVICE_WELL_PLANNED,
 )
+from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
+from scheduler.deviceshare.allocator import LEAST_ALLOCATED, Allocator, Scorer
 from scheduler.deviceshare.requests import (
     ANNOTATION_ALLOCATED,
-    ANNOTATION_HINT,
-    ANNOTATION_JOINT,
-    ANNOTATION_PARTITION_SPEC,
     DEVICE_TYPES,
     GPU,
     RESOURCE_NAMES,
@@ -43,7 +42,6 @@ from scheduler.deviceshare.templates import (
 )
 from scheduler.deviceshare.vendors import (
     HAMI_CORE,
-    LABEL_ISOLATION_PROVIDER,
     LOCK_KEYS,
     VENDOR_CAMBRICON,
     VENDOR_HUAWEI,
@@ -170,7 +168,8 @@ class DeviceShare:
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        fp = (*(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC)),
+        fp = (*(annotations.get(a) for a in (ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE,
+                                             ANNOTATION_GPU_PARTITION_SPEC)),
               self._catalog_version)
         if pod is not self._pod or fp != self._fingerprint or self._plan is None:
             try:
@@ -185,7 +184,8 @@ class DeviceShare:
 
     def _filter_types(self, st: NodeDeviceState, plan: PodPlan) -> list[str]:
         # device_allocator.go: on well-planned nodes secondary devices are only allocated in Reserve.
-        if (GPU in plan.requests and st.labels.get(LABEL_WELL_PLANNED) == "true" and plan.gpu is not None
+        if (GPU in plan.requests and st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
+                and plan.gpu is not None
                 and not plan.gpu.shared):
             return [GPU]
         return list(plan.requests)
@@ -266,7 +266,8 @@ class DeviceShare:
         if self.adaption is not None:
             return self.adaption
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        return vendor in _ADAPTED_VENDORS or isolation_provider(labels.get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE
+        provider = labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")
+        return vendor in _ADAPTED_VENDORS or isolation_provider(provider) == HAMI_CORE
 
     def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster) -> str | None:
         if plan.gpu is None:
@@ -353,8 +354,8 @@ class DeviceShare:
             totals, free = st.total_sum.get(t, {}), st.free_sum.get(t, {})
             self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
-        self._planned[i] = st.labels.get(LABEL_WELL_PLANNED) == "true"
-        self._table[i] = bool(st.annotations.get(ANNOTATION_PARTITIONS))
+        self._planned[i] = st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
+        self._table[i] = bool(st.annotations.get(ANNOTATION_GPU_PARTITIONS))
         gpus = st.devices.get(GPU, {})
         if len(gpus) > self._gpu_ok.shape[1]:
             grow = len(gpus) - self._gpu_ok.shape[1]

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension.resources import RESOURCE_GPU_MEMORY
 from koordlet.errors import InvalidInput
 from koordlet.quantity import canonical_quantity, format_bytes
 from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value, renamed_deprecated
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
+from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def decode_allocations(raw: str) -> Allocations:
 @functools.lru_cache(maxsize=1024)  # a cluster writes the same few amounts again and again
 def _quantity(resource: str, value: int) -> str:
     # Memory is written BinarySI as fillGPUTotalMem does; counts and percentages DecimalSI (resource.NewQuantity).
-    return format_bytes(value) if resource == GPU_MEMORY else canonical_quantity(str(value))
+    return format_bytes(value) if resource == RESOURCE_GPU_MEMORY else canonical_quantity(str(value))
 
 
 def encode_allocations(allocs: Allocations, ids: dict[tuple[str, int], str]) -> str:

@@ -7,13 +7,18 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from apis.extension.device_share import (
+    ANNOTATION_BIND_TIMESTAMP,
+    ANNOTATION_GPU_MINORS,
+    LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_VENDOR,
+)
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
 from scheduler.cluster import JSON
-from scheduler.deviceshare.requests import GPU, GPU_CORE, GPU_MEMORY
+from scheduler.deviceshare.requests import GPU
 from scheduler.deviceshare.state import Allocations
 
-LABEL_VENDOR = "node.koordinator.sh/gpu-vendor"
-LABEL_MODEL = "node.koordinator.sh/gpu-model"
-LABEL_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
 LABEL_HAMI_VGPU_NODE = "hami.io/vgpu-node"
 HAMI_CORE = "HAMi-core"
 
@@ -21,8 +26,6 @@ VENDOR_HUAWEI = "huawei"
 VENDOR_CAMBRICON = "cambricon"
 ASCEND_310P_DUO = "Ascend-310P3-300I-DUO"
 
-ANN_BIND_TIMESTAMP = "scheduling.koordinator.sh/bind-timestamp"
-ANN_GPU_MINORS = "scheduling.koordinator.sh/gpu-minors"
 ANN_PREDICATE_TIME = "predicate-time"
 ANN_NPU_CORE = "huawei.com/npu-core"
 ANN_ASCEND_310P = "huawei.com/Ascend310P"
@@ -39,8 +42,8 @@ LOCK_KEYS = {VENDOR_CAMBRICON: ANN_DSMLU_LOCK}
 
 def gpu_model(node_labels: dict[str, str], device_labels: dict[str, str]) -> tuple[str, str]:
     """(vendor, model): the Node's labels, else the Device CR's (our agent labels the Device CR)."""
-    return (node_labels.get(LABEL_VENDOR) or device_labels.get(LABEL_VENDOR, ""),
-            node_labels.get(LABEL_MODEL) or device_labels.get(LABEL_MODEL, ""))
+    return (node_labels.get(LABEL_GPU_VENDOR) or device_labels.get(LABEL_GPU_VENDOR, ""),
+            node_labels.get(LABEL_GPU_MODEL) or device_labels.get(LABEL_GPU_MODEL, ""))
 
 
 def isolation_provider(value: str) -> str:
@@ -51,8 +54,8 @@ def isolation_provider(value: str) -> str:
 def provider_mismatch(pod_labels: dict[str, str], node_labels: dict[str, str]) -> str | None:
     """plugin.go Filter: a shared-GPU pod naming an isolation provider fits only nodes labelled with the same one.
     **[decision]** a per-node reason (upstream returns an Error status that aborts the whole attempt)."""
-    want = pod_labels.get(LABEL_ISOLATION_PROVIDER, "")
-    if not want or isolation_provider(want) == isolation_provider(node_labels.get(LABEL_ISOLATION_PROVIDER, "")):
+    want = pod_labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")
+    if not want or isolation_provider(want) == isolation_provider(node_labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")):
         return None
     return f"node(s) didn't match gpu-isolation-provider {isolation_provider(want)}"
 
@@ -64,9 +67,9 @@ def check(vendor: str, allocs: Allocations) -> str | None:
         return None
     if len(gpus) > 1:
         return "multiple gpu share is not supported on device side"
-    if GPU_CORE not in gpus[0].resources:
+    if RESOURCE_GPU_CORE not in gpus[0].resources:
         return "gpu core resource is required"
-    if gpus[0].resources.get(GPU_MEMORY, 0) < CAMBRICON_VMEMORY_UNIT:
+    if gpus[0].resources.get(RESOURCE_GPU_MEMORY, 0) < CAMBRICON_VMEMORY_UNIT:
         return f"gpu memory must not be less than {CAMBRICON_VMEMORY_UNIT} bytes"
     return None
 
@@ -88,12 +91,12 @@ def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: st
     """The general adapter (bind-timestamp), the GPU one (gpu-minors, HAMi's vgpu-node label) and the vendor's."""
     meta = pod.get("metadata") or {}
     nanos = str(int(now.timestamp() * 1_000_000) * 1000)
-    out = Adapted({ANN_BIND_TIMESTAMP: nanos})
+    out = Adapted({ANNOTATION_BIND_TIMESTAMP: nanos})
     gpus = allocs.get(GPU) or []
     if not gpus:
         return out
-    out.annotations[ANN_GPU_MINORS] = _minors(allocs)
-    if isolation_provider((meta.get("labels") or {}).get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE:
+    out.annotations[ANNOTATION_GPU_MINORS] = _minors(allocs)
+    if isolation_provider((meta.get("labels") or {}).get(LABEL_GPU_ISOLATION_PROVIDER, "")) == HAMI_CORE:
         out.labels[LABEL_HAMI_VGPU_NODE] = node_name
     if vendor == VENDOR_HUAWEI:
         out.annotations[ANN_PREDICATE_TIME] = nanos
@@ -106,8 +109,8 @@ def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: st
     elif vendor == VENDOR_CAMBRICON:
         a = gpus[0]
         out.annotations[ANN_DSMLU_ASSIGNED] = "false"
-        out.annotations[ANN_DSMLU_PROFILE] = (f"{a.minor}_{a.resources.get(GPU_CORE, 0)}_"
-                                              f"{a.resources.get(GPU_MEMORY, 0) // CAMBRICON_VMEMORY_UNIT}")
+        out.annotations[ANN_DSMLU_PROFILE] = (f"{a.minor}_{a.resources.get(RESOURCE_GPU_CORE, 0)}_"
+                                              f"{a.resources.get(RESOURCE_GPU_MEMORY, 0) // CAMBRICON_VMEMORY_UNIT}")
     lock = LOCK_KEYS.get(vendor)
     if lock:
         out.node_annotations[lock] = lock_value(now, str(meta.get("namespace") or "default"), str(meta.get("name")))

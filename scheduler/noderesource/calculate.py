@@ -15,6 +15,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
+from apis.extension.resources import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    BATCH_RESOURCES,
+    MID_CPU,
+    MID_MEMORY,
+    MID_RESOURCES,
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_NPU_CORE,
+    RESOURCE_NPU_CPU,
+    RESOURCE_NPU_DVPP,
+    RESOURCE_RDMA,
+)
 from koordlet.errors import InvalidInput
 from koordlet.states.qos import (
     PRIORITY_BATCH,
@@ -30,23 +48,11 @@ from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
 JSON = dict[str, Any]
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 
-BATCH_CPU = "kubernetes.io/batch-cpu"
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-MID_CPU = "kubernetes.io/mid-cpu"
-MID_MEMORY = "kubernetes.io/mid-memory"
-BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
-MID_RESOURCES = (MID_CPU, MID_MEMORY)
-GPU = "koordinator.sh/gpu"
-GPU_SHARED = "koordinator.sh/gpu.shared"
-GPU_CORE = "koordinator.sh/gpu-core"
-RDMA = "koordinator.sh/rdma"
 # gpudeviceresource/utils.go ResourceNames: only these reach the node (a vendor's own resources on a GPU device,
 # e.g. cambricon.com/*, stay its device plugin's)
-GPU_RESOURCES = (GPU, GPU_CORE, "huawei.com/npu-core", "huawei.com/npu-cpu", "huawei.com/npu-dvpp",
-                 "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio", GPU_SHARED)
-RDMA_RESOURCES = (RDMA,)
-GPU_LABELS = ("node.koordinator.sh/gpu-vendor", "node.koordinator.sh/gpu-model",
-              "node.koordinator.sh/gpu-driver-version")
+GPU_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP,
+                 RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED)
+RDMA_RESOURCES = (RESOURCE_RDMA,)
 ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
 _LIVE_PHASES = ("Running", "Pending")
 _LOW_PRIORITY = (PRIORITY_BATCH, PRIORITY_FREE)
@@ -371,10 +377,10 @@ def gpu(device: Mapping[str, Any] | None, nr: NodeResource, sync_gpu_shared: boo
             except InvalidInput:
                 continue
     labels = ((device or {}).get("metadata") or {}).get("labels") or {}
-    if labels.get(GPU_LABELS[0], "") in ("", "nvidia"):
-        total[GPU] = total.get(GPU_CORE, 0)
+    if labels.get(LABEL_GPU_VENDOR, "") in ("", "nvidia"):
+        total[RESOURCE_GPU] = total.get(RESOURCE_GPU_CORE, 0)
     if sync_gpu_shared:
-        total[GPU_SHARED] = 100 * len(gpus)
+        total[RESOURCE_GPU_SHARED] = 100 * len(gpus)
     for name, value in total.items():
         if name in GPU_RESOURCES:
             nr.set(name, value, "node gpu resources from device")
@@ -387,7 +393,7 @@ def rdma(device: Mapping[str, Any] | None, nr: NodeResource) -> None:
     if not pfs:
         nr.reset(RDMA_RESOURCES, "reset node rdma resources")
         return
-    nr.set(RDMA, 100 * len(pfs), "node rdma resources from device")
+    nr.set(RESOURCE_RDMA, 100 * len(pfs), "node rdma resources from device")
 
 
 def calculate(strategy: Mapping[str, Any], colocation: bool, node: Mapping[str, Any],

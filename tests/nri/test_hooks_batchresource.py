@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from apis.extension.resources import BATCH_CPU, BATCH_MEMORY
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir
 from koordlet.host.paths import HostPaths
@@ -21,7 +22,7 @@ from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos import batchresource
-from koordlet.qos.batchspec import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
+from koordlet.qos.batchspec import ANNOTATION_EXTENDED_RESOURCE_SPEC
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import merge_nodeslo_spec
 from koordlet.states.pods import pod_meta

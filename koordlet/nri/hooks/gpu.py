@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import os
 
+from apis.extension.device_share import LABEL_GPU_ISOLATION_PROVIDER
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.nri.hooks.context import SAFE_NAME, HookCall, HookInputError
 from koordlet.nri.hooks.model import Adjustment, HookResult, HostDir, Mount
-from koordlet.states.allocation import (
-    RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY,
-    RESOURCE_GPU_MEMORY_RATIO,
-    TYPE_GPU,
-)
+from koordlet.states.allocation import TYPE_GPU
 
 HOOK_NAME = "gpu env inject"
 GATE = "GPUEnvInject"
@@ -39,7 +36,6 @@ ENV_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 ENV_SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 ENV_PRELOAD = "LD_PRELOAD"
 ENV_SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
 # **[decision]** upstream compares case-sensitively; the v1.6 release text labels its pods `hami-core`, so any
 # casing counts (koord-sched's DeviceShare matches node and pod labels the same way).
 PROVIDER_HAMI_CORE = "HAMi-core"

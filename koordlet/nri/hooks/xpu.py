@@ -25,6 +25,7 @@ partition.
 
 from __future__ import annotations
 
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.model import FACT_DEV, Adjustment, DeviceNode, HookResult
 from koordlet.nri.hooks.xpu_nodes import (
@@ -39,12 +40,7 @@ from koordlet.nri.hooks.xpu_nodes import (
     VENDOR_CAMBRICON,
     VENDOR_HUAWEI,
 )
-from koordlet.states.allocation import (
-    RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY_RATIO,
-    TYPE_GPU,
-    DeviceAllocation,
-)
+from koordlet.states.allocation import TYPE_GPU, DeviceAllocation
 
 HOOK_NAME = "xpu device inject"
 _WHOLE = 100
