@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.extension.qos import QOS_BE
 from apis.extension.resources import BATCH_CPU
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
@@ -22,7 +23,6 @@ from koordlet.metriccache import MetricCache
 from koordlet.quantity import parse_quantity
 from koordlet.states.cpupools import parse_cpuset
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
 KIND_USAGE, KIND_REQUEST, KIND_REAL_LIMIT = "be_cpu_usage", "be_cpu_request", "be_cpu_real_limit"
 

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.extension.qos import koord_qos_class
 from koordlet.errors import HostReadError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import koord_qos_class
 
 ANNOTATION = "koordinator.sh/blkioQOS"
 V1_THROTTLE = {  # file -> IOCfg field

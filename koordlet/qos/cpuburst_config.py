@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.errors import InvalidInput, PlanError
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 
 ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
 POLICY_NONE = "none"

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.extension.qos import QOS_BE
 from apis.extension.resources import BATCH_CPU
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.errors import InvalidInput
@@ -44,7 +45,6 @@ from koordlet.qos.state import QoSState
 from koordlet.quantity import milli_value, parse_quantity
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
 GATE = "BECPUEvict"
 STRATEGY = GATE.removeprefix("BE")  # upstream's CPUEvictName (also the name of a gate we do not serve)

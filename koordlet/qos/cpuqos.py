@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.collectors.hostapps import HostApp
 from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
@@ -53,7 +54,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
 from koordlet.errors import InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
@@ -58,7 +59,6 @@ from koordlet.states.nodecpu import (
     NodeCPUFacts,
     node_cpu_facts,
 )
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
 
 GATE = "CPUSetAllocator"
 GATE_BE_CPU_MANAGER = "BECPUManager"

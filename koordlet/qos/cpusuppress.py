@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from apis.core.qos import K8S_BEST_EFFORT
+from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
 from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
@@ -50,7 +52,6 @@ from koordlet.qos.steady import SteadyFacts
 from koordlet.quantity import milli_value
 from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
 
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"

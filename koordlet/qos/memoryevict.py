@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.extension.qos import QOS_BE
 from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
@@ -34,7 +35,6 @@ from koordlet.qos.eviction import (
 from koordlet.qos.state import QoSState
 from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
 GATE = "BEMemoryEvict"
 STRATEGY = "memoryEvict"  # upstream's MemoryEvictName

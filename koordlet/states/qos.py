@@ -1,4 +1,7 @@
-"""Kubernetes QoS, Koordinator QoS and priority classes of a pod, derived exactly as upstream so both agree."""
+"""A pod's Kubernetes QoS class as kubelet computes it, and the Koordinator QoS and priority classes defaulted from it.
+
+The class names and label decoders are apis.extension.qos and apis.extension.priority; what stays here parses
+quantities."""
 
 from __future__ import annotations
 
@@ -7,39 +10,11 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
+from apis.core.qos import K8S_BEST_EFFORT, K8S_BURSTABLE, K8S_GUARANTEED, K8S_QOS_CLASSES
+from apis.extension.priority import PRIORITY_NONE, priority_class, priority_class_for_qos
+from apis.extension.qos import QOS_NONE, koord_qos_class, koord_qos_for_k8s_qos
 from koordlet.errors import InvalidInput
 from koordlet.quantity import parse_quantity
-
-K8S_GUARANTEED = "Guaranteed"
-K8S_BURSTABLE = "Burstable"
-K8S_BEST_EFFORT = "BestEffort"
-K8S_QOS_CLASSES = (K8S_GUARANTEED, K8S_BURSTABLE, K8S_BEST_EFFORT)
-
-LABEL_POD_QOS = "koordinator.sh/qosClass"
-LABEL_POD_PRIORITY_CLASS = "koordinator.sh/priority-class"
-
-QOS_LSE = "LSE"
-QOS_LSR = "LSR"
-QOS_LS = "LS"
-QOS_BE = "BE"
-QOS_SYSTEM = "SYSTEM"
-QOS_NONE = ""
-KOORD_QOS_CLASSES = (QOS_LSE, QOS_LSR, QOS_LS, QOS_BE, QOS_SYSTEM)
-
-PRIORITY_PROD = "koord-prod"
-PRIORITY_MID = "koord-mid"
-PRIORITY_BATCH = "koord-batch"
-PRIORITY_FREE = "koord-free"
-PRIORITY_NONE = ""
-PRIORITY_CLASSES = (PRIORITY_PROD, PRIORITY_MID, PRIORITY_BATCH, PRIORITY_FREE)
-
-# apis/extension/priority.go: inclusive spec.priority ranges of each class.
-PRIORITY_RANGES: dict[str, tuple[int, int]] = {
-    PRIORITY_PROD: (9000, 9999),
-    PRIORITY_MID: (7000, 7999),
-    PRIORITY_BATCH: (5000, 5999),
-    PRIORITY_FREE: (3000, 3999),
-}
 
 _QOS_COMPUTE_RESOURCES = ("cpu", "memory")
 _ZERO = Decimal(0)
@@ -75,14 +50,6 @@ def computed_k8s_qos_class(pod: Mapping[str, Any]) -> str:
     return pod_qos or K8S_BEST_EFFORT
 
 
-def koord_qos_class(pod: Mapping[str, Any]) -> str:
-    """The `koordinator.sh/qosClass` label when it names a known class, else QoSNone ("")."""
-    value = _labels(pod).get(LABEL_POD_QOS)
-    if isinstance(value, str) and value in KOORD_QOS_CLASSES:
-        return value
-    return QOS_NONE
-
-
 def koord_qos_class_with_default(pod: Mapping[str, Any]) -> str:
     """apis/extension/qos_utils.go GetPodQoSClassWithDefault: the label, else derived from the k8s QoS class."""
     qos = koord_qos_class(pod)
@@ -91,50 +58,12 @@ def koord_qos_class_with_default(pod: Mapping[str, Any]) -> str:
     return koord_qos_for_k8s_qos(k8s_qos_class(pod))
 
 
-def koord_qos_for_k8s_qos(k8s_qos: str) -> str:
-    """Guaranteed -> LSR, Burstable -> LS, BestEffort -> BE (qos_utils.go GetPodQoSClassWithKubeQoS)."""
-    return {K8S_GUARANTEED: QOS_LSR, K8S_BURSTABLE: QOS_LS, K8S_BEST_EFFORT: QOS_BE}.get(k8s_qos, QOS_NONE)
-
-
-def priority_class(pod: Mapping[str, Any]) -> str:
-    """apis/extension/priority.go GetPodPriorityClassRaw.
-
-    A present `koordinator.sh/priority-class` label decides alone (an unknown value is "none", with no fallback
-    to `spec.priority`); otherwise the class whose range holds `spec.priority`.
-    """
-    labels = _labels(pod)
-    if LABEL_POD_PRIORITY_CLASS in labels:
-        value = labels[LABEL_POD_PRIORITY_CLASS]
-        return value if isinstance(value, str) and value in PRIORITY_CLASSES else PRIORITY_NONE
-    priority = _dict(_dict(pod).get("spec")).get("priority")
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        return PRIORITY_NONE
-    return priority_class_by_value(priority)
-
-
-def priority_class_by_value(priority: int) -> str:
-    """The class whose range holds this `spec.priority` value, else "none"."""
-    for name, (low, high) in PRIORITY_RANGES.items():
-        if low <= priority <= high:
-            return name
-    return PRIORITY_NONE
-
-
 def priority_class_with_default(pod: Mapping[str, Any]) -> str:
     """apis/extension/priority_utils.go GetPodPriorityClassWithDefault: raw class, else derived from QoS."""
     raw = priority_class(pod)
     if raw != PRIORITY_NONE:
         return raw
     return priority_class_for_qos(koord_qos_class_with_default(pod))
-
-
-def priority_class_for_qos(qos: str) -> str:
-    """SYSTEM/LSE/LSR/LS -> koord-prod, BE -> koord-batch, anything else -> none (GetPodPriorityClassWithQoS)."""
-    if qos in (QOS_SYSTEM, QOS_LSE, QOS_LSR, QOS_LS):
-        return PRIORITY_PROD
-    if qos == QOS_BE:
-        return PRIORITY_BATCH
-    return PRIORITY_NONE
 
 
 def _resources_qos(resources: Mapping[str, Any]) -> str:
@@ -178,10 +107,6 @@ def _parsed(value: str | int | float) -> Decimal:
         return parse_quantity(value)
     except InvalidInput:
         return _ZERO
-
-
-def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _dict(_dict(_dict(pod).get("metadata")).get("labels"))
 
 
 def _dict(value: object) -> Mapping[str, Any]:

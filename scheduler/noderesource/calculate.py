@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
+from apis.extension.priority import PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD
+from apis.extension.qos import QOS_LSE
 from apis.extension.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -34,15 +36,7 @@ from apis.extension.resources import (
     RESOURCE_RDMA,
 )
 from koordlet.errors import InvalidInput
-from koordlet.states.qos import (
-    PRIORITY_BATCH,
-    PRIORITY_FREE,
-    PRIORITY_MID,
-    PRIORITY_PROD,
-    QOS_LSE,
-    koord_qos_class_with_default,
-    priority_class_with_default,
-)
+from koordlet.states.qos import koord_qos_class_with_default, priority_class_with_default
 from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
 
 JSON = dict[str, Any]

@@ -11,6 +11,7 @@ unset, as upstream's own empty value does. Fails open: a malformed annotation ad
 
 from __future__ import annotations
 
+from apis.extension.qos import koord_qos_class
 from koordlet.errors import InvalidInput
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path
 from koordlet.nri.hooks.context import HookCall, HookInputError, annotation_field
@@ -19,7 +20,6 @@ from koordlet.nri.hooks.model import Adjustment, HookResult
 from koordlet.qos.cpuset import GATE_BE_CPU_MANAGER, canonical, container_cpuset
 from koordlet.qos.model import Plan, Write
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus, resource_status
-from koordlet.states.qos import koord_qos_class
 
 HOOK_NAME = "CPUSetAllocator"
 GATE = "CPUSetAllocator"
