@@ -1,5 +1,5 @@
 """API requests/s of the agent's and the extender's watchers while the API server fails every watch, beside the
-ceiling client-go's reflector backoff allows them (koordlet.backoff.REFLECTOR) and the count of watchers.
+ceiling client-go's reflector backoff allows them (apis.client.backoff.REFLECTOR) and the count of watchers.
 
 The API server is an in-process HTTP double (stdlib ThreadingHTTPServer, real sockets and JSON) that lists empty
 collections and answers every watch 500, or closes every watch at once (200, no event), or answers every list 500.
@@ -24,14 +24,14 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from apis.client.backoff import REFLECTOR
+from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.client.listwatch import REAL_CLOCK, Clock
 from benchmarks.skipclock import SkipClock
 from koordlet.agent import Agent
-from koordlet.backoff import REFLECTOR
 from koordlet.cluster import ClusterLink
 from koordlet.config import Config
 from koordlet.host.paths import HostPaths
-from koordlet.kubeapi import KubeClient, KubeConfig
-from koordlet.listwatch import REAL_CLOCK, Clock
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
 from scheduler.extender import SOURCES, ClusterSource, Extender

@@ -45,7 +45,7 @@ CPU_TARGET, RATIO_TARGET, RSS_TARGET = 2.0, 1.5, 120.0
 def _daemonset_rows(core_pct: float, rss_mib: float) -> list[tuple[str, str, str, str]]:
     """deploy/daemonset.yaml's requests beside what this run measured: a request below the steady use starves the
     agent on a full node, one far above it reserves what the node's pods could use."""
-    from koordlet.quantity import parse_quantity
+    from apis.core.quantity import parse_quantity
 
     ds = yaml.safe_load((Path(__file__).resolve().parents[1] / "deploy" / "daemonset.yaml").read_text())
     res = ds["spec"]["template"]["spec"]["containers"][0]["resources"]

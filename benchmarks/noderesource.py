@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from koordlet.kubeapi import KubeClient, KubeConfig, TokenBucket
+from apis.client.kubeapi import KubeClient, KubeConfig, TokenBucket
 from scheduler.noderesource.controller import DEVICES, NODEMETRICS, NODES, PODS, NodeResourceController
 
 NODES_N = 1000

@@ -1,4 +1,4 @@
-"""A clock for retrying loops (koordlet.listwatch.Clock) on which waits cost no real time (benchmarks.apifaults and
+"""A clock for retrying loops (apis.client.listwatch.Clock) on which waits cost no real time (benchmarks.apifaults and
 the fault tests under tests/faults measure request rates with it).
 
 Each thread lives on its own timeline: `wait(s)` returns at once and moves the calling thread's clock on by s, so a

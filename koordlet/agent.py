@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.objects import JSON
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -28,7 +30,6 @@ from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
 from koordlet.devices.report import changed, desired
-from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.events import EventRecorder
 from koordlet.exporter import AgentMetrics
 from koordlet.health import Health
@@ -57,7 +58,7 @@ from koordlet.states.kubeletcpu import (
     read_cpu_manager_state,
     read_kubelet_config_file,
 )
-from koordlet.states.model import JSON, PodSource
+from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 from koordlet.states.nodeslo import load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodsDirSource, PodState

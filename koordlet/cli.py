@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
+from apis.core.errors import InvalidInput
 from koordlet import __version__, flagtable, goflag, logsetup, tables
 from koordlet.config import Config, EvictConfig, NriConfig, PodResourcesProxyConfig, parse_feature_gates
-from koordlet.errors import InvalidInput
 from koordlet.flagtable import COMMANDS, options_of
 from koordlet.goflag import FlagError
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots

@@ -14,21 +14,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
+from apis.client.kubeapi import Gone, KubeClient, KubeConfig
+from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
+from apis.core.errors import ApiError, KoordletError
+from apis.core.objects import JSON
+from apis.core.quantity import parse_quantity
 from apis.extension.resources import BATCH_RESOURCES, MID_RESOURCES
 from koordlet.agent import Agent
-from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
-from koordlet.errors import ApiError, KoordletError
-from koordlet.kubeapi import Gone, KubeClient, KubeConfig
-from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
-from koordlet.quantity import parse_quantity
 from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 from koordlet.reporters.nrt import TopologyStatus
 from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
-from koordlet.states.model import JSON
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class ClusterLink:
                              daemon=True).start()
 
     def _watch_forever(self, path: str, deliver: Callable[[JSON | None], None]) -> None:
-        """List then watch one object by name (field selector), as client-go's reflector (koordlet.listwatch)."""
+        """List then watch one object by name (field selector), as client-go's reflector (apis.client.listwatch)."""
         selector = f"metadata.name={self.config.node_name}"
 
         def list_mine() -> str | None:

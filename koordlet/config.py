@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.host.paths import HostPaths
 from koordlet.prediction.server import PredictionConfig
 

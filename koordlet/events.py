@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from koordlet.errors import ApiError, PlanError
+from apis.core.errors import ApiError, PlanError
 from koordlet.health import Health
 
 log = logging.getLogger(__name__)

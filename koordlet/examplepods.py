@@ -17,10 +17,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apis.core.errors import InvalidInput, KoordletError
 from koordlet.collectors.cgroups import pod_targets
 from koordlet.collectors.hostapps import HostApp, host_apps, hostapp_targets
 from koordlet.config import Config
-from koordlet.errors import InvalidInput, KoordletError
 from koordlet.health import Health
 from koordlet.host.cgroup import detect_backend
 from koordlet.host.cgtree import CgroupTree

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from apis.core.quantity import parse_measured, parse_quantity
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
@@ -35,7 +36,6 @@ from koordlet.prediction.predictor import Outcome
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
-from koordlet.quantity import parse_measured, parse_quantity
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
 from koordlet.states.cpupools import CPUSetError, SharePool, parse_cpuset

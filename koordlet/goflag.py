@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet import godur
-from koordlet.errors import InvalidInput
+from apis.core import godur
+from apis.core.errors import InvalidInput
 
 
 class FlagError(InvalidInput):

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 
 _FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 _DIR_FORMAT = "%(asctime)s %(levelname).1s %(pathname)s:%(lineno)d %(name)s: %(message)s"

@@ -120,8 +120,8 @@ def extender(ns: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from koordlet.errors import KoordletError
-    from koordlet.kubeapi import KubeClient, KubeConfig
+    from apis.client.kubeapi import KubeClient, KubeConfig
+    from apis.core.errors import KoordletError
     from scheduler.extender import ClusterSource, Extender, serve
 
     try:
@@ -151,8 +151,8 @@ def run(ns: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from koordlet.errors import KoordletError
-    from koordlet.kubeapi import KubeClient, KubeConfig
+    from apis.client.kubeapi import KubeClient, KubeConfig
+    from apis.core.errors import KoordletError
     from scheduler.gang.model import parse_go_duration
     from scheduler.runner import SecondaryScheduler
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import yaml
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import parse_quantity
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"

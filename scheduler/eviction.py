@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 
-from koordlet.errors import ApiError, KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
-from scheduler.cluster import JSON, key
+from apis.client.kubeapi import KubeClient
+from apis.core.errors import ApiError, KoordletError, NotFound
+from apis.core.objects import JSON
+from scheduler.cluster import key
 
 log = logging.getLogger(__name__)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from koordlet.backoff import REFLECTOR, BackoffPolicy
-from koordlet.errors import ApiError, InvalidInput, KoordletError, NotFound
-from koordlet.kubeapi import Gone, KubeClient
-from koordlet.listwatch import REAL_CLOCK, Clock, list_and_watch
+from apis.client.backoff import REFLECTOR, BackoffPolicy
+from apis.client.kubeapi import Gone, KubeClient
+from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
+from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
+from apis.core.objects import JSON
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.cluster import (
-    JSON,
     Cluster,
     NodeInfo,
     bound_pod,
@@ -265,7 +265,7 @@ class Extender:
 
     def _watch_forever(self, path: str, kind: str, timeout_seconds: int) -> None:
         """List (applied as the whole truth for this kind), then watch from the list's resourceVersion, backing off
-        as client-go's reflector (koordlet.listwatch)."""
+        as client-go's reflector (apis.client.listwatch)."""
 
         def list_kind() -> str | None:
             items, rv = self.source.list_kind(path, kind)

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from koordlet.errors import KoordletError
-from koordlet.kubeapi import KubeClient
-from scheduler.cluster import JSON, NodeInfo, is_reserve_pod, key
+from apis.client.kubeapi import KubeClient
+from apis.core.errors import KoordletError
+from apis.core.objects import JSON
+from scheduler.cluster import NodeInfo, is_reserve_pod, key
 from scheduler.framework import Placement, Scheduler
 from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, place, release
 from scheduler.reservation.model import load as load_book

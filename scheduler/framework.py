@@ -24,9 +24,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from scheduler import debug
-from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, cycle_requests, key, pod_requests
+from scheduler.cluster import PODS, Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 
 log = logging.getLogger(__name__)

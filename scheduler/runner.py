@@ -10,10 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
+from apis.client.kubeapi import KubeClient
+from apis.core.errors import KoordletError, NotFound
+from apis.core.objects import JSON
 from scheduler import malformed
-from scheduler.cluster import JSON, Cluster, build_cluster, is_active, key
+from scheduler.cluster import Cluster, build_cluster, is_active, key
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import ClusterSource, _pod_path

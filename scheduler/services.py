@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from apis.core.objects import JSON
 from scheduler import debug
-from scheduler.cluster import JSON, key
+from scheduler.cluster import key
 from scheduler.elasticquota.model import format_quantity, resource_json
 from scheduler.framework import Scheduler
 from scheduler.gang.model import (

@@ -113,6 +113,6 @@ def emulate_eviction(km: kmock.KubernetesEmulator) -> None:
 def driver_client(km: kmock.KubernetesEmulator) -> Any:
     """A client for a test acting as somebody else on the cluster (a user creating a pod, a controller editing a
     quota): its own User-Agent keeps its requests out of the least-privilege proofs (tests/test_rbac.py)."""
-    from koordlet.kubeapi import KubeClient, KubeConfig
+    from apis.client.kubeapi import KubeClient, KubeConfig
 
     return KubeClient(KubeConfig(server=str(km.url), user_agent="test-driver"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.cgroup import detect_backend, parse_psi
 
 from simhost import SimCgroup, SimHost

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from koordlet.errors import HostReadError, InvalidInput, UnsupportedKernel
+from apis.core.errors import HostReadError, InvalidInput, UnsupportedKernel
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import (
     RESOURCES,

@@ -11,11 +11,11 @@ from typing import Any
 import kmock
 import pytest
 
+from apis.client.kubeapi import KubeClient, KubeConfig
 from koordlet.agent import Agent
 from koordlet.cluster import ClusterLink
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver, K8sQoS
-from koordlet.kubeapi import KubeClient, KubeConfig
 
 from kubedouble import NM, emulate_status_subresource
 from simhost import SimCgroup, SimHost, make_pod

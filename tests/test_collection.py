@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.core.quantity import parse_quantity
 from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.host.driver import K8sQoS
 from koordlet.metriccache import MetricCache
-from koordlet.quantity import parse_quantity
 
 from simhost import SimCgroup, SimHost, make_pod
 

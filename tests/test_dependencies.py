@@ -21,7 +21,7 @@ def _runtime_dependencies() -> list[str]:
 
 
 def test_every_runtime_dependency_is_imported() -> None:
-    sources = "\n".join(p.read_text() for pkg in ("koordlet", "scheduler") for p in (ROOT / pkg).rglob("*.py"))
+    sources = "\n".join(p.read_text() for pkg in ("apis", "koordlet", "scheduler") for p in (ROOT / pkg).rglob("*.py"))
     for dist in _runtime_dependencies():
         assert dist in MODULE, f"{dist}: new runtime dependency, add its module here and say why in the README"
         mod = re.escape(MODULE[dist])
@@ -30,7 +30,7 @@ def test_every_runtime_dependency_is_imported() -> None:
 
 def test_agent_runs_without_kubernetes_or_psutil_and_loads_grpc_only_for_the_proxy() -> None:
     """grpcio (+12 MiB RSS) is imported when the PodResourcesProxy gate is on, not by the agent otherwise."""
-    code = ("import sys, koordlet.cli, koordlet.agent, koordlet.cluster, koordlet.kubeapi, koordlet.exporter, "
+    code = ("import sys, koordlet.cli, koordlet.agent, koordlet.cluster, apis.client.kubeapi, koordlet.exporter, "
             "koordlet.daemon; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'kubernetes', 'grpc', 'google', 'psutil'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

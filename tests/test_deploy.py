@@ -206,7 +206,7 @@ def test_pod_is_node_critical_privileged_and_mounts_what_bcc_needs() -> None:
 
 
 def test_requests_and_limits_follow_the_benchmark() -> None:
-    from koordlet.quantity import parse_quantity
+    from apis.core.quantity import parse_quantity
 
     res = _daemonset()["spec"]["template"]["spec"]["containers"][0]["resources"]
     # benchmarks.daemon, 250 pods × 3 containers: 1.4–1.7 % of a core, ~61 MiB steady; the eBPF loader child

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.host.driver import (
     CgroupDriver,
     K8sQoS,

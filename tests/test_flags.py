@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet import flagtable, goflag
 from koordlet.absent import absent_settings
 from koordlet.cli import config_from_args, parse_args, usage
 from koordlet.config import FEATURE_GATES, UNIMPLEMENTED_GATES, parse_feature_gates
-from koordlet.errors import InvalidInput
 from koordlet.reference import gate_users
 
 FLAGS_TXT = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream-chart" / "koordlet-flags.txt"

@@ -9,8 +9,8 @@ from typing import Any
 import kmock
 import pytest
 
-from koordlet.errors import ApiError, InvalidInput
-from koordlet.kubeapi import KubeClient, KubeConfig, Unreachable
+from apis.client.kubeapi import KubeClient, KubeConfig, Unreachable
+from apis.core.errors import ApiError, InvalidInput
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource, kubelet_address, kubelet_port
 from koordlet.states.model import PodSource
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet import logsetup
 from koordlet.cli import parse_args
-from koordlet.errors import InvalidInput
 
 
 @pytest.fixture(autouse=True)

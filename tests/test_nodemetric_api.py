@@ -12,8 +12,8 @@ import jsonschema
 import kmock
 import pytest
 
-from koordlet.errors import ApiError
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.core.errors import ApiError
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 
 from conftest import crd_schema

@@ -13,11 +13,11 @@ from typing import Any
 import kmock
 import pytest
 
+from apis.client.kubeapi import KubeClient, KubeConfig
 from koordlet.agent import Agent, api_path
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
-from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.reporters import nrt
 from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.files import OpenFiles, descriptor_cap, is_pseudo_fs, raise_nofile_limit
 
 from conftest import real_v1_root

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apis.core.quantity import parse_quantity
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, LinearBuckets, parse_go_time
 from koordlet.prediction.predictor import predict
@@ -22,7 +23,6 @@ from koordlet.prediction.server import (
     node_item_uid,
     training_pods,
 )
-from koordlet.quantity import parse_quantity
 
 HOUR = 3600.0
 START = 1234567890.0
@@ -174,7 +174,7 @@ def test_checkpoints_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_bad_flags_are_refused() -> None:
-    from koordlet.errors import InvalidInput
+    from apis.core.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="--prediction-training-interval"):
         PredictionConfig(training_interval=0)

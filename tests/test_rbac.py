@@ -20,7 +20,7 @@ from conftest import API_CALLS, TESTS_DIR
 ROLE_FILE = TESTS_DIR.parent / "deploy" / "rbac.yaml"
 SCHEDULER_ROLE_FILE = TESTS_DIR.parent / "deploy" / "scheduler" / "rbac.yaml"
 # The API client library's own tests: they send made-up verbs on made-up resources to test the client, not the agent.
-NOT_THE_AGENT = {"test_kubeapi.py"}
+NOT_THE_AGENT = {"apis/test_kubeapi.py"}
 # The fault suite's koord-sched files: koord-sched's client, proven against koord-sched's roles.
 SCHEDULER_FAULTS = {"faults/test_extender_faults.py", "faults/test_sched_faults.py"}
 

@@ -20,12 +20,12 @@ import psutil
 import pytest
 import yaml
 
+from apis.core.quantity import parse_quantity
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
 from koordlet.host.cgroup import CgroupV1
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import parse_quantity
 
 from conftest import real_v1_root, require, rmtree_cgroup
 from simhost import make_pod

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.cgroup import CgroupBackend, CgroupV1, CgroupV2
 from koordlet.host.paths import HostPaths
 

@@ -11,16 +11,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE
 from apis.extension.resources import BATCH_CPU
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.files import read_bytes
 from koordlet.host.resources import parse_cpu_max, resource_path
 from koordlet.metriccache import MetricCache
-from koordlet.quantity import parse_quantity
 from koordlet.states.cpupools import parse_cpuset
 from koordlet.states.model import PodMeta
 

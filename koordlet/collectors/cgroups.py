@@ -14,10 +14,10 @@ from itertools import repeat
 
 import numpy as np
 
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.collectors.rates import PREV_TTL_TICKS, Rates
 from koordlet.collectors.usage import CgroupUsage as CgroupUsage  # re-exported: what the mapping holds
 from koordlet.collectors.usage import TickUsage, UsageId
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.files import OpenFiles

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.files import OpenFiles, read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUSetError, parse_cpuset

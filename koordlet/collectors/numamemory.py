@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
 from koordlet.states.model import PodMeta

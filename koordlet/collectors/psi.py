@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apis.core.errors import HostReadError
 from koordlet.collectors.cgroups import Target
-from koordlet.errors import HostReadError
 from koordlet.health import Health
 from koordlet.host.cgroup import PSI_FILES, CgroupBackend, PSIStats
 

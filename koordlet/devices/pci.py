@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths
 

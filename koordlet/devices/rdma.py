@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from apis.core.errors import HostReadError
 from apis.extension.resources import RESOURCE_RDMA
 from koordlet.devices import pci
 from koordlet.devices.model import DeviceEntry, DeviceSet, topology
-from koordlet.errors import HostReadError
 from koordlet.health import Health
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths

@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import canonical_quantity
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_MODEL,
@@ -21,10 +23,8 @@ from apis.extension.device_share import (
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.devices.model import DeviceEntry, DeviceSet, healthy_condition
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, partition, table_annotation
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import canonical_quantity
 
 log = logging.getLogger(__name__)
 

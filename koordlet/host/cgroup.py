@@ -16,7 +16,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.files import IntFields, read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path, resource_supported

@@ -10,7 +10,7 @@ import logging
 import os
 import re
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 

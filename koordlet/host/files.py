@@ -9,7 +9,7 @@ import re
 import resource
 from collections.abc import Iterable
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

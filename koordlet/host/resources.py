@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from koordlet.errors import HostReadError, InvalidInput, UnsupportedKernel
+from apis.core.errors import HostReadError, InvalidInput, UnsupportedKernel
 from koordlet.host.paths import HostPaths
 
 # Upstream: pkg/koordlet/util/system/cgroup_resource.go (the table), validator.go (value rules), cgroup2.go

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 
 Int64s = npt.NDArray[np.int64]
 _join = b" ".join

@@ -15,7 +15,7 @@ import os
 import socket
 import stat
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.extension.resources import RESOURCE_NVIDIA_GPU, RESOURCE_RDMA
-from koordlet.errors import InvalidInput
 from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.pb import podresources_v1alpha1_pb2 as v1alpha1
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, TYPE_GPU, TYPE_RDMA, Allocations, pod_allocations

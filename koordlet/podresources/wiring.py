@@ -7,8 +7,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from apis.core.errors import PlanError
 from koordlet.agent import Agent
-from koordlet.errors import PlanError
 from koordlet.podresources.kubelet import KubeletClient
 from koordlet.podresources.merge import UNKNOWN_TYPE, Problem, field_of
 from koordlet.podresources.metrics import ProxyMetrics

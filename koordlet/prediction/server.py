@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.extension.priority import PRIORITY_CLASSES, PRIORITY_NONE
-from koordlet.errors import InvalidInput
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, _go_time, parse_go_time
 from koordlet.states.qos import priority_class_with_default

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.errors import HostReadError, PlanError
+from apis.core.errors import HostReadError, PlanError
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
 from koordlet.qos import cpuqos

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, koord_qos_class
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY
-from koordlet.errors import InvalidInput
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 
 ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from koordlet.errors import PlanError
+from apis.core.errors import PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import INT64_MAX
 from koordlet.qos.blkio_facts import (

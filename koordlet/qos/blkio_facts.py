@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import HostReadError
 from apis.extension.qos import koord_qos_class
-from koordlet.errors import HostReadError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
+from apis.core.errors import InvalidInput, PlanError
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
-from koordlet.errors import InvalidInput, PlanError
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 
 ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"

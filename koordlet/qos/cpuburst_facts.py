@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from apis.core.errors import HostReadError, InvalidInput
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import parse_cpu_max
 from koordlet.metriccache import MetricCache, SeriesKey

@@ -27,10 +27,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.core.errors import InvalidInput, QuantityError
+from apis.core.quantity import milli_value, parse_quantity
 from apis.extension.qos import QOS_BE
 from apis.extension.resources import BATCH_CPU
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
-from koordlet.errors import InvalidInput
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
     Eviction,
@@ -42,7 +43,6 @@ from koordlet.qos.eviction import (
     threshold_config,
 )
 from koordlet.qos.state import QoSState
-from koordlet.quantity import milli_value, parse_quantity
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
@@ -115,7 +115,10 @@ def _capacity(state: QoSState, standalone: bool) -> int | None:
     if state.node is None:
         # standalone (no Node object): the host's online CPUs
         return len(CPUTopology.read(state.paths).cpus) * 1000 if standalone else None
-    return milli_value(_status(state, "capacity").get("cpu"))
+    try:
+        return milli_value(_status(state, "capacity").get("cpu"))
+    except QuantityError:  # absent or malformed: no capacity, so no eviction this pass
+        return None
 
 
 def _batch_allocatable(state: QoSState) -> float:

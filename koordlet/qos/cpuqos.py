@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.collectors.hostapps import HostApp
-from koordlet.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.resources import CPU_SHARES_MAX, CPU_SHARES_MIN, shares_to_weight
@@ -52,7 +53,6 @@ from koordlet.qos.batchspec import batch_pod_shares
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)

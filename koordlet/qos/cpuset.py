@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from apis.core.errors import InvalidInput, KoordletError, PlanError
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
-from koordlet.errors import InvalidInput, KoordletError, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max

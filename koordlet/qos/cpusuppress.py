@@ -37,9 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
 from apis.core.qos import K8S_BEST_EFFORT
+from apis.core.quantity import milli_value
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
-from koordlet.errors import HostReadError, InvalidInput, PlanError
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path
@@ -49,7 +50,6 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.quantity import milli_value
 from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
 
@@ -270,13 +270,16 @@ def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
     if node is None:
         return (facts.host_cpus * 1000, 0) if facts.host_cpus else None
     status = _obj(node.get("status"))
-    capacity = milli_value(_obj(status.get("capacity")).get("cpu"))
-    if capacity is None:
+    try:
+        capacity = milli_value(_obj(status.get("capacity")).get("cpu"))
+    except QuantityError:
         errors.append(PlanError("Node", node_name, "status.capacity.cpu", "missing or not a quantity"))
         return None
-    allocatable = milli_value(_obj(status.get("allocatable")).get("cpu"))
     # util.GetNodeReservationFromKubelet: capacity - allocatable for what both have, floored at 0
-    kubelet = max(capacity - allocatable, 0) if allocatable is not None else 0
+    try:
+        kubelet = max(capacity - milli_value(_obj(status.get("allocatable")).get("cpu")), 0)
+    except QuantityError:
+        kubelet = 0
     return capacity, max(kubelet, _annotation_reserved(node, node_name, errors))
 
 
@@ -298,10 +301,7 @@ def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[P
         cpu = _obj(doc.get("resources")).get("cpu")
         if cpu is None:
             return 0
-        milli = milli_value(cpu)
-        if milli is None:
-            raise ValueError(f"resources.cpu {cpu!r} is not a quantity")
-        return milli
+        return milli_value(cpu)  # QuantityError is an InvalidInput
     except (ValueError, InvalidInput) as e:  # upstream logs and ignores the annotation
         errors.append(PlanError("Node", node_name, where, f"{e}; ignored by BE CPU suppress"))
         return 0

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import ApiError, HostReadError, KoordletError
+from apis.core.errors import ApiError, HostReadError, KoordletError
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.files import read_bytes

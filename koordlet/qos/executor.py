@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import RESOURCES, v1_memory_unlimited

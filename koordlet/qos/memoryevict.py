@@ -19,8 +19,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
 from koordlet.qos.eviction import (
@@ -33,7 +34,6 @@ from koordlet.qos.eviction import (
     threshold_config,
 )
 from koordlet.qos.state import QoSState
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 
 GATE = "BEMemoryEvict"

@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from koordlet.errors import InvalidInput, PlanError
+from apis.core.errors import InvalidInput, PlanError
 from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import resource_supported

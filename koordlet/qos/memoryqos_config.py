@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from apis.core.errors import InvalidInput, PlanError
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, koord_qos_class
-from koordlet.errors import InvalidInput, PlanError
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import default_nodeslo_spec
 from koordlet.states.qos import koord_qos_class_with_default

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from koordlet.errors import PlanError
+from apis.core.errors import PlanError
 from koordlet.qos.eviction import Eviction
 
 Op = Literal["write", "mkdir", "rmdir", "tids", "mount"]

@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from apis.core.errors import InvalidInput, PlanError
 from apis.extension.errors import AnnotationError
 from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig, decode_resctrl
-from koordlet.errors import InvalidInput, PlanError
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl_facts import (
     ACTIVE_PHASES,

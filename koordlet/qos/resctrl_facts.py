@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput, KoordletError
 from apis.extension.resctrl import ANNOTATION_RESCTRL
-from koordlet.errors import InvalidInput, KoordletError
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import PlanError
 from koordlet.collectors.hostapps import HostApp
-from koordlet.errors import PlanError
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path

@@ -6,14 +6,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
-from koordlet.errors import ApiError, NotFound
-from koordlet.kubeapi import KubeClient, retry_on_conflict
+from apis.client.kubeapi import KubeClient, retry_on_conflict
+from apis.core.errors import ApiError, NotFound
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 _TOO_MANY_REQUESTS = 429
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from apis.client.kubeapi import KubeClient
+from apis.core.objects import JSON
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.report import PLURAL, changed, desired
-from koordlet.kubeapi import KubeClient
-from koordlet.reporters.apiwrite import JSON, ObjectWriter
+from koordlet.reporters.apiwrite import ObjectWriter
 
 DEVICES_PATH = "/apis/scheduling.koordinator.sh/v1alpha1/" + PLURAL
 

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from apis.core import godur
+from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes, format_milli
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
-from koordlet import godur
 from koordlet.collectors.hostapps import HostApp
-from koordlet.errors import InvalidInput
 from koordlet.metriccache import AGGREGATIONS, MetricCache, SeriesKey
 from koordlet.prediction.predictor import Outcome, resource_list
-from koordlet.quantity import format_bytes, format_milli
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)

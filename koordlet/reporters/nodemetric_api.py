@@ -6,14 +6,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from koordlet.errors import ApiError, Conflict, KoordletError, NotFound
-from koordlet.kubeapi import DEFAULT_BACKOFF, Backoff, KubeClient, TokenBucket, Unreachable, retry_on_conflict
+from apis.client.kubeapi import DEFAULT_BACKOFF, Backoff, KubeClient, TokenBucket, Unreachable, retry_on_conflict
+from apis.core.errors import ApiError, Conflict, KoordletError, NotFound
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 
 NODEMETRICS_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
 

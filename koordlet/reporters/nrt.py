@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes, format_milli, parse_quantity
 from apis.extension.resources import RESOURCE_GPU
-from koordlet.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli, parse_quantity
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
 from koordlet.states.cpupools import encode_pools
 from koordlet.states.kubeletcpu import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, encode_pod_allocs

@@ -11,8 +11,9 @@ import logging
 import time
 from typing import Any
 
-from koordlet.kubeapi import KubeClient
-from koordlet.reporters.apiwrite import JSON, ObjectWriter
+from apis.client.kubeapi import KubeClient
+from apis.core.objects import JSON
+from koordlet.reporters.apiwrite import ObjectWriter
 from koordlet.reporters.nrt import API_VERSION, PLURAL, TopologyStatus, changed, new_object, updated
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_UP, Decimal
 from typing import Any
 
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 
 ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 # apis/scheduling/v1alpha1/device_types.go DeviceType. Huawei Ascend and Cambricon cards are `gpu` devices too: the

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.errors import HostReadError
+from apis.core.errors import HostReadError
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology

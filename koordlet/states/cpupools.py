@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_LSE, koord_qos_class
 from apis.extension.resources import BATCH_CPU
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import parse_quantity
 from koordlet.states.model import PodMeta
 
 ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"

@@ -6,14 +6,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
-from koordlet.errors import ApiError, InvalidInput
-from koordlet.kubeapi import KubeClient, KubeConfig, Transport, Urllib3Transport, kubelet_config
+from apis.client.kubeapi import KubeClient, KubeConfig, Transport, Urllib3Transport, kubelet_config
+from apis.core.errors import ApiError, InvalidInput
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 
 # observe(verb, path, code, seconds): feeds koordlet_kubelet_request_duration_seconds.
 ObserveFn = Callable[[str, str, str, float], None]

@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
+from apis.core.errors import HostReadError, InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import parse_quantity
 from koordlet.states.cpupools import CPUSetError, CPUTopology, format_cpuset, parse_cpuset, resource_status
 from koordlet.states.model import PodMeta
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-JSON = dict[str, Any]
+from apis.core.objects import JSON
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput, PlanError
-from koordlet.quantity import canonical_quantity, parse_quantity
+from apis.core.errors import InvalidInput, PlanError
+from apis.core.quantity import canonical_quantity, parse_quantity
 from koordlet.states.cpupools import (
     CPUSetError,
     CPUTopology,

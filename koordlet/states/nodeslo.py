@@ -9,10 +9,9 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, parse_quantity
-
-JSON = dict[str, Any]
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import canonical_quantity, parse_quantity
 
 API_VERSION = "slo.koordinator.sh/v1alpha1"
 KIND = "NodeSLO"

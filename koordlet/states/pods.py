@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from koordlet.errors import InvalidInput, KoordletError
+from apis.core.errors import InvalidInput, KoordletError
+from apis.core.objects import JSON
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
-from koordlet.states.model import JSON, ContainerMeta, PodMeta
+from koordlet.states.model import ContainerMeta, PodMeta
 from koordlet.states.qos import k8s_qos_class, koord_qos_class_with_default, priority_class_with_default
 
 log = logging.getLogger(__name__)

@@ -10,11 +10,11 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.core.qos import K8S_BEST_EFFORT, K8S_BURSTABLE, K8S_GUARANTEED, K8S_QOS_CLASSES
+from apis.core.quantity import parse_quantity
 from apis.extension.priority import PRIORITY_NONE, priority_class, priority_class_for_qos
 from apis.extension.qos import QOS_NONE, koord_qos_class, koord_qos_for_k8s_qos
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
 
 _QOS_COMPUTE_RESOURCES = ("cpu", "memory")
 _ZERO = Decimal(0)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.extension.resources import (
     RESOURCE_FPGA,
     RESOURCE_GPU_MEMORY,
@@ -19,7 +20,6 @@ from apis.extension.resources import (
     RESOURCE_NPU_CORE,
     RESOURCE_RDMA,
 )
-from koordlet.errors import InvalidInput
 from scheduler.config.fields import (
     TYPE_FIELDS,
     ConfigError,

@@ -6,9 +6,9 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from koordlet import godur
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
+from apis.core import godur
+from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 
 TYPE_FIELDS = ("apiVersion", "kind")  # every args object may carry its TypeMeta
 

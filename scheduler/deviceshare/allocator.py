@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import parse_quantity
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_MODEL,
@@ -16,8 +18,6 @@ from apis.extension.device_share import (
     LABEL_GPU_VENDOR,
 )
 from apis.extension.resources import RESOURCE_FPGA, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_RDMA
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,
     GPU,

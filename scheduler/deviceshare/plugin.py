@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from apis.core.objects import JSON
 from apis.extension.device_share import (
     ANNOTATION_DEVICE_ALLOCATE_HINT,
     ANNOTATION_DEVICE_JOINT_ALLOCATE,
@@ -17,7 +18,7 @@ from apis.extension.device_share import (
     LABEL_GPU_ISOLATION_PROVIDER,
     LABEL_SECONDARY_DEVICE_WELL_PLANNED,
 )
-from scheduler.cluster import JSON, Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.allocator import LEAST_ALLOCATED, Allocator, Scorer
 from scheduler.deviceshare.requests import (
     ANNOTATION_ALLOCATED,

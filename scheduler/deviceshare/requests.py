@@ -6,6 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import parse_quantity
 from apis.extension.device_share import (
     ANNOTATION_DEVICE_ALLOCATE_HINT,
     ANNOTATION_DEVICE_JOINT_ALLOCATE,
@@ -26,9 +29,6 @@ from apis.extension.resources import (
     RESOURCE_NVIDIA_GPU,
     RESOURCE_RDMA,
 )
-from koordlet.errors import InvalidInput
-from koordlet.quantity import parse_quantity
-from scheduler.cluster import JSON
 
 GPU, RDMA, FPGA = "gpu", "rdma", "fpga"
 DEVICE_TYPES = (GPU, RDMA, FPGA)

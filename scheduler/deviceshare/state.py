@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import canonical_quantity, format_bytes
 from apis.extension.resources import RESOURCE_GPU_MEMORY
-from koordlet.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, NodeInfo, holds_resources, quantity_value, renamed_deprecated
+from scheduler.cluster import NodeInfo, holds_resources, quantity_value, renamed_deprecated
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 
 log = logging.getLogger(__name__)

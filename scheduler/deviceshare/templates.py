@@ -11,10 +11,11 @@ from typing import Any
 
 import yaml
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import canonical_quantity, format_bytes
 from apis.extension.resources import RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE
-from koordlet.errors import InvalidInput
-from koordlet.quantity import canonical_quantity, format_bytes
-from scheduler.cluster import JSON, quantity_value, renamed_deprecated
+from scheduler.cluster import quantity_value, renamed_deprecated
 
 log = logging.getLogger(__name__)
 

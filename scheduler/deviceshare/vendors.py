@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from apis.core.objects import JSON
 from apis.extension.device_share import (
     ANNOTATION_BIND_TIMESTAMP,
     ANNOTATION_GPU_MINORS,
@@ -15,7 +16,6 @@ from apis.extension.device_share import (
     LABEL_GPU_VENDOR,
 )
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
-from scheduler.cluster import JSON
 from scheduler.deviceshare.requests import GPU
 from scheduler.deviceshare.state import Allocations
 

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
-from scheduler.cluster import CPU, JSON, MEMORY, quantity_value
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import format_bytes, format_milli
+from scheduler.cluster import CPU, MEMORY, quantity_value
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import JSON, Cluster, NodeInfo, is_active, key, pod_requests
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
 from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager
 from scheduler.elasticquota.model import (
     DEFAULT_QUOTA,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import JSON
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from scheduler.elasticquota.model import (
     ANN_ALLOCATED,
     ANN_CHILD_REQUEST,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from scheduler.cluster import JSON, key
+from apis.core.objects import JSON
+from scheduler.cluster import key
 from scheduler.deviceshare.requests import InvalidDeviceRequest, LabelSelector, parse_selector
 
 log = logging.getLogger(__name__)

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet import godur
-from koordlet.errors import InvalidInput
-from scheduler.cluster import JSON, Cluster, key
+from apis.core import godur
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, key
 
 LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
 LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"

@@ -6,7 +6,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cluster import JSON, Cluster, NodeInfo, key
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo, key
 from scheduler.framework import Placement, Scheduler, Unschedulable, invalid_pod
 from scheduler.gang.disruption import Budgets
 from scheduler.gang.model import (

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cluster import JSON, Cluster, NodeInfo
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo
 from scheduler.gang.model import ANN_NETWORK_TOPOLOGY_SELECTOR, ONCE_SATISFIED
 from scheduler.gang.topology import Domain, NetworkTopologySpec, TopologyTree, aggregate, cluster_tree
 from scheduler.nodeindex import IntArray, NodeIndex

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cluster import JSON, Cluster
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster
 
 log = logging.getLogger(__name__)
 

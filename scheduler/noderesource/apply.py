@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes, format_milli
 from apis.extension.device_share import GPU_LABELS
 from apis.extension.resources import BATCH_MEMORY, BATCH_RESOURCES, MID_MEMORY, MID_RESOURCES, RESOURCE_GPU_MEMORY
-from koordlet.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
 from scheduler.cluster import quantity_value
 from scheduler.noderesource.calculate import GPU_RESOURCES, RDMA_RESOURCES, NodeResource
 

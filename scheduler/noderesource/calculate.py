@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD
 from apis.extension.qos import QOS_LSE
@@ -35,11 +37,9 @@ from apis.extension.resources import (
     RESOURCE_NPU_DVPP,
     RESOURCE_RDMA,
 )
-from koordlet.errors import InvalidInput
 from koordlet.states.qos import koord_qos_class_with_default, priority_class_with_default
 from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
 
-JSON = dict[str, Any]
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 
 # gpudeviceresource/utils.go ResourceNames: only these reach the node (a vendor's own resources on a GPU device,

@@ -9,8 +9,8 @@ import signal
 import sys
 import threading
 
-from koordlet.errors import KoordletError
-from koordlet.kubeapi import KubeClient, KubeConfig, TokenBucket
+from apis.client.kubeapi import KubeClient, KubeConfig, TokenBucket
+from apis.core.errors import KoordletError
 from scheduler.noderesource.apply import format_value
 from scheduler.noderesource.controller import NodeResourceController, PassResult, parse_gates
 from scheduler.noderesource.strategy import CONFIG_NAMESPACE

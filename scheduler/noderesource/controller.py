@@ -12,10 +12,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from koordlet.errors import KoordletError, NotFound
-from koordlet.kubeapi import KubeClient
+from apis.client.kubeapi import KubeClient
+from apis.core.errors import KoordletError, NotFound
+from apis.core.objects import JSON
 from scheduler.noderesource.apply import Plan, label_patch, plan, status_patch
 from scheduler.noderesource.calculate import NodeResource, calculate
 from scheduler.noderesource.strategy import (
@@ -27,7 +27,6 @@ from scheduler.noderesource.strategy import (
 )
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 NODEMETRICS = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"

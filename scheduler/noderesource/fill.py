@@ -11,8 +11,9 @@ import logging
 import time
 from collections.abc import Iterable
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import JSON, Cluster, quantity_value
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, quantity_value
 from scheduler.noderesource.apply import desired, format_value
 from scheduler.noderesource.calculate import _rfc3339, calculate
 from scheduler.noderesource.strategy import (

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.objects import JSON
+
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 CONFIG_NAMESPACE = "koordinator-system"
 CONFIG_NAME = "slo-controller-config"
 CONFIG_KEY = "colocation-config"

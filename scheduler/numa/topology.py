@@ -13,9 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from koordlet.states.cpupools import CPUSetError, parse_cpuset
-from scheduler.cluster import CPU, JSON, MEMORY, quantity_value
+from scheduler.cluster import CPU, MEMORY, quantity_value
 from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_NODE
 
 log = logging.getLogger(__name__)

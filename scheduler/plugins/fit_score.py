@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, pod_requests
+from apis.core.objects import JSON
+from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, pod_requests
 from scheduler.nodeindex import IntArray, NodeIndex
 from scheduler.plugins.columns import NodeColumns, allocation_score
 from scheduler.plugins.fitplus import LEAST, MOST, FitPlusArgs, NodeResourcesFitPlus, nonzero_requests

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo, pod_requests, resource_list
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, pod_requests, resource_list
 from scheduler.nodeindex import IntArray, NodeIndex
 from scheduler.plugins.columns import NodeColumns, allocation_score
 

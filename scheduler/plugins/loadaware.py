@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import CPU, JSON, MEMORY, Cluster, NodeInfo
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo
 from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Tracker
 from scheduler.plugins.loadaware_args import (
     AGGREGATION_TYPES,

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet import godur
-from koordlet.errors import InvalidInput
+from apis.core import godur
+from apis.core.errors import InvalidInput
 from scheduler.cluster import CPU, MEMORY
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")

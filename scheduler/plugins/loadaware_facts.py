@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
-from koordlet.errors import InvalidInput
 from koordlet.states.qos import priority_class_with_default
 from scheduler.cluster import (
     CPU,
-    JSON,
     MEMORY,
     NodeInfo,
     is_reserve_pod,

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from koordlet.errors import InvalidInput
-from scheduler.cluster import JSON, PODS, Cluster, NodeInfo, pod_requests
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from scheduler.cluster import PODS, Cluster, NodeInfo, pod_requests
 from scheduler.nodeindex import IntArray, NodeIndex, Tracker
 
 NAME = "ScarceResourceAvoidance"

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import logging
 
-from koordlet.errors import InvalidInput
-from koordlet.quantity import format_bytes, format_milli
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+from apis.core.quantity import format_bytes, format_milli
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
-from scheduler.cluster import CPU, JSON, MEMORY
+from scheduler.cluster import CPU, MEMORY
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
-from scheduler.cluster import JSON
+from apis.core.objects import JSON
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 from scheduler.deviceshare.state import Allocation, Allocations, decode_allocations, encode_allocations
 

@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.cluster import JSON, pod_requests
+from apis.core.objects import JSON
+from scheduler.cluster import pod_requests
 from scheduler.reservation.model import (
     ANN_AFFINITY,
     ANN_EXACT_MATCH,

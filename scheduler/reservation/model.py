@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
-from scheduler.cluster import ANNOTATION_RESERVE_POD, JSON, PODS, Cluster, key, pod_requests
+from scheduler.cluster import ANNOTATION_RESERVE_POD, PODS, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.cluster import JSON, Cluster, NodeInfo, is_reserve_pod, key, pod_requests
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo, is_reserve_pod, key, pod_requests
 from scheduler.framework import Placement, Scheduler
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 from scheduler.reservation import matching

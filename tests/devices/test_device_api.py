@@ -8,8 +8,8 @@ from typing import Any
 import kmock
 import pytest
 
+from apis.client.kubeapi import KubeClient, KubeConfig
 from koordlet.devices.model import DeviceSet
-from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.reporters.device_api import DeviceApiWriter
 
 from kubedouble import emulate_put

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia import SnapshotBackend, XidHealth, discover, load_snapshot
 from koordlet.devices.nvidia.backend import XidEvent
 from koordlet.devices.nvidia.discovery import model_label
 from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 

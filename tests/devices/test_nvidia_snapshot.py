@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia import PynvmlBackend, SnapshotBackend, discover, dump_snapshot, load_snapshot
 from koordlet.devices.nvidia.backend import (
@@ -21,7 +22,6 @@ from koordlet.devices.nvidia.backend import (
     normalize_bus_id,
 )
 from koordlet.devices.nvidia.snapshot import SNAPSHOT_FORMAT, write_snapshot
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 

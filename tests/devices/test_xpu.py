@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.report import compose, desired
 from koordlet.devices.xpu import DeviceInfoFiles, build, decode_device_infos, device_infos_dir, read_device_infos
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 

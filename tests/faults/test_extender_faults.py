@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile
 from scheduler.extender import ClusterSource, Extender, ExtenderServer
 from scheduler.framework import Scheduler

@@ -16,12 +16,12 @@ from typing import Any
 import kmock
 import pytest
 
+from apis.client.kubeapi import KubeClient, KubeConfig
 from benchmarks.skipclock import SkipClock
 from koordlet.agent import Agent
 from koordlet.cluster import REPORT_RETRY, ClusterLink
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver
-from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.reporters import nrt
 from koordlet.reporters.nodemetric_api import STATUS_UPDATE_QPS
 from koordlet.reporters.nrt import PLURAL

@@ -17,13 +17,13 @@ from typing import Any
 import kmock
 import pytest
 
+from apis.client.backoff import REFLECTOR, BackoffPolicy
+from apis.client.kubeapi import KubeClient, KubeConfig
 from benchmarks.skipclock import SkipClock
 from koordlet.agent import Agent
-from koordlet.backoff import REFLECTOR, BackoffPolicy
 from koordlet.cluster import NODE_PATH, NODEMETRIC_PATH, NODESLO_PATH, ClusterLink
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver
-from koordlet.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
 from scheduler.extender import SOURCES, ClusterSource, Extender

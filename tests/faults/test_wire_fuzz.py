@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths

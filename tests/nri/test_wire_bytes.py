@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet.config import check_nri_identity
-from koordlet.errors import InvalidInput
 from koordlet.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from koordlet.nri.ttrpc import (
     HEADER,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from koordlet.agent import Agent
 from koordlet.cli import config_from_args, parse_args
 from koordlet.config import Config, PodResourcesProxyConfig
-from koordlet.errors import InvalidInput
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.podresources.merge import MALFORMED, NO_ID, UNKNOWN_TYPE, Problem

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.collectors.hostapps import host_apps
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths

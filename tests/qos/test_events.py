@@ -8,13 +8,13 @@ from typing import Any
 
 import kmock
 
+from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.core.errors import PlanError
 from koordlet.agent import Agent
 from koordlet.config import Config
-from koordlet.errors import PlanError
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
-from koordlet.kubeapi import KubeClient, KubeConfig
 
 from simhost import SimHost
 

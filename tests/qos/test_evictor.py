@@ -18,6 +18,7 @@ import kmock
 import pytest
 import yaml
 
+from apis.client.kubeapi import KubeClient, KubeConfig
 from koordlet.agent import Agent
 from koordlet.config import Config, EvictConfig, parse_feature_gates
 from koordlet.events import EventRecorder
@@ -25,7 +26,6 @@ from koordlet.exporter import render_text
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
-from koordlet.kubeapi import KubeClient, KubeConfig
 from koordlet.qos import memoryevict
 from koordlet.qos.eviction import Eviction, EvictionPlan, message
 from koordlet.qos.evictor import EvictionStats, Evictor, kill_cgroup

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from apis.extension.errors import AnnotationError
 from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig, decode_resctrl
-from koordlet.errors import InvalidInput
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver

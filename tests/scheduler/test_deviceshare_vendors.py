@@ -16,7 +16,7 @@ import kmock
 import pytest
 import yaml
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cluster import build_cluster
 from scheduler.deviceshare import DeviceShare, decode_allocations
 from scheduler.deviceshare.templates import TemplatesConfig, match, parse_catalog

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from scheduler.cluster import build_cluster
 from scheduler.plugins.fitplus import FitPlusArgs, NodeResourcesFitPlus, nonzero_requests
 

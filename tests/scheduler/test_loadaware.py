@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from scheduler.cluster import Cluster, NodeInfo, build_cluster
 from scheduler.framework import NodeResourcesFit, Scheduler
 from scheduler.plugins.loadaware import AggregatedArgs, LoadAware, LoadAwareArgs

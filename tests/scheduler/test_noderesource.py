@@ -13,7 +13,7 @@ import kmock
 import pytest
 import yaml
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main
 from scheduler.noderesource.apply import plan
 from scheduler.noderesource.calculate import NodeResource, batch, calculate, gpu, mid, rdma

@@ -12,7 +12,7 @@ import kmock
 import pytest
 from test_numa import LSR, SPEC, STATUS, node, nrt, pod
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from koordlet.states.cpupools import resource_status
 from scheduler.cli import profile
 from scheduler.cluster import Cluster

@@ -13,7 +13,7 @@ import kmock
 import pytest
 from test_preemption_run import PODGROUPS, QUOTAS, pod
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler import debug
 from scheduler.cli import profile
 from scheduler.cluster import Cluster

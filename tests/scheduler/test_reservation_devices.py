@@ -10,7 +10,7 @@ from typing import Any
 import kmock
 import pytest
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile, simulate
 from scheduler.cluster import Cluster, build_cluster
 from scheduler.framework import Scheduler

@@ -10,7 +10,7 @@ from typing import Any
 import kmock
 import pytest
 
-from koordlet.kubeapi import KubeClient, KubeConfig
+from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
 from scheduler.framework import Scheduler

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.host.driver import CgroupDriver
 from koordlet.states.cpupools import (
     ANNOTATION_RESOURCE_STATUS,

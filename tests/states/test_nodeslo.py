@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.states.nodeslo import default_nodeslo_spec, load_nodeslo_file, merge_nodeslo_spec, validate_nodeslo
 
 from conftest import crd_schema

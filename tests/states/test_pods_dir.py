@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.states.pods import PodsDirSource, PodState

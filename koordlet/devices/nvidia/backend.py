@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from koordlet.errors import InvalidInput, KoordletError
+from apis.core.errors import InvalidInput, KoordletError
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from apis.core.errors import InvalidInput
+from apis.core.quantity import format_bytes
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_DRIVER_VERSION,
@@ -28,10 +30,8 @@ from koordlet.devices.nvidia.backend import GpuInfo, NvmlBackend, NvmlError
 from koordlet.devices.nvidia.health import XidHealth
 from koordlet.devices.nvidia.topology import partitions
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, table_annotation
-from koordlet.errors import InvalidInput
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.quantity import format_bytes
 
 VENDOR_NVIDIA = "nvidia"
 DRIVER = "nvidia"  # <sys>/bus/pci/drivers/nvidia; NVSwitches bind nvidia-nvswitch and are not listed there

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from koordlet.devices.nvidia.backend import (
     ERROR_CODES,
     ComputeProcess,
@@ -21,7 +22,6 @@ from koordlet.devices.nvidia.backend import (
     XidEvent,
     normalize_bus_id,
 )
-from koordlet.errors import InvalidInput
 
 SNAPSHOT_FORMAT = "koordlet.nvml-snapshot/v1"
 _UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from apis.core.quantity import canonical_quantity
 from koordlet.devices.nvidia.backend import GpuInfo
 from koordlet.devices.partitions import partition
-from koordlet.quantity import canonical_quantity
 
 LINK_TYPE_NVLINK = "NVLink"  # apis/extension/device_share.go GPUNVLink
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from apis.core.errors import HostReadError, InvalidInput
 from koordlet.devices.nvidia.backend import ComputeProcess, GpuInfo, NvmlBackend, NvmlError, UtilizationSample
-from koordlet.errors import HostReadError, InvalidInput
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.files import read_bytes

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from apis.core.errors import KoordletError
 from koordlet.devices import pci
-from koordlet.errors import KoordletError
 from koordlet.host.paths import HostPaths
 
 # argv -> combined stdout+stderr; raises CommandError when the tool is missing, fails or times out.

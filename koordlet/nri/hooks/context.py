@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationError, Allocations, pod_allocations
 

@@ -11,8 +11,8 @@ unset, as upstream's own empty value does. Fails open: a malformed annotation ad
 
 from __future__ import annotations
 
+from apis.core.errors import InvalidInput
 from apis.extension.qos import koord_qos_class
-from koordlet.errors import InvalidInput
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path
 from koordlet.nri.hooks.context import HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.groupidentity import pod_cgroup_dir

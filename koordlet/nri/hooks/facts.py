@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from koordlet.errors import KoordletError
+from apis.core.errors import KoordletError
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths

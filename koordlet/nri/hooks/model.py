@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from koordlet.errors import PlanError
+from apis.core.errors import PlanError
 from koordlet.qos.model import Plan
 
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from koordlet.errors import PlanError
+from apis.core.errors import PlanError
 from koordlet.nri.hooks import batchresource, cpuset, gpu, groupidentity, rdma, resctrl, xpu
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.facts import NodeFacts

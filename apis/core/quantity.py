@@ -7,7 +7,7 @@ import math
 import re
 from decimal import ROUND_HALF_UP, ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import QuantityError
 
 # Grammar of k8s.io/apimachinery/pkg/api/resource/quantity.go:
 #   <signedNumber><suffix>, suffix = binarySI | decimalSI | decimalExponent.
@@ -27,7 +27,7 @@ DECIMAL_EXPONENT = "DecimalExponent"
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
-    """The exact value of a quantity; raises InvalidInput when it is not one."""
+    """The exact value of a quantity; raises QuantityError when it is not one."""
     return _parse(value)[0]
 
 
@@ -50,14 +50,12 @@ def canonical_quantity(value: str | int | float) -> str:
     return _canonical_decimal(amount, exponent_form=fmt == DECIMAL_EXPONENT)
 
 
-def milli_value(value: object) -> int | None:
-    """Quantity.MilliValue (rounded up) of a field read from a manifest; None when absent or not a quantity."""
-    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None
-    try:
-        return math.ceil(parse_quantity(value) * 1000)
-    except InvalidInput:
-        return None
+def milli_value(value: object) -> int:
+    """Quantity.MilliValue (rounded up) of a field read from a manifest; QuantityError when absent or not a
+    quantity (the caller decides whether that skips the object or refuses it)."""
+    if not isinstance(value, str | int | float):
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity")
+    return math.ceil(parse_quantity(value) * 1000)
 
 
 def format_milli(milli: int) -> str:
@@ -71,7 +69,7 @@ def format_milli(milli: int) -> str:
 def format_cpu_milli(cores: float) -> str:
     """A CPU amount in cores, rounded half-up to the nearest millicore: 1.5 -> "1500m", 2.0 -> "2"."""
     if not math.isfinite(cores):
-        raise InvalidInput(f"cpu amount {cores!r} is not a finite number")
+        raise QuantityError(f"cpu amount {cores!r} is not a finite number")
     milli = (Decimal(repr(cores)) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP)
     return format_milli(int(milli))
 
@@ -88,7 +86,7 @@ def format_bytes(n: int) -> str:
 def _parse(value: str | int | float) -> tuple[Decimal, str]:
     # A cluster repeats the same few quantities everywhere; the type is part of the key (True == 1, 1 == 1.0).
     if not isinstance(value, str | int | float):
-        _as_text(value)  # raises InvalidInput (and keeps unhashable garbage away from the cache)
+        _as_text(value)  # raises QuantityError (and keeps unhashable garbage away from the cache)
     return _parse_cached(type(value).__name__, value)
 
 
@@ -97,10 +95,10 @@ def _parse_cached(_kind: str, value: str | int | float) -> tuple[Decimal, str]:
     text = _as_text(value)
     match = _NUMBER.fullmatch(text)
     if match is None:
-        raise InvalidInput(f"{value!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity")
     number, suffix = match.groups()
     if len(number) > _MAX_DIGITS:
-        raise InvalidInput(f"quantity {value!r} is out of range")
+        raise QuantityError(f"quantity {value!r} is out of range")
     with localcontext(_CONTEXT):
         amount, fmt = _apply_suffix(Decimal(number), suffix, value)
         amount = _round_to_nano(amount, value)
@@ -117,13 +115,13 @@ def _round_to_nano(amount: Decimal, original: object) -> Decimal:
     try:
         return amount.quantize(_NANO, rounding=ROUND_UP)
     except InvalidOperation as e:
-        raise InvalidInput(f"quantity {original!r} is out of range") from e
+        raise QuantityError(f"quantity {original!r} is out of range") from e
 
 
 def _as_text(value: str | int | float) -> str:
     # bool is an int subclass, but `true` is never a quantity.
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise InvalidInput(f"{value!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity")
     return value.strip() if isinstance(value, str) else str(value)
 
 
@@ -134,10 +132,10 @@ def _apply_suffix(number: Decimal, suffix: str, original: object) -> tuple[Decim
         return number.scaleb(_DECIMAL_SUFFIXES[suffix]), DECIMAL_SI
     exponent = _EXPONENT.fullmatch(suffix)
     if exponent is None:
-        raise InvalidInput(f"{original!r} is not a Kubernetes quantity (unknown suffix {suffix!r})")
+        raise QuantityError(f"{original!r} is not a Kubernetes quantity (unknown suffix {suffix!r})")
     power = int(exponent.group(1))
     if abs(power) > _MAX_DIGITS:
-        raise InvalidInput(f"quantity {original!r} is out of range")
+        raise QuantityError(f"quantity {original!r} is out of range")
     return number.scaleb(power), DECIMAL_EXPONENT
 
 

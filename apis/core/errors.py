@@ -1,7 +1,7 @@
-"""The agent's small exception hierarchy, and the record of one skipped object that becomes an Event.
+"""The one exception tree both programs raise, and the record of one skipped object that becomes an Event.
 
 Every boundary (pod, file, device, API call) catches these exceptions and moves on; what it skipped because of bad
-input is a PlanError, which planners return and koordlet.events reports (so neither imports the other).
+input is a PlanError, which the agent's planners return and koordlet.events reports (so neither imports the other).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 
 class KoordletError(Exception):
-    """Base of every error the agent raises on purpose."""
+    """Base of every error the agent and koord-sched raise on purpose."""
 
 
 class HostReadError(KoordletError):
@@ -24,6 +24,11 @@ class UnsupportedKernel(KoordletError):
 
 class InvalidInput(KoordletError):
     """A pod manifest, annotation, NodeSLO or CR field is malformed."""
+
+
+class QuantityError(InvalidInput):
+    """A Kubernetes quantity (or the resource list holding it) cannot be read: the one bad-quantity error. The
+    parsers and pod_requests/pod_limits raise it; each caller decides whether to skip the object or refuse it."""
 
 
 class ApiError(KoordletError):

@@ -19,15 +19,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
-from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
-from koordlet.errors import ApiError, KoordletError
-from koordlet.kubeapi import Unreachable
+from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
+from apis.client.kubeapi import Unreachable
+from apis.core.errors import ApiError, KoordletError
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 SHORT_WATCH = 1.0  # reflector.go: a watch that lasted less than a second and received no items
 _TOO_MANY_REQUESTS = 429
 

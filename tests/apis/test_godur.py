@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from koordlet import godur
-from koordlet.errors import InvalidInput
+from apis.core import godur
+from apis.core.errors import InvalidInput
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("5m0s", 300), ("1h30m", 5400), ("1.5m", 90), ("300ms", 0.3),

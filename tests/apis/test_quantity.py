@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from koordlet.errors import InvalidInput
-from koordlet.quantity import (
+from apis.core.errors import QuantityError
+from apis.core.quantity import (
     canonical_quantity,
     format_bytes,
     format_cpu_milli,
     format_milli,
+    milli_value,
     parse_quantity,
     quantity_format,
 )
@@ -55,8 +56,20 @@ def test_parse_quantity(text: str | int | float, value: Decimal) -> None:
     True, None, [], {}, float("nan"), float("inf"),
 ])
 def test_parse_quantity_rejects_garbage(text: object) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(QuantityError):
         parse_quantity(text)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "milli"), [("100m", 100), ("1", 1000), (2, 2000), ("0.0001", 1), ("1Ki", 1024000)])
+def test_milli_value_rounds_up(value: str | int, milli: int) -> None:
+    assert milli_value(value) == milli
+
+
+@pytest.mark.parametrize("value", [None, True, "abc", [], {"cpu": "1"}])
+def test_milli_value_refuses_what_is_not_a_quantity(value: object) -> None:
+    """One policy: a missing or malformed quantity raises QuantityError, and the caller decides what it skips."""
+    with pytest.raises(QuantityError):
+        milli_value(value)
 
 
 @pytest.mark.parametrize(("text", "fmt"), [
@@ -103,7 +116,7 @@ def test_format_cpu_milli(cores: float, text: str) -> None:
 
 
 def test_format_cpu_milli_rejects_non_finite() -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(QuantityError):
         format_cpu_milli(float("nan"))
 
 

@@ -1,4 +1,4 @@
-"""koordlet.backoff and koordlet.listwatch against client-go's reflector rules, with scripted list/watch calls."""
+"""apis.client.backoff and apis.client.listwatch against client-go's reflector rules, with scripted list/watch calls."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from koordlet.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
-from koordlet.errors import ApiError
-from koordlet.kubeapi import Gone, Unreachable
-from koordlet.listwatch import SHORT_WATCH, list_and_watch
+from apis.client.backoff import REFLECTOR, BackoffPolicy, ExponentialBackoff
+from apis.client.kubeapi import Gone, Unreachable
+from apis.client.listwatch import SHORT_WATCH, list_and_watch
+from apis.core.errors import ApiError
 
 
 class FakeClock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from koordlet.errors import InvalidInput
+from apis.core.errors import InvalidInput
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")

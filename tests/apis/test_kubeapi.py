@@ -14,8 +14,7 @@ import kmock
 import pytest
 import yaml
 
-from koordlet.errors import ApiError, Conflict, NotFound
-from koordlet.kubeapi import (
+from apis.client.kubeapi import (
     DEFAULT_BACKOFF,
     DEFAULT_RETRY,
     Backoff,
@@ -27,6 +26,7 @@ from koordlet.kubeapi import (
     Urllib3Transport,
     retry_on_conflict,
 )
+from apis.core.errors import ApiError, Conflict, NotFound
 
 PODS = "v1/pods"
 NM = "slo.koordinator.sh/v1alpha1/nodemetrics"
@@ -381,7 +381,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr("koordlet.kubeapi.SERVICE_ACCOUNT_DIR", str(tmp_path / "no-sa"))
+    monkeypatch.setattr("apis.client.kubeapi.SERVICE_ACCOUNT_DIR", str(tmp_path / "no-sa"))
     yield tmp_path
 
 
@@ -395,7 +395,7 @@ def test_load_order(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert KubeConfig.load() == KubeConfig(server="https://home:6443", token="home")
 
     sa = service_account(tmp)
-    monkeypatch.setattr("koordlet.kubeapi.SERVICE_ACCOUNT_DIR", str(sa))
+    monkeypatch.setattr("apis.client.kubeapi.SERVICE_ACCOUNT_DIR", str(sa))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     loaded = KubeConfig.load()

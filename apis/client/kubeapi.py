@@ -23,11 +23,11 @@ from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from koordlet.errors import ApiError, Conflict, InvalidInput, NotFound
+from apis.core.errors import ApiError, Conflict, InvalidInput, NotFound
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 T = TypeVar("T")
 
 # Upstream `kube-api-qps` / `kube-api-burst` defaults (cmd/koordlet/options/options.go).

@@ -1,0 +1,204 @@
+"""A pod's requests and limits by Kubernetes' rules (k8s.io/component-helpers resource.PodRequests, PodLimits).
+
+Amounts are integers in the units kube-scheduler counts: cpu in millicores (Quantity.MilliValue), every other
+resource in whole units (Quantity.Value), both rounded up once, after the exact sum. A quantity or resource map that
+cannot be read raises QuantityError; whether that skips the pod or refuses it is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from apis.core.errors import QuantityError
+from apis.core.quantity import parse_quantity
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+HUGEPAGES_PREFIX = "hugepages-"
+RESTART_ALWAYS = "Always"  # an init container with this restartPolicy is a sidecar (restartable init container)
+
+ResourceList = dict[str, int]  # resource name → amount (cpu in millicores, everything else in whole units)
+Rename = Callable[[dict[str, Any]], dict[str, Any]]  # a caller's renaming of one container's resource map
+
+_NANO = 10**9  # quantity.go keeps every value to a whole nano unit, so sums in nano units are exact
+_Nanos = dict[str, int]
+
+
+def pod_requests(pod: Mapping[str, Any], *, non_missing: Mapping[str, int] | None = None,
+                 rename: Rename | None = None) -> ResourceList:
+    """resource.PodRequests: the regular containers' sum, at least each init container's (with the sidecars
+    started before it), sidecars counted with the regular containers, pod-level requests in place of the
+    containers' for cpu, memory and hugepages, plus spec.overhead. A container's missing requests are its limits
+    (the API server's defaulting); `non_missing` fills what is still missing per container (kube-scheduler's
+    100m/200Mi), `rename` rewrites each container's resource names before they count."""
+    spec = _spec(pod)
+    fill = _to_nanos(non_missing) if non_missing else None
+    total = _aggregate(spec, "requests", fill, rename)
+    pod_level = _map(spec.get("resources"), "spec.resources")
+    if pod_level:
+        requests = _quantities(pod_level.get("requests"), "spec.resources.requests", None)
+        limits = _quantities(pod_level.get("limits"), "spec.resources.limits", None)
+        for name, value in requests.items():
+            if _pod_level(name):
+                total[name] = value
+        if limits:  # the API server's defaulting of pod-level requests (KEP-2837)
+            containers = _aggregate(spec, "requests", None, rename) if fill else total
+            for name, value in limits.items():
+                if _pod_level(name) and name not in requests and (name not in containers or _hugepages(name)):
+                    total[name] = value
+    for name, value in _quantities(spec.get("overhead"), "spec.overhead", rename).items():
+        total[name] = total.get(name, 0) + value
+    return _scaled(total)
+
+
+def pod_limits(pod: Mapping[str, Any], *, rename: Rename | None = None) -> ResourceList:
+    """resource.PodLimits: the containers' limits aggregated as requests are (sidecars and init maxima),
+    pod-level limits in their place for cpu, memory and hugepages when pod-level resources are set, and
+    spec.overhead added to each limit that is present and not zero."""
+    spec = _spec(pod)
+    total = _aggregate(spec, "limits", None, rename)
+    pod_level = _map(spec.get("resources"), "spec.resources")
+    if pod_level:
+        requests = _quantities(pod_level.get("requests"), "spec.resources.requests", None)
+        limits = _quantities(pod_level.get("limits"), "spec.resources.limits", None)
+        if any(_pod_level(name) for name in (*requests, *limits)):
+            total.update((name, value) for name, value in limits.items() if _pod_level(name))
+    for name, value in _quantities(spec.get("overhead"), "spec.overhead", rename).items():
+        if total.get(name):
+            total[name] += value
+    return _scaled(total)
+
+
+def resource_value(name: str, quantity: object) -> int:
+    """One quantity in the units of a ResourceList (cpu in millicores, the rest in whole units, rounded up)."""
+    return _scale(name, _nanos(quantity))
+
+
+# ---- aggregation (component-helpers aggregateContainerResourcesByFn) ------------------------------------------
+
+
+def _aggregate(spec: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Rename | None) -> _Nanos:
+    total: _Nanos = {}
+    for i, c in enumerate(_containers(spec, "containers")):
+        _add(total, _container(c, part, fill, rename, "containers", i))
+    sidecars: _Nanos = {}
+    init_peak: _Nanos = {}
+    for i, c in enumerate(_containers(spec, "initContainers")):
+        own = _container(c, part, fill, rename, "initContainers", i)
+        if c.get("restartPolicy") == RESTART_ALWAYS:
+            _add(total, own)  # runs beside the regular containers
+            _add(sidecars, own)
+            use = sidecars  # while it starts, the sidecars before it and itself run
+        else:
+            use = dict(sidecars)
+            _add(use, own)  # runs alone but for the sidecars started before it
+        _max(init_peak, use)
+    _max(total, init_peak)
+    return total
+
+
+def _container(c: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Rename | None, field: str,
+               index: int) -> _Nanos:
+    resources = c.get("resources")
+    if not resources:
+        return dict(fill) if fill else {}
+    where = f"spec.{field}[{c.get('name', index)!r}].resources"
+    resources = _map(resources, where)
+    listed = resources.get(part)
+    if part == "requests":  # defaulting: a limit without a request is also the request
+        limits = resources.get("limits")
+        if limits:
+            listed = {**_map(limits, f"{where}.limits"), **_map(listed, f"{where}.requests")}
+    out = _quantities(listed, f"{where}.{part}", rename)
+    if fill:
+        for name, value in fill.items():
+            out.setdefault(name, value)
+    return out
+
+
+def _quantities(obj: object, where: str, rename: Rename | None) -> _Nanos:
+    if not obj:
+        return {}
+    listed = _map(obj, where)
+    if rename is not None:
+        listed = rename(dict(listed))
+    out: _Nanos = {}
+    for name, value in listed.items():
+        try:
+            n = _nanos(value)
+        except QuantityError as e:
+            raise QuantityError(f"{where}.{name}: {e}") from None
+        if n < 0:  # the API server refuses negative requests and limits
+            raise QuantityError(f"{where}.{name}: negative quantity {value!r}")
+        out[str(name)] = n
+    return out
+
+
+def _nanos(value: object) -> int:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity")
+    return _nanos_cached(type(value).__name__, value)
+
+
+@functools.lru_cache(maxsize=8192)  # a cluster repeats the same few quantities everywhere
+def _nanos_cached(_kind: str, value: str | int | float) -> int:
+    sign, digits, exponent = parse_quantity(value).as_tuple()
+    assert isinstance(exponent, int)  # finite, and never below -9 (quantity.go rounds to a whole nano unit)
+    n: int = int("".join(map(str, digits))) * 10 ** (exponent + 9)
+    return -n if sign else n
+
+
+def _add(total: _Nanos, more: Mapping[str, int]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, 0) + value
+
+
+def _max(total: _Nanos, other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        if name not in total or value > total[name]:
+            total[name] = value
+
+
+def _scale(name: str, nanos: int) -> int:
+    return -(-nanos // (_NANO // 1000)) if name == CPU else -(-nanos // _NANO)
+
+
+def _scaled(total: _Nanos) -> ResourceList:
+    return {name: _scale(name, value) for name, value in total.items()}
+
+
+def _to_nanos(amounts: Mapping[str, int]) -> _Nanos:
+    return {name: value * (_NANO // 1000 if name == CPU else _NANO) for name, value in amounts.items()}
+
+
+def _pod_level(name: str) -> bool:
+    """IsSupportedPodLevelResource: cpu, memory and hugepages-<size>."""
+    return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
+
+
+def _hugepages(name: str) -> bool:
+    return name.startswith(HUGEPAGES_PREFIX)
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(pod.get("spec"), "spec")
+
+
+def _map(obj: object, where: str) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise QuantityError(f"{where} is not an object")
+    return obj
+
+
+def _containers(spec: Mapping[str, Any], field: str) -> Iterable[Mapping[str, Any]]:
+    items = spec.get(field)
+    if not items:
+        return ()
+    if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
+        raise QuantityError(f"spec.{field} is not a list of objects")
+    return items
