@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from apis.core.errors import InvalidInput
 
-class AnnotationError(ValueError):
-    """A Koordinator annotation or label value is malformed; `path` names the bad field inside it ("" = the whole).
 
-    A ValueError until the agent's exception tree lives in apis/core (then it joins InvalidInput there)."""
+class AnnotationError(InvalidInput):
+    """A Koordinator annotation or label value is malformed; `path` names the bad field inside it ("" = the whole)."""
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from apis.core.errors import InvalidInput
 from apis.extension.errors import AnnotationError
 from apis.extension.resctrl import ResctrlConfig, decode_resctrl
 
@@ -31,4 +32,4 @@ def test_malformed_input_is_one_typed_error_naming_the_field(text: str, path: st
     with pytest.raises(AnnotationError) as e:
         decode_resctrl(text)
     assert e.value.path == path
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, InvalidInput)  # what every boundary catches
