@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_SYSTEM, pod_labels
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_SYSTEM, koord_qos_class_with_default, pod_labels
 
 # Upstream: apis/extension/priority.go, apis/extension/priority_utils.go.
 
@@ -47,6 +47,14 @@ def priority_class_by_value(priority: int) -> str:
         if low <= priority <= high:
             return name
     return PRIORITY_NONE
+
+
+def priority_class_with_default(pod: Mapping[str, Any]) -> str:
+    """apis/extension/priority_utils.go GetPodPriorityClassWithDefault: raw class, else derived from QoS."""
+    raw = priority_class(pod)
+    if raw != PRIORITY_NONE:
+        return raw
+    return priority_class_for_qos(koord_qos_class_with_default(pod))
 
 
 def priority_class_for_qos(qos: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apis.core.qos import K8S_BEST_EFFORT, K8S_BURSTABLE, K8S_GUARANTEED
+from apis.core.qos import K8S_BEST_EFFORT, K8S_BURSTABLE, K8S_GUARANTEED, k8s_qos_class
 
 # Upstream: apis/extension/qos.go, apis/extension/qos_utils.go.
 
@@ -28,6 +28,14 @@ def koord_qos_class(pod: Mapping[str, Any]) -> str:
     if isinstance(value, str) and value in KOORD_QOS_CLASSES:
         return value
     return QOS_NONE
+
+
+def koord_qos_class_with_default(pod: Mapping[str, Any]) -> str:
+    """apis/extension/qos_utils.go GetPodQoSClassWithDefault: the label, else derived from the k8s QoS class."""
+    qos = koord_qos_class(pod)
+    if qos != QOS_NONE:
+        return qos
+    return koord_qos_for_k8s_qos(k8s_qos_class(pod))
 
 
 def koord_qos_for_k8s_qos(k8s_qos: str) -> str:

@@ -15,10 +15,9 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
-from apis.extension.priority import PRIORITY_NONE, PRIORITY_PROD
+from apis.extension.priority import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
-from koordlet.states.qos import priority_class_with_default
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"

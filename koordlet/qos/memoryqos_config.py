@@ -23,12 +23,11 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
-from apis.extension.qos import QOS_BE, koord_qos_class
+from apis.extension.qos import QOS_BE, koord_qos_class, koord_qos_class_with_default
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import default_nodeslo_spec
-from koordlet.states.qos import koord_qos_class_with_default
 
 ANNOTATION = "koordinator.sh/memoryQOS"
 POLICY_DEFAULT, POLICY_NONE, POLICY_AUTO = "default", "none", "auto"

@@ -18,8 +18,14 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
-from apis.extension.priority import PRIORITY_BATCH, PRIORITY_FREE, PRIORITY_MID, PRIORITY_PROD
-from apis.extension.qos import QOS_LSE
+from apis.extension.priority import (
+    PRIORITY_BATCH,
+    PRIORITY_FREE,
+    PRIORITY_MID,
+    PRIORITY_PROD,
+    priority_class_with_default,
+)
+from apis.extension.qos import QOS_LSE, koord_qos_class_with_default
 from apis.extension.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -37,7 +43,6 @@ from apis.extension.resources import (
     RESOURCE_NPU_DVPP,
     RESOURCE_RDMA,
 )
-from koordlet.states.qos import koord_qos_class_with_default, priority_class_with_default
 from scheduler.cluster import CPU, MEMORY, pod_requests, quantity_value
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}

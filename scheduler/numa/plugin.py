@@ -19,10 +19,9 @@ import numpy as np
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
-from apis.extension.priority import PRIORITY_PROD
+from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
 from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
-from koordlet.states.qos import priority_class_with_default
 from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable

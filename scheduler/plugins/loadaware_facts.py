@@ -16,9 +16,8 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD
+from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
-from koordlet.states.qos import priority_class_with_default
 from scheduler.cluster import (
     CPU,
     MEMORY,
