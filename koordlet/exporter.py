@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from apis.core.quantity import parse_measured, parse_quantity
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
@@ -38,7 +39,7 @@ from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
-from koordlet.states.cpupools import CPUSetError, SharePool, parse_cpuset
+from koordlet.states.cpupools import SharePool
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)

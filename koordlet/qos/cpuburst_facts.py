@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import parse_cpu_max
 from koordlet.metriccache import MetricCache, SeriesKey
@@ -37,7 +38,6 @@ from koordlet.qos.cpuburst_config import (
 from koordlet.qos.cpuqos import pod_cpu_request_milli
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUSetError, parse_cpuset
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

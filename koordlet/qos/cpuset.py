@@ -35,22 +35,21 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, KoordletError, PlanError
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    CPUSetError,
+    ResourceStatus,
+    format_cpuset,
+    parse_cpuset,
+    resource_status,
+)
 from koordlet.health import Health
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import (
-    ANNOTATION_RESOURCE_STATUS,
-    CPUSetError,
-    CPUTopology,
-    ResourceStatus,
-    SharePool,
-    format_cpuset,
-    parse_cpuset,
-    resource_status,
-)
+from koordlet.states.cpupools import CPUTopology, SharePool
 from koordlet.states.kubeletcpu import cpu_manager, read_cpu_manager_state, read_kubelet_config_file
 from koordlet.states.model import PodMeta
 from koordlet.states.nodecpu import (

@@ -41,6 +41,7 @@ from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityErr
 from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
+from apis.extension.resource_status import format_cpuset, parse_cpuset, resource_status
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import cpu_max, parse_cpu_max, resource_path
@@ -50,7 +51,7 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
+from koordlet.states.cpupools import CPUInfo, CPUTopology
 from koordlet.states.model import PodMeta
 
 POLICY_CPUSET = "cpuset"

@@ -18,10 +18,13 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.quantity import format_bytes, format_milli
 from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
 from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    encode_resource_status,
+    resource_status,
+)
 from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, key, pod_requests
 from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
@@ -418,8 +421,7 @@ class NodeNUMAResource:
                 used = self.usage(node)
                 alloc: dict[str, int] = {}
                 req: dict[str, int] = {}
-                for entry in split:
-                    i = int(entry["node"])
+                for i in split:
                     for r, v in topo.numa.get(i, {}).items():
                         alloc[r] = alloc.get(r, 0) + v
                     for r, v in used.numa.get(i, {}).items():
@@ -520,18 +522,14 @@ class NodeNUMAResource:
         if got is None:
             raise Unschedulable(self._bind_policy(s, node, topo)[1] or ERR_NOT_ENOUGH_CPUS)
         chosen, split = got
-        status: dict[str, Any] = {}
-        if chosen:
-            status["cpuset"] = format_cpuset(chosen)
-        if split:  # upstream ResourceStatus: numaNodeResources omitempty; `{}` for an aligned pod asking no cpu/memory
-            status["numaNodeResources"] = split
-        if not status and not aligned:
+        if not chosen and not split and not aligned:
             return {}
-        return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        # `{}` for an aligned pod asking no cpu/memory (upstream ResourceStatus: every field omitempty)
+        return {ANNOTATION_RESOURCE_STATUS: encode_resource_status(chosen, split)}
 
     def _allocate(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
                   aligned: bool = True, prefer: frozenset[int] | None = None, restricted: bool = False
-                  ) -> tuple[list[int], list[dict[str, Any]]] | None:
+                  ) -> tuple[list[int], dict[int, dict[str, int]]] | None:
         """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits. CPUs in
         `prefer` (an owner's reservation) are taken when they are enough, as upstream's default reservation policy;
         only they when the reservation is `restricted`."""
@@ -548,11 +546,12 @@ class NodeNUMAResource:
             if got is None:
                 return None
             chosen = got
-        return chosen, (self._split(s, node, topo, mask, chosen) if aligned and topo.numa else [])
+        return chosen, (self._split(s, node, topo, mask, chosen) if aligned and topo.numa else {})
 
     def _split(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
-               chosen: list[int]) -> list[dict[str, Any]]:
-        """cpu and memory per NUMA node of the affinity: the chosen CPUs' nodes, else filled node by node."""
+               chosen: list[int]) -> dict[int, dict[str, int]]:
+        """cpu (milli) and memory (bytes) per NUMA node of the affinity: the chosen CPUs' nodes, else filled node by
+        node; nodes given nothing are left out."""
         nodes = sorted(mask) if mask else sorted(topo.numa)
         used = self.usage(node).numa
         per: dict[int, dict[str, int]] = {i: {} for i in nodes}
@@ -569,12 +568,7 @@ class NodeNUMAResource:
                 if take > 0:
                     per[i][r] = per[i].get(r, 0) + take
                     want -= take
-        out = []
-        for i in sorted(per):
-            if per[i]:
-                res = {r: format_milli(v) if r == CPU else format_bytes(v) for r, v in sorted(per[i].items())}
-                out.append({"node": i, "resources": res})
-        return out
+        return {i: r for i, r in per.items() if r}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self._affinity.pop((key(pod), node.name), None)

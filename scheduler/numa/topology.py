@@ -15,7 +15,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from koordlet.states.cpupools import CPUSetError, parse_cpuset
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from scheduler.cluster import CPU, MEMORY, quantity_value
 from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_NODE
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apis.core.objects import JSON
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from scheduler.cluster import ANNOTATION_RESERVE_POD, PODS, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)

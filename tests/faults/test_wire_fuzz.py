@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.core.errors import KoordletError
+from apis.extension.resource_status import parse_cpuset, resource_status
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
@@ -29,7 +30,7 @@ from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.pb import ttrpc_pb2
 from koordlet.podresources.merge import index_pods, merge_list
 from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
-from koordlet.states.cpupools import decode_pools, parse_cpuset, resource_status
+from koordlet.states.cpupools import decode_pools
 from koordlet.states.kubeletcpu import parse_cpu_manager_state
 from koordlet.states.pods import PodState
 

@@ -10,20 +10,22 @@ from typing import Any
 import pytest
 
 from apis.core.errors import InvalidInput
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    CPUSetError,
+    format_cpuset,
+    parse_cpuset,
+    resource_status,
+    same_cpuset,
+)
 from koordlet.host.driver import CgroupDriver
 from koordlet.states.cpupools import (
-    ANNOTATION_RESOURCE_STATUS,
     CPUInfo,
-    CPUSetError,
     CPUTopology,
     SharePool,
     be_share_pools,
     decode_pools,
     encode_pools,
-    format_cpuset,
-    parse_cpuset,
-    resource_status,
-    same_cpuset,
     share_pools,
 )
 from koordlet.states.model import PodMeta
