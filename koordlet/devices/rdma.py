@@ -13,13 +13,13 @@ from typing import Any, Protocol
 
 from apis.core.errors import HostReadError
 from apis.extension.resources import RESOURCE_RDMA
+from apis.scheduling.device import DEVICE_TYPE_RDMA
 from koordlet.devices import pci
 from koordlet.devices.model import DeviceEntry, DeviceSet, topology
 from koordlet.health import Health
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths
 
-TYPE_RDMA = "rdma"
 DEV_INFINIBAND = "/dev/infiniband"
 NETWORK_CONTROLLER_CLASS = 0x02  # PCI base class of the 24-bit class code (0x020000 Ethernet, 0x020700 InfiniBand)
 
@@ -212,7 +212,7 @@ def _entry(paths: HostPaths, health: Health, bdf: str) -> DeviceEntry | None:
     entry: DeviceEntry = {
         "id": bdf,
         "minor": int(m.group(1)),
-        "type": TYPE_RDMA,
+        "type": DEVICE_TYPE_RDMA,
         # **[quirk]** upstream's buildRDMADevice hard-codes health=true, discarding the port check below.
         "health": port_healthy(paths, health, names[0]),
         "resources": {RESOURCE_RDMA: "100"},

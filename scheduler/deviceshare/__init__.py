@@ -7,8 +7,8 @@ from scheduler.deviceshare.state import (
     Allocation,
     DeviceState,
     NodeDeviceState,
-    decode_allocations,
     encode_allocations,
+    read_allocations,
 )
 
 __all__ = [
@@ -22,8 +22,8 @@ __all__ = [
     "NodeDeviceState",
     "Scorer",
     "canonical_requests",
-    "decode_allocations",
     "encode_allocations",
     "gpu_requirement",
     "plan_pod",
+    "read_allocations",
 ]

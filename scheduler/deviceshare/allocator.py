@@ -18,9 +18,9 @@ from apis.extension.device_share import (
     LABEL_GPU_VENDOR,
 )
 from apis.extension.resources import RESOURCE_FPGA, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_RDMA
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,
-    GPU,
     SCOPE_LEVELS,
     DeviceHint,
     GPURequirement,
@@ -191,7 +191,7 @@ class _Scope:
 
 
 def _topology_tree(st: NodeDeviceState) -> _Scope | None:
-    gpus = st.devices.get(GPU, {})
+    gpus = st.devices.get(DEVICE_TYPE_GPU, {})
     if not gpus or not all(d.has_topology for d in gpus.values()):
         return None
     # nodes of one machine type share one (read-only) tree
@@ -295,7 +295,7 @@ class Allocator:
         vf_selector = hint.vf_selector if hint is not None else None
         if vf_selector is not None and not any(d.vf_groups for d in st.devices.get(dtype, {}).values()):
             raise Unschedulable(f"Insufficient {dtype} devices")
-        if dtype == GPU and plan.gpu is not None:
+        if dtype == DEVICE_TYPE_GPU and plan.gpu is not None:
             allocs = self._allocate_gpu(st, plan, plan.gpu, node_labels, candidates, preferred_pcies)
             self._fill_gpu_memory(st, allocs)
             return allocs
@@ -379,7 +379,7 @@ class Allocator:
     def _general(self, st: NodeDeviceState, plan: PodPlan, req: GPURequirement, candidates: set[int],
                  preferred_pcies: set[str]) -> list[Allocation]:
         """generalAllocate: the topology scopes, then the default scored walk."""
-        hint = plan.hints.get(GPU)
+        hint = plan.hints.get(DEVICE_TYPE_GPU)
         scope = hint.scope if hint is not None else ""
         try:
             minors = self._by_topology(st, req, scope, candidates)
@@ -388,8 +388,8 @@ class Allocator:
         except Unschedulable:
             if scope:
                 raise
-        return self._default(st, GPU, req.per_gpu, req.count, max(req.count, len(preferred_pcies)), candidates,
-                             preferred_pcies, None, set())
+        return self._default(st, DEVICE_TYPE_GPU, req.per_gpu, req.count, max(req.count, len(preferred_pcies)),
+                             candidates, preferred_pcies, None, set())
 
     @staticmethod
     def _by_partition(st: NodeDeviceState, req: GPURequirement, table: PartitionTable | None,
@@ -400,9 +400,9 @@ class Allocator:
         if not groups:
             raise Unschedulable(ERR_PARTITION_COUNT)
         used_mask = total_mask = 0
-        for m in st.used.get(GPU, {}):
+        for m in st.used.get(DEVICE_TYPE_GPU, {}):
             used_mask |= 1 << m
-        gpus, free = st.devices[GPU], st.free[GPU]
+        gpus, free = st.devices[DEVICE_TYPE_GPU], st.free[DEVICE_TYPE_GPU]
         for m in candidates:
             # Beyond upstream: a partition minor must also fit the per-GPU request (upstream only checks that it is
             # unused and healthy, which lets the count-1 "gpu-core: 200" [quirk] request land on one 100-core GPU).
@@ -447,7 +447,7 @@ class Allocator:
             raise Unschedulable(ERR_MULTI_SHARED)
         # **[quirk]** mirrored: "Device" (level 4) is deeper than any scope built (PCIe, level 3), so it never fits.
         required = SCOPE_LEVELS.get(scope, 0)
-        used, gpus, free = st.used.get(GPU, {}), st.devices[GPU], st.free[GPU]
+        used, gpus, free = st.used.get(DEVICE_TYPE_GPU, {}), st.devices[DEVICE_TYPE_GPU], st.free[DEVICE_TYPE_GPU]
         per, count = req.per_gpu, req.count
         fit: dict[int, bool] = {}
         scores: dict[int, int] = {}
@@ -497,7 +497,7 @@ class Allocator:
     def _fill_gpu_memory(st: NodeDeviceState, allocs: list[Allocation]) -> None:
         """fillGPUTotalMem: complete each GPU allocation with both gpu-memory and gpu-memory-ratio."""
         for a in allocs:
-            total = st.devices[GPU][a.minor].total.get(RESOURCE_GPU_MEMORY, 0)
+            total = st.devices[DEVICE_TYPE_GPU][a.minor].total.get(RESOURCE_GPU_MEMORY, 0)
             if total <= 0:
                 continue
             r = a.resources

@@ -29,21 +29,17 @@ from apis.extension.resources import (
     RESOURCE_NVIDIA_GPU,
     RESOURCE_RDMA,
 )
-
-GPU, RDMA, FPGA = "gpu", "rdma", "fpga"
-DEVICE_TYPES = (GPU, RDMA, FPGA)
-
+from apis.scheduling.device import DEVICE_TYPE_FPGA, DEVICE_TYPE_GPU, DEVICE_TYPE_RDMA
 
 RESOURCE_NAMES: dict[str, tuple[str, ...]] = {
-    GPU: (RESOURCE_NVIDIA_GPU, RESOURCE_AMD_GPU, RESOURCE_HYGON_DCU, RESOURCE_GPU, RESOURCE_GPU_SHARED,
+    DEVICE_TYPE_GPU: (RESOURCE_NVIDIA_GPU, RESOURCE_AMD_GPU, RESOURCE_HYGON_DCU, RESOURCE_GPU, RESOURCE_GPU_SHARED,
           RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU,
           RESOURCE_NPU_DVPP),
-    RDMA: (RESOURCE_RDMA,),
-    FPGA: (RESOURCE_FPGA,),
+    DEVICE_TYPE_RDMA: (RESOURCE_RDMA,),
+    DEVICE_TYPE_FPGA: (RESOURCE_FPGA,),
 }
 ALL_DEVICE_RESOURCES = frozenset(r for names in RESOURCE_NAMES.values() for r in names)
 
-ANNOTATION_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 APPLY_FOR_ALL = "ApplyForAll"
 REQUESTS_AS_COUNT = "RequestsAsCount"
@@ -259,7 +255,8 @@ def plan_pod(pod: JSON, requests: dict[str, int]) -> PodPlan:
         except InvalidInput as e:
             raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_GPU_PARTITION_SPEC}: {e}") from e
         partition = PartitionSpec(spec.get("allocatePolicy") == RESTRICTED, bandwidth)
-    return PodPlan(canonical, gpu_requirement(canonical[GPU]) if GPU in canonical else None, hints,
+    gpu = gpu_requirement(canonical[DEVICE_TYPE_GPU]) if DEVICE_TYPE_GPU in canonical else None
+    return PodPlan(canonical, gpu, hints,
                    joint_types if len(joint_types) >= 2 else [], joint.get("requiredScope") == SAME_PCIE, partition)
 
 

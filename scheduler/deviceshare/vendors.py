@@ -16,7 +16,7 @@ from apis.extension.device_share import (
     LABEL_GPU_VENDOR,
 )
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
-from scheduler.deviceshare.requests import GPU
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from scheduler.deviceshare.state import Allocations
 
 LABEL_HAMI_VGPU_NODE = "hami.io/vgpu-node"
@@ -62,7 +62,7 @@ def provider_mismatch(pod_labels: dict[str, str], node_labels: dict[str, str]) -
 
 def check(vendor: str, allocs: Allocations) -> str | None:
     """What the vendor's adapter would refuse at PreBind, found at Filter instead so another node can be tried."""
-    gpus = allocs.get(GPU) or []
+    gpus = allocs.get(DEVICE_TYPE_GPU) or []
     if vendor != VENDOR_CAMBRICON or not gpus:
         return None
     if len(gpus) > 1:
@@ -84,7 +84,7 @@ class Adapted:
 
 
 def _minors(allocs: Allocations, prefix: str = "") -> str:
-    return ",".join(f"{prefix}{a.minor}" for a in allocs.get(GPU) or [])
+    return ",".join(f"{prefix}{a.minor}" for a in allocs.get(DEVICE_TYPE_GPU) or [])
 
 
 def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: str, now: dt.datetime) -> Adapted:
@@ -92,7 +92,7 @@ def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: st
     meta = pod.get("metadata") or {}
     nanos = str(int(now.timestamp() * 1_000_000) * 1000)
     out = Adapted({ANNOTATION_BIND_TIMESTAMP: nanos})
-    gpus = allocs.get(GPU) or []
+    gpus = allocs.get(DEVICE_TYPE_GPU) or []
     if not gpus:
         return out
     out.annotations[ANNOTATION_GPU_MINORS] = _minors(allocs)

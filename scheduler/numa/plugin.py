@@ -18,6 +18,7 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
 from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import (
@@ -26,7 +27,6 @@ from apis.extension.resource_status import (
     resource_status,
 )
 from scheduler.cluster import CPU, MEMORY, Cluster, NodeInfo, key, pod_requests
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.framework import Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apis.core.objects import JSON
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from scheduler.cluster import ANNOTATION_RESERVE_POD, PODS, Cluster, key, pod_requests
 
@@ -28,7 +29,6 @@ ANN_ALLOCATED = f"{DOMAIN}/reservation-allocated"
 ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
 ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
 LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
-ANN_DEVICES = f"{DOMAIN}/device-allocated"
 ANN_RESERVE_POD = ANNOTATION_RESERVE_POD  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
@@ -96,7 +96,7 @@ class Reservation:
         """(encoded, Allocations) of the devices still held, or None when it reserved none."""
         from scheduler.reservation.devices import remaining
 
-        reserved = self.annotations.get(ANN_DEVICES)
+        reserved = self.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         return remaining(reserved, list(self.owner_devices.values())) if reserved else None
 
     def held_cpus(self) -> tuple[str, frozenset[int]] | None:
@@ -335,7 +335,7 @@ def place(r: Reservation, cluster: Cluster) -> None:
         if r.placed is not pod or r.placed_shape != shape:
             annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
             if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
-                annotations[ANN_DEVICES] = held[0]
+                annotations[ANNOTATION_DEVICE_ALLOCATED] = held[0]
             if cpus is not None:
                 annotations[ANNOTATION_RESOURCE_STATUS] = cpus[0]
             r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},

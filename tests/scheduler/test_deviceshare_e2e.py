@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.cluster import build_cluster
-from scheduler.deviceshare import DeviceShare, decode_allocations
+from scheduler.deviceshare import DeviceShare, read_allocations
 from scheduler.framework import NodeResourcesFit, Scheduler
 
 from conftest import agent_device
@@ -68,7 +68,7 @@ def test_scheduler_places_device_pods() -> None:
     assert set(used.values()) == {1} and 0 not in used
     for pl in placed.values():
         if ALLOCATED in pl.annotations:
-            decode_allocations(pl.annotations[ALLOCATED])
+            read_allocations(pl.annotations[ALLOCATED])
     assert "default/broken" in ds.state.nodes["l20"].malformed
 
 
