@@ -23,3 +23,12 @@ ANNOTATION_GPU_PARTITION_SPEC = "scheduling.koordinator.sh/gpu-partition-spec"
 # pod annotations the scheduler writes for device plugins besides device-allocated
 ANNOTATION_BIND_TIMESTAMP = "scheduling.koordinator.sh/bind-timestamp"
 ANNOTATION_GPU_MINORS = "scheduling.koordinator.sh/gpu-minors"
+
+# Device CR entry labels koordlet writes for an RDMA NIC (its PF) and, agreed over its VFs, the VFs' settings
+LABEL_RDMA_NETDEV = "node.koordinator.sh/rdma-netdev"
+LABEL_RDMA_LINK_STATE = "node.koordinator.sh/rdma-link-state"
+LABEL_RDMA_VF_MAC = "node.koordinator.sh/rdma-vf-mac"
+LABEL_RDMA_VF_VLAN = "node.koordinator.sh/rdma-vf-vlan"
+LABEL_RDMA_VF_TRUST = "node.koordinator.sh/rdma-vf-trust"
+LABEL_RDMA_VF_SPOOFCHK = "node.koordinator.sh/rdma-vf-spoofchk"
+LABEL_RDMA_VF_LINK_STATE = "node.koordinator.sh/rdma-vf-link-state"

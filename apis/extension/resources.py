@@ -43,3 +43,6 @@ DEPRECATED_DEVICE_RESOURCES: Mapping[str, str] = {
 # **[decision]** the v1.6 release text's HAMi pod asks `koordinator.sh/gpu-shared`; upstream ignores that name (and
 # kubelet drops extended resources a node does not have), so the GPU would not be shared: read as gpu.shared.
 MISSPELLED_DEVICE_RESOURCES: Mapping[str, str] = {"koordinator.sh/gpu-shared": RESOURCE_GPU_SHARED}
+
+# pod annotation: each container's batch resources, {"containers": {"<name>": {"requests": ..., "limits": ...}}}
+ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"

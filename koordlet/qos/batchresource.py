@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import HostReadError, PlanError
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
 from koordlet.qos import cpuqos
@@ -49,7 +50,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 
-ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
 CPU_SUPPRESS_CFS_QUOTA = "cfsQuota"
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
 _TERMINATED = ("Succeeded", "Failed")

@@ -17,12 +17,12 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
+from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
 from koordlet.states.model import PodMeta
 
-ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
 POLICY_NONE = "none"
 POLICY_CPU_BURST_ONLY = "cpuBurstOnly"
 POLICY_CFS_QUOTA_BURST_ONLY = "cfsQuotaBurstOnly"
@@ -82,7 +82,7 @@ def node_strategy(nodeslo: Mapping[str, Any]) -> NodeBurstStrategy:
 def pod_config(pod: PodMeta, node: BurstConfig) -> tuple[BurstConfig, PlanError | None]:
     """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
     node's config is used, as upstream does."""
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_BURST)
+    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
     if text is None:
         return node, None
     try:
@@ -90,7 +90,7 @@ def pod_config(pod: PodMeta, node: BurstConfig) -> tuple[BurstConfig, PlanError 
             raise ValueError("expected a string")
         return _merge(node, text), None
     except ValueError as e:
-        return node, PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_CPU_BURST}]",
+        return node, PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_POD_CPU_BURST}]",
                                str(e), uid=pod.uid)
 
 

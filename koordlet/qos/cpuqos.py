@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.quantity import parse_quantity
+from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class
 from koordlet.collectors.hostapps import HostApp
 from koordlet.health import Health
@@ -57,7 +58,6 @@ from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
 SYSCTL_GROUP_IDENTITY = "sched_group_identity_enabled"
 SYSCTL_CORE_SCHED = "sched_core"
 POLICY_GROUP_IDENTITY = "groupIdentity"
@@ -342,7 +342,7 @@ def pod_value(rule: Rule, pod: PodMeta) -> int | None:
         # [quirk] upstream's hook parses the annotation for every pod and fails on a malformed one even where it
         # ignores the result (LSR/LSE/BE/unlabelled); we read it only where it counts.
         return value
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_QOS)
+    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_QOS)
     if text is None:
         return value
     try:
@@ -351,7 +351,7 @@ def pod_value(rule: Rule, pod: PodMeta) -> int | None:
         cfg = parse_cpuqos_annotation(text)
     except ValueError as e:
         fld, message = e.args if len(e.args) == 2 else ("", str(e))
-        path = f"annotations[{ANNOTATION_CPU_QOS}]" + (f".{fld}" if fld else "")
+        path = f"annotations[{ANNOTATION_POD_CPU_QOS}]" + (f".{fld}" if fld else "")
         raise AnnotationError(PlanError("Pod", f"{pod.namespace}/{pod.name}", path, message, uid=pod.uid)) from None
     if cfg.group_identity is not None:
         value = cfg.group_identity

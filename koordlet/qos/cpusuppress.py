@@ -40,6 +40,7 @@ from typing import Any
 from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
 from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
+from apis.extension.node import ANNOTATION_NODE_RESERVATION
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import format_cpuset, parse_cpuset, resource_status
 from koordlet.host.driver import K8sQoS
@@ -56,7 +57,6 @@ from koordlet.states.model import PodMeta
 
 POLICY_CPUSET = "cpuset"
 POLICY_CFS_QUOTA = "cfsQuota"
-ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
 BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
 BE_MIN_CPUSET_CPUS = 2  # beMinCPUSetCores

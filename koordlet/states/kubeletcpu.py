@@ -31,7 +31,6 @@ from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
 POLICY_STATIC = "static"
 POLICY_NONE = "none"
 CPU_MANAGER_STATE = "cpu_manager_state"

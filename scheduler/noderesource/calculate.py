@@ -18,6 +18,7 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
+from apis.extension.node import ANNOTATION_NODE_RESERVATION
 from apis.extension.priority import (
     PRIORITY_BATCH,
     PRIORITY_FREE,
@@ -52,7 +53,6 @@ RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 GPU_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP,
                  RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED)
 RDMA_RESOURCES = (RESOURCE_RDMA,)
-ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
 _LIVE_PHASES = ("Running", "Pending")
 _LOW_PRIORITY = (PRIORITY_BATCH, PRIORITY_FREE)
 # priority_utils.go GetDefaultPriorityByPriorityClass
@@ -135,7 +135,7 @@ def node_reserved(node: Mapping[str, Any]) -> RL:
 
 def annotation_reservation(node: Mapping[str, Any]) -> RL:
     """util.GetNodeReservationFromAnnotation: `resources`, with `reservedCPUs` (a cpuset) counting as whole CPUs."""
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION)
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RESERVATION)
     if not text:
         return {}
     try:

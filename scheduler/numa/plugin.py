@@ -19,6 +19,12 @@ import numpy as np
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.numa_aware import (
+    ANNOTATION_NUMA_TOPOLOGY_SPEC,
+    ANNOTATION_RESOURCE_SPEC,
+    LABEL_CPU_BIND_POLICY,
+    LABEL_NUMA_TOPOLOGY_POLICY,
+)
 from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
 from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import (
@@ -42,12 +48,10 @@ from scheduler.numa.hints import (
     merge,
 )
 from scheduler.numa.score import DEFAULT_RESOURCES, LEAST_ALLOCATED, MOST_ALLOCATED, strategy_score
-from scheduler.numa.topology import LABEL_CPU_BIND_POLICY, NodeTopology, node_policy, parse_topology
+from scheduler.numa.topology import NodeTopology, node_policy, parse_topology
 from scheduler.plugins.columns import NodeColumns, allocation_score
 from scheduler.rowcache import by_rows
 
-ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
-ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
 # upstream nodenumaresource/plugin.go and topology_hint.go messages
 ERR_NOT_MATCH_NUMA_TOPOLOGY = "node(s) NUMA Topology policy not match"
 ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
@@ -263,7 +267,7 @@ class NodeNUMAResource:
         s = self.spec(pod)
         if s.problem:
             return s.problem, False, None
-        if not s.policy and not s.bind and not node.labels.get("node.koordinator.sh/numa-topology-policy"):
+        if not s.policy and not s.bind and not node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
             return None, False, None
         topo = self.topology(node)
         policy = node_policy(node.labels, topo)
@@ -490,11 +494,11 @@ class NodeNUMAResource:
         changed = self._flags_tracker.changes(index)
         if changed is None:
             self._policy_set = {i for i, nd in enumerate(index.nodes)
-                                if nd.labels.get("node.koordinator.sh/numa-topology-policy")}
+                                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY)}
         else:
             moved = False
             for i in changed:
-                if index.nodes[i].labels.get("node.koordinator.sh/numa-topology-policy"):
+                if index.nodes[i].labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
                     moved = moved or i not in self._policy_set
                     self._policy_set.add(i)
                 elif i in self._policy_set:

@@ -15,15 +15,16 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.extension.numa_aware import (
+    ANNOTATION_CPU_TOPOLOGY,
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    LABEL_NUMA_TOPOLOGY_POLICY,
+)
 from apis.extension.resource_status import CPUSetError, parse_cpuset
 from scheduler.cluster import CPU, MEMORY, quantity_value
 from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_NODE
 
 log = logging.getLogger(__name__)
-ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
-LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
-LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
 # kubelet topology manager policies as the agent reports them in NRT.topologyPolicies (v1alpha1 TopologyManagerPolicy)
 _KUBELET_POLICIES = {"SingleNUMANodeContainerLevel": SINGLE_NUMA_NODE, "SingleNUMANodePodLevel": SINGLE_NUMA_NODE,
                      "RestrictedContainerLevel": RESTRICTED, "RestrictedPodLevel": RESTRICTED,

@@ -16,6 +16,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from scheduler.cluster import (
@@ -31,7 +32,6 @@ from scheduler.cluster import (
 from scheduler.plugins.loadaware_args import LoadAwareArgs, parse_duration
 
 ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 ANNOTATION_SCALING_FACTORS = "scheduling.koordinator.sh/load-estimated-scaling-factors"
 ANNOTATION_SECONDS_AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
 ANNOTATION_SECONDS_AFTER_INITIALIZED = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
@@ -256,7 +256,7 @@ class NodeLoads:
 
     def _capacity(self, node: NodeInfo) -> Vector:
         cap = {r: node.allocatable.get(r, 0) for r in self.resources}
-        raw = json_annotation(node.obj, ANNOTATION_RAW_ALLOCATABLE)
+        raw = json_annotation(node.obj, ANNOTATION_NODE_RAW_ALLOCATABLE)
         if isinstance(raw, dict):
             with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):
                 cap.update({r: v for r, v in resource_list(raw).items() if r in cap})
