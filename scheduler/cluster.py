@@ -26,6 +26,7 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
+from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,6 @@ def key(obj: JSON) -> str:
 
 # A Reservation's template pod as this scheduler keeps it on the reservation's node (scheduler.reservation.model);
 # ours, never written out. Plugins that account real pods only (LoadAware's assign cache) pass over it.
-ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
 
 
 def is_reserve_pod(pod: JSON) -> bool:

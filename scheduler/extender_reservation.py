@@ -11,9 +11,10 @@ from typing import Any
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
+from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
 from scheduler.cluster import NodeInfo, is_reserve_pod, key
 from scheduler.framework import Placement, Scheduler
-from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, place, release
+from scheduler.reservation.model import AVAILABLE, place, release
 from scheduler.reservation.model import load as load_book
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def idle_weight(sched: Scheduler, pod: JSON, nodes: list[NodeInfo]) -> int:
 def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, dict[str, str], JSON] | None:
     """(name, annotations to add, status) of the reservation a just-bound pod was served from, or None."""
     resv = _plugin(sched)
-    raw = annotations.get(ANN_ALLOCATED)
+    raw = annotations.get(ANNOTATION_RESERVATION_ALLOCATED)
     if resv is None or not raw:
         return None
     try:

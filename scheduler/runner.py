@@ -13,13 +13,14 @@ from typing import Any
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
 from apis.core.objects import JSON
+from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
 from scheduler import malformed
 from scheduler.cluster import Cluster, build_cluster, is_active, key
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import ClusterSource, _pod_path
 from scheduler.framework import Placement, Scheduler
-from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
+from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
 from scheduler.gang.planner import _Held, _release, plan_jobs_detail
 from scheduler.gang.topology import cluster_tree
 from scheduler.metrics import SchedulerMetrics
@@ -205,7 +206,7 @@ class SecondaryScheduler:
         units: dict[str, list[Placement]] = {}
         for p in placements:
             if p.node is not None:
-                units.setdefault(p.annotations.get(ANN_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
+                units.setdefault(p.annotations.get(ANNOTATION_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
         for unit, members in units.items():
             self._bind_unit(sched, unit, members, by_key)
         for p in placements:

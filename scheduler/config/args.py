@@ -20,6 +20,7 @@ from apis.extension.resources import (
     RESOURCE_NPU_CORE,
     RESOURCE_RDMA,
 )
+from apis.scheduling.gang import MATCH_POLICIES, MATCH_POLICY_ONCE_SATISFIED
 from scheduler.config.fields import (
     TYPE_FIELDS,
     ConfigError,
@@ -37,7 +38,6 @@ from scheduler.config.fields import (
 )
 from scheduler.elasticquota.model import parse_resources
 from scheduler.elasticquota.plugin import ElasticQuotaArgs
-from scheduler.gang.model import MATCH_POLICIES, ONCE_SATISFIED
 from scheduler.plugins.fitplus import FitPlusArgs
 from scheduler.plugins.loadaware_args import LoadAwareArgs
 from scheduler.plugins.scarce import ScarceArgs
@@ -148,7 +148,7 @@ class CoschedulingArgs:
     skip_check_schedule_cycle: bool = False
     enable_preemption: bool = False
     aware_network_topology: bool = False
-    default_match_policy: str = ONCE_SATISFIED
+    default_match_policy: str = MATCH_POLICY_ONCE_SATISFIED
     explicit: frozenset[str] = frozenset()
 
 
@@ -165,7 +165,7 @@ def coscheduling_args(raw: Mapping[str, Any], where: str) -> CoschedulingArgs:
         skip_check_schedule_cycle=boolean(raw, "skipCheckScheduleCycle", where, False),
         enable_preemption=boolean(raw, "enablePreemption", where, False),
         aware_network_topology=boolean(raw, "awareNetworkTopology", where, False),
-        default_match_policy=choice(raw, "defaultMatchPolicy", where, ONCE_SATISFIED, MATCH_POLICIES),
+        default_match_policy=choice(raw, "defaultMatchPolicy", where, MATCH_POLICY_ONCE_SATISFIED, MATCH_POLICIES),
         explicit=frozenset(n for n in names if raw.get(n) is not None))
 
 

@@ -16,6 +16,12 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.extension.load_aware import (
+    ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS,
+    ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED,
+    ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED,
+    ANNOTATION_USAGE_THRESHOLDS,
+)
 from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
@@ -31,10 +37,6 @@ from scheduler.cluster import (
 )
 from scheduler.plugins.loadaware_args import LoadAwareArgs, parse_duration
 
-ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-ANNOTATION_SCALING_FACTORS = "scheduling.koordinator.sh/load-estimated-scaling-factors"
-ANNOTATION_SECONDS_AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
-ANNOTATION_SECONDS_AFTER_INITIALIZED = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
 DEFAULT_MILLI_CPU = 250
 DEFAULT_MEMORY = 200 * 1024 * 1024
 DEFAULT_REPORT_INTERVAL = 60.0
@@ -101,7 +103,7 @@ class PodEstimates:
     def _estimate(self, pod: JSON, priority: str) -> Vector:
         factors = self.args.estimated_scaling_factors
         if self.args.allow_customize_estimation:
-            custom = json_annotation(pod, ANNOTATION_SCALING_FACTORS)
+            custom = json_annotation(pod, ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS)
             if isinstance(custom, dict) and custom:
                 factors = {**factors, **{str(k): int(v) for k, v in custom.items() if isinstance(v, int | float)}}
         requests, limits = pod_requests(pod), pod_limits(pod)
@@ -134,8 +136,8 @@ class PodEstimates:
             self.args.estimated_seconds_after_pod_scheduled
         if self.args.allow_customize_estimation:
             ann = _annotations(pod)
-            after_init = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_INITIALIZED), after_init)
-            after_sched = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_SCHEDULED), after_sched)
+            after_init = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED), after_init)
+            after_sched = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED), after_sched)
         deadline: float | None = None
         init_time = _condition_time(pod, "Initialized")
         if after_init and after_init > 0 and init_time is not None:

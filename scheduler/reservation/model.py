@@ -20,16 +20,15 @@ from typing import Any
 from apis.core.objects import JSON
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
-from scheduler.cluster import ANNOTATION_RESERVE_POD, PODS, Cluster, key, pod_requests
+from apis.scheduling.reservation import (
+    ANNOTATION_EXACT_MATCH_RESERVATION,
+    ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESERVE_POD,
+)
+from scheduler.cluster import PODS, Cluster, key, pod_requests
 
 log = logging.getLogger(__name__)
 
-DOMAIN = "scheduling.koordinator.sh"
-ANN_ALLOCATED = f"{DOMAIN}/reservation-allocated"
-ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
-ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
-LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
-ANN_RESERVE_POD = ANNOTATION_RESERVE_POD  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
@@ -170,7 +169,8 @@ def reserve_pod(obj: JSON) -> JSON:
     for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         for part in ("requests", "limits"):  # the pod-count limit is the reservation's, not a request
             ((c.get("resources") or {}).get(part) or {}).pop(PODS, None)
-    annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}), ANN_RESERVE_POD: "true"}
+    annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}),
+                   ANNOTATION_RESERVE_POD: "true"}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"reservation/{meta.get('name')}", "uid": meta.get("uid"),
                          "labels": dict(tmeta.get("labels") or {}), "annotations": annotations},
@@ -235,7 +235,7 @@ def _requests_masked(r: Reservation, pod: JSON) -> dict[str, int]:
 
 
 def allocated_to(pod: JSON) -> JSON | None:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_ALLOCATED)
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION_ALLOCATED)
     try:
         got = json.loads(raw) if raw else None
     except ValueError:
@@ -357,5 +357,5 @@ def repair_exact_match(raw: str) -> str:
     its intent is a list, so braces holding only strings are read as brackets (logged once per text)."""
     fixed = re.sub(r'\{(\s*"[^"{}:]*"(?:\s*,\s*"[^"{}:]*")*\s*)\}', r"[\1]", raw)
     if fixed != raw:
-        log.info("%s %r read as %r (the v1.6 release text's spelling)", ANN_EXACT_MATCH, raw, fixed)
+        log.info("%s %r read as %r (the v1.6 release text's spelling)", ANNOTATION_EXACT_MATCH_RESERVATION, raw, fixed)
     return fixed

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from apis.core.objects import JSON
+from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
 from scheduler.cluster import Cluster, NodeInfo, is_reserve_pod, key, pod_requests
 from scheduler.framework import Placement, Scheduler
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 from scheduler.reservation import matching
 from scheduler.reservation.model import (
-    ANN_ALLOCATED,
     AVAILABLE,
     PENDING,
     SUCCEEDED,
@@ -304,7 +304,7 @@ class ReservationPlugin:
             return {}
         self._chosen = r
         ref = {"name": r.name, **({"uid": r.uid} if r.uid else {})}
-        return {ANN_ALLOCATED: json.dumps(ref, separators=(",", ":"))}
+        return {ANNOTATION_RESERVATION_ALLOCATED: json.dumps(ref, separators=(",", ":"))}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         """Within a cycle: nothing was accounted yet. After it (a rejected gang's members are released): the
