@@ -4,7 +4,7 @@ Upstream pkg/scheduler/plugins/nodenumaresource (Filter, Reserve, PreBind) with 
 frameworkext/topologymanager. Filter merges the hints and remembers the NUMA affinity per (pod, node); DeviceShare
 asks `affinity()` so the pod's GPUs and RDMA VFs come from the same NUMA node(s); Reserve picks the cpuset and
 splits cpu and memory over the affinity's NUMA nodes into `scheduling.koordinator.sh/resource-status`, the format
-koordlet's CPUSetAllocator reads (koordlet/states/cpupools.py resource_status()).
+koordlet's CPUSetAllocator reads (apis/extension/resource_status.py).
 """
 
 from __future__ import annotations
