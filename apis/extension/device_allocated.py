@@ -57,22 +57,19 @@ Allocations = Mapping[str, tuple[DeviceAllocation, ...]]
 def pod_device_allocations(annotations: Mapping[str, str]) -> Allocations | None:
     """The pod's allocations, None when it has no such annotation; AnnotationError when it is malformed."""
     text = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
-    return None if text is None else _decoded(text)
-
-
-@functools.lru_cache(maxsize=512)
-def _decoded(text: str) -> Allocations:
-    """Each hook of a stage reads the allocation, and every container of a pod carries the same text: decode it
-    once (the records are frozen, so sharing them is safe; a malformed text raises each time, nothing is kept)."""
-    return decode_device_allocations(text)
+    return None if text is None else decode_device_allocations(text)
 
 
 class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its members in document order (struct fields match case-insensitively, so no dict)."""
 
 
+@functools.lru_cache(maxsize=1024)
 def decode_device_allocations(text: str) -> Allocations:
-    """The annotation's value decoded; AnnotationError names the malformed field (e.g. `gpu[0].minor`)."""
+    """The annotation's value decoded; AnnotationError names the malformed field (e.g. `gpu[0].minor`).
+
+    Cached: every hook of a stage, every container of a pod and every scheduling cycle read the same few texts (the
+    records are frozen, so sharing them is safe; a malformed text raises each time, nothing is kept)."""
 
     def _no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
