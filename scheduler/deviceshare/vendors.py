@@ -15,7 +15,7 @@ from apis.extension.device_share import (
     LABEL_GPU_MODEL,
     LABEL_GPU_VENDOR,
 )
-from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE
 from apis.scheduling.device import DEVICE_TYPE_GPU
 from scheduler.deviceshare.state import Allocations
 
@@ -27,7 +27,7 @@ VENDOR_CAMBRICON = "cambricon"
 ASCEND_310P_DUO = "Ascend-310P3-300I-DUO"
 
 ANN_PREDICATE_TIME = "predicate-time"
-ANN_NPU_CORE = "huawei.com/npu-core"
+ANN_NPU_CORE = RESOURCE_NPU_CORE  # the Ascend device plugin reads its allocation under the resource's own name
 ANN_ASCEND_310P = "huawei.com/Ascend310P"
 ANN_DSMLU_ASSIGNED = "CAMBRICON_DSMLU_ASSIGHED"  # sic: the Cambricon device plugin's spelling
 ANN_DSMLU_PROFILE = "CAMBRICON_DSMLU_PROFILE"
