@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from apis.client.kubeapi import KubeClient
-from apis.core.errors import KoordletError
+from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON
-from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
+from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED, decode_reservation_allocated
 from scheduler.cluster import NodeInfo, is_reserve_pod, key
 from scheduler.framework import Placement, Scheduler
 from scheduler.reservation.model import AVAILABLE, place, release
@@ -102,10 +101,10 @@ def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, di
     if resv is None or not raw:
         return None
     try:
-        ref = json.loads(raw)
-    except ValueError:
+        ref = decode_reservation_allocated(raw)
+    except InvalidInput:
         return None
-    r = resv.book.get(str(ref.get("name") or "")) if isinstance(ref, dict) else None
+    r = resv.book.get(ref.name)
     if r is None:
         return None
     have = (r.obj.get("metadata") or {}).get("annotations") or {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
@@ -24,6 +25,8 @@ from apis.scheduling.reservation import (
     ANNOTATION_EXACT_MATCH_RESERVATION,
     ANNOTATION_RESERVATION_ALLOCATED,
     ANNOTATION_RESERVE_POD,
+    ReservationAllocated,
+    decode_reservation_allocated,
 )
 from scheduler.cluster import PODS, Cluster, key, pod_requests
 
@@ -234,13 +237,13 @@ def _requests_masked(r: Reservation, pod: JSON) -> dict[str, int]:
     return {k: v for k, v in pod_requests(pod).items() if k in r.allocatable}
 
 
-def allocated_to(pod: JSON) -> JSON | None:
+def allocated_to(pod: JSON) -> ReservationAllocated | None:
+    """The Reservation the pod says it was served from; None without the annotation or when it is malformed."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION_ALLOCATED)
     try:
-        got = json.loads(raw) if raw else None
-    except ValueError:
+        return decode_reservation_allocated(raw) if raw else None
+    except InvalidInput:
         return None
-    return got if isinstance(got, dict) else None
 
 
 def account(r: Reservation, pod: JSON) -> None:
@@ -298,8 +301,8 @@ def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dic
         ref = allocated_to(pod)
         if ref is None:
             continue
-        got = by_uid.get(str(ref.get("uid") or "")) or book.get(str(ref.get("name") or ""))
-        if got is None or (ref.get("uid") and got.uid and ref.get("uid") != got.uid):
+        got = by_uid.get(ref.uid) or book.get(ref.name)
+        if got is None or (ref.uid and got.uid and ref.uid != got.uid):
             continue
         r = got
         if key(pod) not in r.owners:
