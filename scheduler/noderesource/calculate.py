@@ -27,6 +27,7 @@ from apis.extension.priority import (
     priority_class_with_default,
 )
 from apis.extension.qos import QOS_LSE, koord_qos_class_with_default
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from apis.extension.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -143,18 +144,10 @@ def annotation_reservation(node: Mapping[str, Any]) -> RL:
         out = cpu_memory(doc.get("resources")) if isinstance(doc, dict) else {}
         cpus = doc.get("reservedCPUs") if isinstance(doc, dict) else None
         if cpus:
-            out[CPU] = 1000 * _cpuset_size(str(cpus))
+            out[CPU] = 1000 * len(parse_cpuset(str(cpus)))  # cpuset.Parse(...).Size(): each CPU once
         return out
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, CPUSetError):
         return {}
-
-
-def _cpuset_size(text: str) -> int:
-    n = 0
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        lo, _, hi = part.partition("-")
-        n += (int(hi) - int(lo) + 1) if hi else 1
-    return n
 
 
 def _rfc3339(text: Any) -> float | None:
