@@ -41,6 +41,7 @@ from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityErr
 from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
 from apis.extension.node import ANNOTATION_NODE_RESERVATION
+from apis.extension.numa_aware import CPUInfo
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import format_cpuset, parse_cpuset, resource_status
 from koordlet.host.driver import K8sQoS
@@ -52,7 +53,7 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUInfo, CPUTopology
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
 POLICY_CPUSET = "cpuset"

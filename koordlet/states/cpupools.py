@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.extension.numa_aware import CPUInfo, cpu_topology_json
 from apis.extension.qos import QOS_LSE, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
 from koordlet.host.files import read_bytes
@@ -25,19 +26,6 @@ from koordlet.states.model import PodMeta
 _INT32_MAX = 2**31 - 1
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 _NODE_DIR = re.compile(r"^node(\d+)$")
-
-
-@dataclass(frozen=True)
-class CPUInfo:
-    """One logical CPU (apis/extension CPUInfo JSON: {id, core, socket, node})."""
-
-    id: int
-    core: int  # logical core id, unique across sockets (lscpu's CORE column, which upstream reads)
-    socket: int
-    node: int  # NUMA node
-
-    def to_json(self) -> dict[str, int]:
-        return {"id": self.id, "core": self.core, "socket": self.socket, "node": self.node}
 
 
 @dataclass(frozen=True)
@@ -97,7 +85,7 @@ class CPUTopology:
 
     def to_json(self) -> dict[str, Any]:
         """extension.CPUTopology: `{"detail": [...]}`, `detail` omitted when empty (omitempty)."""
-        return {"detail": [c.to_json() for c in self.cpus]} if self.cpus else {}
+        return cpu_topology_json(self.cpus)
 
 
 def _online_cpus(cpu_base: str) -> list[int]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from apis.core.errors import InvalidInput
+from apis.extension.numa_aware import CPUInfo
 from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
     CPUSetError,
@@ -19,15 +20,7 @@ from apis.extension.resource_status import (
     same_cpuset,
 )
 from koordlet.host.driver import CgroupDriver
-from koordlet.states.cpupools import (
-    CPUInfo,
-    CPUTopology,
-    SharePool,
-    be_share_pools,
-    decode_pools,
-    encode_pools,
-    share_pools,
-)
+from koordlet.states.cpupools import CPUTopology, SharePool, be_share_pools, decode_pools, encode_pools, share_pools
 from koordlet.states.model import PodMeta
 
 from simhost import SimHost
