@@ -25,11 +25,11 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.daemon import settle_heap
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.pb import podresources_v1_pb2 as v1
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.states.pods import pod_meta
 
 PODS = 250

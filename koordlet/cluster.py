@@ -19,6 +19,7 @@ from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
 from apis.core.errors import ApiError, KoordletError
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
+from apis.extension.resources import BATCH_RESOURCES, MID_RESOURCES
 from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 NODESLO_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
 NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
 NODE_PATH = "/api/v1/nodes"
-_ALLOCATABLE = ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory", "kubernetes.io/mid-cpu",
-                "kubernetes.io/mid-memory")
+_ALLOCATABLE = (*BATCH_RESOURCES, *MID_RESOURCES)
 _WATCH_TIMEOUT = 300
 _CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
 # Retries of a failed NodeMetric report within its period: [1, 2) s doubling to [8, 16) s; the writer's own budget

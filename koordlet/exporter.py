@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from apis.core.quantity import parse_measured, parse_quantity
+from apis.extension.resource_status import CPUSetError, parse_cpuset
+from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
 from koordlet.collectors.usage import CgroupUsage
@@ -37,15 +39,14 @@ from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
 from koordlet.schedlat.collector import SchedLatency
 from koordlet.schedlat.hist import cumulative_buckets
-from koordlet.states.cpupools import CPUSetError, SharePool, parse_cpuset
+from koordlet.states.cpupools import SharePool
 from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 
 # kubernetes.io batch/mid extended resources recorded per container (upstream states_pods.go).
 _BATCH_MID = (
-    ("kubernetes.io/batch-cpu", "integer"), ("kubernetes.io/batch-memory", "byte"),
-    ("kubernetes.io/mid-cpu", "integer"), ("kubernetes.io/mid-memory", "byte"),
+    (BATCH_CPU, "integer"), (BATCH_MEMORY, "byte"), (MID_CPU, "integer"), (MID_MEMORY, "byte"),
 )
 # Histogram buckets at 2, 8, 32 ... µs up to 2.1 s: every other log2 slot of the kernel's histogram (hist.py).
 _SCHEDLAT_BOUNDS = tuple(range(1, 22, 2))

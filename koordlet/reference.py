@@ -6,14 +6,56 @@ from the source, metric families from the exporters themselves. tests/test_refer
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from types import FunctionType, ModuleType, SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
+
+from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
+from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
+from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.device_share import (
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_DRIVER_VERSION,
+    LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
+    LABEL_GPU_VENDOR,
+    LABEL_RDMA_LINK_STATE,
+    LABEL_RDMA_NETDEV,
+    LABEL_RDMA_VF_LINK_STATE,
+    LABEL_RDMA_VF_MAC,
+    LABEL_RDMA_VF_SPOOFCHK,
+    LABEL_RDMA_VF_TRUST,
+    LABEL_RDMA_VF_VLAN,
+)
+from apis.extension.memory_qos import ANNOTATION_POD_MEMORY_QOS
+from apis.extension.node import (
+    ANNOTATION_CPU_NORMALIZATION_RATIO,
+    ANNOTATION_NODE_RAW_ALLOCATABLE,
+    ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_SYSTEM_QOS_RESOURCE,
+)
+from apis.extension.numa_aware import (
+    ANNOTATION_BE_CPU_SHARED_POOLS,
+    ANNOTATION_CPU_BASIC_INFO,
+    ANNOTATION_CPU_SHARED_POOLS,
+    ANNOTATION_CPU_TOPOLOGY,
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    ANNOTATION_POD_CPU_ALLOCS,
+    LABEL_ENABLE_NUMA_RESERVATION,
+)
+from apis.extension.priority import LABEL_POD_PRIORITY_CLASS
+from apis.extension.qos import LABEL_POD_QOS
+from apis.extension.resctrl import ANNOTATION_RESCTRL
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
+from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC
 
 PACKAGE = Path(__file__).resolve().parent
 BEGIN, END = "<!-- BEGIN GENERATED {} (make docs) -->", "<!-- END GENERATED {} -->"
@@ -21,49 +63,49 @@ BEGIN, END = "<!-- BEGIN GENERATED {} (make docs) -->", "<!-- END GENERATED {} -
 # What each key the code names is to the agent: (direction, on which object, what for). tests/test_reference.py
 # fails when the code names a key missing here or this names a key the code no longer does.
 KEY_ROLES: dict[str, tuple[str, str, str]] = {
-    "koordinator.sh/qosClass": ("read", "Pod label", "the Koordinator QoS class (LSE/LSR/LS/BE/SYSTEM)"),
-    "koordinator.sh/priority-class": ("read", "Pod label", "the Koordinator priority class"),
-    "koordinator.sh/cpuQOS": ("read", "Pod annotation", "the pod's CPU QoS (group identity) over the NodeSLO's"),
-    "koordinator.sh/blkioQOS": ("read", "Pod annotation", "the pod's blkio/io throttles and weights"),
-    "koordinator.sh/memoryQOS": ("read", "Pod annotation", "the pod's memory QoS policy and values (CgroupReconcile)"),
-    "koordinator.sh/cpuBurst": ("read", "Pod annotation", "CPUBurst policy and percentages of the pod"),
-    "koordinator.sh/gpu-isolation-provider": ("read", "Pod label", "HAMi-core GPU isolation (runtime hook)"),
-    "node.koordinator.sh/resctrl": ("read", "Pod annotation", "the pod's own resctrl group (gate Resctrl)"),
-    "node.koordinator.sh/extended-resource-spec": ("read", "Pod annotation",
+    LABEL_POD_QOS: ("read", "Pod label", "the Koordinator QoS class (LSE/LSR/LS/BE/SYSTEM)"),
+    LABEL_POD_PRIORITY_CLASS: ("read", "Pod label", "the Koordinator priority class"),
+    ANNOTATION_POD_CPU_QOS: ("read", "Pod annotation", "the pod's CPU QoS (group identity) over the NodeSLO's"),
+    ANNOTATION_POD_BLKIO_QOS: ("read", "Pod annotation", "the pod's blkio/io throttles and weights"),
+    ANNOTATION_POD_MEMORY_QOS: ("read", "Pod annotation", "the pod's memory QoS policy and values (CgroupReconcile)"),
+    ANNOTATION_POD_CPU_BURST: ("read", "Pod annotation", "CPUBurst policy and percentages of the pod"),
+    LABEL_GPU_ISOLATION_PROVIDER: ("read", "Pod label", "HAMi-core GPU isolation (runtime hook)"),
+    ANNOTATION_RESCTRL: ("read", "Pod annotation", "the pod's own resctrl group (gate Resctrl)"),
+    ANNOTATION_EXTENDED_RESOURCE_SPEC: ("read", "Pod annotation",
                                                    "batch-cpu/batch-memory requests and limits (BatchResource)"),
-    "scheduling.koordinator.sh/device-allocated": ("read", "Pod annotation",
+    ANNOTATION_DEVICE_ALLOCATED: ("read", "Pod annotation",
                                                    "GPUs/RDMA/xPUs koord-scheduler allocated (runtime hooks, "
                                                    "PodResources proxy, usage)"),
-    "scheduling.koordinator.sh/resource-status": ("read", "Pod annotation",
+    ANNOTATION_RESOURCE_STATUS: ("read", "Pod annotation",
                                                   "the CPU set koord-scheduler allocated (CPUSetAllocator)"),
-    "node.koordinator.sh/reservation": ("read", "Node annotation", "CPUs reserved on the node"),
-    "node.koordinator.sh/raw-allocatable": ("read", "Node annotation", "the allocatable before resource "
+    ANNOTATION_NODE_RESERVATION: ("read", "Node annotation", "CPUs reserved on the node"),
+    ANNOTATION_NODE_RAW_ALLOCATABLE: ("read", "Node annotation", "the allocatable before resource "
                                             "amplification: the Prod reclaimable prediction is capped by it"),
-    "node.koordinator.sh/system-qos-resource": ("read", "Node annotation", "CPUs kept for SYSTEM QoS pods"),
-    "node.koordinator.sh/cpu-normalization-ratio": ("read", "Node annotation",
+    ANNOTATION_SYSTEM_QOS_RESOURCE: ("read", "Node annotation", "CPUs kept for SYSTEM QoS pods"),
+    ANNOTATION_CPU_NORMALIZATION_RATIO: ("read", "Node annotation",
                                                     "CPU normalization ratio applied to batch CPU"),
-    "node.koordinator.sh/enable-numa-reservation": ("read", "Node label", "NUMA-level reservation in the NRT"),
-    "node.koordinator.sh/cpu-topology": ("written", "NodeResourceTopology annotation", "the node's CPU topology"),
-    "node.koordinator.sh/cpu-shared-pools": ("written", "NodeResourceTopology annotation", "LS share pools"),
-    "node.koordinator.sh/be-cpu-shared-pools": ("written", "NodeResourceTopology annotation", "BE share pools"),
-    "node.koordinator.sh/pod-cpu-allocs": ("written", "NodeResourceTopology annotation",
+    LABEL_ENABLE_NUMA_RESERVATION: ("read", "Node label", "NUMA-level reservation in the NRT"),
+    ANNOTATION_CPU_TOPOLOGY: ("written", "NodeResourceTopology annotation", "the node's CPU topology"),
+    ANNOTATION_CPU_SHARED_POOLS: ("written", "NodeResourceTopology annotation", "LS share pools"),
+    ANNOTATION_BE_CPU_SHARED_POOLS: ("written", "NodeResourceTopology annotation", "BE share pools"),
+    ANNOTATION_POD_CPU_ALLOCS: ("written", "NodeResourceTopology annotation",
                                            "CPUs kubelet's static policy gave pods"),
-    "node.koordinator.sh/cpu-basic-info": ("written", "NodeResourceTopology annotation", "CPU model and flags"),
-    "kubelet.koordinator.sh/cpu-manager-policy": ("written", "NodeResourceTopology annotation",
+    ANNOTATION_CPU_BASIC_INFO: ("written", "NodeResourceTopology annotation", "CPU model and flags"),
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY: ("written", "NodeResourceTopology annotation",
                                                   "kubelet's CPU manager policy and options"),
     "app.kubernetes.io/managed-by": ("written", "NodeResourceTopology label", "`koordlet`"),
-    "node.koordinator.sh/gpu-vendor": ("written", "Device label", "GPU/xPU vendor"),
-    "node.koordinator.sh/gpu-model": ("written", "Device label", "GPU/xPU model"),
-    "node.koordinator.sh/gpu-driver-version": ("written", "Device label", "NVIDIA driver version"),
-    "node.koordinator.sh/gpu-partition-policy": ("written", "Device label", "Prefer or Honor the partitions"),
-    "scheduling.koordinator.sh/gpu-partitions": ("written", "Device annotation", "NVLink/HCCS GPU partitions"),
-    "node.koordinator.sh/rdma-netdev": ("written", "Device entry label", "the NIC's netdev"),
-    "node.koordinator.sh/rdma-link-state": ("written", "Device entry label", "the NIC port's link state"),
-    "node.koordinator.sh/rdma-vf-mac": ("written", "Device VF label", "the VF's MAC"),
-    "node.koordinator.sh/rdma-vf-vlan": ("written", "Device VF label", "the VF's VLAN"),
-    "node.koordinator.sh/rdma-vf-trust": ("written", "Device VF label", "the VF's trust setting"),
-    "node.koordinator.sh/rdma-vf-spoofchk": ("written", "Device VF label", "the VF's spoof check"),
-    "node.koordinator.sh/rdma-vf-link-state": ("written", "Device VF label", "the VF's link state"),
+    LABEL_GPU_VENDOR: ("written", "Device label", "GPU/xPU vendor"),
+    LABEL_GPU_MODEL: ("written", "Device label", "GPU/xPU model"),
+    LABEL_GPU_DRIVER_VERSION: ("written", "Device label", "NVIDIA driver version"),
+    LABEL_GPU_PARTITION_POLICY: ("written", "Device label", "Prefer or Honor the partitions"),
+    ANNOTATION_GPU_PARTITIONS: ("written", "Device annotation", "NVLink/HCCS GPU partitions"),
+    LABEL_RDMA_NETDEV: ("written", "Device entry label", "the NIC's netdev"),
+    LABEL_RDMA_LINK_STATE: ("written", "Device entry label", "the NIC port's link state"),
+    LABEL_RDMA_VF_MAC: ("written", "Device VF label", "the VF's MAC"),
+    LABEL_RDMA_VF_VLAN: ("written", "Device VF label", "the VF's VLAN"),
+    LABEL_RDMA_VF_TRUST: ("written", "Device VF label", "the VF's trust setting"),
+    LABEL_RDMA_VF_SPOOFCHK: ("written", "Device VF label", "the VF's spoof check"),
+    LABEL_RDMA_VF_LINK_STATE: ("written", "Device VF label", "the VF's link state"),
 }
 # Keys in the code that are resource names or API versions, not labels or annotations.
 NOT_KEYS = re.compile(r"^(kubernetes\.io/(batch|mid)-|koordinator\.sh/(gpu|gpu-core|gpu-memory|gpu-memory-ratio|rdma)$"
@@ -72,16 +114,38 @@ _KEY = re.compile(r"^[a-z0-9.-]+\.(sh|io|com)/[A-Za-z0-9._-]+$")
 
 
 def source_keys() -> dict[str, list[str]]:
-    """Every label/annotation-looking string constant in the package → the modules naming it."""
+    """Every label/annotation key the package names → the modules naming it: a string constant that looks like a
+    key, or a name imported from apis/ whose value is one (the shared vocabulary defines most of them)."""
     out: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.parent.name == "pb" or path.name == "reference.py":
             continue
+        where = str(path.relative_to(PACKAGE.parent))
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _KEY.match(node.value) \
-                    and not NOT_KEYS.match(node.value):
-                out.setdefault(node.value, set()).add(str(path.relative_to(PACKAGE.parent)))
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "apis":
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    for value in _keys_named(module, getattr(module, alias.name, None), set()):
+                        out.setdefault(value, set()).add(where)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_key(node.value):
+                out.setdefault(node.value, set()).add(where)
     return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def _keys_named(module: ModuleType, value: object, seen: set[str]) -> Iterator[str]:
+    """The key a constant holds, or the keys a decoder function of `module` reads (through the module's constants
+    and the module's other functions it calls)."""
+    if isinstance(value, str):
+        if _is_key(value):
+            yield value
+    elif isinstance(value, FunctionType) and value.__module__ == module.__name__ and value.__name__ not in seen:
+        seen.add(value.__name__)
+        for name in value.__code__.co_names:
+            yield from _keys_named(module, getattr(module, name, None), seen)
+
+
+def _is_key(text: str) -> bool:
+    return bool(_KEY.match(text)) and not NOT_KEYS.match(text)
 
 
 def gate_users() -> dict[str, list[str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from koordlet.devices.model import LABEL_GPU_MODEL, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
-from koordlet.devices.rdma import LABEL_RDMA_NETDEV
+from apis.extension.device_share import LABEL_GPU_MODEL, LABEL_RDMA_NETDEV
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
 
 NONE = "<none>"  # kubectl's cell for an absent value
 _GAP = "   "  # kubectl's tabwriter padding

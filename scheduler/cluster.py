@@ -24,22 +24,13 @@ from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, PODS
+from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
+from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
 _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
-# apis/extension/deprecated.go DeprecatedDeviceResourcesMapper: v0.7's `kubernetes.io/` device names. Upstream's
-# informer transformers (pkg/util/transformer) rename them in pods' containers, nodes' allocatable and Device CRs
-# when the new name is absent; we do the same wherever resource lists are read.
-DEPRECATED_DEVICE_RESOURCES = {
-    "kubernetes.io/rdma": "koordinator.sh/rdma",
-    "kubernetes.io/fpga": "koordinator.sh/fpga",
-    "kubernetes.io/gpu": "koordinator.sh/gpu",
-    "kubernetes.io/gpu-core": "koordinator.sh/gpu-core",
-    "kubernetes.io/gpu-memory": "koordinator.sh/gpu-memory",
-    "kubernetes.io/gpu-memory-ratio": "koordinator.sh/gpu-memory-ratio",
-}
 
 
 def quantity_value(resource: str, value: Any) -> int:
@@ -47,10 +38,8 @@ def quantity_value(resource: str, value: Any) -> int:
     return core_resources.resource_value(resource, value)
 
 
-# **[decision]** the v1.6 release text's HAMi pod asks `koordinator.sh/gpu-shared`; upstream ignores that name (and
-# kubelet drops extended resources a node does not have), so the GPU would not be shared. Read as gpu.shared, logged.
-MISSPELLED_DEVICE_RESOURCES = {"koordinator.sh/gpu-shared": "koordinator.sh/gpu.shared"}
-_RENAMED = DEPRECATED_DEVICE_RESOURCES | MISSPELLED_DEVICE_RESOURCES
+# names read under another (renameDeviceResources in pkg/util/transformer): the v0.7 names, a misspelling
+_RENAMED = {**DEPRECATED_DEVICE_RESOURCES, **MISSPELLED_DEVICE_RESOURCES}
 _told: set[str] = set()
 
 
@@ -189,7 +178,6 @@ def key(obj: JSON) -> str:
 
 # A Reservation's template pod as this scheduler keeps it on the reservation's node (scheduler.reservation.model);
 # ours, never written out. Plugins that account real pods only (LoadAware's assign cache) pass over it.
-ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"
 
 
 def is_reserve_pod(pod: JSON) -> bool:

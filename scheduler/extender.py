@@ -19,6 +19,7 @@ from apis.client.kubeapi import Gone, KubeClient
 from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
 from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.objects import JSON
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, pod_path
@@ -34,7 +35,6 @@ from scheduler.cluster import (
     node_allocatable,
     pod_requests,
 )
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Assumed, Scheduler
@@ -138,7 +138,7 @@ def _name(obj: JSON) -> str:
 def _pod_signature(pod: JSON) -> tuple[Any, ...]:
     """What the scheduler accounts of an assigned pod: a change here replaces the pod on its node."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_ALLOCATED)),
+    return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)),
             spec.get("priority"), spec.get("priorityClassName"))
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from apis.client.kubeapi import KubeClient
-from apis.core.errors import KoordletError
+from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON
+from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED, decode_reservation_allocated
 from scheduler.cluster import NodeInfo, key
 from scheduler.framework import Scheduler
-from scheduler.reservation.model import ANN_ALLOCATED, AVAILABLE, Reservation, place, release
+from scheduler.reservation.model import AVAILABLE, Reservation, place, release
 from scheduler.reservation.model import load as load_book
 from scheduler.reservation.plugin import NAME, ReservationPlugin
 
@@ -78,14 +78,14 @@ def idle_weight(sched: Scheduler, pod: JSON, nodes: list[NodeInfo]) -> int:
 def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, dict[str, str], JSON] | None:
     """(name, annotations to add, status) of the reservation a just-bound pod was served from, or None."""
     resv = _plugin(sched)
-    raw = annotations.get(ANN_ALLOCATED)
+    raw = annotations.get(ANNOTATION_RESERVATION_ALLOCATED)
     if resv is None or not raw:
         return None
     try:
-        ref = json.loads(raw)
-    except ValueError:
+        ref = decode_reservation_allocated(raw)
+    except InvalidInput:
         return None
-    r = resv.book.get(str(ref.get("name") or "")) if isinstance(ref, dict) else None
+    r = resv.book.get(ref.name)
     if r is None:
         return None
     r.dirty = False

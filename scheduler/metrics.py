@@ -13,19 +13,19 @@ nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from apis.core.errors import InvalidInput
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, decode_device_allocations
 from scheduler import malformed
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROFILE = "default-scheduler"
 SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
-DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 
 
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -97,16 +97,16 @@ class SchedulerMetrics:
 
     def reserved(self, annotations: dict[str, str]) -> None:
         """Count the devices of a pod's device-allocated annotation (DeviceShare's Reserve)."""
-        raw = annotations.get(DEVICE_ALLOCATED)
+        raw = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         if not raw:
             return
         try:
-            doc = json.loads(raw)
-        except ValueError:
+            decoded = decode_device_allocations(raw)
+        except InvalidInput:
             return
-        for device_type, allocations in (doc.items() if isinstance(doc, dict) else []):
-            if isinstance(allocations, list) and allocations:
-                self.device_allocations.labels(str(device_type)).inc(len(allocations))
+        for device_type, allocations in decoded.items():
+            if allocations:
+                self.device_allocations.labels(device_type).inc(len(allocations))
 
     def exposition(self) -> str:
         return generate_latest(self.registry).decode()

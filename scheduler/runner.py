@@ -13,6 +13,7 @@ from typing import Any
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
 from apis.core.objects import JSON
+from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, path_of
@@ -23,7 +24,7 @@ from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import ClusterSource
 from scheduler.framework import Assumed, Scheduler
-from scheduler.gang.model import ANN_BIND_GANG_GROUP_ID, DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
+from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
 from scheduler.gang.planner import plan_jobs_detail
 from scheduler.gang.topology import cluster_tree
 from scheduler.interfaces import Placement
@@ -203,7 +204,7 @@ class SecondaryScheduler:
         units: dict[str, list[Placement]] = {}
         for p in placements:
             if p.node is not None:
-                units.setdefault(p.annotations.get(ANN_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
+                units.setdefault(p.annotations.get(ANNOTATION_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
         for unit, members in units.items():
             self._bind_unit(sched, unit, members, by_key)
         for p in placements:

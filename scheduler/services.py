@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from apis.core.objects import JSON
+from apis.scheduling.gang import ANNOTATION_GANG_MIN_AVAILABLE
 from scheduler import debug
 from scheduler.cluster import key
 from scheduler.deviceshare.plugin import DeviceShare
@@ -23,14 +24,7 @@ from scheduler.elasticquota.model import format_quantity, resource_json
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Scheduler
-from scheduler.gang.model import (
-    ANN_MIN_AVAILABLE,
-    Gang,
-    collect_gangs,
-    gang_from_pod,
-    gang_groups,
-    gang_id_of,
-)
+from scheduler.gang.model import Gang, collect_gangs, gang_from_pod, gang_groups, gang_id_of
 from scheduler.metrics import CONTENT_TYPE, SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -196,7 +190,7 @@ def all_gangs(sched: Scheduler, pending: list[JSON]) -> dict[str, Gang]:
     gangs = collect_gangs(pending, sched.cluster)
     for pod in sched.cluster.assigned_pods():  # annotation gangs whose members are all bound
         gid = gang_id_of(pod)
-        if gid is not None and gid not in gangs and ANN_MIN_AVAILABLE in ((pod.get("metadata") or {}).get(
+        if gid is not None and gid not in gangs and ANNOTATION_GANG_MIN_AVAILABLE in ((pod.get("metadata") or {}).get(
                 "annotations") or {}):
             made = gang_from_pod(pod)
             if made is not None:

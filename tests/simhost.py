@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apis.extension.resource_status import format_cpuset
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.host.paths import HostPaths
-from koordlet.states.cpupools import format_cpuset
 
 
 @dataclass

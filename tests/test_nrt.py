@@ -14,6 +14,7 @@ import kmock
 import pytest
 
 from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from koordlet.agent import Agent, api_path
 from koordlet.config import Config
 from koordlet.host.driver import CgroupDriver
@@ -21,7 +22,7 @@ from koordlet.host.paths import HostPaths
 from koordlet.reporters import nrt
 from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, CPUTopology
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.kubeletcpu import KubeletCPUManager, cpu_manager, parse_cpu_manager_state, take_by_topology
 from koordlet.states.nodecpu import node_cpu_facts
 

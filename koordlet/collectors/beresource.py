@@ -13,17 +13,17 @@ from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.qos import QOS_BE
+from apis.extension.resource_status import parse_cpuset
+from apis.extension.resources import BATCH_CPU
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.files import read_bytes
 from koordlet.host.resources import parse_cpu_max, resource_path
 from koordlet.metriccache import MetricCache
-from koordlet.states.cpupools import parse_cpuset
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
-BATCH_CPU = "kubernetes.io/batch-cpu"
 KIND_USAGE, KIND_REQUEST, KIND_REAL_LIMIT = "be_cpu_usage", "be_cpu_request", "be_cpu_real_limit"
 
 

@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass, field
 
 from apis.core.errors import HostReadError
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from koordlet.host.files import OpenFiles, read_bytes
 from koordlet.host.paths import HostPaths
-from koordlet.states.cpupools import CPUSetError, parse_cpuset
 
 # /proc/stat cpu columns counted as busy: user, nice, system, irq, softirq (upstream util/stat.go).
 _BUSY_COLUMNS = (0, 1, 2, 5, 6)

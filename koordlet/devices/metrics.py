@@ -15,7 +15,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from apis.core.quantity import parse_quantity
-from koordlet.devices.model import LABEL_GPU_MODEL, DeviceEntry
+from apis.extension.device_share import LABEL_GPU_MODEL
+from koordlet.devices.model import DeviceEntry
 from koordlet.devices.nvidia import usage as gpu_usage
 from koordlet.devices.nvidia.backend import GpuInfo
 from koordlet.states.model import PodMeta

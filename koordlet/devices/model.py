@@ -11,16 +11,6 @@ from typing import Any
 
 DeviceEntry = dict[str, Any]
 
-# apis/extension/device_share.go and apis/extension/constants.go
-RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
-RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
-RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
-RESOURCE_RDMA = "koordinator.sh/rdma"
-LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"
-LABEL_GPU_MODEL = "node.koordinator.sh/gpu-model"
-LABEL_GPU_DRIVER_VERSION = "node.koordinator.sh/gpu-driver-version"
-LABEL_GPU_PARTITION_POLICY = "node.koordinator.sh/gpu-partition-policy"
-ANNOTATION_GPU_PARTITIONS = "scheduling.koordinator.sh/gpu-partitions"
 CONDITION_HEALTHY = "Healthy"
 
 

@@ -12,25 +12,28 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apis.core.errors import HostReadError
+from apis.extension.device_share import (
+    LABEL_RDMA_LINK_STATE,
+    LABEL_RDMA_NETDEV,
+    LABEL_RDMA_VF_LINK_STATE,
+    LABEL_RDMA_VF_MAC,
+    LABEL_RDMA_VF_SPOOFCHK,
+    LABEL_RDMA_VF_TRUST,
+    LABEL_RDMA_VF_VLAN,
+)
+from apis.extension.resources import RESOURCE_RDMA
+from apis.scheduling.device import DEVICE_TYPE_RDMA
 from koordlet.devices import pci
-from koordlet.devices.model import RESOURCE_RDMA, DeviceEntry, DeviceSet, topology
+from koordlet.devices.model import DeviceEntry, DeviceSet, topology
 from koordlet.health import Health
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths
 
-TYPE_RDMA = "rdma"
 DEV_INFINIBAND = "/dev/infiniband"
 NETWORK_CONTROLLER_CLASS = 0x02  # PCI base class of the 24-bit class code (0x020000 Ethernet, 0x020700 InfiniBand)
 
 # Per-device labels (DeviceInfo.labels) filled from netlink; VF facts are summarised per PF because the CRD's
 # VirtualFunction has only minor/busID and upstream reports a single label-less vfGroup.
-LABEL_RDMA_NETDEV = "node.koordinator.sh/rdma-netdev"
-LABEL_RDMA_LINK_STATE = "node.koordinator.sh/rdma-link-state"
-LABEL_RDMA_VF_MAC = "node.koordinator.sh/rdma-vf-mac"
-LABEL_RDMA_VF_VLAN = "node.koordinator.sh/rdma-vf-vlan"
-LABEL_RDMA_VF_TRUST = "node.koordinator.sh/rdma-vf-trust"
-LABEL_RDMA_VF_SPOOFCHK = "node.koordinator.sh/rdma-vf-spoofchk"
-LABEL_RDMA_VF_LINK_STATE = "node.koordinator.sh/rdma-vf-link-state"
 MIXED = "mixed"
 
 # pkg/koordlet/util/system/rdma.go: ibdev `mlx5_1` → minor 1; ports are healthy when their state says ACTIVE.
@@ -211,7 +214,7 @@ def _entry(paths: HostPaths, health: Health, bdf: str) -> DeviceEntry | None:
     entry: DeviceEntry = {
         "id": bdf,
         "minor": int(m.group(1)),
-        "type": TYPE_RDMA,
+        "type": DEVICE_TYPE_RDMA,
         # **[quirk]** upstream's buildRDMADevice hard-codes health=true, discarding the port check below.
         "health": port_healthy(paths, health, names[0]),
         "resources": {RESOURCE_RDMA: "100"},

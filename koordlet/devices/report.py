@@ -11,14 +11,14 @@ import copy
 import datetime as dt
 from typing import Any
 
-from koordlet.devices.model import (
+from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_DRIVER_VERSION,
     LABEL_GPU_MODEL,
     LABEL_GPU_PARTITION_POLICY,
     LABEL_GPU_VENDOR,
-    DeviceSet,
 )
+from koordlet.devices.model import DeviceSet
 
 API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 GROUP = "scheduling.koordinator.sh"

@@ -14,16 +14,14 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import canonical_quantity
-from koordlet.devices.model import (
+from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_MODEL,
     LABEL_GPU_PARTITION_POLICY,
     LABEL_GPU_VENDOR,
-    RESOURCE_GPU_MEMORY_RATIO,
-    DeviceEntry,
-    DeviceSet,
-    healthy_condition,
 )
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from koordlet.devices.model import DeviceEntry, DeviceSet, healthy_condition
 from koordlet.devices.partitions import POLICY_HONOR, POLICY_PREFER, partition, table_annotation
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
@@ -38,7 +36,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 # metav1.Condition.reason and Kubernetes label values, as the API server validates them.
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_BARE_RESOURCES = {"gpu-core": "koordinator.sh/gpu-core", "gpu-memory": "koordinator.sh/gpu-memory"}
+_BARE_RESOURCES = {"gpu-core": RESOURCE_GPU_CORE, "gpu-memory": RESOURCE_GPU_MEMORY}
 
 
 def device_infos_dir(paths: HostPaths) -> str:

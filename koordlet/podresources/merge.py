@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, Allocations, pod_device_allocations
+from apis.extension.resources import RESOURCE_NVIDIA_GPU, RESOURCE_RDMA
+from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPE_RDMA
 from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.pb import podresources_v1alpha1_pb2 as v1alpha1
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, TYPE_GPU, TYPE_RDMA, Allocations, pod_allocations
 from koordlet.states.model import PodMeta
 
 # apis/extension/device_share.go: ResourceNvidiaGPU, ResourceRDMA
-RESOURCE_NAMES: Mapping[str, str] = {TYPE_GPU: "nvidia.com/gpu", TYPE_RDMA: "koordinator.sh/rdma"}
+RESOURCE_NAMES: Mapping[str, str] = {DEVICE_TYPE_GPU: RESOURCE_NVIDIA_GPU, DEVICE_TYPE_RDMA: RESOURCE_RDMA}
 
 PodKey = tuple[str, str]  # (namespace, name), how PodResources names a pod
 
@@ -100,7 +102,7 @@ def add_allocated(entry: v1.PodResources, pod: PodMeta) -> list[Problem]:
     if text is not None and not isinstance(text, str):  # a manifest can say anything; the API server would not
         return [Problem(name, pod.uid, MALFORMED, "", f"must be a string, not {type(text).__name__}")]
     try:
-        allocations = pod_allocations(annotations)
+        allocations = pod_device_allocations(annotations)
     except InvalidInput as e:
         path = getattr(e, "path", "")
         return [Problem(name, pod.uid, MALFORMED, path, str(getattr(e, "message", e)))]

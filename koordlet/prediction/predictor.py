@@ -15,12 +15,12 @@ from typing import Any
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import pod_requests, resource_value
+from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
+from apis.extension.priority import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
-from koordlet.states.qos import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
-ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
 POD_PREDICTOR = "podReclaimablePredictor"
 PRIORITY_PREDICTOR = "priorityReclaimablePredictor"
 MIN_PREDICTOR = "minPredictor"
@@ -59,7 +59,7 @@ def node_allocatable(node: Mapping[str, Any] | None) -> RL:
     """The raw allocatable annotation (before resource amplification), else status.allocatable."""
     if node is None:
         raise PredictionError("node is nil")
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RAW_ALLOCATABLE)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RAW_ALLOCATABLE)
     if raw:
         try:
             import json

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.extension.priority import PRIORITY_CLASSES, PRIORITY_NONE, priority_class_with_default
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, _go_time, parse_go_time
-from koordlet.states.qos import PRIORITY_CLASSES, PRIORITY_NONE, priority_class_with_default
 
 log = logging.getLogger(__name__)
 

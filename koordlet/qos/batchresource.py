@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import HostReadError, PlanError
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
 from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, NodeSLOSpec
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
@@ -50,7 +51,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 
-ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
 _TERMINATED = ("Succeeded", "Failed")
 

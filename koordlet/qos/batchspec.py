@@ -17,13 +17,11 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
+from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from koordlet.host.resources import CFS_BASE_PERIOD_US, CFS_QUOTA_MIN_US, CPU_SHARES_MAX, CPU_SHARES_MIN
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
 
-BATCH_CPU = "kubernetes.io/batch-cpu"  # counted in milli-cores: "1000" (or "1k") is one core
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-ANNOTATION_EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 UNLIMITED = -1
 
 

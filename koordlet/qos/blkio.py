@@ -18,11 +18,11 @@ from functools import partial
 from typing import Any
 
 from apis.core.errors import PlanError
+from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
 from apis.slo.types import BlkioQOS
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import INT64_MAX
 from koordlet.qos.blkio_facts import (
-    ANNOTATION,
     DEVICE_NUMBER,
     V1_BFQ_WEIGHT,
     V1_COST_MODEL,
@@ -353,8 +353,8 @@ def plan(state: QoSState, facts: BlkioFacts) -> Plan:
                 iocost_on, out)
     for pod in annotated_pods(state):
         level = _Level(f"pod {pod.namespace}/{pod.name}", pod.cgroup_dir, "Pod", f"{pod.namespace}/{pod.name}",
-                       f"annotations[{ANNOTATION}]", "InvalidBlkioQOSAnnotation", pod.uid)
-        decode = partial(_decode_annotation, pod_annotations(pod)[ANNOTATION])
+                       f"annotations[{ANNOTATION_POD_BLKIO_QOS}]", "InvalidBlkioQOSAnnotation", pod.uid)
+        decode = partial(_decode_annotation, pod_annotations(pod)[ANNOTATION_POD_BLKIO_QOS])
         _plan_class(state, facts, resolver, level, decode, pod, iocost_on, out)
     return out
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import HostReadError
+from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
+from apis.extension.qos import koord_qos_class
 from koordlet.host.driver import K8sQoS
 from koordlet.host.files import read_text
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import koord_qos_class
 
-ANNOTATION = "koordinator.sh/blkioQOS"
 V1_THROTTLE = {  # file -> IOCfg field
     "blkio.throttle.read_iops_device": "readIOPS",
     "blkio.throttle.read_bps_device": "readBPS",
@@ -195,7 +195,7 @@ def _targets(state: QoSState) -> list[_Target]:
 def annotated_pods(state: QoSState) -> list[PodMeta]:
     """Running pods with a koordinator QoS label and the annotation (an absent annotation means: leave it alone)."""
     return [p for p in state.pods if koord_qos_class(p.raw) != "" and p.phase == "Running"
-            and ANNOTATION in pod_annotations(p)]
+            and ANNOTATION_POD_BLKIO_QOS in pod_annotations(p)]
 
 
 def pod_annotations(pod: PodMeta) -> Mapping[str, Any]:

@@ -17,13 +17,13 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
+from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
+from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 from apis.slo.types import CPUBurstConfig
 from koordlet.host.resources import CFS_BASE_PERIOD_US
 from koordlet.qos.batchspec import milli_cpu_to_quota
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 
-ANNOTATION_CPU_BURST = "koordinator.sh/cpuBurst"
 _INT64 = (-(2**63), 2**63 - 1)
 _RANGES = {  # the NodeSLO CRD's bounds for the same fields (apis/slo/v1alpha1/nodeslo_types.go)
     "cpu_burst_percent": (0, 10000), "cfs_quota_burst_percent": (0, _INT64[1]),
@@ -38,7 +38,7 @@ _FIELDS = {  # Go matches JSON keys to struct fields case-insensitively
 def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, PlanError | None]:
     """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
     node's config is used, as upstream does."""
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_CPU_BURST)
+    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
     if text is None:
         return node, None
     try:
@@ -46,7 +46,7 @@ def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, Plan
             raise ValueError("expected a string")
         return _merge(node, text), None
     except ValueError as e:
-        return node, PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_CPU_BURST}]",
+        return node, PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_POD_CPU_BURST}]",
                                str(e), uid=pod.uid)
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from apis.slo.types import CPUBurstConfig, CPUBurstStrategy
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import parse_cpu_max
@@ -34,8 +36,6 @@ from koordlet.qos.cpuburst_config import (
 from koordlet.qos.cpuqos import pod_cpu_request_milli
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUSetError, parse_cpuset
-from koordlet.states.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

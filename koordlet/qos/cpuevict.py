@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.quantity import milli_value, parse_quantity
+from apis.extension.qos import QOS_BE
+from apis.extension.resources import BATCH_CPU
 from apis.slo.types import CPU_EVICT_BY_ALLOCATABLE, ResourceThresholdStrategy
 from koordlet.collectors.beresource import KIND_REAL_LIMIT, KIND_REQUEST, KIND_USAGE, pod_batch_milli_cpu
 from koordlet.metriccache import MetricCache
@@ -42,7 +44,6 @@ from koordlet.qos.eviction import (
 from koordlet.qos.state import QoSState
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
 GATE = "BECPUEvict"
 STRATEGY = GATE.removeprefix("BE")  # upstream's CPUEvictName (also the name of a gate we do not serve)
@@ -123,7 +124,7 @@ def _batch_allocatable(state: QoSState) -> float:
     """getBEMilliAllocatable: the Node's allocatable batch-cpu (milli already), 0 → 1, missing or negative → −1."""
     if state.node is None:
         return -1.0
-    value = _status(state, "allocatable").get("kubernetes.io/batch-cpu")
+    value = _status(state, "allocatable").get(BATCH_CPU)
     if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
         return -1.0
     try:

@@ -43,6 +43,8 @@ from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.resources import CPU, pod_requests
+from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
 from apis.slo.types import CPU_POLICY_CORE_SCHED, CPU_POLICY_GROUP_IDENTITY, NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.host.driver import CgroupDriver, K8sQoS
@@ -52,11 +54,9 @@ from koordlet.qos.model import Capability, Notice, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta, PodView
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
 SYSCTL_GROUP_IDENTITY = "sched_group_identity_enabled"
 SYSCTL_CORE_SCHED = "sched_core"
 BVT_MIN, BVT_MAX = -1, 2
@@ -308,7 +308,7 @@ def pod_value(rule: Rule, pod: PodView, kube_qos: K8sQoS) -> int:
         # [quirk] upstream's hook parses the annotation for every pod and fails on a malformed one even where it
         # ignores the result (LSR/LSE/BE/unlabelled); we read it only where it counts.
         return value
-    text = pod.annotations.get(ANNOTATION_CPU_QOS)
+    text = pod.annotations.get(ANNOTATION_POD_CPU_QOS)
     if text is None:
         return value
     try:
@@ -317,7 +317,7 @@ def pod_value(rule: Rule, pod: PodView, kube_qos: K8sQoS) -> int:
         cfg = parse_cpuqos_annotation(text)
     except ValueError as e:
         fld, message = e.args if len(e.args) == 2 else ("", str(e))
-        path = f"annotations[{ANNOTATION_CPU_QOS}]" + (f".{fld}" if fld else "")
+        path = f"annotations[{ANNOTATION_POD_CPU_QOS}]" + (f".{fld}" if fld else "")
         raise AnnotationError(PlanError("Pod", f"{pod.namespace}/{pod.name}", path, message, uid=pod.uid)) from None
     if cfg.group_identity is not None:
         value = cfg.group_identity

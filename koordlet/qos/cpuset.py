@@ -34,30 +34,25 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apis.core.errors import InvalidInput, KoordletError, PlanError
+from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    CPUSetError,
+    ResourceStatus,
+    format_cpuset,
+    parse_cpuset,
+    resource_status,
+)
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
 from koordlet.qos.model import Capability, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import (
-    ANNOTATION_RESOURCE_STATUS,
-    CPUSetError,
-    CPUTopology,
-    ResourceStatus,
-    SharePool,
-    format_cpuset,
-    parse_cpuset,
-    resource_status,
-)
+from koordlet.states.cpupools import CPUTopology, SharePool
 from koordlet.states.kubeletcpu import cpu_manager, read_cpu_manager_state, read_kubelet_config_file
 from koordlet.states.model import PodMeta
-from koordlet.states.nodecpu import (
-    ANNOTATION_NODE_RESERVATION,
-    ANNOTATION_SYSTEM_QOS_RESOURCE,
-    NodeCPUFacts,
-    node_cpu_facts,
-)
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
+from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 
 GATE = "CPUSetAllocator"
 GATE_BE_CPU_MANAGER = "BECPUManager"

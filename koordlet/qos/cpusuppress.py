@@ -38,7 +38,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
+from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
+from apis.extension.node import ANNOTATION_NODE_RESERVATION
+from apis.extension.numa_aware import CPUInfo
+from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
+from apis.extension.resource_status import format_cpuset, parse_cpuset, resource_status
 from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, CPU_SUPPRESS_CPUSET, HostApplication, NodeSLOSpec
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
@@ -49,11 +54,9 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUInfo, CPUTopology, format_cpuset, parse_cpuset, resource_status
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import K8S_BEST_EFFORT, QOS_BE, QOS_LSR, koord_qos_class
 
-ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 CFS_PERIOD_US = 100_000  # system.DefaultCPUCFSPeriod
 BYPASS_DELTA_RATIO = 0.01  # suppressBypassQuotaDeltaRatio: a smaller quota change (of capacity) is skipped
 BE_MIN_CPUSET_CPUS = 2  # beMinCPUSetCores

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.qos import QOS_BE
 from apis.slo.types import ResourceThresholdStrategy
 from koordlet.host.files import read_bytes
 from koordlet.metriccache import MetricCache
@@ -33,7 +34,6 @@ from koordlet.qos.eviction import (
 )
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE
 
 GATE = "BEMemoryEvict"
 STRATEGY = "memoryEvict"  # upstream's MemoryEvictName

@@ -24,13 +24,13 @@ from typing import Any
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import parse_quantity
 from apis.core.resources import MEMORY, pod_requests
+from apis.extension.memory_qos import ANNOTATION_POD_MEMORY_QOS
+from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSR, koord_qos_class, koord_qos_class_with_default
 from apis.slo.config import DEFAULT_SPEC
 from koordlet.qos.batchspec import BatchSpecError, spec_containers
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LS, QOS_LSR, koord_qos_class, koord_qos_class_with_default
 
-ANNOTATION = "koordinator.sh/memoryQOS"
 POLICY_DEFAULT, POLICY_NONE, POLICY_AUTO = "default", "none", "auto"
 # memoryQOS field -> its bounds (CRD and Go API validation)
 FIELDS: dict[str, tuple[int, int]] = {
@@ -72,7 +72,8 @@ def pod_config(state: QoSState, pod: PodMeta) -> tuple[MemoryConfig, PlanError |
     try:
         policy, own = _annotation(pod)
     except InvalidInput as e:
-        error = PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION}]", str(e), uid=pod.uid)
+        error = PlanError("Pod", f"{pod.namespace}/{pod.name}", f"annotations[{ANNOTATION_POD_MEMORY_QOS}]", str(e),
+                          uid=pod.uid)
         policy, own = POLICY_DEFAULT, {}
     if policy == POLICY_NONE:
         return MemoryConfig(values, frozenset()), error
@@ -88,7 +89,7 @@ def pod_config(state: QoSState, pod: PodMeta) -> tuple[MemoryConfig, PlanError |
 def _annotation(pod: PodMeta) -> tuple[str, dict[str, int]]:
     """PodMemoryQOSConfig: `policy` plus MemoryQOS fields (null is absent); InvalidInput when malformed."""
     annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    text = annotations.get(ANNOTATION_POD_MEMORY_QOS) if isinstance(annotations, dict) else None
     if text is None:
         return POLICY_DEFAULT, {}
     try:

@@ -9,18 +9,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.extension.errors import AnnotationError
+from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig
 from apis.slo.types import CLASS_KEYS, ResctrlQOS
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl_closids import Claim, granted, pod_group_slots
 from koordlet.qos.resctrl_facts import (
     ACTIVE_PHASES,
-    ANNOTATION,
     CBM_MAX_BITS,
     CLASS_GROUPS,
     POD_GROUP_PREFIX,
-    AnnotationError,
     GroupFacts,
-    ResctrlConfig,
     ResctrlFacts,
     Schemata,
     class_enabled,
@@ -499,7 +498,7 @@ def _refusal(facts: ResctrlFacts, slots: int | None, held: bool, where: str) -> 
 
 
 def _pod_error(pod: PodMeta, path: str, message: str, reason: str) -> PlanError:
-    where = f"annotations[{ANNOTATION}]" + (f".{path}" if path else "")
+    where = f"annotations[{ANNOTATION_RESCTRL}]" + (f".{path}" if path else "")
     return PlanError("Pod", f"{pod.namespace}/{pod.name}", where, message, reason, uid=pod.uid)
 
 

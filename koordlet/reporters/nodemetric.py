@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.quantity import format_bytes, format_milli
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.collectors.hostapps import HostApp
-from koordlet.devices.model import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.metriccache import AGGREGATIONS, MetricCache, SeriesKey
 from koordlet.prediction.predictor import Outcome, resource_list
 from koordlet.states.model import PodMeta

@@ -28,10 +28,21 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
+from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
+from apis.extension.numa_aware import (
+    ANNOTATION_BE_CPU_SHARED_POOLS,
+    ANNOTATION_CPU_BASIC_INFO,
+    ANNOTATION_CPU_SHARED_POOLS,
+    ANNOTATION_CPU_TOPOLOGY,
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    ANNOTATION_POD_CPU_ALLOCS,
+    LABEL_ENABLE_NUMA_RESERVATION,
+)
+from apis.extension.resources import RESOURCE_GPU
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
 from koordlet.states.cpupools import encode_pools
-from koordlet.states.kubeletcpu import ANNOTATION_KUBELET_CPU_MANAGER_POLICY, encode_pod_allocs
-from koordlet.states.nodecpu import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE, NodeCPUFacts
+from koordlet.states.kubeletcpu import encode_pod_allocs
+from koordlet.states.nodecpu import NodeCPUFacts
 
 GROUP = "topology.node.k8s.io"
 API_VERSION = "topology.node.k8s.io/v1alpha1"
@@ -39,15 +50,9 @@ KIND = "NodeResourceTopology"
 PLURAL = "noderesourcetopologies"
 ZONE_TYPE = "Node"
 
-ANNOTATION_CPU_BASIC_INFO = "node.koordinator.sh/cpu-basic-info"
-ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
-ANNOTATION_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"
-ANNOTATION_BE_CPU_SHARED_POOLS = "node.koordinator.sh/be-cpu-shared-pools"
-ANNOTATION_POD_CPU_ALLOCS = "node.koordinator.sh/pod-cpu-allocs"
-LABEL_ENABLE_NUMA_RESERVATION = "node.koordinator.sh/enable-numa-reservation"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 
-MANAGED_RESOURCES = ("cpu", "memory", "koordinator.sh/gpu", "hugepages-2Mi", "hugepages-1Gi")
+MANAGED_RESOURCES = ("cpu", "memory", RESOURCE_GPU, "hugepages-2Mi", "hugepages-1Gi")
 MANAGED_ANNOTATIONS = (
     ANNOTATION_CPU_BASIC_INFO, ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_CPU_SHARED_POOLS,
     ANNOTATION_BE_CPU_SHARED_POOLS, ANNOTATION_CPU_TOPOLOGY, ANNOTATION_POD_CPU_ALLOCS, ANNOTATION_NODE_RESERVATION,

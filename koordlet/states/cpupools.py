@@ -2,8 +2,8 @@
 
 Upstream: pkg/koordlet/util/cpuinfo.go (processor topology), pkg/koordlet/statesinformer/impl/
 states_noderesourcetopology.go (calCPUSharePools, covertCPUsToSharePool, removeNodeReservedCPUs,
-removeSystemQOSCPUs), pkg/util/cpuset/cpuset.go (Parse, String), apis/extension/numa_aware.go (ResourceStatus,
-CPUInfo, CPUSharedPool). Everything here is pure except `CPUTopology.read`.
+removeSystemQOSCPUs), apis/extension/numa_aware.go (CPUInfo, CPUSharedPool); the resource-status annotation and
+the CPU list text are apis.extension.resource_status. Everything here is pure except `CPUTopology.read`.
 """
 
 from __future__ import annotations
@@ -13,101 +13,19 @@ import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
-from apis.core.quantity import parse_quantity
+from apis.extension.numa_aware import CPUInfo, cpu_topology_json
+from apis.extension.qos import QOS_LSE, koord_qos_class
+from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_LSE, koord_qos_class
 
-ANNOTATION_RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
-RESOURCE_BATCH_CPU = "kubernetes.io/batch-cpu"
-
-_MAX_CPU_ID = 4096  # pkg/util/cpuset maxAvailableCPUCount: the end of a range may not exceed it
 _INT32_MAX = 2**31 - 1
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 _NODE_DIR = re.compile(r"^node(\d+)$")
-_DIGITS = re.compile(r"[+-]?[0-9]+")
-
-
-class CPUSetError(InvalidInput):
-    """A Linux CPU list (`0-3,8`) that does not parse."""
-
-
-def parse_cpuset(text: str) -> list[int]:
-    """A Linux CPU list → sorted distinct CPU ids, as upstream cpuset.Parse accepts it ("" is the empty set).
-
-    Surrounding whitespace (the newline of a sysfs/cgroup file) is ignored; anything else malformed raises
-    CPUSetError, as upstream's error: an empty element (`0,,1`), a reversed range is simply empty as upstream.
-    """
-    s = text.strip()
-    if not s:
-        return []
-    cpus: set[int] = set()
-    for part in s.split(","):
-        bounds = part.split("-")
-        if len(bounds) == 1:
-            cpus.add(_cpu_id(bounds[0], text))
-        elif len(bounds) == 2:
-            lo, hi = _cpu_id(bounds[0], text), _cpu_id(bounds[1], text)
-            if hi > _MAX_CPU_ID:
-                raise CPUSetError(f"cpuset {text!r}: end {hi} exceeds the maximum CPU count {_MAX_CPU_ID}")
-            cpus.update(range(lo, hi + 1))
-        else:
-            raise CPUSetError(f"cpuset {text!r}: invalid element {part!r}")
-    return sorted(cpus)
-
-
-def _cpu_id(token: str, text: str) -> int:
-    if not _DIGITS.fullmatch(token):
-        raise CPUSetError(f"cpuset {text!r}: {token!r} is not a CPU id")
-    value = int(token)
-    if not -_INT32_MAX - 1 <= value <= _INT32_MAX:
-        raise CPUSetError(f"cpuset {text!r}: {token!r} is out of range")
-    if value < 0:
-        raise CPUSetError(f"cpuset {text!r}: {token!r} is negative")
-    return value
-
-
-def format_cpuset(cpus: Iterable[int]) -> str:
-    """CPU ids → the canonical list upstream's CPUSet.String() prints: sorted, ranges merged (`0-3,8`)."""
-    ids = sorted(set(cpus))
-    if not ids:
-        return ""
-    parts: list[str] = []
-    start = prev = ids[0]
-    for c in ids[1:]:
-        if c == prev + 1:
-            prev = c
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = c
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
-
-
-def same_cpuset(a: str, b: str) -> bool:
-    """Whether two CPU lists name the same CPUs (upstream cpuset.IsEqualStrCpus: unparsable is never equal)."""
-    try:
-        return parse_cpuset(a) == parse_cpuset(b)
-    except CPUSetError:
-        return False
-
-
-@dataclass(frozen=True)
-class CPUInfo:
-    """One logical CPU (apis/extension CPUInfo JSON: {id, core, socket, node})."""
-
-    id: int
-    core: int  # logical core id, unique across sockets (lscpu's CORE column, which upstream reads)
-    socket: int
-    node: int  # NUMA node
-
-    def to_json(self) -> dict[str, int]:
-        return {"id": self.id, "core": self.core, "socket": self.socket, "node": self.node}
 
 
 @dataclass(frozen=True)
@@ -167,7 +85,7 @@ class CPUTopology:
 
     def to_json(self) -> dict[str, Any]:
         """extension.CPUTopology: `{"detail": [...]}`, `detail` omitted when empty (omitempty)."""
-        return {"detail": [c.to_json() for c in self.cpus]} if self.cpus else {}
+        return cpu_topology_json(self.cpus)
 
 
 def _online_cpus(cpu_base: str) -> list[int]:
@@ -265,104 +183,9 @@ def decode_pools(text: str) -> list[SharePool]:
     return [SharePool.from_json(x) for x in doc]
 
 
-@dataclass(frozen=True)
-class NUMANodeResource:
-    node: int
-    resources: Mapping[str, Decimal]
-
-    def allocates_cpu(self) -> bool:
-        """cpuset rule's NUMA-aware test: a non-zero `cpu` or a positive batch-cpu on this node."""
-        return self.resources.get("cpu", Decimal(0)) != 0 or self.resources.get(RESOURCE_BATCH_CPU, Decimal(0)) > 0
-
-
-@dataclass(frozen=True)
-class ResourceStatus:
-    """`scheduling.koordinator.sh/resource-status`: what koord-scheduler allocated to the pod."""
-
-    cpuset: str = ""
-    numa_node_resources: tuple[NUMANodeResource, ...] = ()
-
-    def cpus(self) -> list[int]:
-        return parse_cpuset(self.cpuset)
-
-    def numa_aware(self) -> bool:
-        return any(n.allocates_cpu() for n in self.numa_node_resources)
-
-
-def resource_status(annotations: Mapping[str, Any]) -> ResourceStatus:
-    """The pod's ResourceStatus (empty when absent), decoded as Go's json.Unmarshal into the struct would: field
-    names match case-insensitively, unknown fields are ignored, `null` is the zero value. InvalidInput when the
-    JSON or a field is malformed; the cpuset is checked to be a CPU list (upstream parses it where it uses it)."""
-    text = annotations.get(ANNOTATION_RESOURCE_STATUS)
-    if text is None:
-        return ResourceStatus()
-    if not isinstance(text, str):
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS} must be a string")
-    return _decode_status(text)
-
-
-def _decode_status(text: str) -> ResourceStatus:
-    try:
-        doc = json.loads(text, parse_float=Decimal)
-    except (ValueError, RecursionError) as e:
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS}: invalid JSON: {e}") from None
-    if doc is None:
-        return ResourceStatus()
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS} must be a JSON object")
-    fields = _fold_fields(doc)
-    cpuset = _or(fields.get("cpuset"), "")
-    if not isinstance(cpuset, str):
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS}: cpuset must be a string, not {cpuset!r}")
-    try:
-        parse_cpuset(cpuset)
-    except CPUSetError as e:
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS}: {e}") from None
-    numa = _or(fields.get(_fold("numaNodeResources")), [])
-    if not isinstance(numa, list):
-        raise InvalidInput(f"{ANNOTATION_RESOURCE_STATUS}: numaNodeResources must be an array")
-    nodes: list[NUMANodeResource] = []
-    for i, item in enumerate(numa):
-        at = f"{ANNOTATION_RESOURCE_STATUS}: numaNodeResources[{i}]"
-        if item is None:
-            nodes.append(NUMANodeResource(0, {}))
-            continue
-        if not isinstance(item, dict):
-            raise InvalidInput(f"{at} must be an object")
-        f = _fold_fields(item)
-        node = _or(f.get("node"), 0)
-        if isinstance(node, bool) or not isinstance(node, int) or not -_INT32_MAX - 1 <= node <= _INT32_MAX:
-            raise InvalidInput(f"{at}.node must be an int32, not {node!r}")
-        resources: dict[str, Decimal] = {}
-        res = _or(f.get("resources"), {})
-        if not isinstance(res, dict):
-            raise InvalidInput(f"{at}.resources must be an object")
-        for name, q in res.items():
-            if q is None:
-                resources[name] = Decimal(0)
-                continue
-            if isinstance(q, bool) or not isinstance(q, str | int | Decimal):
-                raise InvalidInput(f"{at}.resources[{name}] must be a quantity")
-            try:
-                resources[name] = parse_quantity(q if isinstance(q, str) else format(q))
-            except InvalidInput as e:
-                raise InvalidInput(f"{at}.resources[{name}]: {e}") from None
-        nodes.append(NUMANodeResource(node, resources))
-    return ResourceStatus(cpuset, tuple(nodes))
-
-
-def _or(value: Any, zero: Any) -> Any:
-    """Go's json: an absent field or `null` leaves the zero value."""
-    return zero if value is None else value
-
-
-def _fold(name: str) -> str:
-    return name.lower()
-
-
 def _fold_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Struct fields by case-folded name; of keys folding alike, the later in the document wins (Go overwrites)."""
-    return {_fold(k): v for k, v in obj.items()}
+    return {k.lower(): v for k, v in obj.items()}
 
 
 def pod_cpuset(pod: PodMeta) -> list[int]:

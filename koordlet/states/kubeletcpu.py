@@ -24,13 +24,13 @@ import yaml
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
+from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
-from koordlet.states.cpupools import CPUSetError, CPUTopology, format_cpuset, parse_cpuset, resource_status
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.qos import QOS_BE, QOS_LS, koord_qos_class
 
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
 POLICY_STATIC = "static"
 POLICY_NONE = "none"
 CPU_MANAGER_STATE = "cpu_manager_state"

@@ -16,20 +16,12 @@ from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.quantity import canonical_quantity, parse_quantity
-from koordlet.states.cpupools import (
-    CPUSetError,
-    CPUTopology,
-    SharePool,
-    be_share_pools,
-    format_cpuset,
-    parse_cpuset,
-    share_pools,
-)
+from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
+from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset
+from koordlet.states.cpupools import CPUTopology, SharePool, be_share_pools, share_pools
 from koordlet.states.kubeletcpu import KubeletCPUManager, PodCPUAlloc, kubelet_pod_allocs, take_by_topology
 from koordlet.states.model import PodMeta
 
-ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
-ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
 REASON = "InvalidNodeAnnotation"
 
 

@@ -15,10 +15,12 @@ import yaml
 
 from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON
+from apis.core.qos import k8s_qos_class
+from apis.extension.priority import priority_class_with_default
+from apis.extension.qos import koord_qos_class_with_default
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.states.model import ContainerMeta, PodMeta
-from koordlet.states.qos import k8s_qos_class, koord_qos_class_with_default, priority_class_with_default
 
 log = logging.getLogger(__name__)
 

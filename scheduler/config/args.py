@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.extension.resources import (
+    RESOURCE_FPGA,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_NPU_CORE,
+    RESOURCE_RDMA,
+)
+from apis.scheduling.gang import MATCH_POLICIES, MATCH_POLICY_ONCE_SATISFIED
 from scheduler.config.fields import (
     TYPE_FIELDS,
     ConfigError,
@@ -30,7 +38,6 @@ from scheduler.config.fields import (
 )
 from scheduler.elasticquota.model import parse_resources
 from scheduler.elasticquota.plugin import ElasticQuotaArgs
-from scheduler.gang.model import MATCH_POLICIES, ONCE_SATISFIED
 from scheduler.plugins.fitplus import FitPlusArgs
 from scheduler.plugins.loadaware_args import LoadAwareArgs
 from scheduler.plugins.scarce import ScarceArgs
@@ -39,10 +46,8 @@ log = logging.getLogger("koord-sched.config")
 
 LEAST_ALLOCATED, MOST_ALLOCATED, BALANCED = "LeastAllocated", "MostAllocated", "BalancedAllocation"
 REQUESTED_TO_CAPACITY = "RequestedToCapacityRatio"
-GPU_MEMORY_RATIO, GPU_MEMORY = "koordinator.sh/gpu-memory-ratio", "koordinator.sh/gpu-memory"
-RDMA, FPGA = "koordinator.sh/rdma", "koordinator.sh/fpga"
-NPU_CORE = "huawei.com/npu-core"
-DEVICE_SCORING_RESOURCES: tuple[tuple[str, int], ...] = ((GPU_MEMORY_RATIO, 1), (GPU_MEMORY, 1), (RDMA, 1), (FPGA, 1))
+DEVICE_SCORING_RESOURCES: tuple[tuple[str, int], ...] = ((RESOURCE_GPU_MEMORY_RATIO, 1), (RESOURCE_GPU_MEMORY, 1),
+                                                       (RESOURCE_RDMA, 1), (RESOURCE_FPGA, 1))
 
 
 def _resource_specs(raw: Mapping[str, Any], where: str, default: tuple[tuple[str, int], ...]
@@ -80,7 +85,7 @@ class ScoringStrategy:
 class GPUSharedResourceTemplatesConfig:
     config_map_namespace: str = "koordinator-system"
     config_map_name: str = "gpu-shared-resource-templates"
-    matched_resources: tuple[str, ...] = (NPU_CORE,)
+    matched_resources: tuple[str, ...] = (RESOURCE_NPU_CORE,)
 
 
 @dataclass
@@ -143,7 +148,7 @@ class CoschedulingArgs:
     skip_check_schedule_cycle: bool = False
     enable_preemption: bool = False
     aware_network_topology: bool = False
-    default_match_policy: str = ONCE_SATISFIED
+    default_match_policy: str = MATCH_POLICY_ONCE_SATISFIED
     explicit: frozenset[str] = frozenset()
 
 
@@ -160,7 +165,7 @@ def coscheduling_args(raw: Mapping[str, Any], where: str) -> CoschedulingArgs:
         skip_check_schedule_cycle=boolean(raw, "skipCheckScheduleCycle", where, False),
         enable_preemption=boolean(raw, "enablePreemption", where, False),
         aware_network_topology=boolean(raw, "awareNetworkTopology", where, False),
-        default_match_policy=choice(raw, "defaultMatchPolicy", where, ONCE_SATISFIED, MATCH_POLICIES),
+        default_match_policy=choice(raw, "defaultMatchPolicy", where, MATCH_POLICY_ONCE_SATISFIED, MATCH_POLICIES),
         explicit=frozenset(n for n in names if raw.get(n) is not None))
 
 

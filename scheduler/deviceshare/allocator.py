@@ -11,13 +11,16 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.device_share import (
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
+    LABEL_GPU_VENDOR,
+)
+from apis.extension.resources import RESOURCE_FPGA, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_RDMA
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from scheduler.deviceshare.requests import (
     APPLY_FOR_ALL,
-    FPGA_RESOURCE,
-    GPU,
-    GPU_MEMORY,
-    GPU_MEMORY_RATIO,
-    RDMA_RESOURCE,
     SCOPE_LEVELS,
     DeviceHint,
     GPURequirement,
@@ -36,13 +39,8 @@ log = logging.getLogger(__name__)
 
 MOST_ALLOCATED = "MostAllocated"
 LEAST_ALLOCATED = "LeastAllocated"
-DEFAULT_WEIGHTS = {GPU_MEMORY_RATIO: 1, GPU_MEMORY: 1, RDMA_RESOURCE: 1, FPGA_RESOURCE: 1}
+DEFAULT_WEIGHTS = {RESOURCE_GPU_MEMORY_RATIO: 1, RESOURCE_GPU_MEMORY: 1, RESOURCE_RDMA: 1, RESOURCE_FPGA: 1}
 
-LABEL_VENDOR = "node.koordinator.sh/gpu-vendor"
-LABEL_MODEL = "node.koordinator.sh/gpu-model"
-LABEL_PARTITION_POLICY = "node.koordinator.sh/gpu-partition-policy"
-LABEL_WELL_PLANNED = "node.koordinator.sh/secondary-device-well-planned"
-ANNOTATION_PARTITIONS = "scheduling.koordinator.sh/gpu-partitions"
 HONOR = "Honor"
 
 ERR_PARTITION_TABLE = "node(s) missing GPU Partition Table"
@@ -167,20 +165,20 @@ def partition_table(st: NodeDeviceState, node_labels: dict[str, str]) -> tuple[P
         cached: tuple[PartitionTable | None, bool] = st.partition_cache
         return cached
     table: PartitionTable | None = None
-    raw = st.annotations.get(ANNOTATION_PARTITIONS)
+    raw = st.annotations.get(ANNOTATION_GPU_PARTITIONS)
     if raw:
         try:
             table = parse_partition_table(raw)
         except (ValueError, TypeError, AttributeError) as e:
-            log.warning("Device %s: ignoring malformed %s: %s", st.name, ANNOTATION_PARTITIONS, e)
-    policy = st.labels.get(LABEL_PARTITION_POLICY, "")
+            log.warning("Device %s: ignoring malformed %s: %s", st.name, ANNOTATION_GPU_PARTITIONS, e)
+    policy = st.labels.get(LABEL_GPU_PARTITION_POLICY, "")
     if table is None:
         # Built-in Hopper table; vendor/model/policy read from the Node, falling back to the Device CR labels.
-        vendor = node_labels.get(LABEL_VENDOR, st.labels.get(LABEL_VENDOR, ""))
-        model = node_labels.get(LABEL_MODEL, st.labels.get(LABEL_MODEL, ""))
+        vendor = node_labels.get(LABEL_GPU_VENDOR, st.labels.get(LABEL_GPU_VENDOR, ""))
+        model = node_labels.get(LABEL_GPU_MODEL, st.labels.get(LABEL_GPU_MODEL, ""))
         if vendor in ("nvidia", "") and model in HOPPER_MODELS:
             table = _hopper_table()
-            policy = node_labels.get(LABEL_PARTITION_POLICY, policy)
+            policy = node_labels.get(LABEL_GPU_PARTITION_POLICY, policy)
     st.partition_cache = (table, policy == HONOR)
     return st.partition_cache  # type: ignore[no-any-return]
 
@@ -193,7 +191,7 @@ class _Scope:
 
 
 def _topology_tree(st: NodeDeviceState) -> _Scope | None:
-    gpus = st.devices.get(GPU, {})
+    gpus = st.devices.get(DEVICE_TYPE_GPU, {})
     if not gpus or not all(d.has_topology for d in gpus.values()):
         return None
     # nodes of one machine type share one (read-only) tree
@@ -297,7 +295,7 @@ class Allocator:
         vf_selector = hint.vf_selector if hint is not None else None
         if vf_selector is not None and not any(d.vf_groups for d in st.devices.get(dtype, {}).values()):
             raise Unschedulable(f"Insufficient {dtype} devices")
-        if dtype == GPU and plan.gpu is not None:
+        if dtype == DEVICE_TYPE_GPU and plan.gpu is not None:
             allocs = self._allocate_gpu(st, plan, plan.gpu, node_labels, candidates, preferred_pcies)
             self._fill_gpu_memory(st, allocs)
             return allocs
@@ -381,7 +379,7 @@ class Allocator:
     def _general(self, st: NodeDeviceState, plan: PodPlan, req: GPURequirement, candidates: set[int],
                  preferred_pcies: set[str]) -> list[Allocation]:
         """generalAllocate: the topology scopes, then the default scored walk."""
-        hint = plan.hints.get(GPU)
+        hint = plan.hints.get(DEVICE_TYPE_GPU)
         scope = hint.scope if hint is not None else ""
         try:
             minors = self._by_topology(st, req, scope, candidates)
@@ -390,8 +388,8 @@ class Allocator:
         except Unschedulable:
             if scope:
                 raise
-        return self._default(st, GPU, req.per_gpu, req.count, max(req.count, len(preferred_pcies)), candidates,
-                             preferred_pcies, None, set())
+        return self._default(st, DEVICE_TYPE_GPU, req.per_gpu, req.count, max(req.count, len(preferred_pcies)),
+                             candidates, preferred_pcies, None, set())
 
     @staticmethod
     def _by_partition(st: NodeDeviceState, req: GPURequirement, table: PartitionTable | None,
@@ -402,9 +400,9 @@ class Allocator:
         if not groups:
             raise Unschedulable(ERR_PARTITION_COUNT)
         used_mask = total_mask = 0
-        for m in st.used.get(GPU, {}):
+        for m in st.used.get(DEVICE_TYPE_GPU, {}):
             used_mask |= 1 << m
-        gpus, free = st.devices[GPU], st.free[GPU]
+        gpus, free = st.devices[DEVICE_TYPE_GPU], st.free[DEVICE_TYPE_GPU]
         for m in candidates:
             # Beyond upstream: a partition minor must also fit the per-GPU request (upstream only checks that it is
             # unused and healthy, which lets the count-1 "gpu-core: 200" [quirk] request land on one 100-core GPU).
@@ -449,7 +447,7 @@ class Allocator:
             raise Unschedulable(ERR_MULTI_SHARED)
         # **[quirk]** mirrored: "Device" (level 4) is deeper than any scope built (PCIe, level 3), so it never fits.
         required = SCOPE_LEVELS.get(scope, 0)
-        used, gpus, free = st.used.get(GPU, {}), st.devices[GPU], st.free[GPU]
+        used, gpus, free = st.used.get(DEVICE_TYPE_GPU, {}), st.devices[DEVICE_TYPE_GPU], st.free[DEVICE_TYPE_GPU]
         per, count = req.per_gpu, req.count
         fit: dict[int, bool] = {}
         scores: dict[int, int] = {}
@@ -499,11 +497,11 @@ class Allocator:
     def _fill_gpu_memory(st: NodeDeviceState, allocs: list[Allocation]) -> None:
         """fillGPUTotalMem: complete each GPU allocation with both gpu-memory and gpu-memory-ratio."""
         for a in allocs:
-            total = st.devices[GPU][a.minor].total.get(GPU_MEMORY, 0)
+            total = st.devices[DEVICE_TYPE_GPU][a.minor].total.get(RESOURCE_GPU_MEMORY, 0)
             if total <= 0:
                 continue
             r = a.resources
-            if GPU_MEMORY_RATIO in r and GPU_MEMORY not in r:
-                r[GPU_MEMORY] = r[GPU_MEMORY_RATIO] * total // 100
-            elif GPU_MEMORY in r and GPU_MEMORY_RATIO not in r:
-                r[GPU_MEMORY_RATIO] = int(r[GPU_MEMORY] / total * 100)
+            if RESOURCE_GPU_MEMORY_RATIO in r and RESOURCE_GPU_MEMORY not in r:
+                r[RESOURCE_GPU_MEMORY] = r[RESOURCE_GPU_MEMORY_RATIO] * total // 100
+            elif RESOURCE_GPU_MEMORY in r and RESOURCE_GPU_MEMORY_RATIO not in r:
+                r[RESOURCE_GPU_MEMORY_RATIO] = int(r[RESOURCE_GPU_MEMORY] / total * 100)

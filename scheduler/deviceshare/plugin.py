@@ -10,28 +10,24 @@ from typing import Any
 import numpy as np
 
 from apis.core.objects import JSON
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.device_share import (
+    ANNOTATION_DEVICE_ALLOCATE_HINT,
+    ANNOTATION_DEVICE_JOINT_ALLOCATE,
+    ANNOTATION_GPU_PARTITION_SPEC,
+    ANNOTATION_GPU_PARTITIONS,
+    LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_SECONDARY_DEVICE_WELL_PLANNED,
+)
+from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPES
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.config.args import DeviceShareArgs
 from scheduler.deviceshare.allocator import (
-    ANNOTATION_PARTITIONS,
-    LABEL_WELL_PLANNED,
     LEAST_ALLOCATED,
     Allocator,
     Scorer,
 )
-from scheduler.deviceshare.requests import (
-    ANNOTATION_ALLOCATED,
-    ANNOTATION_HINT,
-    ANNOTATION_JOINT,
-    ANNOTATION_PARTITION_SPEC,
-    DEVICE_TYPES,
-    GPU,
-    RESOURCE_NAMES,
-    InvalidDeviceRequest,
-    PodPlan,
-    instances,
-    plan_pod,
-)
+from scheduler.deviceshare.requests import RESOURCE_NAMES, InvalidDeviceRequest, PodPlan, instances, plan_pod
 from scheduler.deviceshare.state import Allocations, DeviceState, NodeDeviceState, encode_allocations
 from scheduler.deviceshare.templates import (
     ERR_NO_TEMPLATE,
@@ -45,7 +41,6 @@ from scheduler.deviceshare.templates import (
 )
 from scheduler.deviceshare.vendors import (
     HAMI_CORE,
-    LABEL_ISOLATION_PROVIDER,
     LOCK_KEYS,
     VENDOR_CAMBRICON,
     VENDOR_HUAWEI,
@@ -63,7 +58,7 @@ from scheduler.numa.hints import generate
 from scheduler.rowcache import by_rows
 
 log = logging.getLogger(__name__)
-_GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[GPU])}
+_GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
 _ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON)  # whose device plugins need the adapter's annotations
 
 
@@ -74,7 +69,7 @@ def _utcnow() -> dt.datetime:
 def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
     """The request of one device of the type: what upstream's scoreNode adds to the node's used (`scoring.go`,
     requestsPerInstance), not the pod's total — 2 whole GPUs score as 1 GPU's worth on the summed totals."""
-    if dtype == GPU and plan.gpu is not None:
+    if dtype == DEVICE_TYPE_GPU and plan.gpu is not None:
         return plan.gpu.per_gpu
     return instances(plan.requests[dtype], plan.hints.get(dtype), 0)[0]
 
@@ -170,7 +165,8 @@ class DeviceShare:
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        fp = (*(annotations.get(a) for a in (ANNOTATION_HINT, ANNOTATION_JOINT, ANNOTATION_PARTITION_SPEC)),
+        fp = (*(annotations.get(a) for a in (ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE,
+                                             ANNOTATION_GPU_PARTITION_SPEC)),
               self._catalog_version)
         if pod is not self._pod or fp != self._fingerprint or self._plan is None:
             try:
@@ -185,9 +181,10 @@ class DeviceShare:
 
     def _filter_types(self, st: NodeDeviceState, plan: PodPlan) -> list[str]:
         # device_allocator.go: on well-planned nodes secondary devices are only allocated in Reserve.
-        if (GPU in plan.requests and st.labels.get(LABEL_WELL_PLANNED) == "true" and plan.gpu is not None
+        if (DEVICE_TYPE_GPU in plan.requests and st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
+                and plan.gpu is not None
                 and not plan.gpu.shared):
-            return [GPU]
+            return [DEVICE_TYPE_GPU]
         return list(plan.requests)
 
     def _try(self, pod: JSON, node: NodeInfo, complete: bool) -> Allocations:
@@ -272,7 +269,8 @@ class DeviceShare:
         if self.adaption is not None:
             return self.adaption
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        return vendor in _ADAPTED_VENDORS or isolation_provider(labels.get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE
+        provider = labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")
+        return vendor in _ADAPTED_VENDORS or isolation_provider(provider) == HAMI_CORE
 
     def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster) -> str | None:
         if plan.gpu is None:
@@ -359,16 +357,16 @@ class DeviceShare:
             totals, free = st.total_sum.get(t, {}), st.free_sum.get(t, {})
             self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
-        self._planned[i] = st.labels.get(LABEL_WELL_PLANNED) == "true"
-        self._table[i] = bool(st.annotations.get(ANNOTATION_PARTITIONS))
-        gpus = st.devices.get(GPU, {})
+        self._planned[i] = st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
+        self._table[i] = bool(st.annotations.get(ANNOTATION_GPU_PARTITIONS))
+        gpus = st.devices.get(DEVICE_TYPE_GPU, {})
         if len(gpus) > self._gpu_ok.shape[1]:
             grow = len(gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
         self._gpu_ok[i], self._gpu_free[i] = False, 0
         if gpus:
-            free_gpu = st.free.get(GPU, {})
+            free_gpu = st.free.get(DEVICE_TYPE_GPU, {})
             self._gpu_ok[i, :len(gpus)] = [bool(d.total) for d in gpus.values()]
             rows = [[0] * len(_GPU_COLUMNS) for _ in gpus]
             for row, m in zip(rows, gpus, strict=True):
@@ -380,7 +378,7 @@ class DeviceShare:
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""
-        return GPU in plan.requests and plan.gpu is not None and not plan.gpu.shared
+        return DEVICE_TYPE_GPU in plan.requests and plan.gpu is not None and not plan.gpu.shared
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
         """False where `filter` surely fails: a requested device type missing, or fewer GPUs that each fit the
@@ -405,7 +403,7 @@ class DeviceShare:
         planned = self._planned[rows]
         for t in plan.requests:
             cond = self._has[t][rows].copy() if t in self._has else np.zeros(n, dtype=np.bool_)
-            if t == GPU and plan.gpu is not None:
+            if t == DEVICE_TYPE_GPU and plan.gpu is not None:
                 fit = self._gpu_ok[rows].copy()
                 free = self._gpu_free[rows]
                 for r, v in plan.gpu.per_gpu.items():
@@ -415,7 +413,7 @@ class DeviceShare:
                     elif v > 0:
                         fit[:] = False
                 cond &= self._table[rows] | (fit.sum(axis=1) >= plan.gpu.count)
-            ok &= (cond | planned) if gpu_only and t != GPU else cond
+            ok &= (cond | planned) if gpu_only and t != DEVICE_TYPE_GPU else cond
         return ok
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
@@ -442,7 +440,7 @@ class DeviceShare:
             scores[t] = self.scorer.score_vector(_per_device(plan, t), zeros if total is None else total[rows],
                                                  zeros if free is None else free[rows])
         every = sum(scores.values(), np.zeros(n, dtype=np.int64)) // len(scores)
-        return np.where(self._planned[rows], scores[GPU], every) if self._gpu_only(plan) else every
+        return np.where(self._planned[rows], scores[DEVICE_TYPE_GPU], every) if self._gpu_only(plan) else every
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
         self.sync_templates(cluster)
@@ -459,7 +457,7 @@ class DeviceShare:
         st = self.state.node(node)
         self.state.reserve(node, key(pod), allocs)
         self._fits.pop(node.name, None)
-        annotations = {ANNOTATION_ALLOCATED: encode_allocations(allocs, st.ids)}
+        annotations = {ANNOTATION_DEVICE_ALLOCATED: encode_allocations(allocs, st.ids)}
         vendor, model = self._model(node)
         if self._adapts(pod, vendor):
             adapted = adapt(pod, node.name, allocs, vendor, model, self.clock())

@@ -9,36 +9,37 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
-
-GPU, RDMA, FPGA = "gpu", "rdma", "fpga"
-DEVICE_TYPES = (GPU, RDMA, FPGA)
-
-NVIDIA_GPU = "nvidia.com/gpu"
-AMD_GPU = "amd.com/gpu"
-HYGON_DCU = "dcu.com/gpu"
-KOORD_GPU = "koordinator.sh/gpu"
-GPU_SHARED = "koordinator.sh/gpu.shared"
-GPU_CORE = "koordinator.sh/gpu-core"
-GPU_MEMORY = "koordinator.sh/gpu-memory"
-GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
-NPU_CORE = "huawei.com/npu-core"
-NPU_CPU = "huawei.com/npu-cpu"
-NPU_DVPP = "huawei.com/npu-dvpp"
-RDMA_RESOURCE = "koordinator.sh/rdma"
-FPGA_RESOURCE = "koordinator.sh/fpga"
+from apis.extension.device_share import (
+    ANNOTATION_DEVICE_ALLOCATE_HINT,
+    ANNOTATION_DEVICE_JOINT_ALLOCATE,
+    ANNOTATION_GPU_PARTITION_SPEC,
+)
+from apis.extension.resources import (
+    RESOURCE_AMD_GPU,
+    RESOURCE_FPGA,
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_HYGON_DCU,
+    RESOURCE_NPU_CORE,
+    RESOURCE_NPU_CPU,
+    RESOURCE_NPU_DVPP,
+    RESOURCE_NVIDIA_GPU,
+    RESOURCE_RDMA,
+)
+from apis.scheduling.device import DEVICE_TYPE_FPGA, DEVICE_TYPE_GPU, DEVICE_TYPE_RDMA
 
 RESOURCE_NAMES: dict[str, tuple[str, ...]] = {
-    GPU: (NVIDIA_GPU, AMD_GPU, HYGON_DCU, KOORD_GPU, GPU_SHARED, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO,
-          NPU_CORE, NPU_CPU, NPU_DVPP),
-    RDMA: (RDMA_RESOURCE,),
-    FPGA: (FPGA_RESOURCE,),
+    DEVICE_TYPE_GPU: (RESOURCE_NVIDIA_GPU, RESOURCE_AMD_GPU, RESOURCE_HYGON_DCU, RESOURCE_GPU, RESOURCE_GPU_SHARED,
+          RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU,
+          RESOURCE_NPU_DVPP),
+    DEVICE_TYPE_RDMA: (RESOURCE_RDMA,),
+    DEVICE_TYPE_FPGA: (RESOURCE_FPGA,),
 }
 ALL_DEVICE_RESOURCES = frozenset(r for names in RESOURCE_NAMES.values() for r in names)
 
-ANNOTATION_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-ANNOTATION_HINT = "scheduling.koordinator.sh/device-allocate-hint"
-ANNOTATION_JOINT = "scheduling.koordinator.sh/device-joint-allocate"
-ANNOTATION_PARTITION_SPEC = "scheduling.koordinator.sh/gpu-partition-spec"
 
 APPLY_FOR_ALL = "ApplyForAll"
 REQUESTS_AS_COUNT = "RequestsAsCount"
@@ -60,16 +61,17 @@ def _percentage(v: int) -> bool:
 
 
 def _v_percentage(r: dict[str, int]) -> bool:
-    return all(_percentage(r[n]) for n in (GPU_CORE, GPU_MEMORY_RATIO) if n in r)
+    return all(_percentage(r[n]) for n in (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO) if n in r)
 
 
 def _v_shared(r: dict[str, int]) -> bool:
-    shared = r[GPU_SHARED]
-    return all(r[n] % shared == 0 and r[n] // shared <= 100 for n in (GPU_CORE, GPU_MEMORY_RATIO) if n in r)
+    shared = r[RESOURCE_GPU_SHARED]
+    return all(r[n] % shared == 0 and r[n] // shared <= 100
+               for n in (RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO) if n in r)
 
 
 def _v_npu_shared(r: dict[str, int]) -> bool:
-    return r[GPU_SHARED] <= 1 and r.get(NPU_DVPP, 0) <= 100
+    return r[RESOURCE_GPU_SHARED] <= 1 and r.get(RESOURCE_NPU_DVPP, 0) <= 100
 
 
 def _v_true(r: dict[str, int]) -> bool:
@@ -78,25 +80,26 @@ def _v_true(r: dict[str, int]) -> bool:
 
 # The allow-list of exact resource-name combinations and their validators (utils.go ValidDeviceResourceCombinations).
 _COMBINATIONS: dict[frozenset[str], Any] = {
-    frozenset({NVIDIA_GPU}): _v_true,
-    frozenset({AMD_GPU}): _v_true,
-    frozenset({HYGON_DCU}): _v_true,
-    frozenset({KOORD_GPU}): _v_true,
-    frozenset({GPU_MEMORY}): _v_percentage,
-    frozenset({GPU_MEMORY_RATIO}): _v_percentage,
-    frozenset({GPU_CORE, GPU_MEMORY}): _v_percentage,
-    frozenset({GPU_CORE, GPU_MEMORY_RATIO}): _v_percentage,
-    frozenset({NPU_CORE, GPU_MEMORY_RATIO}): _v_percentage,
-    frozenset({GPU_SHARED, GPU_MEMORY}): _v_shared,
-    frozenset({GPU_SHARED, GPU_MEMORY_RATIO}): _v_shared,
-    frozenset({GPU_SHARED, GPU_CORE, GPU_MEMORY}): _v_shared,
-    frozenset({GPU_SHARED, GPU_CORE, GPU_MEMORY_RATIO}): _v_shared,
-    frozenset({GPU_SHARED, NPU_CORE, NPU_CPU, GPU_MEMORY}): _v_npu_shared,
-    frozenset({GPU_SHARED, NPU_CORE, NPU_CPU, NPU_DVPP, GPU_MEMORY}): _v_npu_shared,
-    frozenset({FPGA_RESOURCE}): _v_true,
-    frozenset({RDMA_RESOURCE}): _v_true,
+    frozenset({RESOURCE_NVIDIA_GPU}): _v_true,
+    frozenset({RESOURCE_AMD_GPU}): _v_true,
+    frozenset({RESOURCE_HYGON_DCU}): _v_true,
+    frozenset({RESOURCE_GPU}): _v_true,
+    frozenset({RESOURCE_GPU_MEMORY}): _v_percentage,
+    frozenset({RESOURCE_GPU_MEMORY_RATIO}): _v_percentage,
+    frozenset({RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY}): _v_percentage,
+    frozenset({RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO}): _v_percentage,
+    frozenset({RESOURCE_NPU_CORE, RESOURCE_GPU_MEMORY_RATIO}): _v_percentage,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY}): _v_shared,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_GPU_MEMORY_RATIO}): _v_shared,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY}): _v_shared,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO}): _v_shared,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_GPU_MEMORY}): _v_npu_shared,
+    frozenset({RESOURCE_GPU_SHARED, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP,
+               RESOURCE_GPU_MEMORY}): _v_npu_shared,
+    frozenset({RESOURCE_FPGA}): _v_true,
+    frozenset({RESOURCE_RDMA}): _v_true,
 }
-_PERCENTAGE_VALIDATED = (KOORD_GPU, FPGA_RESOURCE, RDMA_RESOURCE)
+_PERCENTAGE_VALIDATED = (RESOURCE_GPU, RESOURCE_FPGA, RESOURCE_RDMA)
 
 
 def canonical_requests(requests: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -112,11 +115,11 @@ def canonical_requests(requests: dict[str, int]) -> dict[str, dict[str, int]]:
         validator = _COMBINATIONS.get(frozenset(masked))
         if validator is None or not validator(masked):
             raise InvalidDeviceRequest(f"invalid resource device requests: [{' '.join(sorted(masked))}]")
-        whole = masked.get(NVIDIA_GPU) or masked.get(AMD_GPU) or masked.get(HYGON_DCU)
+        whole = masked.get(RESOURCE_NVIDIA_GPU) or masked.get(RESOURCE_AMD_GPU) or masked.get(RESOURCE_HYGON_DCU)
         if whole:
-            out[dtype] = {GPU_CORE: whole * 100, GPU_MEMORY_RATIO: whole * 100}
-        elif KOORD_GPU in masked:
-            out[dtype] = {GPU_CORE: masked[KOORD_GPU], GPU_MEMORY_RATIO: masked[KOORD_GPU]}
+            out[dtype] = {RESOURCE_GPU_CORE: whole * 100, RESOURCE_GPU_MEMORY_RATIO: whole * 100}
+        elif RESOURCE_GPU in masked:
+            out[dtype] = {RESOURCE_GPU_CORE: masked[RESOURCE_GPU], RESOURCE_GPU_MEMORY_RATIO: masked[RESOURCE_GPU]}
         else:
             out[dtype] = masked
     return out
@@ -132,17 +135,17 @@ class GPURequirement:
 
 
 def gpu_requirement(canonical: dict[str, int]) -> GPURequirement:
-    ratio = canonical.get(GPU_MEMORY_RATIO, 0)
+    ratio = canonical.get(RESOURCE_GPU_MEMORY_RATIO, 0)
     count = 1
-    if canonical.get(GPU_SHARED, 0) > 0:
-        count = canonical[GPU_SHARED]
+    if canonical.get(RESOURCE_GPU_SHARED, 0) > 0:
+        count = canonical[RESOURCE_GPU_SHARED]
     elif ratio > 100 and ratio % 100 == 0:
         count = ratio // 100
     # **[quirk]** kept for parity: gpu-core > 100 with gpu-memory (no ratio) stays count 1 with per-GPU core > 100,
     # so it never fits a 100-core GPU; only memory-ratio or gpu.shared create multi-GPU counts.
-    per = {n: v // count for n, v in canonical.items() if n != GPU_SHARED}
-    shared = (GPU_MEMORY_RATIO in per and per[GPU_MEMORY_RATIO] < 100) or (
-        GPU_MEMORY in per and GPU_MEMORY_RATIO not in per)
+    per = {n: v // count for n, v in canonical.items() if n != RESOURCE_GPU_SHARED}
+    shared = (RESOURCE_GPU_MEMORY_RATIO in per and per[RESOURCE_GPU_MEMORY_RATIO] < 100) or (
+        RESOURCE_GPU_MEMORY in per and RESOURCE_GPU_MEMORY_RATIO not in per)
     return GPURequirement(per, count, shared)
 
 
@@ -224,34 +227,36 @@ def plan_pod(pod: JSON, requests: dict[str, int]) -> PodPlan:
     canonical = canonical_requests(requests)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     hints: dict[str, DeviceHint] = {}
-    raw_hints = _annotation_json(annotations, ANNOTATION_HINT) or {}
+    raw_hints = _annotation_json(annotations, ANNOTATION_DEVICE_ALLOCATE_HINT) or {}
     if not isinstance(raw_hints, dict):
-        raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_HINT}: not an object")
+        raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_DEVICE_ALLOCATE_HINT}: not an object")
     for dtype, h in raw_hints.items():
         if not isinstance(h, dict):
-            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_HINT}: {dtype} is not an object")
+            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_DEVICE_ALLOCATE_HINT}: {dtype} "
+                                       "is not an object")
         hints[str(dtype)] = DeviceHint(
             parse_selector(h["selector"]) if h.get("selector") is not None else None,
             parse_selector(h["vfSelector"]) if h.get("vfSelector") is not None else None,
             str(h.get("allocateStrategy") or ""), str(h.get("requiredTopologyScope") or ""),
             str(h.get("exclusivePolicy") or ""))
-    joint = _annotation_json(annotations, ANNOTATION_JOINT) or {}
+    joint = _annotation_json(annotations, ANNOTATION_DEVICE_JOINT_ALLOCATE) or {}
     if not isinstance(joint, dict):
-        raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_JOINT}: not an object")
+        raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_DEVICE_JOINT_ALLOCATE}: not an object")
     joint_types = [str(t) for t in joint.get("deviceTypes") or []
                    if t in canonical and hints.get(str(t), DeviceHint()).strategy != APPLY_FOR_ALL]
-    spec = _annotation_json(annotations, ANNOTATION_PARTITION_SPEC)
+    spec = _annotation_json(annotations, ANNOTATION_GPU_PARTITION_SPEC)
     partition = None
     if spec is not None:
         if not isinstance(spec, dict):
-            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_PARTITION_SPEC}: not an object")
+            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_GPU_PARTITION_SPEC}: not an object")
         bw = spec.get("ringBusBandwidth")
         try:
             bandwidth = int(parse_quantity(str(bw))) if bw else None
         except InvalidInput as e:
-            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_PARTITION_SPEC}: {e}") from e
+            raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_GPU_PARTITION_SPEC}: {e}") from e
         partition = PartitionSpec(spec.get("allocatePolicy") == RESTRICTED, bandwidth)
-    return PodPlan(canonical, gpu_requirement(canonical[GPU]) if GPU in canonical else None, hints,
+    gpu = gpu_requirement(canonical[DEVICE_TYPE_GPU]) if DEVICE_TYPE_GPU in canonical else None
+    return PodPlan(canonical, gpu, hints,
                    joint_types if len(joint_types) >= 2 else [], joint.get("requiredScope") == SAME_PCIE, partition)
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.quantity import canonical_quantity, format_bytes
+from apis.extension.device_allocated import (
+    ANNOTATION_DEVICE_ALLOCATED,
+    DeviceAllocation,
+    VirtualFunction,
+    decode_device_allocations,
+    encode_device_allocations,
+)
+from apis.extension.device_allocated import Allocations as DecodedAllocations
 from scheduler.cluster import NodeInfo, holds_resources, quantity_value, renamed_deprecated
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED, GPU_MEMORY
 
 log = logging.getLogger(__name__)
 
@@ -54,66 +59,32 @@ class Allocation:
 Allocations = dict[str, list[Allocation]]
 
 
-def decode_allocations(raw: str) -> Allocations:
-    """Parse a `device-allocated` value (apis/extension/device_share.go DeviceAllocations); raises ValueError."""
-    doc = json.loads(raw)
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    out: Allocations = {}
-    for dtype, items in doc.items():
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            raise ValueError(f"{dtype}: not a list")
-        allocs = []
-        for a in items:
-            if not isinstance(a, dict) or not isinstance(a.get("minor", 0), int):
-                raise ValueError(f"{dtype}: malformed allocation {a!r}")
-            resources = a.get("resources")
-            resources = {} if resources is None else resources
-            if not isinstance(resources, dict):
-                raise ValueError(f"{dtype}: resources is not an object")
-            try:
-                res = {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(resources).items()}
-            except InvalidInput as e:
-                raise ValueError(f"{dtype}: {e}") from e
-            ext = a.get("extension") or {}
-            vfs = [VF(int(v.get("minor", 0)), str(v.get("busID", ""))) for v in (ext.get("vfs") or [])
-                   if isinstance(v, dict)] if isinstance(ext, dict) else []
-            allocs.append(Allocation(int(a.get("minor", 0)), res, vfs,
-                                     str(ext.get("gpuSharedResourceTemplate", "")) if isinstance(ext, dict) else ""))
-        out[str(dtype)] = allocs
-    return out
+def read_allocations(raw: str) -> Allocations:
+    """A `device-allocated` value as the working allocations the accounting adds and subtracts: quantities as
+    integers (cpu in milli-cores), deprecated resource names renamed; AnnotationError when it is malformed."""
+    return allocations_from(decode_device_allocations(raw))
 
 
-@functools.lru_cache(maxsize=1024)  # a cluster writes the same few amounts again and again
-def _quantity(resource: str, value: int) -> str:
-    # Memory is written BinarySI as fillGPUTotalMem does; counts and percentages DecimalSI (resource.NewQuantity).
-    return format_bytes(value) if resource == GPU_MEMORY else canonical_quantity(str(value))
+def allocations_from(decoded: DecodedAllocations) -> Allocations:
+    """The decoded annotation's allocations as the working ones (a `null` device list holds nothing)."""
+    return {dtype: [Allocation(a.minor, {r: quantity_value(r, format(q)) for r, q in renamed_deprecated(
+        dict(a.resources)).items()}, [VF(v.minor, v.bus_id) for v in a.vfs], a.gpu_shared_resource_template)
+        for a in items] for dtype, items in decoded.items() if items}
 
 
 def encode_allocations(allocs: Allocations, ids: dict[tuple[str, int], str]) -> str:
-    """The `device-allocated` JSON exactly as Go marshals DeviceAllocations: map keys sorted, struct fields in
-    declaration order (minor, resources, id, extension{vfs, gpuSharedResourceTemplate}; VF minor omitempty)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for dtype in sorted(allocs):
-        items = []
-        for a in allocs[dtype]:
-            item: dict[str, Any] = {"minor": a.minor,
-                                    "resources": {k: _quantity(k, a.resources[k]) for k in sorted(a.resources)}}
-            if ids.get((dtype, a.minor)):
-                item["id"] = ids[(dtype, a.minor)]
-            ext: dict[str, Any] = {}
-            if a.vfs:
-                ext["vfs"] = [({"minor": v.minor} if v.minor else {}) | ({"busID": v.bus_id} if v.bus_id else {})
-                              for v in a.vfs]
-            if a.template:
-                ext["gpuSharedResourceTemplate"] = a.template
-            if ext:
-                item["extension"] = ext
-            items.append(item)
-        out[dtype] = items
-    return json.dumps(out, separators=(",", ":"))
+    """The `device-allocated` annotation koord-scheduler writes for these allocations, each device's `id` from `ids`
+    (by type and minor)."""
+    return encode_device_allocations({dtype: [DeviceAllocation(a.minor, {r: Decimal(v) for r, v in a.resources.items()},
+                                                               ids.get((dtype, a.minor), ""),
+                                                               tuple(VirtualFunction(v.minor, v.bus_id) for v in a.vfs),
+                                                               a.template) for a in items]
+                                      for dtype, items in allocs.items()})
+
+
+def device_ids(decoded: DecodedAllocations) -> dict[tuple[str, int], str]:
+    """Each allocated device's `id` by (type, minor), for writing the allocations back."""
+    return {(dtype, a.minor): a.id for dtype, items in decoded.items() for a in items if a.id}
 
 
 def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
@@ -266,14 +237,15 @@ class DeviceState:
 
     @staticmethod
     def _pod_allocations(st: NodeDeviceState, pod_key: str, pod: JSON) -> Allocations:
-        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATED)
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)
         if not raw or not holds_resources(pod):
             return {}
         try:
-            return decode_allocations(raw)
-        except (ValueError, TypeError, AttributeError) as e:
+            return read_allocations(raw)
+        except InvalidInput as e:
             st.malformed[pod_key] = str(e)
-            log.warning("node %s: ignoring malformed %s on pod %s: %s", st.name, ANNOTATION_ALLOCATED, pod_key, e)
+            log.warning("node %s: ignoring malformed %s on pod %s: %s", st.name, ANNOTATION_DEVICE_ALLOCATED,
+                        pod_key, e)
             return {}
 
     def reserve(self, node: NodeInfo, pod_key: str, allocs: Allocations) -> None:

@@ -14,15 +14,15 @@ import yaml
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, format_bytes
+from apis.extension.resources import RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE
 from scheduler.cluster import quantity_value, renamed_deprecated
-from scheduler.deviceshare.requests import GPU_MEMORY, NPU_CORE
 
 log = logging.getLogger(__name__)
 
 # DeviceShareArgs.gpuSharedResourceTemplatesConfig defaults (pkg/scheduler/apis/config/v1/defaults.go).
 DEFAULT_NAMESPACE = "koordinator-system"
 DEFAULT_NAME = "gpu-shared-resource-templates"
-DEFAULT_MATCHED_RESOURCES = (NPU_CORE,)
+DEFAULT_MATCHED_RESOURCES = (RESOURCE_NPU_CORE,)
 DATA_KEY = "data.yaml"
 ERR_NO_TEMPLATE = "no matched GPU shared resource template"
 
@@ -110,7 +110,7 @@ def match(catalog: Catalog, per_gpu: Mapping[str, int]) -> dict[str, list[str]]:
 
 
 def _amount(resource: str, value: int) -> str:
-    return format_bytes(value) if resource == GPU_MEMORY else canonical_quantity(str(value))
+    return format_bytes(value) if resource == RESOURCE_GPU_MEMORY else canonical_quantity(str(value))
 
 
 def describe_resources(resources: Mapping[str, int]) -> str:

@@ -8,12 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from apis.core.objects import JSON
-from scheduler.deviceshare.requests import GPU, GPU_CORE, GPU_MEMORY
+from apis.extension.device_share import (
+    ANNOTATION_BIND_TIMESTAMP,
+    ANNOTATION_GPU_MINORS,
+    LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_VENDOR,
+)
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from scheduler.deviceshare.state import Allocations
 
-LABEL_VENDOR = "node.koordinator.sh/gpu-vendor"
-LABEL_MODEL = "node.koordinator.sh/gpu-model"
-LABEL_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
 LABEL_HAMI_VGPU_NODE = "hami.io/vgpu-node"
 HAMI_CORE = "HAMi-core"
 
@@ -21,10 +26,8 @@ VENDOR_HUAWEI = "huawei"
 VENDOR_CAMBRICON = "cambricon"
 ASCEND_310P_DUO = "Ascend-310P3-300I-DUO"
 
-ANN_BIND_TIMESTAMP = "scheduling.koordinator.sh/bind-timestamp"
-ANN_GPU_MINORS = "scheduling.koordinator.sh/gpu-minors"
 ANN_PREDICATE_TIME = "predicate-time"
-ANN_NPU_CORE = "huawei.com/npu-core"
+ANN_NPU_CORE = RESOURCE_NPU_CORE  # the Ascend device plugin reads its allocation under the resource's own name
 ANN_ASCEND_310P = "huawei.com/Ascend310P"
 ANN_DSMLU_ASSIGNED = "CAMBRICON_DSMLU_ASSIGHED"  # sic: the Cambricon device plugin's spelling
 ANN_DSMLU_PROFILE = "CAMBRICON_DSMLU_PROFILE"
@@ -39,8 +42,8 @@ LOCK_KEYS = {VENDOR_CAMBRICON: ANN_DSMLU_LOCK}
 
 def gpu_model(node_labels: dict[str, str], device_labels: dict[str, str]) -> tuple[str, str]:
     """(vendor, model): the Node's labels, else the Device CR's (our agent labels the Device CR)."""
-    return (node_labels.get(LABEL_VENDOR) or device_labels.get(LABEL_VENDOR, ""),
-            node_labels.get(LABEL_MODEL) or device_labels.get(LABEL_MODEL, ""))
+    return (node_labels.get(LABEL_GPU_VENDOR) or device_labels.get(LABEL_GPU_VENDOR, ""),
+            node_labels.get(LABEL_GPU_MODEL) or device_labels.get(LABEL_GPU_MODEL, ""))
 
 
 def isolation_provider(value: str) -> str:
@@ -51,22 +54,22 @@ def isolation_provider(value: str) -> str:
 def provider_mismatch(pod_labels: dict[str, str], node_labels: dict[str, str]) -> str | None:
     """plugin.go Filter: a shared-GPU pod naming an isolation provider fits only nodes labelled with the same one.
     **[decision]** a per-node reason (upstream returns an Error status that aborts the whole attempt)."""
-    want = pod_labels.get(LABEL_ISOLATION_PROVIDER, "")
-    if not want or isolation_provider(want) == isolation_provider(node_labels.get(LABEL_ISOLATION_PROVIDER, "")):
+    want = pod_labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")
+    if not want or isolation_provider(want) == isolation_provider(node_labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")):
         return None
     return f"node(s) didn't match gpu-isolation-provider {isolation_provider(want)}"
 
 
 def check(vendor: str, allocs: Allocations) -> str | None:
     """What the vendor's adapter would refuse at PreBind, found at Filter instead so another node can be tried."""
-    gpus = allocs.get(GPU) or []
+    gpus = allocs.get(DEVICE_TYPE_GPU) or []
     if vendor != VENDOR_CAMBRICON or not gpus:
         return None
     if len(gpus) > 1:
         return "multiple gpu share is not supported on device side"
-    if GPU_CORE not in gpus[0].resources:
+    if RESOURCE_GPU_CORE not in gpus[0].resources:
         return "gpu core resource is required"
-    if gpus[0].resources.get(GPU_MEMORY, 0) < CAMBRICON_VMEMORY_UNIT:
+    if gpus[0].resources.get(RESOURCE_GPU_MEMORY, 0) < CAMBRICON_VMEMORY_UNIT:
         return f"gpu memory must not be less than {CAMBRICON_VMEMORY_UNIT} bytes"
     return None
 
@@ -81,19 +84,19 @@ class Adapted:
 
 
 def _minors(allocs: Allocations, prefix: str = "") -> str:
-    return ",".join(f"{prefix}{a.minor}" for a in allocs.get(GPU) or [])
+    return ",".join(f"{prefix}{a.minor}" for a in allocs.get(DEVICE_TYPE_GPU) or [])
 
 
 def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: str, now: dt.datetime) -> Adapted:
     """The general adapter (bind-timestamp), the GPU one (gpu-minors, HAMi's vgpu-node label) and the vendor's."""
     meta = pod.get("metadata") or {}
     nanos = str(int(now.timestamp() * 1_000_000) * 1000)
-    out = Adapted({ANN_BIND_TIMESTAMP: nanos})
-    gpus = allocs.get(GPU) or []
+    out = Adapted({ANNOTATION_BIND_TIMESTAMP: nanos})
+    gpus = allocs.get(DEVICE_TYPE_GPU) or []
     if not gpus:
         return out
-    out.annotations[ANN_GPU_MINORS] = _minors(allocs)
-    if isolation_provider((meta.get("labels") or {}).get(LABEL_ISOLATION_PROVIDER, "")) == HAMI_CORE:
+    out.annotations[ANNOTATION_GPU_MINORS] = _minors(allocs)
+    if isolation_provider((meta.get("labels") or {}).get(LABEL_GPU_ISOLATION_PROVIDER, "")) == HAMI_CORE:
         out.labels[LABEL_HAMI_VGPU_NODE] = node_name
     if vendor == VENDOR_HUAWEI:
         out.annotations[ANN_PREDICATE_TIME] = nanos
@@ -106,8 +109,8 @@ def adapt(pod: JSON, node_name: str, allocs: Allocations, vendor: str, model: st
     elif vendor == VENDOR_CAMBRICON:
         a = gpus[0]
         out.annotations[ANN_DSMLU_ASSIGNED] = "false"
-        out.annotations[ANN_DSMLU_PROFILE] = (f"{a.minor}_{a.resources.get(GPU_CORE, 0)}_"
-                                              f"{a.resources.get(GPU_MEMORY, 0) // CAMBRICON_VMEMORY_UNIT}")
+        out.annotations[ANN_DSMLU_PROFILE] = (f"{a.minor}_{a.resources.get(RESOURCE_GPU_CORE, 0)}_"
+                                              f"{a.resources.get(RESOURCE_GPU_MEMORY, 0) // CAMBRICON_VMEMORY_UNIT}")
     lock = LOCK_KEYS.get(vendor)
     if lock:
         out.node_annotations[lock] = lock_value(now, str(meta.get("namespace") or "default"), str(meta.get("name")))

@@ -12,11 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.scheduling.quota import DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA
 from scheduler.elasticquota.model import (
-    DEFAULT_QUOTA,
-    ROOT_QUOTA,
     SPECIAL,
-    SYSTEM_QUOTA,
     QuotaSpec,
     Resources,
     add,

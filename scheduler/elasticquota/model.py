@@ -12,32 +12,23 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import CPU, MEMORY
+from apis.scheduling.quota import (
+    ANNOTATION_QUOTA_NAMESPACES,
+    ANNOTATION_QUOTA_SHARED_WEIGHT,
+    DEFAULT_QUOTA,
+    LABEL_QUOTA_ALLOW_FORCE_UPDATE,
+    LABEL_QUOTA_ALLOW_LENT_RESOURCE,
+    LABEL_QUOTA_IS_PARENT,
+    LABEL_QUOTA_IS_ROOT,
+    LABEL_QUOTA_PARENT,
+    ROOT_QUOTA,
+    SYSTEM_QUOTA,
+)
 from scheduler.cluster import quantity_value
 
 log = logging.getLogger(__name__)
 
 # apis/extension/elastic_quota.go
-ROOT_QUOTA = "koordinator-root-quota"
-SYSTEM_QUOTA = "koordinator-system-quota"
-DEFAULT_QUOTA = "koordinator-default-quota"
-PREFIX = "quota.scheduling.koordinator.sh"
-LABEL_IS_PARENT = f"{PREFIX}/is-parent"
-LABEL_PARENT = f"{PREFIX}/parent"
-LABEL_ALLOW_LENT = f"{PREFIX}/allow-lent-resource"
-LABEL_QUOTA_NAME = f"{PREFIX}/name"
-LABEL_IS_ROOT = f"{PREFIX}/is-root"
-LABEL_TREE_ID = f"{PREFIX}/tree-id"
-LABEL_PREEMPTIBLE = f"{PREFIX}/preemptible"
-LABEL_ALLOW_FORCE_UPDATE = f"{PREFIX}/allow-force-update"
-ANN_SHARED_WEIGHT = f"{PREFIX}/shared-weight"
-ANN_RUNTIME = f"{PREFIX}/runtime"
-ANN_REQUEST = f"{PREFIX}/request"
-ANN_CHILD_REQUEST = f"{PREFIX}/child-request"
-ANN_GUARANTEED = f"{PREFIX}/guaranteed"
-ANN_ALLOCATED = f"{PREFIX}/allocated"
-ANN_NON_PREEMPTIBLE_REQUEST = f"{PREFIX}/non-preemptible-request"
-ANN_NON_PREEMPTIBLE_USED = f"{PREFIX}/non-preemptible-used"
-ANN_NAMESPACES = f"{PREFIX}/namespaces"
 SPECIAL = (ROOT_QUOTA, SYSTEM_QUOTA, DEFAULT_QUOTA)
 
 Resources = dict[str, int]  # cpu in millicores, everything else in whole units (scheduler.cluster.quantity_value)
@@ -52,8 +43,8 @@ def quota_signature(objs: list[JSON]) -> str:
         meta = o.get("metadata") or {}
         ann = meta.get("annotations") or {}
         parts.append([meta.get("namespace"), meta.get("name"), meta.get("labels"), o.get("spec"),
-                      ann.get(ANN_SHARED_WEIGHT) if isinstance(ann, dict) else None,
-                      ann.get(ANN_NAMESPACES) if isinstance(ann, dict) else None])
+                      ann.get(ANNOTATION_QUOTA_SHARED_WEIGHT) if isinstance(ann, dict) else None,
+                      ann.get(ANNOTATION_QUOTA_NAMESPACES) if isinstance(ann, dict) else None])
     return json.dumps(sorted(parts, key=lambda p: (str(p[0]), str(p[1]))), sort_keys=True, default=str)
 
 
@@ -175,15 +166,15 @@ def parse_quota(obj: JSON) -> QuotaSpec:
     if neg := sorted(k for k, v in mn.items() if v < 0):
         raise InvalidInput(f"{name} quota.Spec.Min's value < 0, in dimensions :{go_list(neg)}")
     weight: Resources = {}
-    raw = annotations.get(ANN_SHARED_WEIGHT)
+    raw = annotations.get(ANNOTATION_QUOTA_SHARED_WEIGHT)
     if raw:
         try:
             doc = json.loads(str(raw))
         except ValueError as e:
-            raise InvalidInput(f"{name} annotation {ANN_SHARED_WEIGHT} is not JSON: {e}") from None
-        weight = parse_resources(doc, f"{name} annotation {ANN_SHARED_WEIGHT}")
+            raise InvalidInput(f"{name} annotation {ANNOTATION_QUOTA_SHARED_WEIGHT} is not JSON: {e}") from None
+        weight = parse_resources(doc, f"{name} annotation {ANNOTATION_QUOTA_SHARED_WEIGHT}")
         if neg := sorted(k for k, v in weight.items() if v < 0):
-            raise InvalidInput(f"{name} quota.Annotation[{ANN_SHARED_WEIGHT}]'s value < 0, in dimension :"
+            raise InvalidInput(f"{name} quota.Annotation[{ANNOTATION_QUOTA_SHARED_WEIGHT}]'s value < 0, in dimension :"
                                f"{go_list(neg)}")
     for k in sorted(mn):
         if k not in mx:
@@ -192,22 +183,22 @@ def parse_quota(obj: JSON) -> QuotaSpec:
             raise InvalidInput(f"resourceKey {k} of quota {name} min {format_quantity(k, mn[k])} > max "
                                f"{format_quantity(k, mx[k])}")
     namespaces: list[str] = []
-    if annotations.get(ANN_NAMESPACES):
+    if annotations.get(ANNOTATION_QUOTA_NAMESPACES):
         try:
-            parsed = json.loads(str(annotations[ANN_NAMESPACES]))
+            parsed = json.loads(str(annotations[ANNOTATION_QUOTA_NAMESPACES]))
             namespaces = [str(n) for n in parsed] if isinstance(parsed, list) else []
         except ValueError:
             namespaces = []  # GetAnnotationQuotaNamespaces: unparsable means none
-    parent = str(labels.get(LABEL_PARENT) or "")
+    parent = str(labels.get(LABEL_QUOTA_PARENT) or "")
     if not parent and name != ROOT_QUOTA:
         parent = ROOT_QUOTA
     return QuotaSpec(name=name, namespace=str(meta.get("namespace") or "default"), parent=parent,
-                     is_parent=labels.get(LABEL_IS_PARENT) == "true",
-                     allow_lent=labels.get(LABEL_ALLOW_LENT) != "false", max=mx, min=mn,
+                     is_parent=labels.get(LABEL_QUOTA_IS_PARENT) == "true",
+                     allow_lent=labels.get(LABEL_QUOTA_ALLOW_LENT_RESOURCE) != "false", max=mx, min=mn,
                      # GetSharedWeight: a missing, unparsable or all-zero annotation means max
                      shared_weight=weight if not is_zero(weight) else dict(mx), namespaces=namespaces,
-                     force_update=labels.get(LABEL_ALLOW_FORCE_UPDATE) == "true",
-                     tree_root=labels.get(LABEL_IS_ROOT) == "true", obj=obj)
+                     force_update=labels.get(LABEL_QUOTA_ALLOW_FORCE_UPDATE) == "true",
+                     tree_root=labels.get(LABEL_QUOTA_IS_ROOT) == "true", obj=obj)
 
 
 def validate_quotas(objs: Iterable[JSON]) -> tuple[list[QuotaSpec], list[tuple[str, str]]]:

@@ -14,13 +14,10 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA
 from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
 from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager
 from scheduler.elasticquota.model import (
-    DEFAULT_QUOTA,
-    LABEL_PREEMPTIBLE,
-    LABEL_QUOTA_NAME,
-    ROOT_QUOTA,
     SPECIAL,
     Resources,
     add,
@@ -306,4 +303,4 @@ class ElasticQuota:
 
 
 def _non_preemptible(pod: JSON) -> bool:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_PREEMPTIBLE) == "false"
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_QUOTA_PREEMPTIBLE) == "false"

@@ -7,23 +7,23 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.elasticquota.model import (
-    ANN_ALLOCATED,
-    ANN_CHILD_REQUEST,
-    ANN_GUARANTEED,
-    ANN_NON_PREEMPTIBLE_REQUEST,
-    ANN_NON_PREEMPTIBLE_USED,
-    ANN_REQUEST,
-    ANN_RUNTIME,
-    Resources,
-    equal,
-    parse_resources,
+from apis.scheduling.quota import (
+    ANNOTATION_QUOTA_ALLOCATED,
+    ANNOTATION_QUOTA_CHILD_REQUEST,
+    ANNOTATION_QUOTA_GUARANTEED,
+    ANNOTATION_QUOTA_NON_PREEMPTIBLE_REQUEST,
+    ANNOTATION_QUOTA_NON_PREEMPTIBLE_USED,
+    ANNOTATION_QUOTA_REQUEST,
+    ANNOTATION_QUOTA_RUNTIME,
 )
+from scheduler.elasticquota.model import Resources, equal, parse_resources
 
 # controller.go updateElasticQuotaStatusIfChanged: summary field → annotation
-ANNOTATIONS = ((ANN_RUNTIME, "runtime"), (ANN_REQUEST, "request"), (ANN_CHILD_REQUEST, "childRequest"),
-               (ANN_GUARANTEED, "guaranteed"), (ANN_ALLOCATED, "allocated"),
-               (ANN_NON_PREEMPTIBLE_REQUEST, "nonPreemptibleRequest"), (ANN_NON_PREEMPTIBLE_USED, "nonPreemptibleUsed"))
+ANNOTATIONS = ((ANNOTATION_QUOTA_RUNTIME, "runtime"), (ANNOTATION_QUOTA_REQUEST, "request"),
+               (ANNOTATION_QUOTA_CHILD_REQUEST, "childRequest"), (ANNOTATION_QUOTA_GUARANTEED, "guaranteed"),
+               (ANNOTATION_QUOTA_ALLOCATED, "allocated"),
+               (ANNOTATION_QUOTA_NON_PREEMPTIBLE_REQUEST, "nonPreemptibleRequest"),
+               (ANNOTATION_QUOTA_NON_PREEMPTIBLE_USED, "nonPreemptibleUsed"))
 
 
 def _values(doc: Any) -> Resources:

@@ -10,34 +10,27 @@ from typing import Any
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
+from apis.scheduling.gang import (
+    ANNOTATION_GANG_GROUPS,
+    ANNOTATION_GANG_MATCH_POLICY,
+    ANNOTATION_GANG_MIN_AVAILABLE,
+    ANNOTATION_GANG_MODE,
+    ANNOTATION_GANG_NETWORK_TOPOLOGY_INDEX,
+    ANNOTATION_GANG_NETWORK_TOPOLOGY_SPEC,
+    ANNOTATION_GANG_TOTAL_NUMBER,
+    ANNOTATION_GANG_WAITING_TIME,
+    ANNOTATION_MATCH_POLICY_ALIAS,
+    GANG_MODE_NON_STRICT,
+    GANG_MODE_STRICT,
+    LABEL_MIN_AVAILABLE_DEPRECATED,
+    MATCH_POLICIES,
+    MATCH_POLICY_ONCE_SATISFIED,
+    gang_name,
+)
 from scheduler.cluster import Cluster, key
 
-LABEL_POD_GROUP = "pod-group.scheduling.sigs.k8s.io"
-LABEL_POD_GROUP_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/name"
-LABEL_MIN_AVAILABLE_DEPRECATED = "pod-group.scheduling.sigs.k8s.io/min-available"
-GANG_PREFIX = "gang.scheduling.koordinator.sh"
-ANN_NAME = f"{GANG_PREFIX}/name"
-ANN_MIN_AVAILABLE = f"{GANG_PREFIX}/min-available"
-ANN_TOTAL_NUMBER = f"{GANG_PREFIX}/total-number"
-ANN_WAITING_TIME = f"{GANG_PREFIX}/waiting-time"
-ANN_MODE = f"{GANG_PREFIX}/mode"
-ANN_MATCH_POLICY = f"{GANG_PREFIX}/match-policy"
-ANN_MATCH_POLICY_ALIAS = "pod-group.scheduling.sigs.k8s.io/match-policy"
-ANN_GROUPS = f"{GANG_PREFIX}/groups"
-ANN_NETWORK_TOPOLOGY_SPEC = f"{GANG_PREFIX}/network-topology-spec"
-ANN_NETWORK_TOPOLOGY_INDEX = f"{GANG_PREFIX}/network-topology-index"
-ANN_NETWORK_TOPOLOGY_SELECTOR = "scheduling.koordinator.sh/network-topology-selector"
-ANN_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
-ANN_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
-LABEL_JOB_KEY = "scheduling.koordinator.sh/questioned-object-key"
-
-STRICT = "Strict"
-NON_STRICT = "NonStrict"
-ONCE_SATISFIED = "once-satisfied"
-ONLY_WAITING = "only-waiting"
-WAITING_AND_RUNNING = "waiting-and-running"
-MATCH_POLICIES = (ONCE_SATISFIED, ONLY_WAITING, WAITING_AND_RUNNING)
 DEFAULT_TIMEOUT_SECONDS = 600.0
+
 
 def parse_go_duration(text: str) -> float | None:
     """Go's time.ParseDuration in seconds ("1h30m", "90s", "1.5m"); None when invalid."""
@@ -67,11 +60,7 @@ def _int(value: Any) -> int | None:
 
 
 def gang_name_of(pod: JSON) -> str | None:
-    labels, annotations = _labels(pod), _annotations(pod)
-    for name in (labels.get(LABEL_POD_GROUP), labels.get(LABEL_POD_GROUP_DEPRECATED), annotations.get(ANN_NAME)):
-        if name:
-            return str(name)
-    return None
+    return gang_name(_labels(pod), _annotations(pod))
 
 
 def gang_id_of(pod: JSON) -> str | None:
@@ -91,7 +80,7 @@ def pod_priority(pod: JSON, cluster: Cluster) -> int:
 
 
 def network_topology_index(pod: JSON) -> int | None:
-    return _int(_annotations(pod).get(ANN_NETWORK_TOPOLOGY_INDEX))
+    return _int(_annotations(pod).get(ANNOTATION_GANG_NETWORK_TOPOLOGY_INDEX))
 
 
 def topology_order(pods: Iterable[JSON]) -> list[JSON]:
@@ -107,8 +96,8 @@ class Gang:
     id: str  # namespace/name
     min_member: int
     total_number: int
-    mode: str = STRICT
-    match_policy: str = ONCE_SATISFIED
+    mode: str = GANG_MODE_STRICT
+    match_policy: str = MATCH_POLICY_ONCE_SATISFIED
     wait_seconds: float = DEFAULT_TIMEOUT_SECONDS
     groups: list[str] = field(default_factory=list)  # gang ids of the GangGroup, self included
     topology_spec: str | None = None  # raw network-topology-spec JSON
@@ -133,14 +122,16 @@ class GangGroup:
 
 
 def _settings(annotations: dict[str, str], gang: Gang, default_match_policy: str) -> None:
-    mode = annotations.get(ANN_MODE, STRICT)
-    gang.mode = mode if mode in (STRICT, NON_STRICT) else STRICT  # invalid ⇒ Strict
-    policy = annotations.get(ANN_MATCH_POLICY) or annotations.get(ANN_MATCH_POLICY_ALIAS) or default_match_policy
+    mode = annotations.get(ANNOTATION_GANG_MODE, GANG_MODE_STRICT)
+    gang.mode = mode if mode in (GANG_MODE_STRICT, GANG_MODE_NON_STRICT) else GANG_MODE_STRICT  # invalid ⇒ Strict
+    policy = (annotations.get(ANNOTATION_GANG_MATCH_POLICY) or annotations.get(ANNOTATION_MATCH_POLICY_ALIAS)
+              or default_match_policy)
     gang.match_policy = policy if policy in MATCH_POLICIES else default_match_policy
-    wait = parse_go_duration(annotations[ANN_WAITING_TIME]) if ANN_WAITING_TIME in annotations else None
+    wait = (parse_go_duration(annotations[ANNOTATION_GANG_WAITING_TIME]) if ANNOTATION_GANG_WAITING_TIME in annotations
+            else None)
     if wait is not None and wait > 0:
         gang.wait_seconds = wait
-    raw_groups = annotations.get(ANN_GROUPS)
+    raw_groups = annotations.get(ANNOTATION_GANG_GROUPS)
     if raw_groups:
         try:
             parsed = json.loads(raw_groups)
@@ -150,11 +141,11 @@ def _settings(annotations: dict[str, str], gang: Gang, default_match_policy: str
             gang.groups = sorted(set(parsed) | {gang.id})
     if not gang.groups:
         gang.groups = [gang.id]
-    gang.topology_spec = annotations.get(ANN_NETWORK_TOPOLOGY_SPEC) or None
+    gang.topology_spec = annotations.get(ANNOTATION_GANG_NETWORK_TOPOLOGY_SPEC) or None
 
 
 def gang_from_podgroup(pg: JSON, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                       default_match_policy: str = ONCE_SATISFIED) -> Gang:
+                       default_match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> Gang:
     spec = pg.get("spec") or {}
     min_member = max(0, _int(spec.get("minMember")) or 0)
     gang = Gang(key(pg) if _meta(pg).get("namespace") else f"default/{_meta(pg).get('name')}", min_member,
@@ -163,28 +154,28 @@ def gang_from_podgroup(pg: JSON, default_timeout: float = DEFAULT_TIMEOUT_SECOND
     if timeout is not None and timeout > 0:
         gang.wait_seconds = float(timeout)
     annotations = _annotations(pg)
-    total = _int(annotations.get(ANN_TOTAL_NUMBER))
+    total = _int(annotations.get(ANNOTATION_GANG_TOTAL_NUMBER))
     gang.total_number = max(total or min_member, min_member)
     _settings(annotations, gang, default_match_policy)
     return gang
 
 
 def gang_from_pod(pod: JSON, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                  default_match_policy: str = ONCE_SATISFIED) -> Gang | None:
+                  default_match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> Gang | None:
     """An annotation-only gang from its first pod; None when min-available is missing or invalid."""
     gid = gang_id_of(pod)
     annotations, labels = _annotations(pod), _labels(pod)
-    min_available = _int(annotations.get(ANN_MIN_AVAILABLE, labels.get(LABEL_MIN_AVAILABLE_DEPRECATED)))
+    min_available = _int(annotations.get(ANNOTATION_GANG_MIN_AVAILABLE, labels.get(LABEL_MIN_AVAILABLE_DEPRECATED)))
     if gid is None or min_available is None or min_available < 0:
         return None
-    total = _int(annotations.get(ANN_TOTAL_NUMBER))
+    total = _int(annotations.get(ANNOTATION_GANG_TOTAL_NUMBER))
     gang = Gang(gid, min_available, max(total or min_available, min_available), wait_seconds=default_timeout)
     _settings(annotations, gang, default_match_policy)
     return gang
 
 
 def collect_gangs(pods: Iterable[JSON], cluster: Cluster, default_timeout: float = DEFAULT_TIMEOUT_SECONDS,
-                  default_match_policy: str = ONCE_SATISFIED) -> dict[str, Gang]:
+                  default_match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> dict[str, Gang]:
     """Every gang the pending pods (or the cluster's PodGroups) declare, with pending and bound members counted.
 
     A PodGroup wins over pod annotations for the same id; an annotation gang is configured by its first pod

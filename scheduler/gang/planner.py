@@ -7,20 +7,25 @@ import time
 from typing import Any
 
 from apis.core.objects import JSON
+from apis.scheduling.gang import (
+    ANNOTATION_BIND_GANG_GROUP_ID,
+    ANNOTATION_BIND_GANG_MEMBER_COUNT,
+    ANNOTATION_GANG_MIN_AVAILABLE,
+    ANNOTATION_NETWORK_TOPOLOGY_SELECTOR,
+    GANG_MODE_NON_STRICT,
+    LABEL_JOB_KEY,
+    MATCH_POLICY_ONCE_SATISFIED,
+    MATCH_POLICY_ONLY_WAITING,
+)
+from apis.scheduling.quota import LABEL_QUOTA_PREEMPTIBLE
+from apis.scheduling.reservation import LABEL_POD_PREEMPTIBLE
 from scheduler.cluster import Cluster, NodeInfo, key
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Assumed, Scheduler, invalid_pod
 from scheduler.gang.disruption import Budgets
 from scheduler.gang.model import (
-    ANN_BIND_GANG_GROUP_ID,
-    ANN_BIND_GANG_MEMBER_COUNT,
-    ANN_NETWORK_TOPOLOGY_SELECTOR,
     DEFAULT_TIMEOUT_SECONDS,
-    LABEL_JOB_KEY,
-    NON_STRICT,
-    ONCE_SATISFIED,
-    ONLY_WAITING,
     Gang,
     GangGroup,
     collect_gangs,
@@ -64,11 +69,12 @@ def _offer_slots(sched: Scheduler, pods: list[JSON], nodes: list[str]) -> tuple[
 
 
 def _existing(cluster: Cluster, pods: list[JSON], nodes: list[str]) -> dict[str, int]:
-    selector = ((pods[0].get("metadata") or {}).get("annotations") or {}).get(ANN_NETWORK_TOPOLOGY_SELECTOR)
+    selector = ((pods[0].get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NETWORK_TOPOLOGY_SELECTOR)
     if not selector:
         return {}
     def same(p: JSON) -> bool:
-        return bool(((p.get("metadata") or {}).get("annotations") or {}).get(ANN_NETWORK_TOPOLOGY_SELECTOR) == selector)
+        annotations = (p.get("metadata") or {}).get("annotations") or {}
+        return bool(annotations.get(ANNOTATION_NETWORK_TOPOLOGY_SELECTOR) == selector)
     return {n: sum(1 for p in cluster.nodes[n].pods.values() if same(p)) for n in nodes}
 
 
@@ -97,9 +103,9 @@ def _once_satisfied(group: GangGroup) -> bool:
 
 
 def _satisfied(gang: Gang, waiting: int, once: bool) -> bool:
-    if gang.match_policy == ONLY_WAITING:
+    if gang.match_policy == MATCH_POLICY_ONLY_WAITING:
         return waiting >= gang.min_member
-    if gang.match_policy == ONCE_SATISFIED:
+    if gang.match_policy == MATCH_POLICY_ONCE_SATISFIED:
         return waiting >= gang.min_member or once
     return waiting + gang.bound >= gang.min_member
 
@@ -128,7 +134,7 @@ class Planner:
         for g in group.gangs:
             if not g.exists:
                 return f'GangGroup "{group.id}": gang "{g.id}" not found'
-            if once and g.match_policy == ONCE_SATISFIED:
+            if once and g.match_policy == MATCH_POLICY_ONCE_SATISFIED:
                 continue
             if g.children < g.min_member:
                 return (f'GangGroup "{group.id}": gang "{g.id}" child pod not collect enough, '
@@ -150,7 +156,7 @@ class Planner:
     def run_group(self, group: GangGroup) -> None:
         pending = group.pending
         once = _once_satisfied(group)
-        if not self.cos.permit or (once and all(g.match_policy == ONCE_SATISFIED for g in group.gangs)):
+        if not self.cos.permit or (once and all(g.match_policy == MATCH_POLICY_ONCE_SATISFIED for g in group.gangs)):
             for p in pending:  # once satisfied (or no Permit): members pass every gang check one by one
                 self.results[key(p)] = self.sched.schedule(p)
             return
@@ -188,7 +194,7 @@ class Planner:
         for p in pending:
             if (placed := self.results.get(key(p))) is not None and placed.node is not None:
                 del self.results[key(p)]
-        if self.enable_preemption and all(g.mode != NON_STRICT for g in group.gangs):
+        if self.enable_preemption and all(g.mode != GANG_MODE_NON_STRICT for g in group.gangs):
             note = self.preempt(group, raw_spec if topo else None)
             failure = f"{failure.rstrip('.')}. preemption: {note}"
         self.fail_all(pending, failure)
@@ -204,7 +210,7 @@ class Planner:
                     continue
                 reason = (f'GangGroup "{group.id}" gets rejected due to member Pod "{key(pod)}" is unschedulable '
                           f'with reason "{p.reason}", alreadyWaitForBound: {len(held)}')
-                if g.mode != NON_STRICT:
+                if g.mode != GANG_MODE_NON_STRICT:
                     return reason
                 self.results[key(pod)] = Placement(key(pod), None, reason=p.reason)  # NonStrict keeps the waiting
         return None
@@ -231,7 +237,7 @@ class Planner:
     def commit(self, group: GangGroup, held: list[Assumed]) -> None:
         """Permit passed for every gang: stamp PreBind's bind-gang annotations on all members at once."""
         for h in held:
-            stamp = {ANN_BIND_GANG_GROUP_ID: group.id, ANN_BIND_GANG_MEMBER_COUNT: str(len(held))}
+            stamp = {ANNOTATION_BIND_GANG_GROUP_ID: group.id, ANNOTATION_BIND_GANG_MEMBER_COUNT: str(len(held))}
             h.pod.setdefault("metadata", {}).setdefault("annotations", {}).update(stamp)
             placed = self.results[key(h.pod)]
             placed.annotations = {**placed.annotations, **stamp}
@@ -391,8 +397,7 @@ class Planner:
 def _preemptible(pod: JSON) -> bool:
     """IsEligiblePod: neither scheduling.koordinator.sh/preemptible nor the quota label says "false"."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get("scheduling.koordinator.sh/preemptible") != "false" and labels.get(
-        "quota.scheduling.koordinator.sh/preemptible") != "false"
+    return labels.get(LABEL_POD_PREEMPTIBLE) != "false" and labels.get(LABEL_QUOTA_PREEMPTIBLE) != "false"
 
 
 def terminating_by_preemption(pod: JSON) -> bool:
@@ -464,7 +469,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
             continue
         if gid not in gangs:
             planner.results[k] = Placement(k, None, reason=f'gang "{gid}" not found: no PodGroup and no valid '
-                                                          f'gang.scheduling.koordinator.sh/min-available')
+                                                          f'{ANNOTATION_GANG_MIN_AVAILABLE}')
             planner.attempted([pod], time.perf_counter())
             continue
         group = groups[gid]

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from apis.core.objects import JSON
+from apis.scheduling.gang import ANNOTATION_NETWORK_TOPOLOGY_SELECTOR, MATCH_POLICY_ONCE_SATISFIED
 from scheduler.cluster import Cluster, NodeInfo
-from scheduler.gang.model import ANN_NETWORK_TOPOLOGY_SELECTOR, ONCE_SATISFIED
 from scheduler.gang.topology import Domain, NetworkTopologySpec, TopologyTree, aggregate, cluster_tree
 from scheduler.nodeindex import IntArray, NodeIndex
 
@@ -23,7 +23,7 @@ NAME = "Coscheduling"
 
 
 def _selector(pod: JSON) -> str:
-    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_NETWORK_TOPOLOGY_SELECTOR) or "")
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NETWORK_TOPOLOGY_SELECTOR) or "")
 
 
 class Coscheduling:
@@ -33,7 +33,7 @@ class Coscheduling:
 
     def __init__(self, args: Any = None, weight: int = 1, *, admission: bool = True, permit: bool = True,
                  preemption: bool = True, aware_network_topology: bool = True,
-                 match_policy: str = ONCE_SATISFIED) -> None:
+                 match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> None:
         self.args = args
         self.weight = weight
         self.admission, self.permit, self.preemption = admission, permit, preemption

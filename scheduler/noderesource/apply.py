@@ -14,22 +14,17 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import format_bytes, format_milli
+from apis.extension.device_share import GPU_LABELS
+from apis.extension.resources import BATCH_MEMORY, BATCH_RESOURCES, MID_MEMORY, MID_RESOURCES, RESOURCE_GPU_MEMORY
 from scheduler.cluster import quantity_value
-from scheduler.noderesource.calculate import (
-    BATCH_RESOURCES,
-    GPU_LABELS,
-    GPU_RESOURCES,
-    MID_RESOURCES,
-    RDMA_RESOURCES,
-    NodeResource,
-)
+from scheduler.noderesource.calculate import GPU_RESOURCES, RDMA_RESOURCES, NodeResource
 
 # batch and mid: absent from the result means removed (PrepareNodeForResource); devices: only an explicit reset
 # removes, a resource not computed is left as it is (gpudeviceresource/rdmadevicereource Prepare)
 COMPUTED_OR_REMOVED = (*MID_RESOURCES, *BATCH_RESOURCES)
 RESET_ONLY = (*GPU_RESOURCES, *RDMA_RESOURCES)
 MANAGED = (*COMPUTED_OR_REMOVED, *RESET_ONLY)
-_BYTE_RESOURCES = frozenset({"kubernetes.io/batch-memory", "kubernetes.io/mid-memory", "koordinator.sh/gpu-memory"})
+_BYTE_RESOURCES = frozenset({BATCH_MEMORY, MID_MEMORY, RESOURCE_GPU_MEMORY})
 
 
 def format_value(name: str, value: int) -> str:

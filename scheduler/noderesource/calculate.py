@@ -18,37 +18,43 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
-from koordlet.states.qos import (
+from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
+from apis.extension.node import ANNOTATION_NODE_RESERVATION
+from apis.extension.priority import (
     PRIORITY_BATCH,
     PRIORITY_FREE,
     PRIORITY_MID,
     PRIORITY_PROD,
-    QOS_LSE,
-    koord_qos_class_with_default,
     priority_class_with_default,
+)
+from apis.extension.qos import QOS_LSE, koord_qos_class_with_default
+from apis.extension.resource_status import CPUSetError, parse_cpuset
+from apis.extension.resources import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    BATCH_RESOURCES,
+    MID_CPU,
+    MID_MEMORY,
+    MID_RESOURCES,
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORE,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_GPU_MEMORY_RATIO,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_NPU_CORE,
+    RESOURCE_NPU_CPU,
+    RESOURCE_NPU_DVPP,
+    RESOURCE_RDMA,
 )
 from scheduler.cluster import pod_requests, quantity_value
 
 RL = dict[str, int]  # {"cpu": millicores, "memory": bytes}
 
-BATCH_CPU = "kubernetes.io/batch-cpu"
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-MID_CPU = "kubernetes.io/mid-cpu"
-MID_MEMORY = "kubernetes.io/mid-memory"
-BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
-MID_RESOURCES = (MID_CPU, MID_MEMORY)
-GPU = "koordinator.sh/gpu"
-GPU_SHARED = "koordinator.sh/gpu.shared"
-GPU_CORE = "koordinator.sh/gpu-core"
-RDMA = "koordinator.sh/rdma"
 # gpudeviceresource/utils.go ResourceNames: only these reach the node (a vendor's own resources on a GPU device,
 # e.g. cambricon.com/*, stay its device plugin's)
-GPU_RESOURCES = (GPU, GPU_CORE, "huawei.com/npu-core", "huawei.com/npu-cpu", "huawei.com/npu-dvpp",
-                 "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio", GPU_SHARED)
-RDMA_RESOURCES = (RDMA,)
-GPU_LABELS = ("node.koordinator.sh/gpu-vendor", "node.koordinator.sh/gpu-model",
-              "node.koordinator.sh/gpu-driver-version")
-ANNOTATION_RESERVATION = "node.koordinator.sh/reservation"
+GPU_RESOURCES = (RESOURCE_GPU, RESOURCE_GPU_CORE, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP,
+                 RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO, RESOURCE_GPU_SHARED)
+RDMA_RESOURCES = (RESOURCE_RDMA,)
 _LIVE_PHASES = ("Running", "Pending")
 _LOW_PRIORITY = (PRIORITY_BATCH, PRIORITY_FREE)
 # priority_utils.go GetDefaultPriorityByPriorityClass
@@ -131,7 +137,7 @@ def node_reserved(node: Mapping[str, Any]) -> RL:
 
 def annotation_reservation(node: Mapping[str, Any]) -> RL:
     """util.GetNodeReservationFromAnnotation: `resources`, with `reservedCPUs` (a cpuset) counting as whole CPUs."""
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION)
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RESERVATION)
     if not text:
         return {}
     try:
@@ -139,18 +145,10 @@ def annotation_reservation(node: Mapping[str, Any]) -> RL:
         out = cpu_memory(doc.get("resources")) if isinstance(doc, dict) else {}
         cpus = doc.get("reservedCPUs") if isinstance(doc, dict) else None
         if cpus:
-            out[CPU] = 1000 * _cpuset_size(str(cpus))
+            out[CPU] = 1000 * len(parse_cpuset(str(cpus)))  # cpuset.Parse(...).Size(): each CPU once
         return out
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, CPUSetError):
         return {}
-
-
-def _cpuset_size(text: str) -> int:
-    n = 0
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        lo, _, hi = part.partition("-")
-        n += (int(hi) - int(lo) + 1) if hi else 1
-    return n
 
 
 def rfc3339_seconds(text: Any) -> float | None:
@@ -373,10 +371,10 @@ def gpu(device: Mapping[str, Any] | None, nr: NodeResource, sync_gpu_shared: boo
             except InvalidInput:
                 continue
     labels = ((device or {}).get("metadata") or {}).get("labels") or {}
-    if labels.get(GPU_LABELS[0], "") in ("", "nvidia"):
-        total[GPU] = total.get(GPU_CORE, 0)
+    if labels.get(LABEL_GPU_VENDOR, "") in ("", "nvidia"):
+        total[RESOURCE_GPU] = total.get(RESOURCE_GPU_CORE, 0)
     if sync_gpu_shared:
-        total[GPU_SHARED] = 100 * len(gpus)
+        total[RESOURCE_GPU_SHARED] = 100 * len(gpus)
     for name, value in total.items():
         if name in GPU_RESOURCES:
             nr.set(name, value, "node gpu resources from device")
@@ -389,7 +387,7 @@ def rdma(device: Mapping[str, Any] | None, nr: NodeResource) -> None:
     if not pfs:
         nr.reset(RDMA_RESOURCES, "reset node rdma resources")
         return
-    nr.set(RDMA, 100 * len(pfs), "node rdma resources from device")
+    nr.set(RESOURCE_RDMA, 100 * len(pfs), "node rdma resources from device")
 
 
 def calculate(strategy: Mapping[str, Any], colocation: bool, node: Mapping[str, Any],

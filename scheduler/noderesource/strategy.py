@@ -14,19 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.objects import JSON
+from apis.extension.node import (
+    ANNOTATION_COLOCATION_STRATEGY,
+    LABEL_CPU_RECLAIM_RATIO,
+    LABEL_MEMORY_RECLAIM_RATIO,
+    LABEL_MID_STATIC_CPU_RESERVED_RATIO,
+    LABEL_MID_STATIC_MEMORY_RESERVED_RATIO,
+)
 
 log = logging.getLogger(__name__)
 
 CONFIG_NAMESPACE = "koordinator-system"
 CONFIG_NAME = "slo-controller-config"
 CONFIG_KEY = "colocation-config"
-ANNOTATION_STRATEGY = "node.koordinator.sh/colocation-strategy"
 # node labels that override one percentage each (value: a ratio, e.g. "0.7" → 70 %)
 RATIO_LABELS = {
-    "node.koordinator.sh/cpu-reclaim-ratio": "cpuReclaimThresholdPercent",
-    "node.koordinator.sh/memory-reclaim-ratio": "memoryReclaimThresholdPercent",
-    "node.koordinator.sh/mid-static-cpu-reserved-ratio": "midStaticCPUReservedPercent",
-    "node.koordinator.sh/mid-static-memory-reserved-ratio": "midStaticMemoryReservedPercent",
+    LABEL_CPU_RECLAIM_RATIO: "cpuReclaimThresholdPercent",
+    LABEL_MEMORY_RECLAIM_RATIO: "memoryReclaimThresholdPercent",
+    LABEL_MID_STATIC_CPU_RESERVED_RATIO: "midStaticCPUReservedPercent",
+    LABEL_MID_STATIC_MEMORY_RESERVED_RATIO: "midStaticMemoryReservedPercent",
 }
 
 # sloconfig.DefaultColocationStrategy (the fields the node resource calculation reads, plus the metric ones a
@@ -133,7 +139,7 @@ class ColocationConfig:
             if selector_matches(nc.selector, labels):
                 strategy = nc.strategy
                 break
-        annotation = (meta.get("annotations") or {}).get(ANNOTATION_STRATEGY)
+        annotation = (meta.get("annotations") or {}).get(ANNOTATION_COLOCATION_STRATEGY)
         if annotation:
             try:
                 own = json.loads(annotation)
@@ -142,7 +148,7 @@ class ColocationConfig:
                 _check_types(own, "")
                 strategy = overlay(strategy, own)
             except (ValueError, ConfigError) as e:
-                log.debug("node %s: annotation %s ignored: %s", meta.get("name"), ANNOTATION_STRATEGY, e)
+                log.debug("node %s: annotation %s ignored: %s", meta.get("name"), ANNOTATION_COLOCATION_STRATEGY, e)
         for label, key in RATIO_LABELS.items():
             if label not in labels:
                 continue

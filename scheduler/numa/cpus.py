@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.numa.topology import CPUInfo
+from apis.extension.numa_aware import CPUInfo
 
 FULL_PCPUS, SPREAD_BY_PCPUS = "FullPCPUs", "SpreadByPCPUs"
 ERR_NOT_ENOUGH_CPUS = "not enough cpus available to satisfy request"

@@ -4,7 +4,7 @@ Upstream pkg/scheduler/plugins/nodenumaresource (Filter, Reserve, PreBind) with 
 frameworkext/topologymanager. Filter merges the hints and remembers the NUMA affinity per (pod, node); DeviceShare
 asks `affinity()` so the pod's GPUs and RDMA VFs come from the same NUMA node(s); Reserve picks the cpuset and
 splits cpu and memory over the affinity's NUMA nodes into `scheduling.koordinator.sh/resource-status`, the format
-koordlet's CPUSetAllocator reads (koordlet/states/cpupools.py resource_status()).
+koordlet's CPUSetAllocator reads (apis/extension/resource_status.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,22 @@ import numpy as np
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import CPU, MEMORY
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
-from koordlet.states.qos import PRIORITY_PROD, QOS_LSE, QOS_LSR, koord_qos_class, priority_class_with_default
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.numa_aware import (
+    ANNOTATION_NUMA_TOPOLOGY_SPEC,
+    ANNOTATION_RESOURCE_SPEC,
+    LABEL_CPU_BIND_POLICY,
+    LABEL_NUMA_TOPOLOGY_POLICY,
+)
+from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
+from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    encode_resource_status,
+    resource_status,
+)
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED as ANNOTATION_DEVICE_ALLOCATED
 from scheduler.interfaces import NUMAHintProvider, ReservationLender, Unschedulable
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
@@ -39,12 +49,10 @@ from scheduler.numa.hints import (
     merge,
 )
 from scheduler.numa.score import DEFAULT_RESOURCES, LEAST_ALLOCATED, MOST_ALLOCATED, strategy_score
-from scheduler.numa.topology import LABEL_CPU_BIND_POLICY, NodeTopology, node_policy, parse_topology
+from scheduler.numa.topology import NodeTopology, node_policy, parse_topology
 from scheduler.plugins.columns import NodeColumns, allocation_score
 from scheduler.rowcache import by_rows
 
-ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
-ANNOTATION_RESOURCE_SPEC = "scheduling.koordinator.sh/resource-spec"
 # upstream nodenumaresource/plugin.go and topology_hint.go messages
 ERR_NOT_MATCH_NUMA_TOPOLOGY = "node(s) NUMA Topology policy not match"
 ERR_INVALID_REQUESTED_CPUS = "the requested CPUs must be integer"
@@ -269,7 +277,7 @@ class NodeNUMAResource:
         s = self.spec(pod)
         if s.problem:
             return s.problem, False, None
-        if not s.policy and not s.bind and not node.labels.get("node.koordinator.sh/numa-topology-policy"):
+        if not s.policy and not s.bind and not node.labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
             return None, False, None
         topo = self.topology(node)
         policy = node_policy(node.labels, topo)
@@ -427,8 +435,7 @@ class NodeNUMAResource:
                 used = self.usage(node)
                 alloc: dict[str, int] = {}
                 req: dict[str, int] = {}
-                for entry in split:
-                    i = int(entry["node"])
+                for i in split:
                     for r, v in topo.numa.get(i, {}).items():
                         alloc[r] = alloc.get(r, 0) + v
                     for r, v in used.numa.get(i, {}).items():
@@ -497,11 +504,11 @@ class NodeNUMAResource:
         changed = self._flags_tracker.changes(index)
         if changed is None:
             self._policy_set = {i for i, nd in enumerate(index.nodes)
-                                if nd.labels.get("node.koordinator.sh/numa-topology-policy")}
+                                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY)}
         else:
             moved = False
             for i in changed:
-                if index.nodes[i].labels.get("node.koordinator.sh/numa-topology-policy"):
+                if index.nodes[i].labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
                     moved = moved or i not in self._policy_set
                     self._policy_set.add(i)
                 elif i in self._policy_set:
@@ -529,18 +536,14 @@ class NodeNUMAResource:
         if got is None:
             raise Unschedulable(self._bind_policy(s, node, topo)[1] or ERR_NOT_ENOUGH_CPUS)
         chosen, split = got
-        status: dict[str, Any] = {}
-        if chosen:
-            status["cpuset"] = format_cpuset(chosen)
-        if split:  # upstream ResourceStatus: numaNodeResources omitempty; `{}` for an aligned pod asking no cpu/memory
-            status["numaNodeResources"] = split
-        if not status and not aligned:
+        if not chosen and not split and not aligned:
             return {}
-        return {ANNOTATION_RESOURCE_STATUS: json.dumps(status, separators=(",", ":"))}
+        # `{}` for an aligned pod asking no cpu/memory (upstream ResourceStatus: every field omitempty)
+        return {ANNOTATION_RESOURCE_STATUS: encode_resource_status(chosen, split)}
 
     def _allocate(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
                   aligned: bool = True, prefer: frozenset[int] | None = None, restricted: bool = False
-                  ) -> tuple[list[int], list[dict[str, Any]]] | None:
+                  ) -> tuple[list[int], dict[int, dict[str, int]]] | None:
         """(the cpuset, cpu and memory per NUMA node) the pod gets inside `mask`; None when no cpuset fits. CPUs in
         `prefer` (an owner's reservation) are taken when they are enough, as upstream's default reservation policy;
         only they when the reservation is `restricted`."""
@@ -557,11 +560,12 @@ class NodeNUMAResource:
             if got is None:
                 return None
             chosen = got
-        return chosen, (self._split(s, node, topo, mask, chosen) if aligned and topo.numa else [])
+        return chosen, (self._split(s, node, topo, mask, chosen) if aligned and topo.numa else {})
 
     def _split(self, s: PodNUMA, node: NodeInfo, topo: NodeTopology, mask: frozenset[int] | None,
-               chosen: list[int]) -> list[dict[str, Any]]:
-        """cpu and memory per NUMA node of the affinity: the chosen CPUs' nodes, else filled node by node."""
+               chosen: list[int]) -> dict[int, dict[str, int]]:
+        """cpu (milli) and memory (bytes) per NUMA node of the affinity: the chosen CPUs' nodes, else filled node by
+        node; nodes given nothing are left out."""
         nodes = sorted(mask) if mask else sorted(topo.numa)
         used = self.usage(node).numa
         per: dict[int, dict[str, int]] = {i: {} for i in nodes}
@@ -578,12 +582,7 @@ class NodeNUMAResource:
                 if take > 0:
                     per[i][r] = per[i].get(r, 0) + take
                     want -= take
-        out = []
-        for i in sorted(per):
-            if per[i]:
-                res = {r: format_milli(v) if r == CPU else format_bytes(v) for r, v in sorted(per[i].items())}
-                out.append({"node": i, "resources": res})
-        return out
+        return {i: r for i, r in per.items() if r}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self._affinity.pop((key(pod), node.name), None)

@@ -16,27 +16,23 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
-from koordlet.states.cpupools import CPUSetError, parse_cpuset
+from apis.extension.errors import AnnotationError
+from apis.extension.numa_aware import (
+    ANNOTATION_CPU_TOPOLOGY,
+    ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+    LABEL_NUMA_TOPOLOGY_POLICY,
+    CPUInfo,
+    decode_cpu_topology,
+)
+from apis.extension.resource_status import CPUSetError, parse_cpuset
 from scheduler.cluster import quantity_value
 from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_NODE
 
 log = logging.getLogger(__name__)
-ANNOTATION_CPU_TOPOLOGY = "node.koordinator.sh/cpu-topology"
-ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-policy"
-LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
-LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
 # kubelet topology manager policies as the agent reports them in NRT.topologyPolicies (v1alpha1 TopologyManagerPolicy)
 _KUBELET_POLICIES = {"SingleNUMANodeContainerLevel": SINGLE_NUMA_NODE, "SingleNUMANodePodLevel": SINGLE_NUMA_NODE,
                      "RestrictedContainerLevel": RESTRICTED, "RestrictedPodLevel": RESTRICTED,
                      "BestEffortContainerLevel": BEST_EFFORT, "BestEffortPodLevel": BEST_EFFORT}
-
-
-@dataclass(frozen=True)
-class CPUInfo:
-    id: int
-    core: int
-    socket: int
-    node: int
 
 
 @dataclass
@@ -108,11 +104,11 @@ def _read_cpus(topo: NodeTopology, text: Any) -> None:
     if not text:
         return
     try:
-        doc = json.loads(text)
-        for d in (doc or {}).get("detail") or []:
-            c = CPUInfo(int(d.get("id", 0)), int(d.get("core", 0)), int(d.get("socket", 0)), int(d.get("node", 0)))
+        if not isinstance(text, str):
+            raise AnnotationError("", "must be a string")
+        for c in decode_cpu_topology(text):
             topo.cpus[c.id] = c
-    except (ValueError, TypeError, AttributeError) as e:
+    except InvalidInput as e:
         topo.cpus = {}
         topo.problems.append(f"{ANNOTATION_CPU_TOPOLOGY}: {e}")
 

@@ -17,7 +17,15 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
-from koordlet.states.qos import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
+from apis.extension.load_aware import (
+    ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS,
+    ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED,
+    ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED,
+    ANNOTATION_USAGE_THRESHOLDS,
+)
+from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
+from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
+from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from scheduler.cluster import (
     NodeInfo,
     is_reserve_pod,
@@ -29,16 +37,9 @@ from scheduler.cluster import (
 )
 from scheduler.plugins.loadaware_args import LoadAwareArgs, parse_duration
 
-ANNOTATION_USAGE_THRESHOLDS = "scheduling.koordinator.sh/usage-thresholds"
-ANNOTATION_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
-ANNOTATION_SCALING_FACTORS = "scheduling.koordinator.sh/load-estimated-scaling-factors"
-ANNOTATION_SECONDS_AFTER_SCHEDULED = "scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled"
-ANNOTATION_SECONDS_AFTER_INITIALIZED = "scheduling.koordinator.sh/load-estimated-seconds-after-initialized"
 DEFAULT_MILLI_CPU = 250
 DEFAULT_MEMORY = 200 * 1024 * 1024
 DEFAULT_REPORT_INTERVAL = 60.0
-BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
-MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 _TRANSLATE = {PRIORITY_BATCH: {CPU: BATCH_CPU, MEMORY: BATCH_MEMORY}, PRIORITY_MID: {CPU: MID_CPU, MEMORY: MID_MEMORY}}
 
 Vector = dict[str, int]
@@ -85,7 +86,7 @@ class PodEstimates:
     def _estimate(self, pod: JSON, priority: str) -> Vector:
         factors = self.args.estimated_scaling_factors
         if self.args.allow_customize_estimation:
-            custom = json_annotation(pod, ANNOTATION_SCALING_FACTORS)
+            custom = json_annotation(pod, ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS)
             if isinstance(custom, dict) and custom:
                 factors = {**factors, **{str(k): int(v) for k, v in custom.items() if isinstance(v, int | float)}}
         requests, limits = pod_requests(pod), pod_limits(pod)
@@ -118,8 +119,8 @@ class PodEstimates:
             self.args.estimated_seconds_after_pod_scheduled
         if self.args.allow_customize_estimation:
             ann = _annotations(pod)
-            after_init = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_INITIALIZED), after_init)
-            after_sched = _int_or(ann.get(ANNOTATION_SECONDS_AFTER_SCHEDULED), after_sched)
+            after_init = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED), after_init)
+            after_sched = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED), after_sched)
         deadline: float | None = None
         init_time = _condition_time(pod, "Initialized")
         if after_init and after_init > 0 and init_time is not None:
@@ -240,7 +241,7 @@ class NodeLoads:
 
     def _capacity(self, node: NodeInfo) -> Vector:
         cap = {r: node.allocatable.get(r, 0) for r in self.resources}
-        raw = json_annotation(node.obj, ANNOTATION_RAW_ALLOCATABLE)
+        raw = json_annotation(node.obj, ANNOTATION_NODE_RAW_ALLOCATABLE)
         if isinstance(raw, dict):
             with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):
                 cap.update({r: v for r, v in resource_list(raw).items() if r in cap})

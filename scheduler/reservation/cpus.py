@@ -10,14 +10,16 @@ reserved, as upstream never rewrites it.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import CPU, MEMORY
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, format_cpuset, resource_status
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    encode_resource_status,
+    resource_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +58,6 @@ def remaining(reserved: str, taken: list[Held]) -> tuple[str, frozenset[int]]:
     if not taken:
         return reserved, have[0]
     cpus = have[0].difference(*(t[0] for t in taken))
-    out: dict[str, object] = {}
-    if cpus:
-        out["cpuset"] = format_cpuset(sorted(cpus))
-    nodes = []
-    for i in sorted(have[1]):
-        left = {r: max(0, v - sum(t[1].get(i, {}).get(r, 0) for t in taken)) for r, v in have[1][i].items()}
-        res = {r: format_milli(v) if r == CPU else format_bytes(v) for r, v in sorted(left.items()) if v}
-        if res:
-            nodes.append({"node": i, "resources": res})
-    if nodes:
-        out["numaNodeResources"] = nodes
-    return json.dumps(out, separators=(",", ":")), frozenset(cpus)
+    left = {i: {r: max(0, v - sum(t[1].get(i, {}).get(r, 0) for t in taken)) for r, v in held.items()}
+            for i, held in have[1].items()}
+    return encode_resource_status(cpus, left), frozenset(cpus)

@@ -7,31 +7,32 @@ devices − the assigned owners' devices on the same minors (appendAllocatedByHi
 
 from __future__ import annotations
 
-import json
 import logging
 
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.deviceshare.requests import ANNOTATION_ALLOCATED
-from scheduler.deviceshare.state import Allocation, Allocations, decode_allocations, encode_allocations
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, decode_device_allocations
+from scheduler.deviceshare.state import (
+    Allocation,
+    Allocations,
+    allocations_from,
+    device_ids,
+    encode_allocations,
+    read_allocations,
+)
 
 log = logging.getLogger(__name__)
 
 
 def pod_devices(pod: JSON) -> Allocations:
     """A pod's `device-allocated`, empty when absent or unreadable."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ALLOCATED)
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)
     if not raw:
         return {}
     try:
-        return decode_allocations(raw)
-    except (ValueError, TypeError, AttributeError):
+        return read_allocations(raw)
+    except InvalidInput:
         return {}
-
-
-def _ids(raw: str) -> dict[tuple[str, int], str]:
-    doc = json.loads(raw)
-    return {(str(t), int(a.get("minor", 0))): str(a["id"]) for t, items in doc.items() for a in items or []
-            if isinstance(a, dict) and a.get("id")}
 
 
 def remaining(reserved: str, taken: list[Allocations]) -> tuple[str, Allocations]:
@@ -39,11 +40,11 @@ def remaining(reserved: str, taken: list[Allocations]) -> tuple[str, Allocations
     (amounts clipped at 0; VFs taken by bus ID); a device with nothing left is dropped. An unreadable
     `reserved` is kept as it is (and holds nothing for owners)."""
     try:
-        have = decode_allocations(reserved)
-        ids = _ids(reserved)
-    except (ValueError, TypeError, AttributeError) as e:
+        decoded = decode_device_allocations(reserved)
+    except InvalidInput as e:
         log.warning("reservation device-allocated %r unreadable: %s", reserved, e)
         return reserved, {}
+    have, ids = allocations_from(decoded), device_ids(decoded)
     if not any(taken):
         return reserved, have
     out: Allocations = {}

@@ -11,15 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.objects import JSON
-from scheduler.cluster import pod_requests
-from scheduler.reservation.model import (
-    ANN_AFFINITY,
-    ANN_EXACT_MATCH,
-    AVAILABLE,
-    LABEL_IGNORED,
-    Reservation,
-    repair_exact_match,
+from apis.scheduling.reservation import (
+    ANNOTATION_EXACT_MATCH_RESERVATION,
+    ANNOTATION_RESERVATION_AFFINITY,
+    LABEL_RESERVATION_IGNORED,
 )
+from scheduler.cluster import pod_requests
+from scheduler.reservation.model import AVAILABLE, Reservation, repair_exact_match
 
 
 def _meta(pod: JSON) -> JSON:
@@ -28,7 +26,7 @@ def _meta(pod: JSON) -> JSON:
 
 def ignored(pod: JSON) -> bool:
     """IsReservationIgnored: a pod LABEL (the v1.6 text shows it under labels too)."""
-    return (_meta(pod).get("labels") or {}).get(LABEL_IGNORED) == "true"
+    return (_meta(pod).get("labels") or {}).get(LABEL_RESERVATION_IGNORED) == "true"
 
 
 def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
@@ -159,7 +157,7 @@ def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[Any, ...]:
 def view(pod: JSON) -> PodView:
     annotations = _meta(pod).get("annotations") or {}
     v = PodView(requests=pod_requests(pod), ignored=ignored(pod))
-    raw = annotations.get(ANN_AFFINITY)
+    raw = annotations.get(ANNOTATION_RESERVATION_AFFINITY)
     if raw:
         try:
             a = json.loads(raw)
@@ -170,8 +168,8 @@ def view(pod: JSON) -> PodView:
             v.selector = {str(k): str(x) for k, x in (a.get("reservationSelector") or {}).items()}
             v.tolerations = [t for t in a.get("tolerations") or [] if isinstance(t, dict)]
         except (ValueError, AttributeError) as e:
-            v.invalid = f"invalid {ANN_AFFINITY}: {e}"
-    raw = annotations.get(ANN_EXACT_MATCH)
+            v.invalid = f"invalid {ANNOTATION_RESERVATION_AFFINITY}: {e}"
+    raw = annotations.get(ANNOTATION_EXACT_MATCH_RESERVATION)
     if raw:
         try:
             spec = json.loads(repair_exact_match(raw))
@@ -180,5 +178,5 @@ def view(pod: JSON) -> PodView:
                 raise ValueError("resourceNames must be a list")
             v.exact = [str(n) for n in names or []]
         except (ValueError, AttributeError) as e:
-            v.invalid = f"invalid {ANN_EXACT_MATCH}: {e}"
+            v.invalid = f"invalid {ANNOTATION_EXACT_MATCH_RESERVATION}: {e}"
     return v

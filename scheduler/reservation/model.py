@@ -17,23 +17,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import PODS
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS
-from scheduler.cluster import ANNOTATION_RESERVE_POD, Cluster, key, pod_requests
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
+from apis.scheduling.reservation import (
+    ANNOTATION_EXACT_MATCH_RESERVATION,
+    ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESERVE_POD,
+    ReservationAllocated,
+    decode_reservation_allocated,
+)
+from scheduler.cluster import Cluster, key, pod_requests
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import parse_go_duration
 from scheduler.reservation import cpus, devices
 
 log = logging.getLogger(__name__)
 
-DOMAIN = "scheduling.koordinator.sh"
-ANN_ALLOCATED = f"{DOMAIN}/reservation-allocated"
-ANN_AFFINITY = f"{DOMAIN}/reservation-affinity"
-ANN_EXACT_MATCH = f"{DOMAIN}/exact-match-reservation"
-LABEL_IGNORED = f"{DOMAIN}/reservation-ignored"
-ANN_DEVICES = f"{DOMAIN}/device-allocated"
-ANN_RESERVE_POD = ANNOTATION_RESERVE_POD  # ours: marks the template pod of a reservation (never written out)
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
@@ -98,7 +100,7 @@ class Reservation:
 
     def held_devices(self) -> tuple[str, Any] | None:
         """(encoded, Allocations) of the devices still held, or None when it reserved none."""
-        reserved = self.annotations.get(ANN_DEVICES)
+        reserved = self.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         return devices.remaining(reserved, list(self.owner_devices.values())) if reserved else None
 
     def held_cpus(self) -> tuple[str, frozenset[int]] | None:
@@ -168,7 +170,8 @@ def reserve_pod(obj: JSON) -> JSON:
     for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         for part in ("requests", "limits"):  # the pod-count limit is the reservation's, not a request
             ((c.get("resources") or {}).get(part) or {}).pop(PODS, None)
-    annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}), ANN_RESERVE_POD: "true"}
+    annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}),
+                   ANNOTATION_RESERVE_POD: "true"}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"reservation/{meta.get('name')}", "uid": meta.get("uid"),
                          "labels": dict(tmeta.get("labels") or {}), "annotations": annotations},
@@ -230,13 +233,13 @@ def _requests_masked(r: Reservation, pod: JSON) -> dict[str, int]:
     return {k: v for k, v in pod_requests(pod).items() if k in r.allocatable}
 
 
-def allocated_to(pod: JSON) -> JSON | None:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_ALLOCATED)
+def allocated_to(pod: JSON) -> ReservationAllocated | None:
+    """The Reservation the pod says it was served from; None without the annotation or when it is malformed."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION_ALLOCATED)
     try:
-        got = json.loads(raw) if raw else None
-    except ValueError:
+        return decode_reservation_allocated(raw) if raw else None
+    except InvalidInput:
         return None
-    return got if isinstance(got, dict) else None
 
 
 def account(r: Reservation, pod: JSON) -> None:
@@ -290,8 +293,8 @@ def load(cluster: Cluster, objects: list[JSON], now: float | None = None) -> dic
         ref = allocated_to(pod)
         if ref is None:
             continue
-        got = by_uid.get(str(ref.get("uid") or "")) or book.get(str(ref.get("name") or ""))
-        if got is None or (ref.get("uid") and got.uid and ref.get("uid") != got.uid):
+        got = by_uid.get(ref.uid) or book.get(ref.name)
+        if got is None or (ref.uid and got.uid and ref.uid != got.uid):
             continue
         r = got
         if key(pod) not in r.owners:
@@ -327,7 +330,7 @@ def place(r: Reservation, cluster: Cluster) -> None:
         if r.placed is not pod or r.placed_shape != shape:
             annotations = {**((pod.get("metadata") or {}).get("annotations") or {}), **r.annotations}
             if held is not None:  # the reserve pod holds what is left; the object keeps what was reserved
-                annotations[ANN_DEVICES] = held[0]
+                annotations[ANNOTATION_DEVICE_ALLOCATED] = held[0]
             if held_cpu is not None:
                 annotations[ANNOTATION_RESOURCE_STATUS] = held_cpu[0]
             r.pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "annotations": annotations},
@@ -349,5 +352,5 @@ def repair_exact_match(raw: str) -> str:
     its intent is a list, so braces holding only strings are read as brackets (logged once per text)."""
     fixed = re.sub(r'\{(\s*"[^"{}:]*"(?:\s*,\s*"[^"{}:]*")*\s*)\}', r"[\1]", raw)
     if fixed != raw:
-        log.info("%s %r read as %r (the v1.6 release text's spelling)", ANN_EXACT_MATCH, raw, fixed)
+        log.info("%s %r read as %r (the v1.6 release text's spelling)", ANNOTATION_EXACT_MATCH_RESERVATION, raw, fixed)
     return fixed

@@ -10,13 +10,17 @@ pod goes back with what is left (nothing for allocateOnce: the reservation is Su
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import numpy as np
 
 from apis.core.objects import JSON
+from apis.scheduling.reservation import (
+    ANNOTATION_RESERVATION_ALLOCATED,
+    ReservationAllocated,
+    encode_reservation_allocated,
+)
 from scheduler.cluster import Cluster, NodeInfo, is_reserve_pod, key, pod_requests
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import pod_priority
@@ -24,7 +28,6 @@ from scheduler.interfaces import Handle, Placement
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
 from scheduler.reservation import matching
 from scheduler.reservation.model import (
-    ANN_ALLOCATED,
     AVAILABLE,
     PENDING,
     SUCCEEDED,
@@ -308,8 +311,7 @@ class ReservationPlugin:
         if r is None or (self._view is not None and self._view.ignored):
             return {}
         self._chosen = r
-        ref = {"name": r.name, **({"uid": r.uid} if r.uid else {})}
-        return {ANN_ALLOCATED: json.dumps(ref, separators=(",", ":"))}
+        return {ANNOTATION_RESERVATION_ALLOCATED: encode_reservation_allocated(ReservationAllocated(r.name, r.uid))}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         """Within a cycle: nothing was accounted yet. After it (a rejected gang's members are released): the

@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from koordlet.devices import rdma
-from koordlet.devices.model import DeviceSet
-from koordlet.devices.rdma import (
+from apis.extension.device_share import (
     LABEL_RDMA_LINK_STATE,
     LABEL_RDMA_NETDEV,
     LABEL_RDMA_VF_LINK_STATE,
@@ -27,11 +25,10 @@ from koordlet.devices.rdma import (
     LABEL_RDMA_VF_SPOOFCHK,
     LABEL_RDMA_VF_TRUST,
     LABEL_RDMA_VF_VLAN,
-    LinkInfo,
-    NullNetlink,
-    PyRoute2Netlink,
-    VFInfo,
 )
+from koordlet.devices import rdma
+from koordlet.devices.model import DeviceSet
+from koordlet.devices.rdma import LinkInfo, NullNetlink, PyRoute2Netlink, VFInfo
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
 

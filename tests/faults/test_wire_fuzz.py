@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.core.errors import KoordletError
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, decode_device_allocations
+from apis.extension.resource_status import parse_cpuset, resource_status
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
@@ -28,8 +30,7 @@ from koordlet.pb import nri_pb2 as api
 from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.pb import ttrpc_pb2
 from koordlet.podresources.merge import index_pods, merge_list
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, decode_allocations
-from koordlet.states.cpupools import decode_pools, parse_cpuset, resource_status
+from koordlet.states.cpupools import decode_pools
 from koordlet.states.kubeletcpu import parse_cpu_manager_state
 from koordlet.states.pods import PodState
 
@@ -238,7 +239,7 @@ _TEXT = st.one_of(st.text(max_size=64), _JSON.map(json.dumps), st.from_regex(r"[
 def test_annotation_decoders_10000_texts(which: str, text: str) -> None:
     """Any annotation or state-file text: decoded, or refused with InvalidInput (a KoordletError: the caller skips
     that one pod or file and says so), never another exception."""
-    decode = {"device-allocated": decode_allocations, "cpu-pools": decode_pools, "cpuset": parse_cpuset,
+    decode = {"device-allocated": decode_device_allocations, "cpu-pools": decode_pools, "cpuset": parse_cpuset,
               "cpu-manager-state": parse_cpu_manager_state,
               "resource-status": lambda t: resource_status({"scheduling.koordinator.sh/resource-status": t}).cpus()}
     with contextlib.suppress(KoordletError):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from test_hooks_devices import ascend_node
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.host.driver import CgroupDriver
 from koordlet.pb import nri_pb2 as api
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 from simhost import SimHost

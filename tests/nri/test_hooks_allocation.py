@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from koordlet.states.allocation import (
+from apis.extension.device_allocated import (
     ANNOTATION_DEVICE_ALLOCATED,
-    AllocationError,
     DeviceAllocation,
     VirtualFunction,
-    decode_allocations,
-    pod_allocations,
+    decode_device_allocations,
+    pod_device_allocations,
 )
+from apis.extension.errors import AnnotationError
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vendor-outputs"
 if not FIXTURES.is_dir():  # a clone elsewhere: shared/ sits beside the checkout
@@ -33,7 +33,7 @@ def fixture_annotation() -> str:
 
 
 def test_the_annotation_koord_scheduler_wrote() -> None:
-    allocs = decode_allocations(fixture_annotation())
+    allocs = decode_device_allocations(fixture_annotation())
     assert list(allocs) == ["gpu", "rdma"]
     (gpu,) = allocs["gpu"]
     assert gpu.minor == 0
@@ -44,29 +44,30 @@ def test_the_annotation_koord_scheduler_wrote() -> None:
 
 
 def test_absent_and_null() -> None:
-    assert pod_allocations({}) is None
-    assert pod_allocations({ANNOTATION_DEVICE_ALLOCATED: "null"}) == {}
-    assert decode_allocations('{"gpu":null}') == {"gpu": ()}
-    a = decode_allocations('{"gpu":[{"minor":null,"resources":null,"id":null,"extension":null}]}')["gpu"][0]
+    assert pod_device_allocations({}) is None
+    assert pod_device_allocations({ANNOTATION_DEVICE_ALLOCATED: "null"}) == {}
+    assert decode_device_allocations('{"gpu":null}') == {"gpu": ()}
+    a = decode_device_allocations('{"gpu":[{"minor":null,"resources":null,"id":null,"extension":null}]}')["gpu"][0]
     assert a == DeviceAllocation(0)
     # a null VF is the zero VF (a struct element), a null allocation is an error (upstream would dereference it)
-    assert decode_allocations('{"rdma":[{"extension":{"vfs":[null]}}]}')["rdma"][0].vfs == (VirtualFunction(0, ""),)
+    vfs = decode_device_allocations('{"rdma":[{"extension":{"vfs":[null]}}]}')["rdma"][0].vfs
+    assert vfs == (VirtualFunction(0, ""),)
 
 
 def test_struct_fields_fold_case_map_keys_do_not() -> None:
-    allocs = decode_allocations('{"GPU":[{"Minor":3,"ID":"GPU-x","Extension":{"VFs":[{"BusId":"0000:01:00.2"}],'
+    allocs = decode_device_allocations('{"GPU":[{"Minor":3,"ID":"GPU-x","Extension":{"VFs":[{"BusId":"0000:01:00.2"}],'
                                 '"GPUSHAREDRESOURCETEMPLATE":"t"}}],"gpu":[]}')
     assert allocs["gpu"] == ()
     (a,) = allocs["GPU"]
     assert (a.minor, a.id, a.vfs, a.gpu_shared_resource_template) == (3, "GPU-x", (VirtualFunction(0, "0000:01:00.2"),),
                                                                        "t")
     # resource names are map keys: case-sensitive; a quantity may be a number
-    (b,) = decode_allocations('{"gpu":[{"resources":{"koordinator.sh/GPU-core":50,"koordinator.sh/gpu-core":"1.5"}}]}'
-                              )["gpu"]
+    (b,) = decode_device_allocations(
+        '{"gpu":[{"resources":{"koordinator.sh/GPU-core":50,"koordinator.sh/gpu-core":"1.5"}}]}')["gpu"]
     assert b.value("koordinator.sh/GPU-core") == 50
     assert b.value("koordinator.sh/gpu-core") == 2  # Quantity.Value() rounds up
     # a repeated struct field: the last one wins
-    assert decode_allocations('{"gpu":[{"minor":1,"MINOR":2}]}')["gpu"][0].minor == 2
+    assert decode_device_allocations('{"gpu":[{"minor":1,"MINOR":2}]}')["gpu"][0].minor == 2
 
 
 @pytest.mark.parametrize(("text", "path", "needle"), [
@@ -95,12 +96,12 @@ def test_struct_fields_fold_case_map_keys_do_not() -> None:
     ('{"gpu":[{"minor":NaN}]}', "", "invalid JSON"),
 ])
 def test_errors_name_the_field(text: str, path: str, needle: str) -> None:
-    with pytest.raises(AllocationError) as e:
-        decode_allocations(text)
+    with pytest.raises(AnnotationError) as e:
+        decode_device_allocations(text)
     assert e.value.path == path
     assert needle in e.value.message
 
 
 def test_unknown_fields_are_ignored() -> None:
-    (a,) = decode_allocations('{"fpga":[{"minor":1,"whatever":{"x":[1]},"extension":{"other":1}}]}')["fpga"]
+    (a,) = decode_device_allocations('{"fpga":[{"minor":1,"whatever":{"x":[1]},"extension":{"other":1}}]}')["fpga"]
     assert a == DeviceAllocation(1)

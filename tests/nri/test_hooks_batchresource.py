@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
+from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir
@@ -21,7 +23,6 @@ from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos import batchresource
-from koordlet.qos.batchspec import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
@@ -118,7 +119,7 @@ def test_the_hook_and_the_reconciler_agree(tmp_path: Path, version: int) -> None
     raw["metadata"]["annotations"] = {ANNOTATION_EXTENDED_RESOURCE_SPEC: json.dumps(SPEC)}
     meta = pod_meta(raw, CgroupDriver.CGROUPFS, Health())
     paths = HostPaths.under(str(tmp_path))
-    node = {"metadata": {"name": "n", "annotations": {batchresource.ANNOTATION_CPU_NORMALIZATION_RATIO: "1.5"}}}
+    node = {"metadata": {"name": "n", "annotations": {ANNOTATION_CPU_NORMALIZATION_RATIO: "1.5"}}}
     for slo in (nodeslo_config(None), SUPPRESS_CFS):
         state = QoSState(paths, version, CgroupDriver.CGROUPFS, [meta], slo, node=node)
         planned = batchresource.plan(state, batchresource.BatchFacts(False, 1.5))

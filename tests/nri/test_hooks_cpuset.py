@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from koordlet.host.paths import HostPaths
 from koordlet.nri import convert
 from koordlet.nri.hooks import stages
@@ -13,7 +14,7 @@ from koordlet.nri.hooks.facts import NodeFacts
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos.cpuset import CPUSetRule
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, SharePool
+from koordlet.states.cpupools import SharePool
 
 UID = "0b7f2e4c-1d3a-4e5b-8c6d-7e8f9a0b1c2d"
 CONTAINER = ContainerInfo("c1", "sb", "main")

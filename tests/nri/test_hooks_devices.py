@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from test_hooks_allocation import fixture_annotation
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks import stages
 from koordlet.nri.hooks.facts import NodeFacts, NodeFactsReader
@@ -32,7 +33,6 @@ from koordlet.nri.hooks.model import (
     PodInfo,
 )
 from koordlet.nri.hooks.options import HookOptions
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from conftest import require
 from simpci import add_rdma_nic, add_vfs

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks import stages
@@ -19,7 +20,6 @@ from koordlet.nri.hooks.model import Adjustment, ContainerInfo, DeviceNode, Hook
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.hooks.stages import STAGES, Hook
 from koordlet.qos.resctrl_facts import ResctrlFacts
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.states.nodeslo import nodeslo_config
 
 UID = "0f6bb8d1-5d2c-4f6e-8a3a-1b2c3d4e5f60"

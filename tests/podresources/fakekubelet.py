@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.pb import podresources_v1_pb2 as v1
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 LIST = "/v1.PodResourcesLister/List"
 GET = "/v1.PodResourcesLister/Get"

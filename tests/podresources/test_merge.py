@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from koordlet.pb import podresources_v1_pb2 as v1
 from koordlet.podresources.merge import (
     MALFORMED,
@@ -18,7 +19,6 @@ from koordlet.podresources.merge import (
     merge_list,
     to_v1alpha1,
 )
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED
 
 from fakekubelet import entry, pod
 from proxyharness import metas

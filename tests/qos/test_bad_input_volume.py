@@ -28,6 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
+from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
+from apis.extension.resctrl import ANNOTATION_RESCTRL
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
@@ -69,7 +72,7 @@ def scaled(n: int) -> int:
 
 QOS_LABEL = "koordinator.sh/qosClass"
 PRIORITY_LABEL = "koordinator.sh/priority-class"
-ANNOTATIONS = (resctrl_facts.ANNOTATION, cpuqos.ANNOTATION_CPU_QOS, blkio_facts.ANNOTATION)
+ANNOTATIONS = (ANNOTATION_RESCTRL, ANNOTATION_POD_CPU_QOS, ANNOTATION_POD_BLKIO_QOS)
 POOL = tuple(f"0000000{i}-aaaa-bbbb-cccc-00000000000{i}" for i in range(5))  # pod uids with cgroups on the hosts
 KUBE_QOS = (K8sQoS.GUARANTEED, K8sQoS.BURSTABLE, K8sQoS.BESTEFFORT)
 CPU_FILES = ("cpu.bvt_warp_ns", "cpu.idle", "cpu.shares", "cpu.weight")
@@ -858,9 +861,10 @@ def test_fuzzed_runs_left_every_host_file_as_built(hosts: Hosts, tmp_path: Path)
 
 
 @pytest.mark.parametrize(("feature", "annotation", "good"), [
-    ("resctrl", resctrl_facts.ANNOTATION, '{"llc": {"schemata": {"range": [0, 50]}}}'),
-    ("cpuqos", cpuqos.ANNOTATION_CPU_QOS, '{"enable": true, "groupIdentity": 2}'),
-    ("blkio", blkio_facts.ANNOTATION, '{"blocks": [{"name": "/dev/vdb", "type": "device", "ioCfg": {"readIOPS": 9}}]}'),
+    ("resctrl", ANNOTATION_RESCTRL, '{"llc": {"schemata": {"range": [0, 50]}}}'),
+    ("cpuqos", ANNOTATION_POD_CPU_QOS, '{"enable": true, "groupIdentity": 2}'),
+    ("blkio", ANNOTATION_POD_BLKIO_QOS,
+     '{"blocks": [{"name": "/dev/vdb", "type": "device", "ioCfg": {"readIOPS": 9}}]}'),
 ])
 def test_deeply_nested_annotation_skips_only_its_pod(hosts: Hosts, feature: str, annotation: str, good: str) -> None:
     """JSON nested deeper than Python's recursion limit made json.loads raise RecursionError, which no planner

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
+from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from apis.slo.types import NodeSLOSpec
 from koordlet import cli
 from koordlet.config import Config
@@ -22,14 +24,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path, shares_to_weight, v1_memory_unlimited
 from koordlet.qos import batchresource, cpuqos
-from koordlet.qos.batchspec import (
-    ANNOTATION_EXTENDED_RESOURCE_SPEC,
-    BATCH_CPU,
-    BATCH_MEMORY,
-    milli_cpu_to_quota,
-    milli_cpu_to_shares,
-    pod_batch,
-)
+from koordlet.qos.batchspec import milli_cpu_to_quota, milli_cpu_to_shares, pod_batch
 from koordlet.qos.executor import Executor
 from koordlet.qos.features import BatchResource
 from koordlet.qos.manager import QoSManager, enabled_features
@@ -95,7 +90,7 @@ def slo(*, suppress: str | None = None, be_cpu_qos: bool = False) -> NodeSLOSpec
 
 
 def node(ratio: str) -> dict[str, Any]:
-    return {"metadata": {"name": "n1", "annotations": {batchresource.ANNOTATION_CPU_NORMALIZATION_RATIO: ratio}}}
+    return {"metadata": {"name": "n1", "annotations": {ANNOTATION_CPU_NORMALIZATION_RATIO: ratio}}}
 
 
 def state(pods: list[PodMeta], spec: dict[str, Any] | None = None, *, host: SimHost | None = None,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
@@ -111,7 +112,7 @@ class Node:
         uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
         raw = make_pod(name, uid, "BestEffort", labels={"koordinator.sh/qosClass": qos} if qos else {}, phase=phase)
         if annotation is not None:
-            raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: annotation}  # type: ignore[index]
+            raw["metadata"]["annotations"] = {ANNOTATION_POD_BLKIO_QOS: annotation}  # type: ignore[index]
         if volumes is not None:
             raw["spec"]["volumes"] = volumes  # type: ignore[index]
         meta = pod_meta(raw, self.driver, Health())
@@ -409,7 +410,8 @@ def test_pod_annotations(tmp_path: Path) -> None:
         node.v1_class_files(p.cgroup_dir, **stale)
     plan = node.plan(node.state())
     [err] = plan.errors
-    assert (err.kind, err.name, err.field, err.uid) == ("Pod", "default/bad", f"annotations[{blkio_facts.ANNOTATION}]",
+    field = f"annotations[{ANNOTATION_POD_BLKIO_QOS}]"
+    assert (err.kind, err.name, err.field, err.uid) == ("Pod", "default/bad", field,
                                                         pods["bad"].uid)
     assert err.message.startswith("invalid JSON")
     good, empty = pods["good"].cgroup_dir, pods["empty"].cgroup_dir
@@ -475,7 +477,7 @@ def test_bad_annotation_skips_only_that_pod(tmp_path: Path, blocks: Any, field: 
         node.v1_class_files(p.cgroup_dir, **{RIOPS: f"{VDA} 5\n"})
     plan = node.plan(node.state())
     [err] = plan.errors
-    assert err.field == f"annotations[{blkio_facts.ANNOTATION}].{field}" and err.reason == "InvalidBlkioQOSAnnotation"
+    assert err.field == f"annotations[{ANNOTATION_POD_BLKIO_QOS}].{field}" and err.reason == "InvalidBlkioQOSAnnotation"
     assert message in err.message
     assert all(w.path.startswith(str(node.dir(good.cgroup_dir))) for w in plan.writes)  # no reset on the bad pod
     assert (f"{good.cgroup_dir}/{RIOPS}", f"{VDB} 1024") in node.rel(plan)
@@ -637,7 +639,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
     pod_rel = pod_dir(CgroupDriver.CGROUPFS, K8sQoS.BESTEFFORT, uid)
     (v1_blkio / "blkio" / pod_rel).mkdir(parents=True)
     raw = make_pod("real", uid, "BestEffort", labels={"koordinator.sh/qosClass": "BE"})
-    raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: json.dumps(  # type: ignore[index]
+    raw["metadata"]["annotations"] = {ANNOTATION_POD_BLKIO_QOS: json.dumps(  # type: ignore[index]
         {"blocks": [{"name": f"/dev/{disk}", "type": "device", "ioCfg": {"readIOPS": 300, "writeBPS": 2097152}}]})}
     pod = pod_meta(raw, CgroupDriver.CGROUPFS, Health())
     be = {"enable": True, "blocks": [{"name": f"/dev/{disk}", "type": "device", "ioCfg": {
@@ -645,7 +647,7 @@ def test_real_cgroup_v1_throttles(v1_blkio: Path) -> None:
 
     def state(be_cfg: dict[str, Any], annotation: str | None = None) -> QoSState:
         if annotation is not None:
-            raw["metadata"]["annotations"] = {blkio_facts.ANNOTATION: annotation}  # type: ignore[index]
+            raw["metadata"]["annotations"] = {ANNOTATION_POD_BLKIO_QOS: annotation}  # type: ignore[index]
         spec = nodeslo_config({"resourceQOSStrategy": {"beClass": {"blkioQOS": be_cfg}}})
         return QoSState(paths, 1, CgroupDriver.CGROUPFS, [pod], spec)
 

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
 from apis.slo.types import CPUBurstConfig, NodeSLOSpec
 from koordlet.config import Config
 from koordlet.events import EventRecorder
@@ -27,7 +28,6 @@ from koordlet.metriccache import MetricCache
 from koordlet.qos import cpuburst
 from koordlet.qos.cpuburst import by_node, operation, target_quota
 from koordlet.qos.cpuburst_config import (
-    ANNOTATION_CPU_BURST,
     pod_config,
     static_burst_us,
 )
@@ -85,7 +85,7 @@ def pod(name: str, limits: dict[str, str | None], *, label: str | None = None, r
         "status": {"phase": phase, "qosClass": qos, "containerStatuses": statuses},
     }
     if annotation is not None:
-        raw["metadata"]["annotations"] = {ANNOTATION_CPU_BURST: annotation if isinstance(annotation, str)
+        raw["metadata"]["annotations"] = {ANNOTATION_POD_CPU_BURST: annotation if isinstance(annotation, str)
                                           else json.dumps(annotation)}
     return pod_meta(raw, driver, Health())
 
@@ -141,7 +141,7 @@ def test_pod_config_cases() -> None:
 def test_bad_annotation_uses_the_node_config_and_is_an_event(text: str) -> None:
     node = CPUBurstConfig("auto", 1000, 300, 600)
     got, err = pod_config(pod("p", {"c": "1"}, annotation=text), node)
-    assert got == node and err is not None and err.field == f"annotations[{ANNOTATION_CPU_BURST}]"
+    assert got == node and err is not None and err.field == f"annotations[{ANNOTATION_POD_CPU_BURST}]"
 
 
 # ---- static burst: upstream TestCPUBurst_applyCPUBurst -----------------------------------------------------------
@@ -595,7 +595,7 @@ def test_annotation_error_is_reported_and_the_node_config_applies() -> None:
     p = pod("p", {"c": "1"}, annotation="{bad")
     st = QoSState(HostPaths.under("/x"), 1, DRIVER, [p], cfg_slo(AUTO))
     out = cpuburst.plan(st, BurstFacts(True))
-    assert [e.field for e in out.errors] == [f"annotations[{ANNOTATION_CPU_BURST}]"]
+    assert [e.field for e in out.errors] == [f"annotations[{ANNOTATION_POD_CPU_BURST}]"]
     assert {w.value for w in out.writes} == {str(B)}
 
 

@@ -11,6 +11,13 @@ from typing import Any
 
 import pytest
 
+from apis.extension.resource_status import (
+    ANNOTATION_RESOURCE_STATUS,
+    ResourceStatus,
+    format_cpuset,
+    parse_cpuset,
+    resource_status,
+)
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.paths import HostPaths
@@ -19,14 +26,7 @@ from koordlet.qos.cpuset import CPUSetFacts, CPUSetRule, canonical, container_cp
 from koordlet.qos.executor import Executor
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import (
-    ANNOTATION_RESOURCE_STATUS,
-    ResourceStatus,
-    SharePool,
-    format_cpuset,
-    parse_cpuset,
-    resource_status,
-)
+from koordlet.states.cpupools import SharePool
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta

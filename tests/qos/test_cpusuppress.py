@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.extension.numa_aware import CPUInfo
 from apis.slo.types import NodeSLOSpec
 from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
@@ -40,7 +41,7 @@ from koordlet.qos.executor import Executor
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.cpupools import CPUInfo, CPUTopology
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import pod_meta

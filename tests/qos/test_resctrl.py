@@ -14,6 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from apis.core.errors import InvalidInput
+from apis.extension.errors import AnnotationError
+from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig, decode_resctrl
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
@@ -38,16 +40,7 @@ from koordlet.qos.resctrl import (
     pod_schemata,
 )
 from koordlet.qos.resctrl_closids import Claim, granted, priority
-from koordlet.qos.resctrl_facts import (
-    ANNOTATION,
-    AnnotationError,
-    ResctrlConfig,
-    ResctrlFacts,
-    Schemata,
-    decode_resctrl,
-    parse_schemata,
-    read_facts,
-)
+from koordlet.qos.resctrl_facts import ResctrlFacts, Schemata, parse_schemata, read_facts
 from koordlet.qos.state import QoSState
 from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
@@ -149,7 +142,7 @@ class Tree:
         tids = {"c1": (100,)} if tids is None else tids
         meta: dict[str, Any] = {"uid": uid, "name": name or f"pod-{uid}", "namespace": "default",
                                 "labels": {"koordinator.sh/qosClass": koord} if koord else {},
-                                "annotations": {ANNOTATION: annotation} if annotation is not None else {}}
+                                "annotations": {ANNOTATION_RESCTRL: annotation} if annotation is not None else {}}
         if created is not None:
             meta["creationTimestamp"] = created
         raw = {"metadata": meta, "status": {"phase": phase, "qosClass": qos, "containerStatuses": [
@@ -535,7 +528,7 @@ def test_pod_level_lifecycle(tree: Tree) -> None:
     assert tree.plan().writes == []
 
     # the annotation changes: re-applied ([quirk] upstream keeps the old schemata); MB goes back to unlimited
-    tree.pods[0]["metadata"]["annotations"][ANNOTATION] = '{"mb":{"schemata":{"percent":50}}}'
+    tree.pods[0]["metadata"]["annotations"][ANNOTATION_RESCTRL] = '{"mb":{"schemata":{"percent":50}}}'
     changed = tree.plan()
     assert _writes(changed) == [("write", "koordlet-u1/schemata", "L3:0=7ff;1=7ff;\n"),
                                 ("write", "koordlet-u1/schemata", "MB:0=50;1=50;\n")]
@@ -576,7 +569,7 @@ def test_terminated_or_unannotated_pod_loses_its_group(tree: Tree) -> None:
     tree.add_group("koordlet-u2", tasks=(8,))
     for cls in ("LSR", "LS", "BE"):
         tree.add_group(cls)
-    del tree.pods[0]["metadata"]["annotations"][ANNOTATION]
+    del tree.pods[0]["metadata"]["annotations"][ANNOTATION_RESCTRL]
     tree.pods[1]["status"]["phase"] = "Succeeded"
     p = tree.plan(_enabled(lsClass={}))
     # removed first, then the pod's threads go to its class group
@@ -615,7 +608,7 @@ def test_malformed_annotation_skips_only_that_pod(tree: Tree) -> None:
     tree.add_pod("cls", koord="BE", qos="BestEffort", tids={"c1": (10,)})
     p = tree.plan(_enabled(beClass={}))
     assert [(e.kind, e.name, e.field, e.reason, e.uid) for e in p.errors] == [
-        ("Pod", "default/web-0", f"annotations[{ANNOTATION}].llc.schemata.range", REASON_ANNOTATION, "bad")]
+        ("Pod", "default/web-0", f"annotations[{ANNOTATION_RESCTRL}].llc.schemata.range", REASON_ANNOTATION, "bad")]
     assert "[80, 20]" in p.errors[0].message
     paths = {w for _, w, _ in _writes(p)}
     assert not any("koordlet-bad" in w for w in paths)  # untouched, not removed, not in the BE group either
@@ -795,15 +788,15 @@ def test_the_annotation_is_read_once_per_pod_per_pass(tree: Tree) -> None:
         reads = 0
 
         def get(self, key: str, default: Any = None) -> Any:
-            Counted.reads += key == ANNOTATION
+            Counted.reads += key == ANNOTATION_RESCTRL
             return super().get(key, default)
 
         def __getitem__(self, key: str) -> str:
-            Counted.reads += key == ANNOTATION
+            Counted.reads += key == ANNOTATION_RESCTRL
             return super().__getitem__(key)
 
         def __contains__(self, key: object) -> bool:
-            Counted.reads += key == ANNOTATION
+            Counted.reads += key == ANNOTATION_RESCTRL
             return super().__contains__(key)
 
     for uid in ("u1", "u2"):

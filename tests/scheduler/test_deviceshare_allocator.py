@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.cluster import NodeInfo
 from scheduler.deviceshare.plugin import DeviceShare
-from scheduler.deviceshare.state import decode_allocations
+from scheduler.deviceshare.state import read_allocations
 
 from conftest import agent_device
 
@@ -276,7 +276,7 @@ def test_rdma_apply_for_all_and_selector() -> None:
                                       "selector": {"matchLabels": {"type": "fakeW"}}}})}
     doc = place(DeviceShare(), node, pod("p", {"koordinator.sh/rdma": 1}, ann))
     assert minors(doc, "rdma") == list(range(1, 9))
-    assert decode_allocations(json.dumps(doc))["rdma"][0].resources == {"koordinator.sh/rdma": 1}
+    assert read_allocations(json.dumps(doc))["rdma"][0].resources == {"koordinator.sh/rdma": 1}
 
 
 def test_restricted_reservation_devices_are_the_only_ones() -> None:

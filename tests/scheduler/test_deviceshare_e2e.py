@@ -8,7 +8,7 @@ from typing import Any
 
 from scheduler.cluster import build_cluster
 from scheduler.deviceshare.plugin import DeviceShare
-from scheduler.deviceshare.state import decode_allocations
+from scheduler.deviceshare.state import read_allocations
 from scheduler.framework import Profile, Scheduler
 from scheduler.plugins.fit import NodeResourcesFit
 
@@ -70,7 +70,7 @@ def test_scheduler_places_device_pods() -> None:
     assert set(used.values()) == {1} and 0 not in used
     for pl in placed.values():
         if ALLOCATED in pl.annotations:
-            decode_allocations(pl.annotations[ALLOCATED])
+            read_allocations(pl.annotations[ALLOCATED])
     assert "default/broken" in ds.state.nodes["l20"].malformed
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.cluster import NodeInfo
 from scheduler.deviceshare.plugin import DeviceShare
-from scheduler.deviceshare.state import VF, Allocation, DeviceState, decode_allocations, encode_allocations
+from scheduler.deviceshare.state import VF, Allocation, DeviceState, encode_allocations, read_allocations
 
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CORE, MEM, RATIO = "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio"
@@ -111,6 +111,6 @@ def test_encode_matches_go_shape_and_round_trips() -> None:
                    '"extension":{"gpuSharedResourceTemplate":"t1"}}],'
                    '"rdma":[{"minor":1,"resources":{"koordinator.sh/rdma":"1"},'
                    '"extension":{"vfs":[{"busID":"0000:09:00.2"},{"minor":3,"busID":"0000:09:00.5"}]}}]}')
-    back = decode_allocations(raw)
+    back = read_allocations(raw)
     assert back["gpu"][0].resources == allocs["gpu"][0].resources
     assert back["rdma"][0].vfs == allocs["rdma"][0].vfs

@@ -19,7 +19,7 @@ import yaml
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cluster import NodeInfo, build_cluster
 from scheduler.deviceshare.plugin import DeviceShare
-from scheduler.deviceshare.state import decode_allocations
+from scheduler.deviceshare.state import read_allocations
 from scheduler.deviceshare.templates import TemplatesConfig, match, parse_catalog
 from scheduler.deviceshare.vendors import lock_held, lock_value
 from scheduler.framework import Profile, Scheduler
@@ -162,7 +162,7 @@ def test_vnpu_templates_fill_one_npu_then_stop() -> None:
     placed = [sched.schedule(vnpu(f"v{i}", 5, 1, "16Gi")) for i in range(5)]
     assert [p.node for p in placed[:4]] == ["node-1"] * 4  # 20 cores, 7 AI CPUs, 64Gi: four vir05_1c_16g
     assert placed[4].node is None and "1 Insufficient gpu devices" in placed[4].reason
-    assert decode_allocations(placed[0].annotations[ALLOCATED])["gpu"][0].template == "vir05_1c_16g"
+    assert read_allocations(placed[0].annotations[ALLOCATED])["gpu"][0].template == "vir05_1c_16g"
 
 
 def test_impossible_vnpu_shape_is_refused_with_the_template_list() -> None:
@@ -406,7 +406,7 @@ def test_v07_pods_with_deprecated_names_are_placed() -> None:
     assert sched.cluster.nodes["old"].requested["koordinator.sh/gpu-core"] == 150
     # an old allocation annotation with the deprecated names counts against the same GPU
     allocated = json.dumps({"gpu": [{"minor": 1, "resources": {"kubernetes.io/gpu-core": "100"}}]})
-    assert decode_allocations(allocated)["gpu"][0].resources == {"koordinator.sh/gpu-core": 100}
+    assert read_allocations(allocated)["gpu"][0].resources == {"koordinator.sh/gpu-core": 100}
 
 
 # ---- koord-sched run: labels and node locks reach the API server -------------------------------------------------

@@ -16,7 +16,7 @@ import yaml
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main
 from scheduler.noderesource.apply import plan
-from scheduler.noderesource.calculate import NodeResource, batch, calculate, gpu, mid, rdma
+from scheduler.noderesource.calculate import NodeResource, batch, calculate, gpu, mid, node_reserved, rdma
 from scheduler.noderesource.controller import NodeResourceController
 from scheduler.noderesource.strategy import DEFAULT_STRATEGY, ConfigError, overlay, parse_config_map
 
@@ -400,3 +400,12 @@ async def test_run_with_noderesource_starts_the_loop_beside_the_scheduler(km: km
     bad = argparse.Namespace(**{**vars(ns), "nr_interval": "soon"})
     with pytest.raises(ValueError, match="--noderesource-interval"):
         start_background(KubeConfig(server=str(km.url)), bad, stop)
+
+
+@pytest.mark.parametrize(("reserved_cpus", "cores"), [("0-3,2-3", 4), ("0,0,1", 2), ("0,,1", 0), ("3", 1)])
+def test_reserved_cpus_count_each_cpu_once_as_cpuset_parse_does(reserved_cpus: str, cores: int) -> None:
+    """GetNodeReservationFromAnnotation: reservedCPUs is cpuset.Parse(...).Size(); a list that does not parse
+    reserves nothing (the whole annotation is ignored)."""
+    n = node(cpu="8", memory="16G")
+    n["metadata"]["annotations"] = {"node.koordinator.sh/reservation": json.dumps({"reservedCPUs": reserved_cpus})}
+    assert node_reserved(n).get("cpu", 0) == cores * 1000

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from koordlet.states.cpupools import resource_status
+from apis.extension.resource_status import resource_status
 from scheduler.cli import simulate
 from scheduler.cluster import build_cluster
 from scheduler.numa.hints import BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE, Hint, mask_string, merge

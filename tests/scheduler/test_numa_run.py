@@ -13,7 +13,7 @@ import pytest
 from test_numa import LSR, SPEC, STATUS, node, nrt, pod
 
 from apis.client.kubeapi import KubeClient, KubeConfig
-from koordlet.states.cpupools import resource_status
+from apis.extension.resource_status import resource_status
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
 from scheduler.extender import ClusterSource, Extender

@@ -9,7 +9,7 @@ from typing import Any
 
 from test_numa import LSR, node, nrt, pod
 
-from koordlet.states.cpupools import resource_status
+from apis.extension.resource_status import resource_status
 from scheduler.cli import simulate
 from scheduler.cluster import build_cluster
 

@@ -10,22 +10,17 @@ from typing import Any
 import pytest
 
 from apis.core.errors import InvalidInput
-from koordlet.host.driver import CgroupDriver
-from koordlet.states.cpupools import (
+from apis.extension.numa_aware import CPUInfo
+from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
-    CPUInfo,
     CPUSetError,
-    CPUTopology,
-    SharePool,
-    be_share_pools,
-    decode_pools,
-    encode_pools,
     format_cpuset,
     parse_cpuset,
     resource_status,
     same_cpuset,
-    share_pools,
 )
+from koordlet.host.driver import CgroupDriver
+from koordlet.states.cpupools import CPUTopology, SharePool, be_share_pools, decode_pools, encode_pools, share_pools
 from koordlet.states.model import PodMeta
 
 from simhost import SimHost

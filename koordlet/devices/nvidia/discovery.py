@@ -16,21 +16,16 @@ from dataclasses import dataclass
 
 from apis.core.errors import InvalidInput
 from apis.core.quantity import format_bytes
-from koordlet.devices import pci
-from koordlet.devices.model import (
+from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_DRIVER_VERSION,
     LABEL_GPU_MODEL,
     LABEL_GPU_PARTITION_POLICY,
     LABEL_GPU_VENDOR,
-    RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY,
-    RESOURCE_GPU_MEMORY_RATIO,
-    DeviceEntry,
-    DeviceSet,
-    healthy_condition,
-    topology,
 )
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from koordlet.devices import pci
+from koordlet.devices.model import DeviceEntry, DeviceSet, healthy_condition, topology
 from koordlet.devices.nvidia.backend import GpuInfo, NvmlBackend, NvmlError
 from koordlet.devices.nvidia.health import XidHealth
 from koordlet.devices.nvidia.topology import partitions

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from apis.extension.resources import RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP
 from koordlet.devices.vendors import CommandError, Runner, VendorError, fields_after_colon, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
 
@@ -20,10 +21,6 @@ PCI_VENDOR_ID = "19e5"
 # Huawei's Hi171x BMC (iBMC VGA/management) functions share the vendor id but are not NPUs.
 EXCLUDED_PRODUCTS = frozenset({"1710", "1711"})
 NPU_SMI = "npu-smi"
-RESOURCE_NPU_CORE = "huawei.com/npu-core"
-RESOURCE_NPU_CPU = "huawei.com/npu-cpu"
-RESOURCE_NPU_DVPP = "huawei.com/npu-dvpp"
-RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
 
 # npu.go: models whose AI CPU count is fixed (npu-smi cpu-num-cfg is "not supported" there).
 _AI_CPU_BY_MODEL = {"Ascend-910B": 0, "Ascend-910B2": 6, "Ascend-910B3": 7, "Ascend-910B4": 7}

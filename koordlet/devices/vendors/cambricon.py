@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
 from koordlet.devices.vendors import CommandError, Runner, VendorError, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
 
@@ -17,8 +18,6 @@ log = logging.getLogger(__name__)
 VENDOR = "cambricon"
 PCI_VENDOR_ID = "cabc"
 CNMON = "cnmon"
-RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
-RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
 
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _MEMORY = re.compile(r"(\d+)\s*MiB\s*/\s*(\d+)\s*MiB")

@@ -21,13 +21,13 @@ log line, the hook's failed-invocation metric); the reconciler reports the same 
 
 from __future__ import annotations
 
+from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC
 from koordlet.host.resources import RESOURCES
 from koordlet.nri.hooks.context import HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.groupidentity import pod_cgroup_dir
 from koordlet.nri.hooks.model import Adjustment, HookResult
 from koordlet.qos.batchresource import cfs_quota_enabled, cgroup_writes
 from koordlet.qos.batchspec import (
-    ANNOTATION_EXTENDED_RESOURCE_SPEC,
     BatchSpecError,
     BatchValues,
     ContainerBatch,

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from apis.core.errors import InvalidInput
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, Allocations, pod_device_allocations
+from apis.extension.errors import AnnotationError
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
-from koordlet.states.allocation import ANNOTATION_DEVICE_ALLOCATED, AllocationError, Allocations, pod_allocations
 
 if TYPE_CHECKING:
     from koordlet.nri.hooks.facts import NodeFacts
@@ -66,8 +67,8 @@ class HookCall:
         if not self._decoded:
             self._decoded = True
             try:
-                self._allocations = pod_allocations(self.pod.annotations) or {}
-            except AllocationError as e:
+                self._allocations = pod_device_allocations(self.pod.annotations) or {}
+            except AnnotationError as e:
                 self._allocation_error = HookInputError(annotation_field(ANNOTATION_DEVICE_ALLOCATED, e.path),
                                                         e.message)
         if self._allocation_error is not None:

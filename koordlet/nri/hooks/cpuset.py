@@ -12,14 +12,14 @@ unset, as upstream's own empty value does. Fails open: a malformed annotation ad
 from __future__ import annotations
 
 from apis.core.errors import InvalidInput
+from apis.extension.qos import koord_qos_class_of_labels
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus, resource_status
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path
 from koordlet.nri.hooks.context import HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.groupidentity import pod_cgroup_dir
 from koordlet.nri.hooks.model import Adjustment, HookResult
 from koordlet.qos.cpuset import GATE_BE_CPU_MANAGER, canonical, container_cpuset
 from koordlet.qos.model import Plan, Write
-from koordlet.states.cpupools import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus, resource_status
-from koordlet.states.qos import koord_qos_class_of_labels
 
 HOOK_NAME = "CPUSetAllocator"
 GATE = "CPUSetAllocator"

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import os
 
+from apis.extension.device_share import LABEL_GPU_ISOLATION_PROVIDER
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from koordlet.nri.hooks.context import SAFE_NAME, HookCall, HookInputError
 from koordlet.nri.hooks.model import Adjustment, HookResult, HostDir, Mount
-from koordlet.states.allocation import (
-    RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY,
-    RESOURCE_GPU_MEMORY_RATIO,
-    TYPE_GPU,
-)
 
 HOOK_NAME = "gpu env inject"
 GATE = "GPUEnvInject"
@@ -39,7 +36,6 @@ ENV_MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 ENV_SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 ENV_PRELOAD = "LD_PRELOAD"
 ENV_SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-LABEL_GPU_ISOLATION_PROVIDER = "koordinator.sh/gpu-isolation-provider"
 # **[decision]** upstream compares case-sensitively; the v1.6 release text labels its pods `hami-core`, so any
 # casing counts (koord-sched's DeviceShare matches node and pod labels the same way).
 PROVIDER_HAMI_CORE = "HAMi-core"
@@ -48,12 +44,13 @@ _FULL_RATIO = 100
 
 
 def inject(call: HookCall) -> HookResult:
-    gpus = call.allocations().get(TYPE_GPU, ())
+    gpus = call.allocations().get(DEVICE_TYPE_GPU, ())
     if not gpus:
         return HookResult()
     for i, gpu in enumerate(gpus):
         if gpu.minor < 0:  # upstream would print it; no device has a negative minor
-            raise HookInputError(call.allocation_field(f"{TYPE_GPU}[{i}].minor"), f"{gpu.minor} is not a GPU minor")
+            raise HookInputError(call.allocation_field(f"{DEVICE_TYPE_GPU}[{i}].minor"),
+                                 f"{gpu.minor} is not a GPU minor")
     if call.options.gpu_env_uuid and all(g.id for g in gpus):
         visible = ",".join(g.id for g in gpus)
     else:
@@ -65,13 +62,13 @@ def inject(call: HookCall) -> HookResult:
     first = gpus[0]
     ratio = first.value(RESOURCE_GPU_MEMORY_RATIO)
     if ratio is None:
-        raise HookInputError(call.allocation_field(f"{TYPE_GPU}[0].resources[{RESOURCE_GPU_MEMORY_RATIO}]"),
+        raise HookInputError(call.allocation_field(f"{DEVICE_TYPE_GPU}[0].resources[{RESOURCE_GPU_MEMORY_RATIO}]"),
                              "missing: HAMi-core needs the first GPU's memory ratio")
     if ratio >= _FULL_RATIO:
         return out
     memory = first.value(RESOURCE_GPU_MEMORY)
     if memory is None or memory < 0:
-        raise HookInputError(call.allocation_field(f"{TYPE_GPU}[0].resources[{RESOURCE_GPU_MEMORY}]"),
+        raise HookInputError(call.allocation_field(f"{DEVICE_TYPE_GPU}[0].resources[{RESOURCE_GPU_MEMORY}]"),
                              "missing or negative: HAMi-core limits a shared GPU's memory to it")
     adj.env[ENV_MEMORY_LIMIT] = str(memory)
     core = first.value(RESOURCE_GPU_CORE)

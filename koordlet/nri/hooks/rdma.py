@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import re
 
+from apis.scheduling.device import DEVICE_TYPE_RDMA
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.model import FACT_DEV, FACT_PCI, Adjustment, DeviceNode, HookResult
-from koordlet.states.allocation import TYPE_RDMA
 
 HOOK_NAME = "rdma device inject"
 GATE = "RDMADeviceInject"
@@ -37,12 +37,12 @@ _BDF = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 
 
 def inject(call: HookCall) -> HookResult:
-    nics = call.allocations().get(TYPE_RDMA, ())
+    nics = call.allocations().get(DEVICE_TYPE_RDMA, ())
     if not nics:
         return HookResult()
     wanted: list[tuple[str, str]] = []  # (PCI address, field naming it)
     for i, nic in enumerate(nics):
-        at = f"{TYPE_RDMA}[{i}]"
+        at = f"{DEVICE_TYPE_RDMA}[{i}]"
         if nic.vfs:
             wanted += [(vf.bus_id, f"{at}.extension.vfs[{j}].busID") for j, vf in enumerate(nic.vfs)]
         else:
@@ -50,7 +50,7 @@ def inject(call: HookCall) -> HookResult:
     for bdf, fld in wanted:
         if not _BDF.fullmatch(bdf):
             raise HookInputError(call.allocation_field(fld), f"{bdf!r} is not a PCI address")
-    devices = [_node(call, RDMA_CM, call.allocation_field(TYPE_RDMA))]
+    devices = [_node(call, RDMA_CM, call.allocation_field(DEVICE_TYPE_RDMA))]
     for bdf, fld in wanted:
         uverbs = call.facts.uverbs.get(bdf)
         if uverbs is None:

@@ -21,11 +21,13 @@ compares the groups on disk with the annotations on every pass.
 
 from __future__ import annotations
 
+from apis.extension.errors import AnnotationError
+from apis.extension.resctrl import ANNOTATION_RESCTRL, decode_resctrl
 from koordlet.nri.hooks.context import SAFE_NAME, FactMissing, HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.model import FACT_RESCTRL, Adjustment, HookResult
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.resctrl import l3_line, mb_line, pod_schemata
-from koordlet.qos.resctrl_facts import ANNOTATION, POD_GROUP_PREFIX, AnnotationError, decode_resctrl
+from koordlet.qos.resctrl_facts import POD_GROUP_PREFIX
 
 HOOK_NAME = "Resctrl"
 GATE = "Resctrl"
@@ -42,10 +44,10 @@ def _group(call: HookCall) -> str:
 
 
 def run_pod_sandbox(call: HookCall) -> HookResult:
-    text = call.pod.annotations.get(ANNOTATION)
+    text = call.pod.annotations.get(ANNOTATION_RESCTRL)
     if text is None:
         return HookResult()
-    facts, where = call.facts, annotation_field(ANNOTATION)
+    facts, where = call.facts, annotation_field(ANNOTATION_RESCTRL)
     rf = facts.resctrl
     if not rf.supported:
         raise HookInputError(where, "this node has no resctrl: the CPU flags lack cat_l3 or mba")
@@ -58,7 +60,7 @@ def run_pod_sandbox(call: HookCall) -> HookResult:
     try:
         l3, mb = pod_schemata(decode_resctrl(text), rf)
     except AnnotationError as e:
-        raise HookInputError(annotation_field(ANNOTATION, e.path), e.message) from None
+        raise HookInputError(annotation_field(ANNOTATION_RESCTRL, e.path), e.message) from None
     reason = f"runtime hook {HOOK_NAME}: pod {call.pod.key}"
     writes: list[Write] = []
     if name not in facts.resctrl_groups:
@@ -75,7 +77,7 @@ def run_pod_sandbox(call: HookCall) -> HookResult:
 
 
 def create_container(call: HookCall) -> HookResult:
-    if ANNOTATION not in call.pod.annotations:
+    if ANNOTATION_RESCTRL not in call.pod.annotations:
         return HookResult()
     name = _group(call)
     facts = call.facts
@@ -83,7 +85,7 @@ def create_container(call: HookCall) -> HookResult:
         return HookResult(adjustment=Adjustment(rdt_class=name))
     if not facts.resctrl_usable:
         return HookResult()  # reported at RunPodSandbox; no group can exist
-    raise FactMissing(FACT_RESCTRL, annotation_field(ANNOTATION),
+    raise FactMissing(FACT_RESCTRL, annotation_field(ANNOTATION_RESCTRL),
                       f"resctrl group {name} does not exist, so the container gets no RDT class")
 
 
@@ -91,7 +93,7 @@ def remove_pod_sandbox(call: HookCall) -> HookResult:
     facts = call.facts
     if not facts.resctrl_usable:
         return HookResult()
-    if ANNOTATION not in call.pod.annotations and group_name(call.pod.uid) not in facts.resctrl_groups:
+    if ANNOTATION_RESCTRL not in call.pod.annotations and group_name(call.pod.uid) not in facts.resctrl_groups:
         return HookResult()
     name = _group(call)
     write = Write(facts.paths.resctrl(name), "", f"runtime hook {HOOK_NAME}: pod {call.pod.key} removed",

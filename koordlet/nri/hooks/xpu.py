@@ -25,6 +25,9 @@ partition.
 
 from __future__ import annotations
 
+from apis.extension.device_allocated import DeviceAllocation
+from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY_RATIO
+from apis.scheduling.device import DEVICE_TYPE_GPU
 from koordlet.nri.hooks.context import FactMissing, HookCall, HookInputError
 from koordlet.nri.hooks.model import FACT_DEV, Adjustment, DeviceNode, HookResult
 from koordlet.nri.hooks.xpu_nodes import (
@@ -39,12 +42,6 @@ from koordlet.nri.hooks.xpu_nodes import (
     VENDOR_CAMBRICON,
     VENDOR_HUAWEI,
 )
-from koordlet.states.allocation import (
-    RESOURCE_GPU_CORE,
-    RESOURCE_GPU_MEMORY_RATIO,
-    TYPE_GPU,
-    DeviceAllocation,
-)
 
 HOOK_NAME = "xpu device inject"
 _WHOLE = 100
@@ -54,12 +51,13 @@ def inject(call: HookCall) -> HookResult:
     vendor = call.facts.gpu_vendor
     if vendor not in (VENDOR_HUAWEI, VENDOR_CAMBRICON):
         return HookResult()
-    cards = call.allocations().get(TYPE_GPU, ())
+    cards = call.allocations().get(DEVICE_TYPE_GPU, ())
     if not cards:
         return HookResult()
     for i, card in enumerate(cards):
         if card.minor < 0:
-            raise HookInputError(call.allocation_field(f"{TYPE_GPU}[{i}].minor"), f"{card.minor} is not a card minor")
+            raise HookInputError(call.allocation_field(f"{DEVICE_TYPE_GPU}[{i}].minor"),
+                                 f"{card.minor} is not a card minor")
     if any(_shared(c) for c in cards):
         return HookResult()  # the vendor's device plugin partitions the card
     minors = list(dict.fromkeys(c.minor for c in cards))
@@ -67,17 +65,18 @@ def inject(call: HookCall) -> HookResult:
     nodes = call.facts.dev_nodes
     devices: list[DeviceNode] = []
     if vendor == VENDOR_HUAWEI:
-        devices.append(_required(call, ASCEND_MANAGER, call.allocation_field(TYPE_GPU)))
+        devices.append(_required(call, ASCEND_MANAGER, call.allocation_field(DEVICE_TYPE_GPU)))
         devices += [nodes[p] for p in ASCEND_OPTIONAL if p in nodes]
         for m in minors:
-            devices.append(_required(call, ASCEND_CARD.format(m), call.allocation_field(f"{TYPE_GPU}[{index[m]}]")))
+            devices.append(_required(call, ASCEND_CARD.format(m),
+                                     call.allocation_field(f"{DEVICE_TYPE_GPU}[{index[m]}]")))
         env = {ASCEND_VISIBLE_DEVICES: ",".join(map(str, minors))}
     else:
         devices += [nodes[p] for p in CAMBRICON_NODE_OPTIONAL if p in nodes]
         for m in minors:
             devices += [nodes[p.format(m)] for p in CAMBRICON_CARD_OPTIONAL if p.format(m) in nodes]
             devices.append(_required(call, CAMBRICON_CARD.format(m),
-                                     call.allocation_field(f"{TYPE_GPU}[{index[m]}]")))
+                                     call.allocation_field(f"{DEVICE_TYPE_GPU}[{index[m]}]")))
         env = {CAMBRICON_VISIBLE_DEVICES: ",".join(map(str, minors))}
     return HookResult(adjustment=Adjustment(env=env, devices=devices))
 

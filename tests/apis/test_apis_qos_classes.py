@@ -8,18 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from koordlet.states.qos import (
-    K8S_QOS_CLASSES,
-    KOORD_QOS_CLASSES,
+from apis.core.qos import K8S_QOS_CLASSES, computed_k8s_qos_class, k8s_qos_class
+from apis.extension.priority import (
     PRIORITY_CLASSES,
-    computed_k8s_qos_class,
-    k8s_qos_class,
-    koord_qos_class,
-    koord_qos_class_with_default,
     priority_class,
     priority_class_by_value,
     priority_class_with_default,
 )
+from apis.extension.qos import KOORD_QOS_CLASSES, koord_qos_class, koord_qos_class_with_default
 
 QOS_LABEL = "koordinator.sh/qosClass"
 PRIORITY_LABEL = "koordinator.sh/priority-class"

@@ -1,9 +1,8 @@
-"""`scheduling.koordinator.sh/device-allocated`: the devices koord-scheduler gave a pod, decoded as koordlet reads it.
+"""`scheduling.koordinator.sh/device-allocated`: the devices koord-scheduler gave a pod, one typed decoder for both
+programs and the encoder koord-scheduler writes it with.
 
-Upstream: apis/extension/device_share.go (DeviceAllocations, GetDeviceAllocations), apis/scheduling/v1alpha1
-(DeviceType). The scheduler side keeps its own reader (scheduler/deviceshare/state.py); the agent does not import
-the scheduler, so the format is restated here, with errors that name the offending field. Read by the runtime hooks
-(koordlet/nri/hooks) and the PodResources proxy (koordlet/podresources), neither of which imports the other.
+Upstream: apis/extension/device_share.go (DeviceAllocations, GetDeviceAllocations, SetDeviceAllocations). Read by
+koordlet's runtime hooks and PodResources proxy, and by koord-scheduler's device accounting, reservations and metrics.
 
 Decoding follows Go's encoding/json into those types: the map's device-type keys and a `resources` map's names are
 case-sensitive; struct field names (`minor`, `resources`, `id`, `extension`, `vfs`, `busID`,
@@ -22,18 +21,11 @@ from decimal import ROUND_UP, Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from apis.core.quantity import parse_quantity
+from apis.core.quantity import canonical_quantity, format_bytes, parse_quantity
+from apis.extension.errors import AnnotationError
+from apis.extension.resources import RESOURCE_GPU_MEMORY
 
 ANNOTATION_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
-# apis/scheduling/v1alpha1/device_types.go DeviceType. Huawei Ascend and Cambricon cards are `gpu` devices too: the
-# node's Device CR says which vendor (label node.koordinator.sh/gpu-vendor).
-TYPE_GPU = "gpu"
-TYPE_RDMA = "rdma"
-TYPE_FPGA = "fpga"
-
-RESOURCE_GPU_CORE = "koordinator.sh/gpu-core"
-RESOURCE_GPU_MEMORY = "koordinator.sh/gpu-memory"
-RESOURCE_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -62,60 +54,50 @@ class DeviceAllocation:
 Allocations = Mapping[str, tuple[DeviceAllocation, ...]]
 
 
-class AllocationError(InvalidInput):
-    """The annotation is malformed; `path` names the field below the annotation (e.g. `gpu[0].minor`)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path or '<annotation>'}: {message}")
-        self.path = path
-        self.message = message
-
-
-def pod_allocations(annotations: Mapping[str, str]) -> Allocations | None:
-    """The pod's allocations, None when it has no such annotation; AllocationError when it is malformed."""
+def pod_device_allocations(annotations: Mapping[str, str]) -> Allocations | None:
+    """The pod's allocations, None when it has no such annotation; AnnotationError when it is malformed."""
     text = annotations.get(ANNOTATION_DEVICE_ALLOCATED)
-    return None if text is None else _decoded(text)
-
-
-@functools.lru_cache(maxsize=512)
-def _decoded(text: str) -> Allocations:
-    """Each hook of a stage reads the allocation, and every container of a pod carries the same text: decode it
-    once (the records are frozen, so sharing them is safe; a malformed text raises each time, nothing is kept)."""
-    return decode_allocations(text)
+    return None if text is None else decode_device_allocations(text)
 
 
 class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its members in document order (struct fields match case-insensitively, so no dict)."""
 
 
-def decode_allocations(text: str) -> Allocations:
+@functools.lru_cache(maxsize=1024)
+def decode_device_allocations(text: str) -> Allocations:
+    """The annotation's value decoded; AnnotationError names the malformed field (e.g. `gpu[0].minor`).
+
+    Cached: every hook of a stage, every container of a pod and every scheduling cycle read the same few texts (the
+    records are frozen, so sharing them is safe; a malformed text raises each time, nothing is kept)."""
+
     def _no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
     try:
         doc = json.loads(text, object_pairs_hook=_Pairs, parse_float=Decimal, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
-        raise AllocationError("", f"invalid JSON: {e}") from None
+        raise AnnotationError("", f"invalid JSON: {e}") from None
     if doc is None:
         return {}  # Go: null into a map leaves it nil
     if not isinstance(doc, _Pairs):
-        raise AllocationError("", f"must be a JSON object, not {_kind(doc)}")
+        raise AnnotationError("", f"must be a JSON object, not {_kind(doc)}")
     out: dict[str, tuple[DeviceAllocation, ...]] = {}
     for dtype, items in doc:  # map keys: case-sensitive, a repeated key replaces the earlier one
         if items is None:
             out[dtype] = ()
             continue
         if not isinstance(items, list) or isinstance(items, _Pairs):
-            raise AllocationError(dtype, f"must be an array, not {_kind(items)}")
+            raise AnnotationError(dtype, f"must be an array, not {_kind(items)}")
         out[dtype] = tuple(_allocation(item, f"{dtype}[{i}]") for i, item in enumerate(items))
     return out
 
 
 def _allocation(item: Any, path: str) -> DeviceAllocation:
     if item is None:
-        raise AllocationError(path, "is null")
+        raise AnnotationError(path, "is null")
     if not isinstance(item, _Pairs):
-        raise AllocationError(path, f"must be an object, not {_kind(item)}")
+        raise AnnotationError(path, f"must be an object, not {_kind(item)}")
     minor, resources, dev_id = 0, {}, ""
     vfs: tuple[VirtualFunction, ...] = ()
     template = ""
@@ -138,14 +120,14 @@ def _allocation(item: Any, path: str) -> DeviceAllocation:
 def _extension(value: Any, path: str, vfs: tuple[VirtualFunction, ...],
                template: str) -> tuple[tuple[VirtualFunction, ...], str]:
     if not isinstance(value, _Pairs):
-        raise AllocationError(path, f"must be an object, not {_kind(value)}")
+        raise AnnotationError(path, f"must be an object, not {_kind(value)}")
     for key, v in value:
         name = _fold(key)
         if name == "vfs":
             if v is None:
                 vfs = ()
             elif not isinstance(v, list) or isinstance(v, _Pairs):
-                raise AllocationError(f"{path}.vfs", f"must be an array, not {_kind(v)}")
+                raise AnnotationError(f"{path}.vfs", f"must be an array, not {_kind(v)}")
             else:
                 vfs = tuple(_vf(x, f"{path}.vfs[{i}]") for i, x in enumerate(v))
         elif name == _fold("gpuSharedResourceTemplate"):
@@ -157,7 +139,7 @@ def _vf(value: Any, path: str) -> VirtualFunction:
     if value is None:
         return VirtualFunction(0, "")  # a struct element: null is its zero value
     if not isinstance(value, _Pairs):
-        raise AllocationError(path, f"must be an object, not {_kind(value)}")
+        raise AnnotationError(path, f"must be an object, not {_kind(value)}")
     minor, bus_id = 0, ""
     for key, v in value:
         name = _fold(key)
@@ -170,7 +152,7 @@ def _vf(value: Any, path: str) -> VirtualFunction:
 
 def _resources(value: Any, path: str) -> dict[str, Decimal]:
     if not isinstance(value, _Pairs):
-        raise AllocationError(path, f"must be an object, not {_kind(value)}")
+        raise AnnotationError(path, f"must be an object, not {_kind(value)}")
     out: dict[str, Decimal] = {}
     for name, q in value:
         at = f"{path}[{name}]"
@@ -178,25 +160,25 @@ def _resources(value: Any, path: str) -> dict[str, Decimal]:
             out[name] = Decimal(0)  # Quantity.UnmarshalJSON: null is the zero quantity
             continue
         if isinstance(q, bool) or not isinstance(q, str | int | Decimal):
-            raise AllocationError(at, f"must be a quantity (string or number), not {_kind(q)}")
+            raise AnnotationError(at, f"must be a quantity (string or number), not {_kind(q)}")
         try:
             out[name] = parse_quantity(q if isinstance(q, str) else format(q))
         except InvalidInput as e:
-            raise AllocationError(at, str(e)) from None
+            raise AnnotationError(at, str(e)) from None
     return out
 
 
 def _int(value: Any, path: str, bounds: tuple[int, int]) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise AllocationError(path, f"must be an integer, not {_kind(value)}")
+        raise AnnotationError(path, f"must be an integer, not {_kind(value)}")
     if not bounds[0] <= value <= bounds[1]:
-        raise AllocationError(path, f"{value} is out of range")
+        raise AnnotationError(path, f"{value} is out of range")
     return value
 
 
 def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
-        raise AllocationError(path, f"must be a string, not {_kind(value)}")
+        raise AnnotationError(path, f"must be a string, not {_kind(value)}")
     return value
 
 
@@ -217,3 +199,37 @@ def _kind(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     return f"the number {value}"
+
+
+def encode_device_allocations(allocations: Mapping[str, tuple[DeviceAllocation, ...] | list[DeviceAllocation]]) -> str:
+    """The annotation value exactly as Go marshals DeviceAllocations: map keys sorted, struct fields in declaration
+    order (minor, resources, id, extension{vfs, gpuSharedResourceTemplate}), `id`, `extension` and a VF's `minor`
+    and `busID` omitted when empty; gpu-memory in binary units as fillGPUTotalMem writes it, every other quantity
+    in canonical decimal form (resource.NewQuantity)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for dtype in sorted(allocations):
+        items = []
+        for a in allocations[dtype]:
+            item: dict[str, Any] = {"minor": a.minor,
+                                    "resources": {r: _quantity(r, a.resources[r]) for r in sorted(a.resources)}}
+            if a.id:
+                item["id"] = a.id
+            ext: dict[str, Any] = {}
+            if a.vfs:
+                ext["vfs"] = [({"minor": v.minor} if v.minor else {}) | ({"busID": v.bus_id} if v.bus_id else {})
+                              for v in a.vfs]
+            if a.gpu_shared_resource_template:
+                ext["gpuSharedResourceTemplate"] = a.gpu_shared_resource_template
+            if ext:
+                item["extension"] = ext
+            items.append(item)
+        out[dtype] = items
+    return json.dumps(out, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=1024)  # a cluster writes the same few amounts again and again
+def _quantity(resource: str, value: Decimal) -> str:
+    if resource == RESOURCE_GPU_MEMORY and value == value.to_integral_value():
+        return format_bytes(int(value))
+    return canonical_quantity(format(value))
+
