@@ -90,11 +90,14 @@ async def cycles_until(runner: SecondaryScheduler, done: Callable[[], bool], tim
 
 async def test_steady_cycles_make_no_list_request(km: kmock.KubernetesEmulator,
                                                   watching: SecondaryScheduler) -> None:
+    """Main's `run` re-listed every collection (pending pods included) in every cycle."""
+    km.objects["v1/pods", "default", "too-big"] = pod("too-big", "1000")  # pending in every cycle
     await asyncio.to_thread(watching.run_once)
     first = lists(km)
     assert first >= 12  # every collection listed once, for the cache
     for _ in range(5):
-        await asyncio.to_thread(watching.run_once)
+        placements = await asyncio.to_thread(watching.run_once)
+        assert [(p.pod, p.node) for p in placements] == [("default/too-big", None)]
     assert lists(km) == first
 
 
