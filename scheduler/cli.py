@@ -167,9 +167,11 @@ def run(ns: argparse.Namespace) -> int:
             return 2
         cfg: SchedulerConfig = ns.cfg
         cos = cfg.plugin_args("Coscheduling")
-        # Fresh plugins per cycle: their device state is derived from the listed pods.
+        # Fresh plugins per cycle: their device state is derived from the cache's snapshot of the pods. `--once`
+        # lists once; the loop watches (no list request in a steady cycle).
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
-                                    default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption)
+                                    default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
+                                    watch=not ns.once)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             placements = runner.run_once()

@@ -114,6 +114,17 @@ def _pod_requests(pod: JSON) -> dict[str, int]:
     return core_resources.pod_requests(pod, rename=renamed_deprecated)
 
 
+def pod_problem(pod: JSON) -> str | None:
+    """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
+    why = malformed.shape_problem(pod)
+    if why is None:
+        try:
+            pod_requests(pod)
+        except InvalidInput as e:
+            why = str(e)
+    return why
+
+
 def pod_limits(pod: JSON) -> dict[str, int]:
     """Effective limits (apis.core.resources.pod_limits), deprecated device names renamed; InvalidInput
     (QuantityError) when they cannot be read."""

@@ -15,14 +15,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from apis.client.backoff import REFLECTOR, BackoffPolicy
-from apis.client.kubeapi import Gone, KubeClient
-from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
+from apis.client.kubeapi import KubeClient
+from apis.client.listwatch import REAL_CLOCK, Clock
 from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.objects import JSON
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, pod_path
+from scheduler.cache import WATCH_TIMEOUT, ClusterCache, Source, list_source
 from scheduler.cluster import (
     Cluster,
     NodeInfo,
@@ -33,6 +34,7 @@ from scheduler.cluster import (
     is_reserve_pod,
     key,
     node_allocatable,
+    pod_problem,
     pod_requests,
 )
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
@@ -48,24 +50,21 @@ MAX_EXTENDER_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPrior
 PLUGIN_MAX_SCORE = 100
 MAX_BODY = 64 << 20
 
-# (collection path, kind): list items come without kind/apiVersion, build_cluster needs the kind.
-SOURCES: tuple[tuple[str, str], ...] = (
-    ("/api/v1/nodes", "Node"),
-    ("/api/v1/pods", "Pod"),
-    ("/apis/scheduling.koordinator.sh/v1alpha1/devices", "Device"),
-    ("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric"),
-    ("/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies", "NodeResourceTopology"),
-    ("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation"),
-    ("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota"),
+# Every collection the extender keeps, list + watch (scheduler.cache). Pods: the assigned ones (the field selector
+# is only a hint: the server may ignore it).
+SOURCES: tuple[Source, ...] = (
+    Source("/api/v1/nodes", "Node"),
+    Source("/api/v1/pods", "Pod", "spec.nodeName!=", assigned_only=True),
+    Source("/apis/scheduling.koordinator.sh/v1alpha1/devices", "Device", optional=True),
+    Source("/apis/slo.koordinator.sh/v1alpha1/nodemetrics", "NodeMetric", optional=True),
+    Source("/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies", "NodeResourceTopology", optional=True),
+    Source("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation", optional=True),
+    Source("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas", "ElasticQuota", optional=True),
 )
-# CRDs that may not be installed
-OPTIONAL_KINDS = ("Device", "NodeMetric", "NodeResourceTopology", "Reservation", "ElasticQuota")
 # Cluster-scoped objects named after their Node, kept on NodeInfo under this attribute.
 NODE_ATTRS = {"Device": "device", "NodeMetric": "nodemetric", "NodeResourceTopology": "nrt"}
 # Listed on every (re)load, not watched: DeviceShare's GPU shared resource templates live in a ConfigMap there.
-CONFIGMAPS = "/api/v1/namespaces/koordinator-system/configmaps"
-LIST_PAGE = 500
-WATCH_TIMEOUT = 300  # seconds per watch request; the server ends it and we re-watch from the last resourceVersion
+CONFIGMAPS = Source("/api/v1/namespaces/koordinator-system/configmaps", "ConfigMap", optional=True)
 
 
 class BadRequest(Exception):
@@ -73,62 +72,30 @@ class BadRequest(Exception):
 
 
 class ClusterSource:
-    """Lists Nodes, assigned Pods, Device CRs, NodeMetrics, NodeResourceTopologies and Reservations into a
-    Cluster."""
+    """The extender's collections (SOURCES, kept by a ClusterCache) listed into a Cluster at once (a resync)."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
+        self.cache = ClusterCache(client, SOURCES)
 
     def objects(self) -> list[JSON]:
         out: list[JSON] = []
-        for path, kind in SOURCES:
+        for source in SOURCES:
             try:
-                items, _ = self.list_kind(path, kind)
+                items, _ = list_source(self.client, source)
             except NotFound:
-                if kind not in OPTIONAL_KINDS:
+                if not source.optional:
                     raise
-                log.warning("%s is not served (CRD not installed?); continuing without %s objects", path, kind)
+                log.warning("%s is not served (CRD not installed?); continuing without %s objects", source.path,
+                            source.kind)
                 continue
             out.extend(items)
         with contextlib.suppress(NotFound):  # no such namespace: no templates
-            out.extend(self.list_kind(CONFIGMAPS, "ConfigMap")[0])
+            out.extend(list_source(self.client, CONFIGMAPS)[0])
         return out
-
-    def list_kind(self, path: str, kind: str) -> tuple[list[JSON], str]:
-        """Every object of one source (assigned pods only, kind filled in) and the list's resourceVersion."""
-        items, rv = self._list_pages(path, _field_selector(kind))
-        out = []
-        for item in items:
-            why = malformed.shape_problem(item)
-            if why is not None:  # one object isolated: the rest of the list still counts
-                malformed.report(kind, item, why)
-            elif kind != "Pod" or (item.get("spec") or {}).get("nodeName"):
-                item.setdefault("kind", kind)
-                out.append(item)
-        return out, rv
-
-    def list_all(self, path: str, field_selector: str | None) -> list[JSON]:
-        return self._list_pages(path, field_selector)[0]
-
-    def _list_pages(self, path: str, field_selector: str | None) -> tuple[list[JSON], str]:
-        """Every item of a paged list and the resourceVersion of its last page."""
-        items: list[JSON] = []
-        cont = ""
-        while True:
-            params = {"limit": str(LIST_PAGE), **({"continue": cont} if cont else {})}
-            page = self.client.list(path, field_selector=field_selector, params=params)
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            meta = page.get("metadata") or {}
-            cont = str(meta.get("continue") or "")
-            if not cont:
-                return items, str(meta.get("resourceVersion") or "")
 
     def load(self) -> Cluster:
         return build_cluster(self.objects())
-
-
-def _field_selector(kind: str) -> str | None:
-    return "spec.nodeName!=" if kind == "Pod" else None  # only a hint: the server may ignore it
 
 
 def _name(obj: JSON) -> str:
@@ -178,21 +145,10 @@ def _pod(args: JSON) -> JSON:
     pod = args.get("Pod")
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
         raise BadRequest("Pod must be a Pod object with metadata")
-    why = _pod_problem(pod)
+    why = pod_problem(pod)
     if why is not None:
         raise BadRequest(f"Pod: {why}")
     return pod
-
-
-def _pod_problem(pod: JSON) -> str | None:
-    """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
-    why = malformed.shape_problem(pod)
-    if why is None:
-        try:
-            pod_requests(pod)
-        except InvalidInput as e:
-            why = str(e)
-    return why
 
 
 class Extender:
@@ -256,48 +212,14 @@ class Extender:
 
     # -- watches ----------------------------------------------------------------------------------------------
     def start_watches(self, timeout_seconds: int = WATCH_TIMEOUT) -> list[threading.Thread]:
-        """One daemon thread per source (never joined: a blocked watch must not delay shutdown); stop_watches()
-        ends them."""
-        threads = [threading.Thread(target=self._watch_forever, args=(path, kind, timeout_seconds),
-                                    name=f"watch-{kind}", daemon=True) for path, kind in SOURCES]
-        for t in threads:
-            t.start()
-        return threads
+        """The cache's list + watch threads, each change delivered here; stop_watches() ends them."""
+        cache = self.source.cache
+        cache.clock, cache.backoff, cache.stop_event = self.clock, self.watch_backoff, self.stop_event
+        cache.listeners.append(self.deliver)
+        return cache.start(timeout_seconds)
 
     def stop_watches(self) -> None:
-        self.stop_event.set()
-        self.client.close()  # aborts the open watch streams
-
-    def _watch_forever(self, path: str, kind: str, timeout_seconds: int) -> None:
-        """List (applied as the whole truth for this kind), then watch from the list's resourceVersion, backing off
-        as client-go's reflector (apis.client.listwatch)."""
-
-        def list_kind() -> str | None:
-            items, rv = self.source.list_kind(path, kind)
-            self.deliver("REPLACE", kind, items)
-            return rv or None
-
-        def watch(rv: str | None) -> Iterator[JSON]:
-            return self.client.watch(path, field_selector=_field_selector(kind), resource_version=rv,
-                                     timeout_seconds=timeout_seconds)
-
-        def on_event(event: JSON) -> None:
-            obj = event.get("object")
-            if isinstance(obj, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                obj.setdefault("kind", kind)
-                self.deliver(str(event["type"]), kind, obj)
-
-        def on_error(error: Exception, wait: float) -> None:
-            if isinstance(error, Gone):
-                log.info("watch %s: resourceVersion expired, re-listing in %.1fs", path, wait)
-            elif isinstance(error, NotFound):
-                if kind not in OPTIONAL_KINDS:  # an optional CRD not installed (yet) is no news
-                    log.warning("watch %s: not found; retrying in %.1fs", path, wait)
-            else:
-                log.warning("watch %s: %s; retrying in %.1fs", path, error, wait)
-
-        list_and_watch(self.stop_event, list_kind, watch, on_event, backoff=self.watch_backoff, clock=self.clock,
-                       on_error=on_error)
+        self.source.cache.stop()
 
     def deliver(self, op: str, kind: str, payload: Any) -> None:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
@@ -508,7 +430,7 @@ class Extender:
             return {"Error": f"pod {namespace}/{name} not found"}
         except KoordletError as e:
             return {"Error": f"getting pod {namespace}/{name}: {e}"}
-        why = _pod_problem(pod) if isinstance(pod, dict) else "not an object"
+        why = pod_problem(pod) if isinstance(pod, dict) else "not an object"
         if why is not None:
             return {"Error": f"pod {namespace}/{name} is malformed: {why}"}
         meta = pod["metadata"]

@@ -1,10 +1,19 @@
-"""One malformed API object isolated: reported once per object version (a log line and a count), never raised."""
+"""One malformed API object isolated: reported once per object version (a log line and a count), never raised.
+
+`problem(kind, obj)` is the gate every list and watch event passes (scheduler.cache): a shape no code can read, or
+a field of that kind the scheduler reads that does not parse. What a plugin can still use in part (a node's one bad
+allocatable entry, a bound pod's unreadable requests, a Device's one bad minor, a Reservation marked Failed) is
+kept and reported where it is read."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from typing import Any
+
+from apis.core.errors import InvalidInput
+from apis.core.resources import resource_value
 
 log = logging.getLogger("scheduler.malformed")
 
@@ -50,4 +59,68 @@ def shape_problem(obj: Any) -> str | None:
     for field in ("spec", "status"):
         if not isinstance(obj.get(field), dict | None):
             return f"{field} is not an object"
+    return None
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict | None):
+        raise InvalidInput(f"{where} is not an object")
+    return value or {}
+
+
+def _quantities(value: Any, where: str) -> None:
+    for name, quantity in _object(value, where).items():
+        resource_value(str(name), quantity)
+
+
+def _node(obj: dict[str, Any]) -> None:
+    status = _object(obj.get("status"), "status")
+    _object(status.get("allocatable"), "status.allocatable")
+    _object(status.get("capacity"), "status.capacity")
+
+
+def _quota(obj: dict[str, Any]) -> None:
+    spec = _object(obj.get("spec"), "spec")
+    for field in ("min", "max"):
+        _quantities(spec.get(field), f"spec.{field}")
+
+
+def _device(obj: dict[str, Any]) -> None:
+    devices = _object(obj.get("spec"), "spec").get("devices")
+    if not isinstance(devices, list | None) or not all(isinstance(d, dict) for d in devices or ()):
+        raise InvalidInput("spec.devices is not a list of objects")
+
+
+def _usage(value: Any, where: str) -> None:
+    """Every `resources` list under a NodeMetric's status (node, pods, aggregated usages)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "resources":
+                _quantities(v, f"{where}.resources")
+            else:
+                _usage(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _usage(v, f"{where}[{i}]")
+
+
+def _nodemetric(obj: dict[str, Any]) -> None:
+    _usage(_object(obj.get("status"), "status"), "status")
+
+
+_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "Node": _node, "ElasticQuota": _quota, "Device": _device, "NodeMetric": _nodemetric,
+}
+
+
+def problem(kind: str, obj: Any) -> str | None:
+    """Why `obj` cannot be used as a `kind` at all (shape_problem, then that kind's fields), or None."""
+    why = shape_problem(obj)
+    check = _CHECKS.get(kind)
+    if why is not None or check is None:
+        return why
+    try:
+        check(obj)
+    except InvalidInput as e:
+        return str(e)
     return None

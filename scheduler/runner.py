@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.client.kubeapi import KubeClient
-from apis.core.errors import KoordletError, NotFound
+from apis.core.errors import KoordletError
 from apis.core.objects import JSON
 from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, path_of
-from scheduler.cluster import Cluster, build_cluster, is_active, key
+from scheduler.cache import ClusterCache, Source
+from scheduler.cluster import Cluster, build_cluster, is_active, key, pod_problem
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
-from scheduler.extender import ClusterSource
+from scheduler.extender import CONFIGMAPS, SOURCES
 from scheduler.framework import Assumed, Scheduler
 from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
 from scheduler.gang.planner import plan_jobs_detail
@@ -34,15 +35,25 @@ from scheduler.reservation.plugin import ReservationPlugin
 
 log = logging.getLogger(__name__)
 
-# Optional collections beyond ClusterSource's: (path, kind). Missing CRDs are skipped. Reservations and
-# ElasticQuotas come with ClusterSource's (the extender watches them too): listing them here again made every
-# quota appear twice.
-EXTRA_SOURCES: tuple[tuple[str, str], ...] = (
-    ("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup"),
-    ("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology"),
-    ("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
-    ("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
+# Collections beyond the extender's, kept by the same cache. Missing CRDs count as empty. Reservations and
+# ElasticQuotas come with the extender's sources: listing them here again made every quota appear twice.
+EXTRA_SOURCES: tuple[Source, ...] = (
+    CONFIGMAPS,
+    Source("/apis/scheduling.sigs.k8s.io/v1alpha1/podgroups", "PodGroup", optional=True),
+    Source("/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies", "ClusterNetworkTopology",
+           optional=True),
+    Source("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass", optional=True),
+    Source("/apis/policy/v1/poddisruptionbudgets", "PodDisruptionBudget", optional=True),
 )
+PENDING = "PendingPod"  # the cache's store of this scheduler's pods (the field selector is only a hint)
+
+
+def run_sources(scheduler_name: str) -> tuple[Source, ...]:
+    """Everything `run` reads; its pending pods last, so a re-list sees a pod bound in between at most twice."""
+    return (*SOURCES, *EXTRA_SOURCES,
+            Source("/api/v1/pods", "Pod", f"spec.nodeName=,spec.schedulerName={scheduler_name}", name=PENDING))
+
+
 QUOTAS = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{namespace}/elasticquotas/{name}"
 CNT_STATUS = "/apis/scheduling.koordinator.sh/v1alpha1/clusternetworktopologies/{name}/status"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -78,14 +89,17 @@ def order_pending(pods: list[JSON], priority: Callable[[JSON], int] | None = Non
 
 
 class SecondaryScheduler:
-    """List → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit; sequential, so the next
-    cycle's (consistent) list already shows everything this cycle bound and no assumed-pod cache is needed."""
+    """Snapshot → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit. With `watch` the
+    cluster cache is fed by list + watch and a steady cycle makes no list request; what a cycle bound stays
+    assumed in the cache until the watch shows it (docs/decisions.md, "schedcache"). Without it every cycle
+    re-lists the cache first (tests that change the API double between cycles and expect the next to see it)."""
 
     def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
                  enable_preemption: bool = False, write_quota_status: bool = True,
-                 write_topology_status: bool = True) -> None:
+                 write_topology_status: bool = True, watch: bool = False) -> None:
         self.client = client
+        self.watch = watch
         self.write_topology_status = write_topology_status
         self.enable_preemption = enable_preemption
         self.write_quota_status = write_quota_status
@@ -99,57 +113,52 @@ class SecondaryScheduler:
         self.profile_factory = profile_factory
         self.default_timeout = default_timeout
         self.set_conditions = set_conditions
-        self.source = ClusterSource(client)
+        self.cache = ClusterCache(client, run_sources(scheduler_name))
         self.scheduler: Scheduler | None = None  # of the last cycle, with what it bound assumed
         self.failures: list[BindFailure] = []  # of the last cycle
-        self._missing: set[str] = set()  # optional collections already reported as not served
         self._reported: dict[str, str] = {}  # pod key → last unschedulable reason logged
         self.metrics: SchedulerMetrics | None = None  # set to record (cli `run`)
         self.gated = 0  # pods of ours held back by schedulingGates in the last list
 
-    # -- listing ----------------------------------------------------------------------------------------------
-    def _optional(self, path: str) -> list[JSON]:
-        try:
-            items = self.source.list_all(path, None)
-        except NotFound:
-            if path not in self._missing:
-                self._missing.add(path)
-                log.warning("%s is not served (CRD not installed?); continuing without it", path)
-            return []
-        self._missing.discard(path)
-        return items
-
-    def pending(self) -> list[JSON]:
-        """Pods for this scheduler, not bound, not terminating, not gated; the field selector is only a hint."""
-        items = self.source.list_all("/api/v1/pods", f"spec.nodeName=,spec.schedulerName={self.scheduler_name}")
+    # -- the cluster ------------------------------------------------------------------------------------------
+    def pending(self, pods: list[JSON]) -> list[JSON]:
+        """Pods for this scheduler, not bound, not terminating, not gated (the cache isolated malformed ones)."""
         out = []
         self.gated = 0
-        for p in items:
-            why = malformed.shape_problem(p)
-            if why is not None:  # one object isolated: the other pending pods are still scheduled
+        for p in pods:
+            spec = p.get("spec") or {}
+            if spec.get("schedulerName") != self.scheduler_name or spec.get("nodeName") or not is_active(p):
+                continue
+            if spec.get("schedulingGates"):
+                self.gated += 1
+                continue
+            why = pod_problem(p)
+            if why is not None:  # one pod isolated: the other pending pods are still scheduled
                 malformed.report("Pod", p, why)
                 continue
-            spec = p.get("spec") or {}
-            if spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p) and \
-                    spec.get("schedulingGates"):
-                self.gated += 1
-            if (spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName") and is_active(p)
-                    and not spec.get("schedulingGates")):
-                p.setdefault("kind", "Pod")
-                p.setdefault("metadata", {}).setdefault("namespace", "default")
-                out.append(p)
+            p.setdefault("metadata", {}).setdefault("namespace", "default")
+            out.append(p)
         return out
 
     def load(self) -> tuple[Cluster, list[JSON]]:
-        objects = self.source.objects()
-        for path, kind in EXTRA_SOURCES:
-            for item in self._optional(path):
-                item.setdefault("kind", kind)
-                objects.append(item)
-        pods = self.pending()  # after the assigned pods: a pod bound in between is then seen at most twice
-        cluster = build_cluster(objects)
+        """The cycle's own cluster and pending pods from the cache: watched (no API request once synced) or
+        re-listed now."""
+        if not self.watch:
+            self.cache.relist()
+        elif not self.cache.started:
+            self.cache.start()
+        if self.watch and not self.cache.wait_synced():
+            raise KoordletError("the cluster cache has not listed every collection yet")
+        _, by_store = self.cache.snapshot()
+        pods = self.pending(by_store.pop(PENDING))
+        cluster = build_cluster(o for objects in by_store.values() for o in objects)
         bound = {k for n in cluster.nodes.values() for k in n.pods}
         return cluster, [p for p in pods if key(p) not in bound]
+
+    def close(self) -> None:
+        """Stop the cache's watches (when `watch`)."""
+        if self.cache.started:
+            self.cache.stop()
 
     # -- one cycle ------------------------------------------------------------------------------------------------
     @contextmanager
@@ -174,8 +183,7 @@ class SecondaryScheduler:
         if resv is not None:
             resv.bind(cluster)
             for r in sorted(resv.book.values(), key=lambda r: r.name):
-                tmpl = ((r.obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-                if tmpl.get("schedulerName") == self.scheduler_name:
+                if r.scheduler_name == self.scheduler_name:
                     resv.schedule_reservation(sched, r)
         try:
             return self._pods(sched, cluster, pods)
@@ -291,6 +299,8 @@ class SecondaryScheduler:
         targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations),
                           str((pods[p.pod].get("metadata") or {}).get("uid") or "")) for p in members]
         result = self.binder.bind(sched, targets, sched.release)
+        for m in result.bound:  # counted on their node by the next cycles until the watch shows them there
+            self.cache.assume(m.assumed.pod, m.assumed.node, m.assumed.annotations)
         if not result.error:
             return
         undone = {m.key for m in result.rolled_back}
@@ -330,11 +340,15 @@ class SecondaryScheduler:
 
     # -- loop ---------------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """run_once every `interval` seconds until `stop` is set; API errors are logged and retried next time."""
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except KoordletError as e:
-                log.warning("scheduling cycle: %s", e)
-            stop.wait(interval)
+        """run_once every `interval` seconds until `stop` is set; API errors are logged and retried next time. The
+        watches stop with it."""
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_once()
+                except KoordletError as e:
+                    log.warning("scheduling cycle: %s", e)
+                stop.wait(interval)
+        finally:
+            self.close()
 

@@ -29,6 +29,7 @@ from apis.scheduling.reservation import (
     ReservationAllocated,
     decode_reservation_allocated,
 )
+from scheduler import malformed
 from scheduler.cluster import Cluster, key, pod_requests
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import parse_go_duration
@@ -82,6 +83,13 @@ class Reservation:
     @property
     def spec(self) -> JSON:
         return self.obj.get("spec") or {}
+
+    @property
+    def scheduler_name(self) -> str:
+        """The template's spec.schedulerName ("" when the template cannot be read)."""
+        tmpl = self.spec.get("template")
+        spec = tmpl.get("spec") if isinstance(tmpl, dict) else None
+        return str(spec.get("schedulerName") or "") if isinstance(spec, dict) else ""
 
     @property
     def allocate_once(self) -> bool:
@@ -219,6 +227,7 @@ def parse(obj: JSON, now: float | None = None) -> Reservation:
             raise ValueError("spec.owners is required")
     except (ValueError, TypeError, AttributeError) as e:
         r.phase, r.reason, r.dirty = FAILED, f"invalid reservation: {e}", True
+        malformed.report("Reservation", obj, str(e), "marked Failed")
         return r
     if r.phase in (PENDING, AVAILABLE) and expired(obj, time.time() if now is None else now):
         r.phase, r.reason, r.dirty = FAILED, "reservation expired", True

@@ -39,7 +39,7 @@ NRT = "topology.node.k8s.io/v1alpha1/noderesourcetopologies"
 RESERVATIONS = "scheduling.koordinator.sh/v1alpha1/reservations"
 QUOTAS = "scheduling.sigs.k8s.io/v1alpha1/elasticquotas"
 AGENT_PATHS = (NODE_PATH, NODESLO_PATH, NODEMETRIC_PATH)
-EXTENDER_PATHS = tuple(path for path, _ in SOURCES)
+EXTENDER_PATHS = tuple(source.path for source in SOURCES)
 HORIZON = 300.0  # seconds of each watcher's own timeline
 REAL_LIMIT = 12.0  # seconds of real time to let the watchers reach it (old loops never do: they sleep for real)
 
