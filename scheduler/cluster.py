@@ -43,7 +43,7 @@ _RENAMED = {**DEPRECATED_DEVICE_RESOURCES, **MISSPELLED_DEVICE_RESOURCES}
 _told: set[str] = set()
 
 
-def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
+def renamed_deprecated(resources: JSON) -> JSON:
     """`resources` with deprecated device names replaced by their koordinator.sh names (replaceAndEraseResource:
     when both names are present, both stay as they are)."""
     if _RENAMED.keys().isdisjoint(resources):
@@ -154,8 +154,8 @@ def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str 
         v = allocatable.get(_RENAMED.get(resource, resource), 0)
         return f"{v}m" if resource == CPU else str(v)
 
-    def fixed(requests: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def fixed(requests: Any) -> JSON:
+        out: JSON = {}
         for k, v in requests.items():
             try:
                 ok = quantity_value(str(k), v) >= 0

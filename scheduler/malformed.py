@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.resources import resource_value
 
 log = logging.getLogger("scheduler.malformed")
@@ -62,7 +63,7 @@ def shape_problem(obj: Any) -> str | None:
     return None
 
 
-def _object(value: Any, where: str) -> dict[str, Any]:
+def _object(value: Any, where: str) -> JSON:
     if not isinstance(value, dict | None):
         raise InvalidInput(f"{where} is not an object")
     return value or {}
@@ -73,19 +74,19 @@ def _quantities(value: Any, where: str) -> None:
         resource_value(str(name), quantity)
 
 
-def _node(obj: dict[str, Any]) -> None:
+def _node(obj: JSON) -> None:
     status = _object(obj.get("status"), "status")
     _object(status.get("allocatable"), "status.allocatable")
     _object(status.get("capacity"), "status.capacity")
 
 
-def _quota(obj: dict[str, Any]) -> None:
+def _quota(obj: JSON) -> None:
     spec = _object(obj.get("spec"), "spec")
     for field in ("min", "max"):
         _quantities(spec.get(field), f"spec.{field}")
 
 
-def _device(obj: dict[str, Any]) -> None:
+def _device(obj: JSON) -> None:
     devices = _object(obj.get("spec"), "spec").get("devices")
     if not isinstance(devices, list | None) or not all(isinstance(d, dict) for d in devices or ()):
         raise InvalidInput("spec.devices is not a list of objects")
@@ -104,11 +105,11 @@ def _usage(value: Any, where: str) -> None:
             _usage(v, f"{where}[{i}]")
 
 
-def _nodemetric(obj: dict[str, Any]) -> None:
+def _nodemetric(obj: JSON) -> None:
     _usage(_object(obj.get("status"), "status"), "status")
 
 
-_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+_CHECKS: dict[str, Callable[[JSON], None]] = {
     "Node": _node, "ElasticQuota": _quota, "Device": _device, "NodeMetric": _nodemetric,
 }
 

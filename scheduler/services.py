@@ -140,7 +140,7 @@ class DiagnosisAPI:
             return _error(404, "plugin DeviceShare is not enabled")
         names = [name] if name is not None else sorted(n for n, info in sched.cluster.nodes.items()
                                                        if info.device is not None)
-        out: dict[str, Any] = {}
+        out: JSON = {}
         for n in names:
             info = sched.cluster.nodes.get(n)
             if info is None or info.device is None:

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.config import Config
 from koordlet.devices import rdma, xpu
 from koordlet.devices.model import DeviceSet
@@ -108,7 +109,7 @@ class DeviceInventory:
         self._last["nvidia"] = build_device_set(gpus, driver, state=self.xid, now=now,
                                                 partition_policy=self.config.gpu_partition_policy)
 
-    def dump_nvml(self) -> dict[str, Any] | None:
+    def dump_nvml(self) -> JSON | None:
         from koordlet.devices.nvidia.snapshot import dump_snapshot
 
         backend = self.nvml()

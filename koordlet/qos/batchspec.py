@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
@@ -289,7 +290,7 @@ def _field(obj: object, name: str, where: str) -> Any:
     return found
 
 
-def _resource_list(value: object, where: str) -> dict[str, Any]:
+def _resource_list(value: object, where: str) -> JSON:
     if value is None:
         return {}
     return {k: v for k, v in _object(value, where) if v is not None}

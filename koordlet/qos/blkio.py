@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from apis.core.errors import PlanError
+from apis.core.objects import JSON
 from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
 from apis.slo.types import BlkioQOS
 from koordlet.host.driver import K8sQoS
@@ -93,11 +94,11 @@ class _Block:
         return default if value is None or isinstance(value, bool) else value
 
 
-def _fields(obj: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+def _fields(obj: Mapping[str, Any], known: Iterable[str]) -> JSON:
     """Go encoding/json: keys match struct fields case-insensitively ("iocfg" is ioCfg), a later key overrides an
     earlier one, null clears it, a repeated object field is merged into, unknown keys are ignored."""
     lower = {k.lower(): k for k in known}
-    out: dict[str, Any] = {}
+    out: JSON = {}
     for key, value in obj.items():
         canon = lower.get(str(key).lower())
         if canon is None:

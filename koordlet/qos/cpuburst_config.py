@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
@@ -65,7 +66,7 @@ def _merge(node: CPUBurstConfig, text: str) -> CPUBurstConfig:
         return node
     if not isinstance(doc, _Pairs):
         raise ValueError("expected a JSON object")
-    changes: dict[str, Any] = {}
+    changes: JSON = {}
     for key, value in doc:
         name = _FIELDS.get(key.lower())
         if name is None:

@@ -42,6 +42,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.objects import JSON
 from apis.core.resources import CPU, pod_requests
 from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
@@ -276,7 +277,7 @@ def parse_cpuqos_annotation(text: str) -> CPUQoSAnnotation:
         return CPUQoSAnnotation()  # Go: unmarshalling null into a struct is a no-op
     if not isinstance(doc, _Pairs):
         raise ValueError("", f"expected a JSON object, got {_json_type(doc)}")
-    values: dict[str, Any] = {}
+    values: JSON = {}
     for key, value in doc:  # in document order: a repeated key (in any case) overwrites, as in Go
         known = _ANNOTATION_FIELDS.get(key.lower())
         if known is None:

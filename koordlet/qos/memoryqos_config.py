@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.core.resources import MEMORY, pod_requests
 from apis.extension.memory_qos import ANNOTATION_POD_MEMORY_QOS
@@ -155,7 +156,7 @@ def spec_container(pod: PodMeta, name: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _batch(pod: PodMeta) -> dict[str, Any]:
+def _batch(pod: PodMeta) -> JSON:
     try:
         return spec_containers(pod)
     except BatchSpecError as e:

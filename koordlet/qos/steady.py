@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from apis.core.objects import JSON
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
 
@@ -24,7 +25,7 @@ class SteadyFacts:
         self.window = window
         self.clock = clock
         self.generation = 0  # bumped whenever the kept facts are dropped
-        self._facts: dict[str, Any] = {}
+        self._facts: JSON = {}
         self._since: float | None = None
         self._pods: Sequence[PodMeta] = ()
         self._rest: tuple[Any, ...] = ()

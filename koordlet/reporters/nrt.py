@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
 from apis.extension.numa_aware import (
@@ -103,7 +104,7 @@ def topology_status(facts: NodeCPUFacts, basic: CPUBasicInfo, memory: Mapping[in
 
 
 def zone_list(facts: NodeCPUFacts, memory: Mapping[int, NumaMemory], node: Mapping[str, Any] | None = None, *,
-              hugepage_report: bool = False) -> list[dict[str, Any]]:
+              hugepage_report: bool = False) -> list[JSON]:
     """calTopologyZoneList: zone `node-<i>` per NUMA node: cpu (its logical CPUs), memory (MemTotal minus the
     hugepages), hugepages-2Mi/1Gi (0 unless gate HugePageReport); with the Node label
     `node.koordinator.sh/enable-numa-reservation=true`, each zone's allocatable cpu/memory lose
@@ -166,16 +167,16 @@ def _meta(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def new_object(node_name: str, node_uid: str | None) -> dict[str, Any]:
+def new_object(node_name: str, node_uid: str | None) -> JSON:
     """newNodeTopo: what is created when the node has none."""
-    meta: dict[str, Any] = {"name": node_name, "labels": {LABEL_MANAGED_BY: "Koordinator"}}
+    meta: JSON = {"name": node_name, "labels": {LABEL_MANAGED_BY: "Koordinator"}}
     if node_uid:
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
                                     "controller": True, "blockOwnerDeletion": True}]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "topologyPolicies": ["None"], "zones": []}
 
 
-def updated(existing: Mapping[str, Any], status: TopologyStatus) -> dict[str, Any]:
+def updated(existing: Mapping[str, Any], status: TopologyStatus) -> JSON:
     """updateNRT: our annotations and labels over the existing ones, our policy, our zones merged in."""
     obj = copy.deepcopy(dict(existing))
     obj.setdefault("apiVersion", API_VERSION)
@@ -198,7 +199,7 @@ def ours(zone: Any) -> bool:
     return isinstance(zone, dict) and isinstance(zone.get("name"), str) and bool(_OUR_ZONE.fullmatch(zone["name"]))
 
 
-def merge_zones(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def merge_zones(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[JSON]:
     """Zones named as ours: our resources replace theirs, other resources stay; our names of NUMA nodes that are
     gone go; zones other writers named otherwise stay as they are."""
     old_by_name = {z.get("name"): z for z in old if isinstance(z, dict)}

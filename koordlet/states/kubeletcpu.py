@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
@@ -63,8 +64,8 @@ class KubeletCPUManager:
     def static(self) -> bool:
         return self.policy == POLICY_STATIC
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JSON:
+        out: JSON = {}
         if self.policy:
             out["policy"] = self.policy
         if self.options:
@@ -179,8 +180,8 @@ class PodCPUAlloc:
     name: str = ""
     managed_by_kubelet: bool = True
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JSON:
+        out: JSON = {}
         if self.namespace:
             out["namespace"] = self.namespace
         if self.name:
@@ -256,7 +257,7 @@ def encode_pod_allocs(allocs: Sequence[PodCPUAlloc]) -> str:
     return json.dumps([a.to_json() for a in allocs], separators=(",", ":"))
 
 
-def read_kubelet_config_file(paths: HostPaths) -> dict[str, Any] | None:
+def read_kubelet_config_file(paths: HostPaths) -> JSON | None:
     """`<var-lib-kubelet>/config.yaml` (a KubeletConfiguration), None when absent; InvalidInput when malformed."""
     path = paths.kubelet(KUBELET_CONFIG_FILE)
     try:

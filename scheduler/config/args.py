@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.extension.resources import (
     RESOURCE_FPGA,
     RESOURCE_GPU_MEMORY,
@@ -182,10 +183,10 @@ class ReservationArgs:
     gc_interval_seconds: int = 60
     disable_garbage_collection: bool = False
     resync_interval_seconds: int = 60
-    pre_allocation: dict[str, Any] = field(default_factory=dict)
+    pre_allocation: JSON = field(default_factory=dict)
     ignored_resources: list[str] = field(default_factory=list)
     ignored_resource_groups: list[str] = field(default_factory=list)
-    selector_index: dict[str, Any] = field(default_factory=dict)
+    selector_index: JSON = field(default_factory=dict)
 
 
 _NATIVE = ("cpu", "memory", "pods", "ephemeral-storage")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.objects import JSON
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
 from scheduler.config.plugins import (
@@ -51,7 +52,7 @@ class SchedulerConfig:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     points: dict[str, list[str]] = field(default_factory=dict)
     weights: dict[str, int] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)  # plugin → typed args given by pluginConfig
+    args: JSON = field(default_factory=dict)  # plugin → typed args given by pluginConfig
     explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
 
     def __post_init__(self) -> None:
@@ -205,7 +206,7 @@ def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
     return cfg
 
 
-def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: dict[str, Any], where: str) -> None:
+def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: JSON, where: str) -> None:
     """[decision] our defaults leave NodeResourcesFit's Score off (koord-sched's default profile is koord-scheduler's
     plugins, not kube-scheduler's default scores); NodeResourcesFitArgs with a scoringStrategy turns it on at weight 1,
     as it is in kube-scheduler's default profile, unless the file disables it at score."""

@@ -53,7 +53,7 @@ class ElasticQuotaArgs:
     monitor_all_quotas: bool = False
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
-    hook_plugins: list[dict[str, Any]] = field(default_factory=list)
+    hook_plugins: list[JSON] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, args: Mapping[str, Any]) -> ElasticQuotaArgs:
@@ -289,7 +289,7 @@ class ElasticQuota:
         return self.quota_of(pods[0]), total
 
     # -- reporting -------------------------------------------------------------------------------------------
-    def summary(self, name: str, include_pods: bool = False) -> dict[str, Any] | None:
+    def summary(self, name: str, include_pods: bool = False) -> JSON | None:
         info = self.manager.quotas.get(name)
         if info is None:
             return None
@@ -297,7 +297,7 @@ class ElasticQuota:
             self.manager.refresh_runtime(name)
         return info.summary(include_pods)
 
-    def summaries(self, include_pods: bool = False) -> dict[str, dict[str, Any]]:
+    def summaries(self, include_pods: bool = False) -> dict[str, JSON]:
         self.manager.refresh_all()
         return {n: q.summary(include_pods) for n, q in sorted(self.manager.quotas.items()) if n != ROOT_QUOTA}
 

@@ -33,7 +33,7 @@ def _values(doc: Any) -> Resources:
         return {"": -1}
 
 
-def status_patch(obj: JSON, summary: dict[str, Any]) -> JSON | None:
+def status_patch(obj: JSON, summary: JSON) -> JSON | None:
     """A merge patch bringing the object to the summary, or None when nothing changed (zeros ignored, as
     quotav1.Equals(RemoveZeros(...)) upstream)."""
     meta = obj.get("metadata") or {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
 from apis.extension.device_share import GPU_LABELS
 from apis.extension.resources import BATCH_MEMORY, BATCH_RESOURCES, MID_MEMORY, MID_RESOURCES, RESOURCE_GPU_MEMORY
@@ -102,10 +103,10 @@ def plan(node: Mapping[str, Any], nr: NodeResource, strategy: Mapping[str, Any],
     return out
 
 
-def status_patch(p: Plan) -> dict[str, Any]:
+def status_patch(p: Plan) -> JSON:
     """A merge patch of the node's status subresource: the same entries in allocatable and capacity."""
     return {"status": {"allocatable": dict(p.status), "capacity": dict(p.status)}}
 
 
-def label_patch(p: Plan) -> dict[str, Any]:
+def label_patch(p: Plan) -> JSON:
     return {"metadata": {"labels": dict(p.labels)}}

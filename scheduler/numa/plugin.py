@@ -79,7 +79,7 @@ class PodNUMA:
     problem: str = ""
 
 
-def _json_annotation(annotations: dict[str, Any], name: str) -> dict[str, Any]:
+def _json_annotation(annotations: JSON, name: str) -> JSON:
     text = annotations.get(name)
     if not text:
         return {}
@@ -136,7 +136,7 @@ class NodeNUMAResource:
         self.most = scoring_type == MOST_ALLOCATED
         self.resources = resources
         self.weight = weight
-        self._scores: dict[str, dict[int, dict[str, Any]]] = {}  # node → pod shape (its number) → memo (_cached)
+        self._scores: dict[str, dict[int, JSON]] = {}  # node → pod shape (its number) → memo (_cached)
         self._shape_of: tuple[JSON | None, int] = (None, 0)
         self._shape_ids: dict[tuple[Any, ...], int] = {}  # pod shape → a small number: hashed once per pod, not
         # once per node (the shape holds the pod's labels and annotations)

@@ -11,6 +11,7 @@ from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
@@ -83,7 +84,7 @@ class LoadAwareArgs:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InvalidInput(f"LoadAwareScheduling: unknown args {unknown}")
-        kw: dict[str, Any] = {}
+        kw: JSON = {}
         for arg, attr in (("filterExpiredNodeMetrics", "filter_expired_node_metrics"),
                           ("enableScheduleWhenNodeMetricsExpired", "enable_schedule_when_node_metrics_expired"),
                           ("prodUsageIncludeSys", "prod_usage_include_sys"),

@@ -161,7 +161,7 @@ class NodeLoad:
     node_estimated: Vector
     prod_usage: Vector
     prod_delta: Vector
-    thresholds: dict[str, Any] | None  # the node's usage-thresholds annotation, parsed
+    thresholds: JSON | None  # the node's usage-thresholds annotation, parsed
 
     def usage(self) -> Vector:
         """nodeUsage plus what assigned pods add beyond their reported usage."""
@@ -296,7 +296,7 @@ def vsum(a: Vector, b: Vector) -> Vector:
     return {r: a.get(r, 0) + b.get(r, 0) for r in {*a, *b}}
 
 
-def _annotations(obj: JSON) -> dict[str, Any]:
+def _annotations(obj: JSON) -> JSON:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 

@@ -71,8 +71,8 @@ class Reservation:
     reason: str = ""
     annotations: dict[str, str] = field(default_factory=dict)  # written on the object (device-allocated)
     pod: JSON = field(default_factory=dict)  # the reserve pod
-    owner_devices: dict[str, Any] = field(default_factory=dict)  # owner key → its device Allocations
-    owner_cpus: dict[str, Any] = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
+    owner_devices: JSON = field(default_factory=dict)  # owner key → its device Allocations
+    owner_cpus: JSON = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
     dirty: bool = False  # status differs from the object's
     placed: JSON | None = None  # the reserve pod `place` made last, and what it was made from
     placed_shape: tuple[Any, ...] = ()

@@ -84,7 +84,7 @@ class ReservationPlugin:
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
-        self._held: dict[str, Any] = {}
+        self._held: JSON = {}
         self.preemptions: list[JSON] = []
         self._preempting = False
         self._zeros: IntArray = np.zeros(0, dtype=np.int64)
