@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import as_objects
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE
 from apis.extension.resource_status import parse_cpuset
@@ -47,8 +48,8 @@ def pod_batch_milli_cpu(pod: Mapping[str, Any]) -> int:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return 0
-    total = sum(container_batch_milli_cpu(c) for c in _list(spec.get("containers")))
-    return total + sum(container_batch_milli_cpu(c) for c in _list(spec.get("initContainers"))
+    total = sum(container_batch_milli_cpu(c) for c in as_objects(spec.get("containers")))
+    return total + sum(container_batch_milli_cpu(c) for c in as_objects(spec.get("initContainers"))
                        if c.get("restartPolicy") == "Always")
 
 
@@ -102,7 +103,3 @@ class BEResourceCollector:
         if quota == -1 or period <= 0:
             return limit
         return min(limit, quota * 1000 // period)
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

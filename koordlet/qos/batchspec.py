@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
-from apis.core.objects import JSON
+from apis.core.objects import JSON, as_object, as_objects
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
@@ -80,8 +80,8 @@ def spec_containers(pod: PodMeta) -> dict[str, ContainerBatch]:
     """The pod spec's containers that name a batch resource (GetContainerBatchMemoryByte*: the spec only); raises
     BatchSpecError for a malformed quantity."""
     out: dict[str, ContainerBatch] = {}
-    for i, c in enumerate(_list(_obj(pod.raw.get("spec")).get("containers"))):
-        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
+    for i, c in enumerate(as_objects(as_object(pod.raw.get("spec")).get("containers"))):
+        got = _container_from_resources(as_object(c.get("resources")), f"spec.containers[{i}].resources")
         if got is not None:
             out[str(c.get("name", ""))] = got
     return out
@@ -207,7 +207,7 @@ def batch_pod_shares(pod: PodMeta) -> int | None:
 
 def _container_from_resources(resources: Mapping[str, Any], where: str) -> ContainerBatch | None:
     """GetContainerExtendedResources: None unless the requests or limits name a batch resource."""
-    requests, limits = _obj(resources.get("requests")), _obj(resources.get("limits"))
+    requests, limits = as_object(resources.get("requests")), as_object(resources.get("limits"))
     if not any(name in lst for lst in (requests, limits) for name in (BATCH_CPU, BATCH_MEMORY)):
         return None
     return ContainerBatch(
@@ -237,7 +237,7 @@ class _Pairs(list[tuple[str, Any]]):
 
 
 def _from_annotation(pod: PodMeta) -> dict[str, ContainerBatch]:
-    return annotation_containers(_obj(_obj(pod.raw.get("metadata")).get("annotations")))
+    return annotation_containers(as_object(as_object(pod.raw.get("metadata")).get("annotations")))
 
 
 def annotation_containers(annotations: Mapping[str, Any]) -> dict[str, ContainerBatch]:
@@ -298,11 +298,3 @@ def _resource_list(value: object, where: str) -> JSON:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
-from apis.core.objects import JSON
+from apis.core.objects import JSON, as_object
 from apis.core.quantity import parse_quantity
 from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
@@ -39,7 +39,7 @@ _FIELDS = {  # Go matches JSON keys to struct fields case-insensitively
 def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, PlanError | None]:
     """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
     node's config is used, as upstream does."""
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
+    text = as_object(as_object(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
     if text is None:
         return node, None
     try:
@@ -104,7 +104,7 @@ def burstable(pod: PodMeta) -> bool:
 
 def container_specs(pod: PodMeta) -> dict[str, Mapping[str, Any]]:
     """The pod spec's containers by name (the status entries are matched to these)."""
-    containers = _obj(pod.raw.get("spec")).get("containers")
+    containers = as_object(pod.raw.get("spec")).get("containers")
     out: dict[str, Mapping[str, Any]] = {}
     for c in containers if isinstance(containers, list) else []:
         if isinstance(c, dict):
@@ -114,7 +114,7 @@ def container_specs(pod: PodMeta) -> dict[str, Mapping[str, Any]]:
 
 def cpu_limit_milli(container: Mapping[str, Any]) -> int:
     """GetContainerMilliCPULimit: the CPU limit in milli-cores (rounded up); -1 without one or when unreadable."""
-    value = _obj(_obj(container.get("resources")).get("limits")).get("cpu")
+    value = as_object(as_object(container.get("resources")).get("limits")).get("cpu")
     if value is None or isinstance(value, bool) or not isinstance(value, str | int):
         return -1
     return _milli(value)
@@ -152,7 +152,3 @@ def static_burst_us(container: Mapping[str, Any], cfg: CPUBurstConfig) -> int:
         return 0
     cores = (float(milli) / 1000) * (float(cfg.cpu_burst_percent) / 100)
     return int(cores * float(CFS_BASE_PERIOD_US))
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

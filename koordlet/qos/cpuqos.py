@@ -527,10 +527,6 @@ def _kubelet_shares(pod: PodMeta) -> int | None:
 # ---- helpers ----------------------------------------------------------------------------------------------------
 
 
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
