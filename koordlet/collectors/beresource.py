@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.objects import as_objects
@@ -28,7 +27,7 @@ from koordlet.states.model import PodMeta
 KIND_USAGE, KIND_REQUEST, KIND_REAL_LIMIT = "be_cpu_usage", "be_cpu_request", "be_cpu_real_limit"
 
 
-def container_batch_milli_cpu(container: Mapping[str, Any]) -> int:
+def container_batch_milli_cpu(container: Mapping[str, object]) -> int:
     """util.GetContainerBatchMilliCPURequest: requests[batch-cpu] (already milli-cores; Quantity.Value rounds up),
     0 when absent or unreadable (a malformed quantity never reaches upstream: the API server refuses it)."""
     resources = container.get("resources")
@@ -42,7 +41,7 @@ def container_batch_milli_cpu(container: Mapping[str, Any]) -> int:
         return 0
 
 
-def pod_batch_milli_cpu(pod: Mapping[str, Any]) -> int:
+def pod_batch_milli_cpu(pod: Mapping[str, object]) -> int:
     """The sum of a pod's containers' batch-cpu requests, sidecar init containers (restartPolicy Always) included
     as upstream HEAD does (they run beside the others; v1.7 counted the main containers only)."""
     spec = pod.get("spec")

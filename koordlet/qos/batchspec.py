@@ -205,7 +205,7 @@ def batch_pod_shares(pod: PodMeta) -> int | None:
 # ---- parsing ----------------------------------------------------------------------------------------------------
 
 
-def _container_from_resources(resources: Mapping[str, Any], where: str) -> ContainerBatch | None:
+def _container_from_resources(resources: Mapping[str, object], where: str) -> ContainerBatch | None:
     """GetContainerExtendedResources: None unless the requests or limits name a batch resource."""
     requests, limits = as_object(resources.get("requests")), as_object(resources.get("limits"))
     if not any(name in lst for lst in (requests, limits) for name in (BATCH_CPU, BATCH_MEMORY)):
@@ -240,7 +240,7 @@ def _from_annotation(pod: PodMeta) -> dict[str, ContainerBatch]:
     return annotation_containers(as_object(as_object(pod.raw.get("metadata")).get("annotations")))
 
 
-def annotation_containers(annotations: Mapping[str, Any]) -> dict[str, ContainerBatch]:
+def annotation_containers(annotations: Mapping[str, object]) -> dict[str, ContainerBatch]:
     """GetExtendedResourceSpec: the annotation decoded as Go decodes ExtendedResourceSpec (struct fields matched
     case-insensitively, the last duplicate wins, null is absent; ResourceList keys are exact); {} without it.
     BatchSpecError names the field when it is malformed. What the runtime hooks read (NRI carries no pod spec)."""

@@ -94,7 +94,7 @@ class _Block:
         return default if value is None or isinstance(value, bool) else value
 
 
-def _fields(obj: Mapping[str, Any], known: Iterable[str]) -> JSON:
+def _fields(obj: Mapping[str, object], known: Iterable[str]) -> JSON:
     """Go encoding/json: keys match struct fields case-insensitively ("iocfg" is ioCfg), a later key overrides an
     earlier one, null clears it, a repeated object field is merged into, unknown keys are ignored."""
     lower = {k.lower(): k for k in known}

@@ -102,17 +102,17 @@ def burstable(pod: PodMeta) -> bool:
     return koord_qos_class(pod.raw) not in (QOS_LSR, QOS_LSE, QOS_BE) and pod.phase in ("Pending", "Running")
 
 
-def container_specs(pod: PodMeta) -> dict[str, Mapping[str, Any]]:
+def container_specs(pod: PodMeta) -> dict[str, Mapping[str, object]]:
     """The pod spec's containers by name (the status entries are matched to these)."""
     containers = as_object(pod.raw.get("spec")).get("containers")
-    out: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, Mapping[str, object]] = {}
     for c in containers if isinstance(containers, list) else []:
         if isinstance(c, dict):
             out[str(c.get("name", ""))] = c
     return out
 
 
-def cpu_limit_milli(container: Mapping[str, Any]) -> int:
+def cpu_limit_milli(container: Mapping[str, object]) -> int:
     """GetContainerMilliCPULimit: the CPU limit in milli-cores (rounded up); -1 without one or when unreadable."""
     value = as_object(as_object(container.get("resources")).get("limits")).get("cpu")
     if value is None or isinstance(value, bool) or not isinstance(value, str | int):
@@ -130,7 +130,7 @@ def _milli(value: str | int) -> int:
         return -1
 
 
-def base_quota(container: Mapping[str, Any]) -> int:
+def base_quota(container: Mapping[str, object]) -> int:
     """GetContainerBaseCFSQuota: the limit as a quota per 100 ms period (-1 without a limit)."""
     return milli_cpu_to_quota(cpu_limit_milli(container))
 
@@ -142,7 +142,7 @@ def ceiling_quota(base: int, cfg: CPUBurstConfig) -> int:
     return base
 
 
-def static_burst_us(container: Mapping[str, Any], cfg: CPUBurstConfig) -> int:
+def static_burst_us(container: Mapping[str, object], cfg: CPUBurstConfig) -> int:
     """calcStaticCPUBurstVal: limit cores × cpuBurstPercent / 100 × 100000 µs; 0 when the policy has no static
     burst or the container has no limit (upstream's value; the plan caps it, see koordlet/qos/cpuburst.py)."""
     if not cfg.cpu_burst:

@@ -35,7 +35,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
 from apis.core.objects import as_object
@@ -297,7 +296,7 @@ def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
     return capacity, max(kubelet, _annotation_reserved(node, node_name, errors))
 
 
-def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[PlanError]) -> int:
+def _annotation_reserved(node: Mapping[str, object], node_name: str, errors: list[PlanError]) -> int:
     """util.GetNodeReservationFromAnnotation: reservedCPUs (as a whole-CPU count) wins over resources.cpu."""
     text = as_object(as_object(node.get("metadata")).get("annotations")).get(ANNOTATION_NODE_RESERVATION)
     if not text:

@@ -19,7 +19,6 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.objects import JSON, as_object, as_objects
@@ -136,7 +135,7 @@ def pod_request(pod: PodMeta) -> int:
     return pod_requests(pod.raw).get(MEMORY, 0)
 
 
-def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMemory:
+def container_memory(pod: PodMeta, container: Mapping[str, object]) -> ContainerMemory:
     """A container's request and limit (batch-memory for BE pods); InvalidInput for a malformed quantity."""
     if is_be(pod):
         batch = _batch(pod).get(str(container.get("name", "")))
@@ -149,7 +148,7 @@ def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMem
     return ContainerMemory(_request(resources), _bytes(limit) if limit is not None else -1)
 
 
-def spec_container(pod: PodMeta, name: str) -> Mapping[str, Any] | None:
+def spec_container(pod: PodMeta, name: str) -> Mapping[str, object] | None:
     for c in as_objects(as_object(pod.raw.get("spec")).get("containers")):
         if c.get("name") == name:
             return c
@@ -163,7 +162,7 @@ def _batch(pod: PodMeta) -> JSON:
         raise InvalidInput(str(e)) from None
 
 
-def _request(resources: Mapping[str, Any]) -> int:
+def _request(resources: Mapping[str, object]) -> int:
     """requests.memory, else limits.memory (the API server's defaulting), else 0."""
     request = as_object(resources.get("requests")).get("memory")
     return _bytes(request if request is not None else as_object(resources.get("limits")).get("memory"))
@@ -178,7 +177,7 @@ def _bytes(value: object) -> int:
     return math.ceil(parse_quantity(value))
 
 
-def node_allocatable_memory(node: Mapping[str, Any] | None) -> int | None:
+def node_allocatable_memory(node: Mapping[str, object] | None) -> int | None:
     """status.allocatable.memory of the Node in bytes; None without a Node or a readable value."""
     alloc = as_object(as_object(node).get("status")).get("allocatable")
     try:

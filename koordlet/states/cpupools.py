@@ -184,7 +184,7 @@ def decode_pools(text: str) -> list[SharePool]:
     return [SharePool.from_json(x) for x in doc]
 
 
-def _fold_fields(obj: Mapping[str, Any]) -> JSON:
+def _fold_fields(obj: Mapping[str, object]) -> JSON:
     """Struct fields by case-folded name; of keys folding alike, the later in the document wins (Go overwrites)."""
     return {k.lower(): v for k, v in obj.items()}
 

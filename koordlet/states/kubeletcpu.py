@@ -82,7 +82,7 @@ class KubeletCPUManager:
         return _TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), TOPOLOGY_NONE)
 
 
-def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletCPUManager:
+def cpu_manager(config: Mapping[str, object] | None, topo: CPUTopology) -> KubeletCPUManager:
     """The CPU manager settings of a KubeletConfiguration (as `/configz` or the config file holds it).
 
     InvalidInput when a field the static policy needs is malformed (upstream logs it and reports no reserved CPUs);
@@ -101,7 +101,7 @@ def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletC
                              _str(config.get("topologyManagerScope"), "topologyManagerScope"), known=True)
 
 
-def static_reserved_cpus(config: Mapping[str, Any], topo: CPUTopology) -> list[int]:
+def static_reserved_cpus(config: Mapping[str, object], topo: CPUTopology) -> list[int]:
     """GetStaticCPUManagerPolicyReservedCPUs: `reservedSystemCPUs` when given, else ceil(kubeReserved.cpu +
     systemReserved.cpu) CPUs taken by topology from an idle node; [] when that is zero (kubelet refuses to start
     then) or the list is not a subset of the online CPUs."""
@@ -287,7 +287,7 @@ def read_cpu_manager_state(paths: HostPaths) -> dict[str, list[int]]:
     return parse_cpu_manager_state(data.decode("utf-8", "replace"))
 
 
-def _annotations(pod: PodMeta) -> Mapping[str, Any]:
+def _annotations(pod: PodMeta) -> Mapping[str, object]:
     meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}

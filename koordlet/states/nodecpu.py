@@ -31,9 +31,9 @@ class NodeCPUFacts:
     topology: CPUTopology
     kubelet: KubeletCPUManager = field(default_factory=KubeletCPUManager)
     pod_allocs: tuple[PodCPUAlloc, ...] = ()
-    reservation: Mapping[str, Any] = field(default_factory=dict)  # the NodeReservation JSON as reported
+    reservation: Mapping[str, object] = field(default_factory=dict)  # the NodeReservation JSON as reported
     reserved_cpus: tuple[int, ...] = ()
-    system_qos: Mapping[str, Any] = field(default_factory=dict)  # the SystemQOSResource JSON as reported
+    system_qos: Mapping[str, object] = field(default_factory=dict)  # the SystemQOSResource JSON as reported
     system_qos_cpuset: str = ""  # the SYSTEM pods' cpuset ("" = no rule)
     system_exclusive: tuple[int, ...] = ()
     share_pools: tuple[SharePool, ...] = ()
@@ -41,7 +41,7 @@ class NodeCPUFacts:
     errors: tuple[PlanError, ...] = ()
 
 
-def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations: Mapping[str, Any] | None = None,
+def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations: Mapping[str, object] | None = None,
                    kubelet: KubeletCPUManager | None = None,
                    cpu_manager_entries: Mapping[str, Sequence[int]] | None = None,
                    node_name: str = "") -> NodeCPUFacts:
@@ -77,7 +77,7 @@ def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations:
                         tuple(exclusive), tuple(ls), tuple(be), tuple(errors))
 
 
-def node_reservation(topo: CPUTopology, annotations: Mapping[str, Any]) -> tuple[JSON, list[int]]:
+def node_reservation(topo: CPUTopology, annotations: Mapping[str, object]) -> tuple[JSON, list[int]]:
     """getNodeReserved: the `node.koordinator.sh/reservation` object as reported (reservedCPUs normalised, or
     ceil(resources.cpu) CPUs taken by topology when no list is given) and the reserved CPUs."""
     text = annotations.get(ANNOTATION_NODE_RESERVATION)
@@ -122,7 +122,7 @@ def node_reservation(topo: CPUTopology, annotations: Mapping[str, Any]) -> tuple
     return out, cpus
 
 
-def system_qos_resource(annotations: Mapping[str, Any]) -> tuple[JSON, str, list[int]]:
+def system_qos_resource(annotations: Mapping[str, object]) -> tuple[JSON, str, list[int]]:
     """`node.koordinator.sh/system-qos-resource` {cpuset, cpusetExclusive}: the object as reported, the SYSTEM
     pods' cpuset ("" when none or unparsable) and the CPUs taken out of the share pools (exclusive is the
     default)."""

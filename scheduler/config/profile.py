@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, JSONMapping
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
 from scheduler.config.plugins import (
@@ -75,7 +75,7 @@ class SchedulerConfig:
         return self.args[name]
 
 
-def _plugin_list(section: Mapping[str, Any], key: str, where: str, point: str) -> list[tuple[str, int]]:
+def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for i, item in enumerate(object_list(section, key, where)):
         w = f"{where}.{key}[{i}]"
@@ -161,7 +161,7 @@ def _expand(custom: dict[str, tuple[list[tuple[str, int]], list[str]]]
     return points, weights
 
 
-def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
+def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
     check_keys(profile, PROFILE_FIELDS, where)
     plugins = mapping(profile.get("plugins"), f"{where}.plugins")
     check_keys(plugins, (*POINTS, MULTI_POINT), f"{where}.plugins")
@@ -206,7 +206,7 @@ def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
     return cfg
 
 
-def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: JSON, where: str) -> None:
+def _fit_scoring(cfg: SchedulerConfig, profile: JSONMapping, custom: JSON, where: str) -> None:
     """[decision] our defaults leave NodeResourcesFit's Score off (koord-sched's default profile is koord-scheduler's
     plugins, not kube-scheduler's default scores); NodeResourcesFitArgs with a scoringStrategy turns it on at weight 1,
     as it is in kube-scheduler's default profile, unless the file disables it at score."""
@@ -224,7 +224,7 @@ def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: JSON,
     log.info("%s: NodeResourcesFit scores with its scoringStrategy (weight 1, as in kube-scheduler's defaults)", where)
 
 
-def _check_type(raw: Mapping[str, Any], kind: str, where: str) -> None:
+def _check_type(raw: JSONMapping, kind: str, where: str) -> None:
     api = raw.get("apiVersion")
     if api is not None and api != API_VERSION:
         if api in OLD_API_VERSIONS:

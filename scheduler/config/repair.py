@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, JSONMapping
 from scheduler.config.args import ARGS
 from scheduler.config.fields import TYPE_FIELDS, ConfigError
 from scheduler.config.plugins import MULTI_POINT, POINTS
@@ -172,7 +172,7 @@ def load_text(text: str, source: str) -> Any:
     return repair(doc)
 
 
-def _unwrap(cm: Mapping[str, Any], source: str) -> Any:
+def _unwrap(cm: JSONMapping, source: str) -> Any:
     data = cm.get("data") or {}
     found = []
     for k, v in (data.items() if isinstance(data, Mapping) else []):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -56,7 +55,7 @@ class ElasticQuotaArgs:
     hook_plugins: list[JSON] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, args: Mapping[str, Any]) -> ElasticQuotaArgs:
+    def from_dict(cls, args: Mapping[str, object]) -> ElasticQuotaArgs:
         out = cls()
         for camel, attr in (("enableRuntimeQuota", "enable_runtime_quota"),
                             ("enableCheckParentQuota", "enable_check_parent_quota"),

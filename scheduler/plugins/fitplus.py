@@ -34,7 +34,7 @@ class FitPlusArgs:
     resources: dict[str, ResourceStrategy] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> FitPlusArgs:
+    def from_dict(cls, raw: Mapping[str, object] | None) -> FitPlusArgs:
         raw = dict(raw or {})
         unknown = sorted(set(raw) - {"resources", "apiVersion", "kind"})
         if unknown:

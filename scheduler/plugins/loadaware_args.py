@@ -11,7 +11,7 @@ from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
-from apis.core.objects import JSON
+from apis.core.objects import JSON, JSONMapping
 from apis.core.resources import CPU, MEMORY
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
@@ -73,7 +73,7 @@ class LoadAwareArgs:
                     raise InvalidInput(f"LoadAwareScheduling: unknown aggregation type {t!r}")
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> LoadAwareArgs:
+    def from_dict(cls, raw: JSONMapping | None) -> LoadAwareArgs:
         """Upstream (camelCase) arg names; absent fields keep their defaults."""
         raw = dict(raw or {})
         known = {"filterExpiredNodeMetrics", "nodeMetricExpirationSeconds", "enableScheduleWhenNodeMetricsExpired",
