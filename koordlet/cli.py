@@ -312,7 +312,7 @@ def cmd_sched_latency(config: Config, window: float, output: str) -> int:
     return 0
 
 
-def _dump(obj: Any, output: str, table: Callable[[Any], str]) -> None:
+def _dump(obj: object, output: str, table: Callable[[Any], str]) -> None:
     """The command's object as JSON, YAML, or (`table`) the view a person reads, from koordlet.tables."""
     if output == "table":
         sys.stdout.write(table(obj))

@@ -37,7 +37,7 @@ class Option:
         return default_value(self.flag) if self.unset is _UNSET else self.unset
 
 
-def _addr(value: Any) -> str | None:
+def _addr(value: object) -> str | None:
     _, sep, port = str(value).rpartition(":")
     if not sep:
         return "missing port in address"
@@ -71,7 +71,7 @@ UPSTREAM_GROUPS = ("host", "source", "daemon", "states", "collect", "devices", "
                    "prediction", "log", "cadvisor")
 
 
-def _add(group: str, name: str, kind: str, default: str, help: str, *, dest: str | None = None, unset: Any = _UNSET,
+def _add(group: str, name: str, kind: str, default: str, help: str, *, dest: str | None = None, unset: object = _UNSET,
          absent: str = "", check: Callable[[Any], str | None] | None = None) -> None:
     ours = bool(re.search(r"\bours\b", help)) or group not in UPSTREAM_GROUPS  # our flags say so in their help
     _OPTIONS.append(Option(Flag(name, kind, default, help, check), group, dest or name.replace("-", "_"), unset,

@@ -27,7 +27,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value: Any) -> None:
+    def stream(self, _value: object) -> None:
         pass
 
 

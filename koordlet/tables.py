@@ -46,7 +46,7 @@ def sections(*tables: str) -> str:
 
 # --- the objects the commands print ----------------------------------------------------------------------------
 
-def _get(obj: Any, *keys: str) -> Any:
+def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         if not isinstance(obj, Mapping):
             return None

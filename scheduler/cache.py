@@ -128,7 +128,7 @@ class ClusterCache:
         self._synced[source.store].set()
         self._tell("REPLACE", source.kind, items)
 
-    def apply(self, source: Source, op: str, obj: Any) -> None:
+    def apply(self, source: Source, op: str, obj: object) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         kept = admit(source.kind, obj)
         if kept is None:
@@ -156,7 +156,7 @@ class ClusterCache:
             self.assumed[object_key(bound)] = bound
             self.version += 1
 
-    def _tell(self, op: str, kind: str, payload: Any) -> None:
+    def _tell(self, op: str, kind: str, payload: object) -> None:
         for listener in self.listeners:
             listener(op, kind, payload)
 

@@ -33,7 +33,7 @@ _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 
 
-def quantity_value(resource: str, value: Any) -> int:
+def quantity_value(resource: str, value: object) -> int:
     """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
     return core_resources.resource_value(resource, value)
 
@@ -58,7 +58,7 @@ def renamed_deprecated(resources: JSON) -> JSON:
     return out
 
 
-def resource_list(obj: Any) -> dict[str, int]:
+def resource_list(obj: object) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
     return {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(obj).items()}
@@ -352,7 +352,7 @@ def load_objects(path: str) -> list[JSON]:
     return out
 
 
-def _flatten(doc: Any) -> list[JSON]:
+def _flatten(doc: object) -> list[JSON]:
     if not isinstance(doc, dict):
         return []
     if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):

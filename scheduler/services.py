@@ -242,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def send(handler: BaseHTTPRequestHandler, status: int, ctype: str, payload: Any) -> None:
+def send(handler: BaseHTTPRequestHandler, status: int, ctype: str, payload: object) -> None:
     data = (payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))).encode()
     handler.send_response(status)
     handler.send_header("Content-Type", ctype)

@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any
 
 from apis.core.objects import JSON
 from koordlet.config import Config
@@ -116,5 +115,5 @@ class DeviceInventory:
         return None if backend is None else dump_snapshot(backend)
 
 
-def dump_json(obj: Any) -> str:
+def dump_json(obj: object) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -139,7 +138,7 @@ def decode_device_infos(data: bytes) -> list[JSON]:
     return out
 
 
-def _decode_info(obj: Any, where: str) -> JSON:
+def _decode_info(obj: object, where: str) -> JSON:
     f = _fields(obj, where)
     return {
         "vendor": _str(f, "vendor", where), "model": _str(f, "model", where),
@@ -150,7 +149,7 @@ def _decode_info(obj: Any, where: str) -> JSON:
     }
 
 
-def _fields(obj: Any, where: str) -> JSON:
+def _fields(obj: object, where: str) -> JSON:
     """Keys folded to lower case: Go matches struct fields case-insensitively, and of several keys naming the
     same field the last one decoded wins."""
     if not isinstance(obj, dict):
@@ -176,7 +175,7 @@ def _bool(f: JSON, key: str, where: str) -> bool:
     return v
 
 
-def _str_map(v: Any, where: str) -> dict[str, str] | None:
+def _str_map(v: object, where: str) -> dict[str, str] | None:
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -191,7 +190,7 @@ def _str_map(v: Any, where: str) -> dict[str, str] | None:
     return out
 
 
-def _topology(v: Any, where: str) -> JSON | None:
+def _topology(v: object, where: str) -> JSON | None:
     if v is None:
         return None
     f = _fields(v, where)
@@ -210,7 +209,7 @@ def _topology(v: Any, where: str) -> JSON | None:
             "pcieID": _str(f, "pcieID", where), "busID": _str(f, "busID", where)}
 
 
-def _status(v: Any, where: str) -> JSON | None:
+def _status(v: object, where: str) -> JSON | None:
     if v is None:
         return None
     f = _fields(v, where)

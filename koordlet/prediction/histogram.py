@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.objects import JSON
 
@@ -72,7 +71,7 @@ def _go_time(ts: float) -> str:
     return f"{base}.{nanos:09d}".rstrip("0").rstrip(".") + "Z"
 
 
-def parse_go_time(text: Any) -> float:
+def parse_go_time(text: object) -> float:
     """A Go RFC 3339 time (any fraction) as a Unix timestamp; the zero time "0001-01-01T00:00:00Z" is 0."""
     s = str(text)
     if s.startswith("0001-01-01"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.objects import JSONMapping
@@ -37,7 +36,7 @@ class NotTrainedYet(PredictionError):
     """The node's system or priority models have had no training round yet (the first minutes after start)."""
 
 
-def cpu_memory(obj: Any) -> RL:
+def cpu_memory(obj: object) -> RL:
     out: RL = {}
     if isinstance(obj, Mapping):
         for name in ("cpu", "memory"):

@@ -15,7 +15,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from apis.core.errors import PlanError
 from apis.core.objects import JSON
@@ -112,7 +111,7 @@ def _fields(obj: Mapping[str, object], known: Iterable[str]) -> JSON:
     return out
 
 
-def _decode_blocks(raw: Any, where: str) -> list[_Block]:
+def _decode_blocks(raw: object, where: str) -> list[_Block]:
     """The `blocks` list of a BlkIOQOS object, every field type- and range-checked."""
     if raw is None:
         return []
@@ -182,7 +181,7 @@ def _block(name: str, kind: str, io_cfg: Iterable[tuple[str, int | bool]], at: s
     return _Block(name, kind, io, at)
 
 
-def _decode_annotation(value: Any) -> list[_Block]:
+def _decode_annotation(value: object) -> list[_Block]:
     """Upstream parseBlkIOResult: "" is an empty block list (every entry is reset); anything else must be JSON."""
     if not isinstance(value, str):
         raise _Bad("", "must be a string")

@@ -62,7 +62,7 @@ MANAGED_ANNOTATIONS = (
 MANAGED_LABELS = (LABEL_ENABLE_NUMA_RESERVATION,)
 
 
-def go_json(value: Any) -> str:
+def go_json(value: object) -> str:
     """json.Marshal's bytes: compact, HTML characters and U+2028/9 escaped."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
@@ -194,7 +194,7 @@ def updated(existing: JSONMapping, status: TopologyStatus) -> JSON:
 _OUR_ZONE = re.compile(r"node-[0-9]+")
 
 
-def ours(zone: Any) -> bool:
+def ours(zone: object) -> bool:
     """A zone this agent writes (`node-<i>`), as opposed to another writer's."""
     return isinstance(zone, dict) and isinstance(zone.get("name"), str) and bool(_OUR_ZONE.fullmatch(zone["name"]))
 

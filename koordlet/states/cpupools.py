@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.objects import JSON
@@ -141,7 +140,7 @@ class SharePool:
         return out
 
     @classmethod
-    def from_json(cls, value: Any) -> SharePool:
+    def from_json(cls, value: object) -> SharePool:
         if not isinstance(value, dict):
             raise InvalidInput(f"share pool must be an object, not {value!r}")
         fields = _fold_fields(value)

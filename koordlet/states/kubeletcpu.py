@@ -18,7 +18,6 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
@@ -117,7 +116,7 @@ def static_reserved_cpus(config: Mapping[str, object], topo: CPUTopology) -> lis
     return take_by_topology(topo, count) if count > 0 else []
 
 
-def _reserved_cpu_milli(value: Any) -> int:
+def _reserved_cpu_milli(value: object) -> int:
     if value is None:
         return 0
     if not isinstance(value, dict):
@@ -293,7 +292,7 @@ def _annotations(pod: PodMeta) -> Mapping[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _str(value: Any, name: str) -> str:
+def _str(value: object, name: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):

@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.objects import JSON
@@ -149,7 +148,7 @@ def system_qos_resource(annotations: Mapping[str, object]) -> tuple[JSON, str, l
     return out, cpuset, (cpus if exclusive is not False else [])
 
 
-def _object(text: Any, key: str) -> JSON:
+def _object(text: object, key: str) -> JSON:
     if not isinstance(text, str):
         raise InvalidInput(f"{key} must be a string")
     try:

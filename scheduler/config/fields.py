@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
@@ -27,7 +26,7 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def mapping(raw: Any, where: str) -> Mapping[str, object]:
+def mapping(raw: object, where: str) -> Mapping[str, object]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):

@@ -254,7 +254,7 @@ def _validate(cfg: SchedulerConfig, where: str) -> None:
             log.info("%s: accepted; %s", name, info.note)
 
 
-def parse_config(doc: Any, scheduler_name: str | None = None) -> SchedulerConfig:
+def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerConfig:
     """A KubeSchedulerConfiguration dict (None or empty: the defaults); the profile for `scheduler_name`, else the
     first one. Raises ConfigError."""
     if doc is None:

@@ -187,7 +187,7 @@ def _unwrap(cm: JSONMapping, source: str) -> Any:
     return _renest_text(text, f"{source} data.{key}")
 
 
-def repair(doc: Any) -> Any:
+def repair(doc: object) -> Any:
     """Unambiguous mistakes of the release texts, each logged."""
     if not isinstance(doc, Mapping):
         return doc
@@ -211,7 +211,7 @@ def repair(doc: Any) -> Any:
     return doc
 
 
-def _merge_items(section: Any, where: str) -> Any:
+def _merge_items(section: object, where: str) -> Any:
     """`[{disabled: [...]}, {enabled: [...]}]` → `{disabled: [...], enabled: [...]}` when no key repeats."""
     if not isinstance(section, list) or not section or not all(isinstance(x, Mapping) for x in section):
         return section

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -26,7 +25,7 @@ ANNOTATIONS = ((ANNOTATION_QUOTA_RUNTIME, "runtime"), (ANNOTATION_QUOTA_REQUEST,
                (ANNOTATION_QUOTA_NON_PREEMPTIBLE_USED, "nonPreemptibleUsed"))
 
 
-def _values(doc: Any) -> Resources:
+def _values(doc: object) -> Resources:
     try:
         return parse_resources(doc, "")
     except InvalidInput:  # a value we cannot read is one we rewrite

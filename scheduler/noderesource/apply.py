@@ -9,7 +9,6 @@ and its value moved at all (upstream rewrites the same value then; an identical 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
@@ -33,7 +32,7 @@ def format_value(name: str, value: int) -> str:
     return format_bytes(value) if name in _BYTE_RESOURCES else format_milli(value * 1000)
 
 
-def _value(name: str, text: Any) -> int | None:
+def _value(name: str, text: object) -> int | None:
     try:
         return quantity_value(name, text)
     except InvalidInput:

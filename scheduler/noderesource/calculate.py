@@ -13,7 +13,6 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
@@ -84,7 +83,7 @@ class NodeResource:
 
 
 # -- resource lists ----------------------------------------------------------------------------------------------
-def cpu_memory(obj: Any) -> RL:
+def cpu_memory(obj: object) -> RL:
     """The cpu (millicores) and memory (bytes) of a ResourceList; entries missing or unparsable are left out."""
     out: RL = {}
     if isinstance(obj, Mapping):
@@ -151,7 +150,7 @@ def annotation_reservation(node: JSONMapping) -> RL:
         return {}
 
 
-def rfc3339_seconds(text: Any) -> float | None:
+def rfc3339_seconds(text: object) -> float | None:
     """Seconds since the epoch of an RFC 3339 time (NodeMetric status.updateTime); None when it does not read."""
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
@@ -118,20 +117,20 @@ class LoadAwareArgs:
         return cls(**kw)
 
 
-def _int(name: str, v: Any) -> int:
+def _int(name: str, v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise InvalidInput(f"LoadAwareScheduling: {name} must be an integer, got {v!r}")
     return int(v)
 
 
-def int_map(name: str, v: Any) -> dict[str, int]:
+def int_map(name: str, v: object) -> dict[str, int]:
     """A resource → integer map (thresholds, weights, factors), or InvalidInput naming the field."""
     if not isinstance(v, Mapping):
         raise InvalidInput(f"LoadAwareScheduling: {name} must be a map of resource → integer")
     return {str(k): _int(f"{name}[{k}]", x) for k, x in v.items()}
 
 
-def parse_duration(v: Any) -> float:
+def parse_duration(v: object) -> float:
     """Seconds from a Go duration string or a number; absent/empty is 0 (the longest reported window)."""
     if v is None or v == "":
         return 0.0

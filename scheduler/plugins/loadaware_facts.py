@@ -230,7 +230,7 @@ class NodeLoads:
         return NodeLoad(stamp, metric is not None, self._capacity(node), update_time, node_usage, node_delta,
                         node_est, prod_usage, prod_delta, json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
 
-    def vector(self, resources: Any) -> Vector:
+    def vector(self, resources: object) -> Vector:
         """A ResourceList (quantity strings) over the plugin's resources; absent ones are 0."""
         out = dict.fromkeys(self.resources, 0)
         if isinstance(resources, dict):
@@ -300,7 +300,7 @@ def _annotations(obj: JSON) -> JSON:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _parse_time(v: Any) -> float | None:
+def _parse_time(v: object) -> float | None:
     if not v:
         return None
     try:
@@ -316,7 +316,7 @@ def _condition_time(pod: JSON, ctype: str) -> float | None:
     return None
 
 
-def _int_or(v: Any, default: int | None) -> int | None:
+def _int_or(v: object, default: int | None) -> int | None:
     try:
         return int(str(v)) if v is not None else default
     except ValueError:

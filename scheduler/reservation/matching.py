@@ -29,7 +29,7 @@ def ignored(pod: JSON) -> bool:
     return (_meta(pod).get("labels") or {}).get(LABEL_RESERVATION_IGNORED) == "true"
 
 
-def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
+def _selector_matches(sel: object, labels: dict[str, str]) -> bool:
     if not isinstance(sel, dict):
         return False
     for k, v in (sel.get("matchLabels") or {}).items():
@@ -50,7 +50,7 @@ def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
     return True
 
 
-def _ref_matches(ref: Any, name: Any, namespace: str, uid: Any, kind: Any = None) -> bool:
+def _ref_matches(ref: object, name: object, namespace: str, uid: object, kind: object = None) -> bool:
     if not isinstance(ref, dict):
         return False
     if ref.get("uid"):

@@ -47,7 +47,7 @@ def _rfc3339(at: float) -> str:
     return datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _timestamp(text: Any) -> float | None:
+def _timestamp(text: object) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     try:

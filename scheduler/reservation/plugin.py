@@ -69,7 +69,7 @@ NAME = "Reservation"
 class ReservationPlugin:
     name = NAME
 
-    def __init__(self, args: Any = None, weight: int = 5000, *, preemption: bool = True) -> None:
+    def __init__(self, args: object = None, weight: int = 5000, *, preemption: bool = True) -> None:
         self.args = args
         self.weight = weight
         # ReservationArgs.enablePreemption, effective only while the plugin is enabled at postFilter

@@ -152,7 +152,7 @@ class NvmlBackend(Protocol):
 # -- live NVML through pynvml -------------------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 

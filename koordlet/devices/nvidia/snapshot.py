@@ -149,7 +149,7 @@ def _check(cond: bool, where: str, what: str) -> None:
         raise InvalidInput(f"NVML snapshot: {where}: {what}")
 
 
-def _is_int(v: Any, minimum: int = 0) -> bool:
+def _is_int(v: object, minimum: int = 0) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
 
