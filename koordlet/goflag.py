@@ -24,7 +24,7 @@ class Flag:
     kind: str  # a key of PARSERS
     default: str
     help: str = ""
-    check: Callable[[Any], str | None] | None = None  # extra validation: an error text, or None when fine
+    check: Callable[[object], str | None] | None = None  # extra validation: an error text, or None when fine
 
     @property
     def is_bool(self) -> bool:

@@ -30,7 +30,7 @@ SYNC_TIMEOUT = 60.0  # seconds `run`'s first cycle waits for every source's firs
 
 # A listener hears ("REPLACE", kind, [objects]) after each list and ("ADDED"|"MODIFIED"|"DELETED", kind, object)
 # for each watch event, after the store has it.
-Listener = Callable[[str, str, Any], None]
+Listener = Callable[[str, str, object], None]
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _name(obj: JSON) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _pod_signature(pod: JSON) -> tuple[Any, ...]:
+def _pod_signature(pod: JSON) -> tuple[object, ...]:
     """What the scheduler accounts of an assigned pod: a change here replaces the pod on its node."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)),

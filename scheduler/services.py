@@ -32,7 +32,7 @@ BASE = "/apis/v1"
 PLUGINS = f"{BASE}/plugins"
 # What a handler sees: the scheduler of the last cycle and the pending pods it was given.
 StateSource = Callable[[], AbstractContextManager[tuple[Scheduler | None, list[JSON]]]]
-Response = tuple[int, str, Any]  # status, content type, payload (JSON-able or text)
+Response = tuple[int, str, object]  # status, content type, payload (JSON-able or text)
 
 
 def _error(status: int, message: str) -> Response:

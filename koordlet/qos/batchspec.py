@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, as_object, as_objects
@@ -232,7 +232,7 @@ def _value(quantity: object, where: str) -> int | None:
     return value if value > 0 else None
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
@@ -296,5 +296,5 @@ def _resource_list(value: object, where: str) -> JSON:
     return {k: v for k, v in _object(value, where) if v is not None}
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")

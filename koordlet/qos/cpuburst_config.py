@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import NoReturn
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.objects import JSON, as_object
@@ -51,7 +51,7 @@ def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, Plan
                                str(e), uid=pod.uid)
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
@@ -90,7 +90,7 @@ def _merge(node: CPUBurstConfig, text: str) -> CPUBurstConfig:
     return replace(node, **changes)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 

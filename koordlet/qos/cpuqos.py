@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal, NoReturn
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.objects import JSON
@@ -260,7 +260,7 @@ _ANNOTATION_FIELDS: dict[str, tuple[str, type]] = {
 }
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
@@ -293,7 +293,7 @@ def parse_cpuqos_annotation(text: str) -> CPUQoSAnnotation:
     return cfg
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import ApiError, HostReadError, KoordletError
 from apis.core.objects import JSON
@@ -78,7 +77,7 @@ class RoundResult:
     credited: float = 0.0
 
 
-Post = Callable[[str, JSON], Any]
+Post = Callable[[str, JSON], object]
 
 
 class Evictor:

@@ -11,7 +11,7 @@ resctrl tasks) are not kept: they are read every pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from apis.core.objects import JSON
 from koordlet.qos.state import QoSState
@@ -28,7 +28,7 @@ class SteadyFacts:
         self._facts: JSON = {}
         self._since: float | None = None
         self._pods: Sequence[PodMeta] = ()
-        self._rest: tuple[Any, ...] = ()
+        self._rest: tuple[object, ...] = ()
 
     def begin(self, state: QoSState) -> bool:
         """Start a pass: keep the facts when the node's inputs are those of the last pass and the window has not

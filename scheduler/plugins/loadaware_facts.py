@@ -152,7 +152,7 @@ class PodEstimates:
 class NodeLoad:
     """What one node contributes, recomputed only when its NodeMetric or pod set changes."""
 
-    stamp: tuple[Any, ...]
+    stamp: tuple[object, ...]
     has_metric: bool  # the NodeMetric has status.nodeMetric
     capacity: Vector
     update_time: float | None
@@ -193,7 +193,7 @@ class NodeLoads:
             load = self._nodes[node.name] = self._build(node, nm, stamp)
         return load
 
-    def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[Any, ...]) -> NodeLoad:
+    def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...]) -> NodeLoad:
         status = nm.get("status") or {}
         metric = status.get("nodeMetric")
         update_time = _parse_time(status.get("updateTime"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.objects import JSON
 from apis.scheduling.reservation import (
@@ -140,7 +139,7 @@ def owner_kinds(r: Reservation) -> frozenset[str]:
                      for k in ("object", "controller", "labelSelector") if o.get(k) is not None)
 
 
-def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[Any, ...]:
+def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[object, ...]:
     """Everything `PodView.eligible` reads of the pod, for reservations whose owner terms are of `kinds`: pods with
     one signature match the same reservations (the pod's name and uid count only where an object term exists)."""
     meta = _meta(pod)

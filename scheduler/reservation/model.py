@@ -75,9 +75,9 @@ class Reservation:
     owner_cpus: JSON = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
     dirty: bool = False  # status differs from the object's
     placed: JSON | None = None  # the reserve pod `place` made last, and what it was made from
-    placed_shape: tuple[Any, ...] = ()
+    placed_shape: tuple[object, ...] = ()
     placed_requests: dict[str, int] = field(default_factory=dict)
-    placed_from: tuple[Any, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
+    placed_from: tuple[object, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
     revision: int = 0  # grows with every account/release
 
     @property

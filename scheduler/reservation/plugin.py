@@ -60,7 +60,7 @@ class _Matches:
     def __init__(self, book: dict[str, Reservation], members: tuple[int, ...], order: list[Reservation],
                  kinds: frozenset[str]) -> None:
         self.book, self.members, self.order, self.kinds = book, members, order, kinds
-        self.results: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], bool] | None]] = {}
+        self.results: dict[tuple[object, ...], list[tuple[tuple[object, ...], bool] | None]] = {}
 
 
 NAME = "Reservation"
