@@ -15,7 +15,6 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -31,6 +30,7 @@ from apis.scheduling.reservation import (
 )
 from scheduler import malformed
 from scheduler.cluster import Cluster, key, pod_requests
+from scheduler.deviceshare.state import Allocations
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import parse_go_duration
 from scheduler.reservation import cpus, devices
@@ -106,7 +106,7 @@ class Reservation:
     def remaining(self) -> dict[str, int]:
         return {r: max(0, v - self.allocated.get(r, 0)) for r, v in self.allocatable.items()}
 
-    def held_devices(self) -> tuple[str, Any] | None:
+    def held_devices(self) -> tuple[str, Allocations] | None:
         """(encoded, Allocations) of the devices still held, or None when it reserved none."""
         reserved = self.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         return devices.remaining(reserved, list(self.owner_devices.values())) if reserved else None
