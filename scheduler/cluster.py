@@ -33,7 +33,7 @@ _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 
 
-def quantity_value(resource: str, value: Any) -> int:
+def quantity_value(resource: str, value: object) -> int:
     """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
     return core_resources.resource_value(resource, value)
 
@@ -43,7 +43,7 @@ _RENAMED = {**DEPRECATED_DEVICE_RESOURCES, **MISSPELLED_DEVICE_RESOURCES}
 _told: set[str] = set()
 
 
-def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
+def renamed_deprecated(resources: JSON) -> JSON:
     """`resources` with deprecated device names replaced by their koordinator.sh names (replaceAndEraseResource:
     when both names are present, both stay as they are)."""
     if _RENAMED.keys().isdisjoint(resources):
@@ -58,7 +58,7 @@ def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resource_list(obj: Any) -> dict[str, int]:
+def resource_list(obj: object) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
     return {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(obj).items()}
@@ -154,8 +154,8 @@ def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str 
         v = allocatable.get(_RENAMED.get(resource, resource), 0)
         return f"{v}m" if resource == CPU else str(v)
 
-    def fixed(requests: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def fixed(requests: Any) -> JSON:
+        out: JSON = {}
         for k, v in requests.items():
             try:
                 ok = quantity_value(str(k), v) >= 0
@@ -352,7 +352,7 @@ def load_objects(path: str) -> list[JSON]:
     return out
 
 
-def _flatten(doc: Any) -> list[JSON]:
+def _flatten(doc: object) -> list[JSON]:
     if not isinstance(doc, dict):
         return []
     if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):

@@ -102,7 +102,7 @@ def _name(obj: JSON) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _pod_signature(pod: JSON) -> tuple[Any, ...]:
+def _pod_signature(pod: JSON) -> tuple[object, ...]:
     """What the scheduler accounts of an assigned pod: a change here replaces the pod on its node."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)),
@@ -221,7 +221,7 @@ class Extender:
     def stop_watches(self) -> None:
         self.source.cache.stop()
 
-    def deliver(self, op: str, kind: str, payload: Any) -> None:
+    def deliver(self, op: str, kind: str, payload: object) -> None:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
         kind) to the live cluster."""
         if op != "REPLACE":
@@ -544,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
         status, ctype, payload = self.server.diagnosis.serve(method, self.path, body)
         send(self, status, ctype, payload)
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, status: int, payload: object) -> None:
         data = json.dumps(payload, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -18,11 +18,11 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
@@ -63,8 +63,8 @@ class KubeletCPUManager:
     def static(self) -> bool:
         return self.policy == POLICY_STATIC
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JSON:
+        out: JSON = {}
         if self.policy:
             out["policy"] = self.policy
         if self.options:
@@ -81,7 +81,7 @@ class KubeletCPUManager:
         return _TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), TOPOLOGY_NONE)
 
 
-def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletCPUManager:
+def cpu_manager(config: Mapping[str, object] | None, topo: CPUTopology) -> KubeletCPUManager:
     """The CPU manager settings of a KubeletConfiguration (as `/configz` or the config file holds it).
 
     InvalidInput when a field the static policy needs is malformed (upstream logs it and reports no reserved CPUs);
@@ -100,7 +100,7 @@ def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletC
                              _str(config.get("topologyManagerScope"), "topologyManagerScope"), known=True)
 
 
-def static_reserved_cpus(config: Mapping[str, Any], topo: CPUTopology) -> list[int]:
+def static_reserved_cpus(config: Mapping[str, object], topo: CPUTopology) -> list[int]:
     """GetStaticCPUManagerPolicyReservedCPUs: `reservedSystemCPUs` when given, else ceil(kubeReserved.cpu +
     systemReserved.cpu) CPUs taken by topology from an idle node; [] when that is zero (kubelet refuses to start
     then) or the list is not a subset of the online CPUs."""
@@ -116,7 +116,7 @@ def static_reserved_cpus(config: Mapping[str, Any], topo: CPUTopology) -> list[i
     return take_by_topology(topo, count) if count > 0 else []
 
 
-def _reserved_cpu_milli(value: Any) -> int:
+def _reserved_cpu_milli(value: object) -> int:
     if value is None:
         return 0
     if not isinstance(value, dict):
@@ -179,8 +179,8 @@ class PodCPUAlloc:
     name: str = ""
     managed_by_kubelet: bool = True
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JSON:
+        out: JSON = {}
         if self.namespace:
             out["namespace"] = self.namespace
         if self.name:
@@ -256,7 +256,7 @@ def encode_pod_allocs(allocs: Sequence[PodCPUAlloc]) -> str:
     return json.dumps([a.to_json() for a in allocs], separators=(",", ":"))
 
 
-def read_kubelet_config_file(paths: HostPaths) -> dict[str, Any] | None:
+def read_kubelet_config_file(paths: HostPaths) -> JSON | None:
     """`<var-lib-kubelet>/config.yaml` (a KubeletConfiguration), None when absent; InvalidInput when malformed."""
     path = paths.kubelet(KUBELET_CONFIG_FILE)
     try:
@@ -286,13 +286,13 @@ def read_cpu_manager_state(paths: HostPaths) -> dict[str, list[int]]:
     return parse_cpu_manager_state(data.decode("utf-8", "replace"))
 
 
-def _annotations(pod: PodMeta) -> Mapping[str, Any]:
+def _annotations(pod: PodMeta) -> Mapping[str, object]:
     meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _str(value: Any, name: str) -> str:
+def _str(value: object, name: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
 
 import yaml
 
@@ -113,7 +112,7 @@ class PodsDirSource:
         return [p for doc in docs for p in _pods_of(doc, path, self.health)]
 
 
-def _pods_of(doc: Any, path: str, health: Health) -> list[JSON]:
+def _pods_of(doc: object, path: str, health: Health) -> list[JSON]:
     if doc is None:
         return []
     if isinstance(doc, dict) and doc.get("kind") in ("PodList", "List") and isinstance(doc.get("items"), list):
@@ -171,7 +170,7 @@ def _same(new: list[PodMeta], old: list[PodMeta]) -> bool:
     return len(new) == len(old) and all(a == b and a.raw == b.raw for a, b in zip(new, old, strict=True))
 
 
-def _ident(pod: Any) -> str:
+def _ident(pod: object) -> str:
     if isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
         m = pod["metadata"]
         return f"{m.get('namespace', '?')}/{m.get('name', '?')}"
