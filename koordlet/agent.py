@@ -12,6 +12,7 @@ import time
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.objects import JSON
+from apis.slo.decode import decode_nodeslo, nodeslo_config
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -59,7 +60,7 @@ from koordlet.states.kubeletcpu import (
 )
 from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
-from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file, nodeslo_config
+from koordlet.states.nodeslo import load_nodeslo_file
 from koordlet.states.pods import PodsDirSource
 
 log = logging.getLogger(__name__)
