@@ -14,6 +14,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.resources import resource_value
+from apis.core.shape import list_field, object_field, shape_problem
 
 log = logging.getLogger("scheduler.malformed")
 
@@ -45,50 +46,25 @@ def report(kind: str, obj: Any, reason: str, what: str = "skipped") -> None:
     log.warning("malformed %s %s%s: %s: %s", kind, name, f" (resourceVersion {rv})" if rv else "", what, reason)
 
 
-def shape_problem(obj: Any) -> str | None:
-    """Why an object cannot be handled at all (no usable metadata.name, spec or status not objects), or None."""
-    if not isinstance(obj, dict):
-        return "not an object"
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return "metadata is not an object"
-    if not isinstance(meta.get("name"), str) or not meta["name"]:
-        return "metadata.name is not a non-empty string"
-    if not isinstance(meta.get("namespace"), str | None):
-        return "metadata.namespace is not a string"
-    for field in ("spec", "status"):
-        if not isinstance(obj.get(field), dict | None):
-            return f"{field} is not an object"
-    return None
-
-
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict | None):
-        raise InvalidInput(f"{where} is not an object")
-    return value or {}
-
-
 def _quantities(value: Any, where: str) -> None:
-    for name, quantity in _object(value, where).items():
+    for name, quantity in object_field(value, where).items():
         resource_value(str(name), quantity)
 
 
 def _node(obj: dict[str, Any]) -> None:
-    status = _object(obj.get("status"), "status")
-    _object(status.get("allocatable"), "status.allocatable")
-    _object(status.get("capacity"), "status.capacity")
+    status = object_field(obj.get("status"), "status")
+    object_field(status.get("allocatable"), "status.allocatable")
+    object_field(status.get("capacity"), "status.capacity")
 
 
 def _quota(obj: dict[str, Any]) -> None:
-    spec = _object(obj.get("spec"), "spec")
+    spec = object_field(obj.get("spec"), "spec")
     for field in ("min", "max"):
         _quantities(spec.get(field), f"spec.{field}")
 
 
 def _device(obj: dict[str, Any]) -> None:
-    devices = _object(obj.get("spec"), "spec").get("devices")
-    if not isinstance(devices, list | None) or not all(isinstance(d, dict) for d in devices or ()):
-        raise InvalidInput("spec.devices is not a list of objects")
+    list_field(object_field(obj.get("spec"), "spec").get("devices"), "spec.devices")
 
 
 def _usage(value: Any, where: str) -> None:
@@ -105,7 +81,7 @@ def _usage(value: Any, where: str) -> None:
 
 
 def _nodemetric(obj: dict[str, Any]) -> None:
-    _usage(_object(obj.get("status"), "status"), "status")
+    _usage(object_field(obj.get("status"), "status"), "status")
 
 
 _CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
