@@ -123,11 +123,11 @@ class ClusterLink:
                              f"skipped by koordlet: {why}")
         return False
 
-    def _adopt_nodemetric_spec(self, agent: Agent, spec: JSON | None) -> None:
-        """A NodeMetric spec read by name (`report`'s and `load_once`'s GET): adopted unless malformed."""
-        obj = {"metadata": {"name": self.config.node_name}, "spec": spec}
-        if spec is None or self.admit("nodemetric", obj):
-            agent.set_nodemetric_spec(spec)
+    def _adopt_nodemetric_spec(self, agent: Agent, spec: object) -> None:
+        """A NodeMetric spec read by name (`report`'s and `load_once`'s GET; None: no NodeMetric, the defaults):
+        adopted unless malformed."""
+        if spec is None or self.admit("nodemetric", {"metadata": {"name": self.config.node_name}, "spec": spec}):
+            agent.set_nodemetric_spec(spec if isinstance(spec, dict) else None)
 
     def load_once(self, agent: Agent) -> None:
         """One-shot reads for `koordlet nodemetric`: NodeSLO and the NodeMetric spec."""
