@@ -38,8 +38,8 @@ NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
 NODE_PATH = "/api/v1/nodes"
 _ALLOCATABLE = (*BATCH_RESOURCES, *MID_RESOURCES)
 _WATCH_TIMEOUT = 300
-# The kinds the link watches, as Health and the shape gate name them, and as an Event names the object.
-_EVENT_KINDS = {"node": "Node", "nodeslo": "NodeSLO", "nodemetric": "NodeMetric"}
+# The kinds the link gates, as Health and the shape gate name them, and as an Event names the object.
+_EVENT_KINDS = {"node": "Node", "nodemetric": "NodeMetric"}
 MALFORMED_EVENT_REASON = "MalformedObject"
 _CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
 # Retries of a failed NodeMetric report within its period: [1, 2) s doubling to [8, 16) s; the writer's own budget
@@ -136,8 +136,7 @@ class ClusterLink:
         except ApiError as e:
             log.info("no NodeSLO for %s (%s); using defaults", self.config.node_name, e)
         else:
-            if self.admit("nodeslo", slo):
-                self.apply_nodeslo(agent, slo)
+            self.apply_nodeslo(agent, slo)
         self._adopt_nodemetric_spec(agent, self.writer.read_spec())
 
     def apply_node(self, agent: Agent, node: JSON | None) -> None:
@@ -236,7 +235,8 @@ class ClusterLink:
         for path, kind, apply in specs:
             def deliver(obj: JSON | None, kind: str = kind,
                         apply: Callable[[Agent, JSON | None], None] = apply) -> None:
-                if obj is not None and not self.admit(kind, obj):
+                # A NodeSLO's gate is its decoder (Agent.set_nodeslo): refused there with InvalidNodeSLO Events.
+                if obj is not None and kind != "nodeslo" and not self.admit(kind, obj):
                     if kind == "nodemetric":  # it exists (status can be reported); its last good spec stays
                         loop.call_soon_threadsafe(self._nodemetric_exists)
                     return

@@ -1,9 +1,9 @@
-"""The shape check every object the agent receives passes before it is adopted (Node, NodeSLO, NodeMetric, Pod).
+"""The shape check every object the agent receives passes before it is adopted (Node, NodeMetric, Pod; a NodeSLO's
+is its validating decoder, apis.slo.decode).
 
 A malformed object is skipped where it arrives (the previous good state stays): logged once per (object,
 resourceVersion) and counted in Health (`koordlet_agent_skipped_items{kind, reason="malformed"}`). What a
-reader can still use in part (one bad allocatable entry, one bad container ID, an out-of-range NodeSLO value, which is
-refused with Events by the NodeSLO decoder) is reported where it is read.
+reader can still use in part (one bad allocatable entry, one bad container ID) is reported where it is read.
 """
 
 from __future__ import annotations
@@ -67,12 +67,11 @@ def _pod(obj: JSON) -> None:
         list_field(status.get(field), f"status.{field}")
 
 
-# NodeSLO: the envelope only here; its fields are validated by apis.slo.decode, which refuses it with Events.
 _CHECKS: dict[str, Callable[[JSON], None]] = {"node": _node, "nodemetric": _nodemetric, "pod": _pod}
 
 
 def problem(kind: str, obj: object) -> str | None:
-    """Why `obj` cannot be adopted as a `kind` (node, nodeslo, nodemetric, pod) at all, or None."""
+    """Why `obj` cannot be adopted as a `kind` (node, nodemetric, pod) at all, or None."""
     why = shape_problem(obj)
     check = _CHECKS.get(kind)
     if why is not None or check is None:
