@@ -24,6 +24,7 @@ from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, PODS
+from apis.core.shape import shape_problem
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
 from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
@@ -116,7 +117,7 @@ def _pod_requests(pod: JSON) -> dict[str, int]:
 
 def pod_problem(pod: JSON) -> str | None:
     """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
-    why = malformed.shape_problem(pod)
+    why = shape_problem(pod)
     if why is None:
         try:
             pod_requests(pod)
@@ -372,7 +373,7 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
     cluster = Cluster()
     objs = []
     for o in objects:
-        why = malformed.shape_problem(o)
+        why = shape_problem(o)
         if why is None:
             objs.append(o)
         else:

@@ -19,6 +19,7 @@ from apis.client.kubeapi import KubeClient
 from apis.client.listwatch import REAL_CLOCK, Clock
 from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.objects import JSON
+from apis.core.shape import shape_problem
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
@@ -135,7 +136,7 @@ def _node_names(args: JSON) -> tuple[list[str], list[JSON] | None]:
     nodes = args.get("Nodes")
     if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
         items = nodes["items"]
-        if not all(isinstance(n, dict) and malformed.shape_problem(n) is None for n in items):
+        if not all(isinstance(n, dict) and shape_problem(n) is None for n in items):
             raise BadRequest("every Nodes.items entry must be a Node with metadata.name")
         return [_name(n) for n in items], items
     raise BadRequest("one of NodeNames (nodeCacheCapable) or Nodes.items is required")
@@ -225,7 +226,7 @@ class Extender:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
         kind) to the live cluster."""
         if op != "REPLACE":
-            why = malformed.shape_problem(payload)
+            why = shape_problem(payload)
             if why is not None:
                 malformed.report(kind, payload, why)
                 return

@@ -15,6 +15,7 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import resource_value
+from apis.core.shape import list_field, object_field, shape_problem
 
 log = logging.getLogger("scheduler.malformed")
 
@@ -46,50 +47,25 @@ def report(kind: str, obj: object, reason: str, what: str = "skipped") -> None:
     log.warning("malformed %s %s%s: %s: %s", kind, name, f" (resourceVersion {rv})" if rv else "", what, reason)
 
 
-def shape_problem(obj: object) -> str | None:
-    """Why an object cannot be handled at all (no usable metadata.name, spec or status not objects), or None."""
-    if not isinstance(obj, dict):
-        return "not an object"
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return "metadata is not an object"
-    if not isinstance(meta.get("name"), str) or not meta["name"]:
-        return "metadata.name is not a non-empty string"
-    if not isinstance(meta.get("namespace"), str | None):
-        return "metadata.namespace is not a string"
-    for field in ("spec", "status"):
-        if not isinstance(obj.get(field), dict | None):
-            return f"{field} is not an object"
-    return None
-
-
-def _object(value: object, where: str) -> JSON:
-    if not isinstance(value, dict | None):
-        raise InvalidInput(f"{where} is not an object")
-    return value or {}
-
-
 def _quantities(value: object, where: str) -> None:
-    for name, quantity in _object(value, where).items():
+    for name, quantity in object_field(value, where).items():
         resource_value(str(name), quantity)
 
 
 def _node(obj: JSON) -> None:
-    status = _object(obj.get("status"), "status")
-    _object(status.get("allocatable"), "status.allocatable")
-    _object(status.get("capacity"), "status.capacity")
+    status = object_field(obj.get("status"), "status")
+    object_field(status.get("allocatable"), "status.allocatable")
+    object_field(status.get("capacity"), "status.capacity")
 
 
 def _quota(obj: JSON) -> None:
-    spec = _object(obj.get("spec"), "spec")
+    spec = object_field(obj.get("spec"), "spec")
     for field in ("min", "max"):
         _quantities(spec.get(field), f"spec.{field}")
 
 
 def _device(obj: JSON) -> None:
-    devices = _object(obj.get("spec"), "spec").get("devices")
-    if not isinstance(devices, list | None) or not all(isinstance(d, dict) for d in devices or ()):
-        raise InvalidInput("spec.devices is not a list of objects")
+    list_field(object_field(obj.get("spec"), "spec").get("devices"), "spec.devices")
 
 
 def _usage(value: object, where: str) -> None:
@@ -106,7 +82,7 @@ def _usage(value: object, where: str) -> None:
 
 
 def _nodemetric(obj: JSON) -> None:
-    _usage(_object(obj.get("status"), "status"), "status")
+    _usage(object_field(obj.get("status"), "status"), "status")
 
 
 _CHECKS: dict[str, Callable[[JSON], None]] = {

@@ -22,7 +22,7 @@ class QoSState:
     cgroup_version: int
     driver: CgroupDriver
     pods: list[PodMeta]
-    nodeslo: NodeSLOSpec  # merged, typed (koordlet.states.nodeslo.decode_nodeslo)
+    nodeslo: NodeSLOSpec  # merged, typed (apis.slo.decode.decode_nodeslo)
     host_apps: list[HostApp] = field(default_factory=list)
     nodeslo_present: bool = True
     input_errors: tuple[PlanError, ...] = ()  # found before planning (a refused NodeSLO): in every plan's errors
