@@ -1,5 +1,5 @@
-"""The scheduler's PodView over a raw pod: one view per pod object, so each annotation is decoded once, not per
-plugin."""
+"""The scheduler's PodView over a raw pod, its decoded annotations shared by every view of the pod, so each
+annotation is decoded once per pod, not per plugin or cycle."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from apis.core.objects import JSON
 from apis.extension.pod import AnnotationCache
 
-# Views are kept by the pod object's identity (each holds its pod, so an id is not reused while its view lives);
-# past this many the map starts afresh, so pods the cluster dropped are let go.
-MAX_VIEWS = 1 << 16
+# Decoded annotations are kept per pod (namespace, name, uid), not per object: `run` takes a new copy of every pod
+# each cycle, and equal text is not decoded again; past this many pods the map starts afresh (pods the cluster
+# dropped are let go).
+MAX_PODS = 1 << 16
 
 _EMPTY: Mapping[str, object] = {}
 
@@ -20,9 +21,9 @@ class SchedPod:
 
     __slots__ = ("decoded", "raw")
 
-    def __init__(self, raw: JSON) -> None:
+    def __init__(self, raw: JSON, decoded: AnnotationCache | None = None) -> None:
         self.raw = raw
-        self.decoded = AnnotationCache()
+        self.decoded = decoded if decoded is not None else AnnotationCache()
 
     def _meta(self) -> Mapping[str, object]:
         meta = self.raw.get("metadata")
@@ -55,14 +56,19 @@ class SchedPod:
         return value if isinstance(value, dict) else _EMPTY
 
 
-_views: dict[int, SchedPod] = {}
+_decoded: dict[tuple[str, str, str], AnnotationCache] = {}
 
 
 def pod_view(pod: JSON) -> SchedPod:
-    """The one view of this pod object (the same for every plugin, cycle after cycle, while the object lives)."""
-    view = _views.get(id(pod))
-    if view is None or view.raw is not pod:
-        if len(_views) >= MAX_VIEWS:
-            _views.clear()
-        view = _views[id(pod)] = SchedPod(pod)
+    """The pod as a PodView, sharing its decoded annotations with every earlier view of the same pod (any plugin,
+    any cycle, any copy of the object)."""
+    view = SchedPod(pod)
+    key = (view.namespace, view.name, view.uid)
+    cache = _decoded.get(key)
+    if cache is None:
+        if len(_decoded) >= MAX_PODS:
+            _decoded.clear()
+        cache = _decoded[key] = view.decoded
+    else:
+        view.decoded = cache
     return view

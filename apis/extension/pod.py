@@ -33,7 +33,7 @@ class AnnotationCache:
                 hit = (text, None, e)
             self._entries[name] = hit
         if hit[2] is not None:
-            raise hit[2]
+            raise hit[2].with_traceback(None)  # the same error again, without the frames of earlier raises
         return hit[1]  # type: ignore[return-value]  # stored by `decode` for this name
 
 

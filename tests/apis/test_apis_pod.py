@@ -19,8 +19,8 @@ GOOD = '{"cpuset":"0-1","numaNodeResources":[{"node":0,"resources":{"cpu":"2"}}]
 GPU = '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"100"}}]}'
 
 
-def raw(annotations: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"uid": "u1", "namespace": "ns", "name": "p", "labels": {"a": "b"},
+def raw(annotations: dict[str, str], name: str = "p") -> dict[str, Any]:
+    return {"metadata": {"uid": "u1", "namespace": "ns", "name": name, "labels": {"a": "b"},
                          "annotations": annotations}}
 
 
@@ -74,7 +74,7 @@ def test_each_annotation_is_decoded_once_per_text(decodes: list[str]) -> None:
 
 
 def test_a_changed_text_is_decoded_again_and_an_error_is_kept(decodes: list[str]) -> None:
-    pod = raw({STATUS: "{bad"})
+    pod = raw({STATUS: "{bad"}, "changed")
     view = pod_view(pod)
     for _ in range(2):
         with pytest.raises(AnnotationError):
@@ -85,8 +85,12 @@ def test_a_changed_text_is_decoded_again_and_an_error_is_kept(decodes: list[str]
     assert decodes == ["{bad", GOOD]
 
 
-def test_the_scheduler_keeps_one_view_per_pod_object() -> None:
-    a, b = raw({}), raw({})
-    assert pod_view(a) is pod_view(a)
-    assert pod_view(a) is not pod_view(b)
-
+def test_the_scheduler_shares_decodes_among_copies_of_a_pod_only(decodes: list[str]) -> None:
+    a = raw({STATUS: GOOD}, "copied")
+    copy = raw({STATUS: GOOD}, "copied")  # the next cycle's snapshot of the same pod
+    other = raw({STATUS: GOOD}, "other")
+    for pod in (a, copy, a):
+        assert pod_resource_status(pod_view(pod)).cpus() == [0, 1]
+    assert decodes == [GOOD]
+    assert pod_resource_status(pod_view(other)).cpus() == [0, 1]
+    assert decodes == [GOOD, GOOD]
