@@ -24,6 +24,11 @@ import yaml
 
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.quantity import parse_quantity
+from apis.extension.numa_aware import (
+    KUBELET_CPU_MANAGER_POLICY_NONE,
+    KUBELET_CPU_MANAGER_POLICY_STATIC,
+    KubeletCPUManagerPolicy,
+)
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
 from koordlet.host.files import read_bytes
@@ -31,8 +36,6 @@ from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
-POLICY_STATIC = "static"
-POLICY_NONE = "none"
 CPU_MANAGER_STATE = "cpu_manager_state"
 KUBELET_CONFIG_FILE = "config.yaml"
 
@@ -61,17 +64,12 @@ class KubeletCPUManager:
 
     @property
     def static(self) -> bool:
-        return self.policy == POLICY_STATIC
+        return self.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.policy:
-            out["policy"] = self.policy
-        if self.options:
-            out["options"] = dict(sorted(self.options.items()))
-        if self.reserved_cpus:
-            out["reservedCPUs"] = self.reserved_cpus
-        return out
+    @property
+    def cpu_manager_policy(self) -> KubeletCPUManagerPolicy:
+        """What koordlet reports in the kubelet.koordinator.sh/cpu-manager-policy annotation."""
+        return KubeletCPUManagerPolicy(self.policy, self.options, self.reserved_cpus)
 
     @property
     def topology_policy(self) -> str:
@@ -88,12 +86,12 @@ def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletC
     a static policy whose reservation cannot be computed reports `reservedCPUs` empty, as upstream."""
     if config is None:
         return KubeletCPUManager()
-    policy = _str(config.get("cpuManagerPolicy"), "cpuManagerPolicy") or POLICY_NONE
+    policy = _str(config.get("cpuManagerPolicy"), "cpuManagerPolicy") or KUBELET_CPU_MANAGER_POLICY_NONE
     options = config.get("cpuManagerPolicyOptions") or {}
     if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
         raise InvalidInput("cpuManagerPolicyOptions must map strings to strings")
     reserved = ""
-    if policy == POLICY_STATIC:
+    if policy == KUBELET_CPU_MANAGER_POLICY_STATIC:
         reserved = format_cpuset(static_reserved_cpus(config, topo))
     return KubeletCPUManager(policy, dict(options), reserved,
                              _str(config.get("topologyManagerPolicy"), "topologyManagerPolicy"),

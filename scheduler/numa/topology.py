@@ -8,7 +8,6 @@ the kubelet topology manager policy (upstream nodenumaresource/topology_options.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from apis.extension.numa_aware import (
     LABEL_NUMA_TOPOLOGY_POLICY,
     CPUInfo,
     decode_cpu_topology,
+    decode_kubelet_cpu_manager_policy,
 )
 from apis.extension.resource_status import CPUSetError, parse_cpuset
 from scheduler.cluster import quantity_value
@@ -117,9 +117,15 @@ def _read_kubelet(topo: NodeTopology, text: Any) -> None:
     if not text:
         return
     try:
-        doc = json.loads(text) or {}
-        topo.kubelet_policy = str(doc.get("policy") or "")
-        topo.kubelet_options = {str(k): str(v) for k, v in (doc.get("options") or {}).items()}
-        topo.reserved_cpus = frozenset(parse_cpuset(str(doc.get("reservedCPUs") or "")))
-    except (ValueError, TypeError, AttributeError, CPUSetError) as e:
+        if not isinstance(text, str):
+            raise AnnotationError("", "must be a string")
+        policy = decode_kubelet_cpu_manager_policy(text)
+    except InvalidInput as e:  # upstream logs it and goes on without the kubelet's policy
+        topo.problems.append(f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}: {e}")
+        return
+    topo.kubelet_policy = policy.policy
+    topo.kubelet_options = dict(policy.options)
+    try:
+        topo.reserved_cpus = frozenset(parse_cpuset(policy.reserved_cpus))
+    except CPUSetError as e:  # upstream logs it: no CPU reserved
         topo.problems.append(f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}: {e}")
