@@ -71,16 +71,14 @@ def decode_node_reservation(text: str) -> NodeReservation:
     field; an unparsable reservedCPUs list is not an error here (upstream parses it where it is used)."""
     if text == "":
         return NodeReservation()
-    try:
-        doc = json.loads(text, parse_int=_Number, parse_float=_Number, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
-        raise AnnotationError("", f"invalid JSON: {e}") from None
+    doc = _load(text)
     if doc is None:
         return NodeReservation()
     if not isinstance(doc, dict):
         raise AnnotationError("", "must be a JSON object")
     fields = {k.lower(): v for k, v in doc.items()}  # a later spelling overwrites an earlier one, as in Go
-    return NodeReservation(_resources(fields.get("resources")), _string(fields, "reservedcpus", "reservedCPUs"),
+    return NodeReservation(_resources(fields.get("resources"), "resources"),
+                           _string(fields, "reservedcpus", "reservedCPUs"),
                            _string(fields, "applypolicy", "applyPolicy"))
 
 
@@ -100,21 +98,37 @@ def reserved_cpu_count(reservation: NodeReservation) -> int:
     return max(math.ceil(parse_quantity(cpu)), 0)
 
 
-def _resources(value: Any) -> dict[str, str]:
+def decode_node_raw_allocatable(text: str) -> dict[str, str] | None:
+    """GetNodeRawAllocatable: the ResourceList (name -> quantity as written, each checked) as json.Unmarshal reads
+    it; None for `null` (a nil list); AnnotationError names the bad entry."""
+    doc = _load(text)
+    return None if doc is None else _resources(doc, "")
+
+
+def _load(text: str) -> Any:
+    try:
+        return json.loads(text, parse_int=_Number, parse_float=_Number, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise AnnotationError("", f"invalid JSON: {e}") from None
+
+
+def _resources(value: Any, path: str) -> dict[str, str]:
+    """A ResourceList; `path` names it in errors ("" = the whole annotation)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise AnnotationError("resources", "must be an object")
+        raise AnnotationError(path, "must be an object")
     out: dict[str, str] = {}
     for name, q in value.items():
+        where = f"{path}.{name}" if path else name
         if q is None:
             q = "0"  # Quantity.UnmarshalJSON: null is zero
         if not isinstance(q, str):
-            raise AnnotationError(f"resources.{name}", f"must be a quantity, not {q!r}")
+            raise AnnotationError(where, f"must be a quantity, not {q!r}")
         try:
             parse_quantity(q)
         except InvalidInput as e:
-            raise AnnotationError(f"resources.{name}", str(e)) from None
+            raise AnnotationError(where, str(e)) from None
         out[name] = str(q)
     return out
 

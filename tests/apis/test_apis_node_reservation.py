@@ -10,6 +10,7 @@ from apis.extension.errors import AnnotationError
 from apis.extension.node import (
     APPLY_POLICY_RESERVED_CPUS_ONLY,
     NodeReservation,
+    decode_node_raw_allocatable,
     decode_node_reservation,
     reserved_cpu_count,
     reserved_cpu_list,
@@ -68,3 +69,13 @@ def test_encoding_is_json_marshal_and_reads_back() -> None:
     assert json.dumps(r.to_json()) == '{"resources": {"cpu": "1", "memory": "1Gi"}, "applyPolicy": "Default"}'
     assert decode_node_reservation(json.dumps(r.to_json())).to_json() == r.to_json()
     assert NodeReservation().to_json() == {}
+
+
+def test_raw_allocatable_is_a_resource_list() -> None:
+    assert decode_node_raw_allocatable('{"cpu": "20", "memory": 1024, "x": null}') == {"cpu": "20", "memory": "1024",
+                                                                                     "x": "0"}
+    assert decode_node_raw_allocatable("null") is None
+    for text, path in (("[]", ""), ("{", ""), ('{"cpu": "lots"}', "cpu"), ('{"cpu": true}', "cpu")):
+        with pytest.raises(AnnotationError) as e:
+            decode_node_raw_allocatable(text)
+        assert e.value.path == path
