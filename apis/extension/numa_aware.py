@@ -24,6 +24,18 @@ ANNOTATION_KUBELET_CPU_MANAGER_POLICY = "kubelet.koordinator.sh/cpu-manager-poli
 KUBELET_CPU_MANAGER_POLICY_NONE = "none"
 KUBELET_CPU_MANAGER_POLICY_STATIC = "static"
 
+# NodeResourceTopology topologyPolicies values (noderesourcetopology-api v1alpha1 TopologyManagerPolicy): what
+# koordlet reports for the kubelet topology manager's (scope, policy), koord-sched reads back
+NRT_TOPOLOGY_POLICY_NONE = "None"
+NRT_TOPOLOGY_POLICIES = {
+    ("container", "single-numa-node"): "SingleNUMANodeContainerLevel",
+    ("container", "restricted"): "RestrictedContainerLevel",
+    ("container", "best-effort"): "BestEffortContainerLevel",
+    ("pod", "single-numa-node"): "SingleNUMANodePodLevel",
+    ("pod", "restricted"): "RestrictedPodLevel",
+    ("pod", "best-effort"): "BestEffortPodLevel",
+}
+
 # node labels
 LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
 LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"

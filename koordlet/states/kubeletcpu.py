@@ -27,6 +27,8 @@ from apis.core.quantity import parse_quantity
 from apis.extension.numa_aware import (
     KUBELET_CPU_MANAGER_POLICY_NONE,
     KUBELET_CPU_MANAGER_POLICY_STATIC,
+    NRT_TOPOLOGY_POLICIES,
+    NRT_TOPOLOGY_POLICY_NONE,
     KubeletCPUManagerPolicy,
 )
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
@@ -39,16 +41,6 @@ from koordlet.states.model import PodMeta
 CPU_MANAGER_STATE = "cpu_manager_state"
 KUBELET_CONFIG_FILE = "config.yaml"
 
-# NodeResourceTopology topologyPolicies values (noderesourcetopology-api v1alpha1 TopologyManagerPolicy).
-TOPOLOGY_NONE = "None"
-_TOPOLOGY_POLICIES = {
-    ("container", "single-numa-node"): "SingleNUMANodeContainerLevel",
-    ("container", "restricted"): "RestrictedContainerLevel",
-    ("container", "best-effort"): "BestEffortContainerLevel",
-    ("pod", "single-numa-node"): "SingleNUMANodePodLevel",
-    ("pod", "restricted"): "RestrictedPodLevel",
-    ("pod", "best-effort"): "BestEffortPodLevel",
-}
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class KubeletCPUManager:
         """getTopologyPolicy: the NRT `topologyPolicies` entry for the kubelet's topology manager policy and scope
         (kubelet's default scope is `container`)."""
         scope = self.topology_manager_scope or "container"
-        return _TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), TOPOLOGY_NONE)
+        return NRT_TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), NRT_TOPOLOGY_POLICY_NONE)
 
 
 def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletCPUManager:

@@ -20,6 +20,7 @@ from apis.extension.numa_aware import (
     ANNOTATION_CPU_TOPOLOGY,
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     LABEL_NUMA_TOPOLOGY_POLICY,
+    NRT_TOPOLOGY_POLICIES,
     CPUInfo,
     decode_cpu_topology,
     decode_kubelet_cpu_manager_policy,
@@ -30,9 +31,8 @@ from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_
 
 log = logging.getLogger(__name__)
 # kubelet topology manager policies as the agent reports them in NRT.topologyPolicies (v1alpha1 TopologyManagerPolicy)
-_KUBELET_POLICIES = {"SingleNUMANodeContainerLevel": SINGLE_NUMA_NODE, "SingleNUMANodePodLevel": SINGLE_NUMA_NODE,
-                     "RestrictedContainerLevel": RESTRICTED, "RestrictedPodLevel": RESTRICTED,
-                     "BestEffortContainerLevel": BEST_EFFORT, "BestEffortPodLevel": BEST_EFFORT}
+_BY_KUBELET_POLICY = {"single-numa-node": SINGLE_NUMA_NODE, "restricted": RESTRICTED, "best-effort": BEST_EFFORT}
+_KUBELET_POLICIES = {nrt: _BY_KUBELET_POLICY[policy] for (_, policy), nrt in NRT_TOPOLOGY_POLICIES.items()}
 
 
 @dataclass

@@ -378,3 +378,13 @@ def test_kubelet_cpu_manager_policy_is_read_as_go_unmarshals_it(annotation: str,
     obj["metadata"]["annotations"]["kubelet.koordinator.sh/cpu-manager-policy"] = annotation
     topo = parse_topology(obj)
     assert (topo.kubelet_policy, set(topo.reserved_cpus), len(topo.problems)) == (policy, reserved, problems)
+
+
+@pytest.mark.parametrize(("reported", "policy"), [
+    ("SingleNUMANodeContainerLevel", SINGLE_NUMA_NODE), ("SingleNUMANodePodLevel", SINGLE_NUMA_NODE),
+    ("RestrictedContainerLevel", RESTRICTED), ("BestEffortPodLevel", BEST_EFFORT), ("None", ""), ("Other", ""),
+])
+def test_the_kubelet_topology_policy_koordlet_reports_is_the_nodes_numa_policy(reported: str, policy: str) -> None:
+    obj = nrt("n1")
+    obj["topologyPolicies"] = [reported]
+    assert parse_topology(obj).topology_policy == policy
