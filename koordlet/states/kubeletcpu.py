@@ -42,7 +42,6 @@ CPU_MANAGER_STATE = "cpu_manager_state"
 KUBELET_CONFIG_FILE = "config.yaml"
 
 
-
 @dataclass(frozen=True)
 class KubeletCPUManager:
     """extension.KubeletCPUManagerPolicy {policy, options, reservedCPUs}, plus the topology manager settings."""
