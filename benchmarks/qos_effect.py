@@ -45,6 +45,7 @@ from typing import Any
 import psutil
 import yaml
 
+from apis.slo.decode import nodeslo_config
 from koordlet.agent import Agent
 from koordlet.config import Config, parse_feature_gates
 from koordlet.health import Health
@@ -54,7 +55,6 @@ from koordlet.qos.cpuqos import kubelet_pod_cpu_shares, plan, read_facts
 from koordlet.qos.executor import Executor
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 V1_ROOT = Path("/sys/fs/cgroup")

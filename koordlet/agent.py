@@ -12,6 +12,7 @@ import time
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.objects import JSON
+from apis.slo.decode import decode_nodeslo, nodeslo_config
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -59,8 +60,9 @@ from koordlet.states.kubeletcpu import (
 )
 from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
-from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file, nodeslo_config
+from koordlet.states.nodeslo import load_nodeslo_file
 from koordlet.states.pods import PodsDirSource
+from koordlet.states.shapes import ident
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +174,9 @@ class Agent:
             decoded = decode_nodeslo(obj)
             if decoded.spec is None:
                 problems = list(decoded.problems)
-                name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
-                self.health.skip("nodeslo", "invalid", str(name), "; ".join(problems[:5]))
+                name, rv = ident(obj)  # logged once per version: a later invalid one is logged again
+                self.health.skip("nodeslo", "invalid", f"{name} (resourceVersion {rv})" if rv else name,
+                                 "; ".join(problems[:5]))
                 self._refuse_nodeslo(problems)
                 return False
             spec, present = decoded.spec, True

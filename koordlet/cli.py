@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -25,6 +25,9 @@ from koordlet.flagtable import COMMANDS, options_of
 from koordlet.goflag import FlagError
 from koordlet.host.paths import DS_DEFAULTS, HOST_MODE_DEFAULTS, ROOT_FLAGS, resolve_roots
 from koordlet.prediction.server import PredictionConfig
+
+if TYPE_CHECKING:  # the agent's modules load only for the commands that build one
+    from koordlet.agent import Agent
 
 log = logging.getLogger("koordlet")
 
@@ -259,7 +262,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _first_devices(agent: Any) -> int | None:
+def _first_devices(agent: Agent) -> int | None:
     """Standalone: one device round before the loops start, so the banner can count them and the Device URL
     answers at once (the device loop then rewrites it only on change)."""
     if agent.devices is None or not agent.config.standalone:
@@ -312,7 +315,7 @@ def cmd_sched_latency(config: Config, window: float, output: str) -> int:
     return 0
 
 
-def _dump(obj: Any, output: str, table: Callable[[Any], str]) -> None:
+def _dump(obj: object, output: str, table: Callable[[Any], str]) -> None:
     """The command's object as JSON, YAML, or (`table`) the view a person reads, from koordlet.tables."""
     if output == "table":
         sys.stdout.write(table(obj))
@@ -356,7 +359,7 @@ def cmd_device_daemon(config: Config, oneshot: bool, output: str | None, interva
                              runner=subprocess_runner(host_root or "/"))
 
 
-def _agent_with_state(config: Config) -> Any:
+def _agent_with_state(config: Config) -> Agent:
     """An Agent with pods and NodeSLO loaded once (standalone files or the cluster), for one-shot commands."""
     from koordlet.agent import Agent
 

@@ -23,11 +23,13 @@ from apis.extension.resources import BATCH_RESOURCES, MID_RESOURCES
 from koordlet.agent import Agent
 from koordlet.config import Config
 from koordlet.devices.model import DeviceSet
+from koordlet.events import EventRecorder
 from koordlet.reporters.device_api import DeviceApiWriter
 from koordlet.reporters.nodemetric_api import NodeMetricApiWriter
 from koordlet.reporters.nrt import TopologyStatus
 from koordlet.reporters.nrt_api import NRTApiWriter
 from koordlet.states.kubelet import ApiServerPodSource, KubeletPodSource
+from koordlet.states.shapes import ShapeGate, problem
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,9 @@ NODEMETRIC_PATH = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
 NODE_PATH = "/api/v1/nodes"
 _ALLOCATABLE = (*BATCH_RESOURCES, *MID_RESOURCES)
 _WATCH_TIMEOUT = 300
+# The kinds the link gates, as Health and the shape gate name them, and as an Event names the object.
+_EVENT_KINDS = {"node": "Node", "nodemetric": "NodeMetric"}
+MALFORMED_EVENT_REASON = "MalformedObject"
 _CONFIGZ_REFRESH = 60.0  # kubelet /configz is re-read at most this often (upstream asks on every NRT round)
 # Retries of a failed NodeMetric report within its period: [1, 2) s doubling to [8, 16) s; the writer's own budget
 # (0.1 update/s, burst 2, as upstream's statusUpdater) and a 429's Retry-After may ask for longer.
@@ -56,6 +61,8 @@ class ClusterLink:
         self._configz_at: float | None = None
         self._stop = threading.Event()
         self._agent = agent
+        self.shapes = ShapeGate(agent.health)
+        self.events = EventRecorder(agent.health, config.node_name, client.post)
         self.nodemetric_present: bool | None = None  # None until the NodeMetric watch has listed once
         self.watch_backoff: BackoffPolicy = REFLECTOR
         self.report_backoff: BackoffPolicy = REPORT_RETRY
@@ -94,17 +101,43 @@ class ClusterLink:
     # -- Node / NodeSLO / NodeMetric -----------------------------------------------------------------------
     def load_node(self, agent: Agent) -> None:
         try:
-            self.apply_node(agent, self.client.get(f"{NODE_PATH}/{self.config.node_name}"))
+            node = self.client.get(f"{NODE_PATH}/{self.config.node_name}")
         except ApiError as e:
             agent.health.skip("node", "get-failed", self.config.node_name, str(e))
+            return
+        if self.admit("node", node):
+            self.apply_node(agent, node)
+
+    def admit(self, kind: str, obj: object) -> bool:
+        """The shape gate every object received passes (koordlet.states.shapes): a malformed one is skipped, the
+        state adopted before stays; it is counted and logged, and a Warning Event posted on it, once per version.
+        Called where the object arrives (a watch thread, a one-shot read), never on the event loop: it may post."""
+        why = problem(kind, obj)
+        if why is None:
+            return True
+        if self.shapes.report(kind, obj, why) and kind in _EVENT_KINDS:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            uid = meta.get("uid") if isinstance(meta, dict) else None
+            self.events.emit(_EVENT_KINDS[kind], "default", self.config.node_name,
+                             uid if isinstance(uid, str) else None, MALFORMED_EVENT_REASON,
+                             f"skipped by koordlet: {why}")
+        return False
+
+    def _adopt_nodemetric_spec(self, agent: Agent, spec: object) -> None:
+        """A NodeMetric spec read by name (`report`'s and `load_once`'s GET; None: no NodeMetric, the defaults):
+        adopted unless malformed."""
+        if spec is None or self.admit("nodemetric", {"metadata": {"name": self.config.node_name}, "spec": spec}):
+            agent.set_nodemetric_spec(spec if isinstance(spec, dict) else None)
 
     def load_once(self, agent: Agent) -> None:
         """One-shot reads for `koordlet nodemetric`: NodeSLO and the NodeMetric spec."""
         try:
-            self.apply_nodeslo(agent, self.client.get(f"{NODESLO_PATH}/{self.config.node_name}"))
+            slo = self.client.get(f"{NODESLO_PATH}/{self.config.node_name}")
         except ApiError as e:
             log.info("no NodeSLO for %s (%s); using defaults", self.config.node_name, e)
-        agent.set_nodemetric_spec(self.writer.read_spec())
+        else:
+            self.apply_nodeslo(agent, slo)
+        self._adopt_nodemetric_spec(agent, self.writer.read_spec())
 
     def apply_node(self, agent: Agent, node: JSON | None) -> None:
         if node is None:
@@ -126,6 +159,9 @@ class ClusterLink:
     def apply_nodeslo(self, agent: Agent, obj: JSON | None) -> None:
         agent.set_nodeslo(obj)
 
+    def _nodemetric_exists(self) -> None:
+        self.nodemetric_present = True
+
     def apply_nodemetric(self, agent: Agent, obj: JSON | None) -> None:
         self.nodemetric_present = obj is not None
         agent.set_nodemetric_spec((obj or {}).get("spec"))
@@ -136,7 +172,7 @@ class ClusterLink:
         if self.nodemetric_present is None:  # no watch yet (one-shot use): read the spec directly
             spec = self.writer.read_spec()
             self.nodemetric_present = spec is not None
-            agent.set_nodemetric_spec(spec)
+            self._adopt_nodemetric_spec(agent, spec)
         if not self.nodemetric_present:
             return  # NodeMetric not created yet by koord-manager: nothing to report (not an error)
         # A failed write is tried again within this period (upstream waits for the next one), rebuilt each time,
@@ -192,12 +228,18 @@ class ClusterLink:
     def start_watches(self, agent: Agent) -> None:
         """Daemon threads (never joined: a blocked watch must not delay shutdown) feeding the running loop."""
         loop = asyncio.get_running_loop()
-        specs: list[tuple[str, Callable[[Agent, JSON | None], None]]] = [
-            (NODE_PATH, self.apply_node), (NODESLO_PATH, self.apply_nodeslo),
-            (NODEMETRIC_PATH, self.apply_nodemetric),
+        specs: list[tuple[str, str, Callable[[Agent, JSON | None], None]]] = [
+            (NODE_PATH, "node", self.apply_node), (NODESLO_PATH, "nodeslo", self.apply_nodeslo),
+            (NODEMETRIC_PATH, "nodemetric", self.apply_nodemetric),
         ]
-        for path, apply in specs:
-            def deliver(obj: JSON | None, apply: Callable[[Agent, JSON | None], None] = apply) -> None:
+        for path, kind, apply in specs:
+            def deliver(obj: JSON | None, kind: str = kind,
+                        apply: Callable[[Agent, JSON | None], None] = apply) -> None:
+                # A NodeSLO's gate is its decoder (Agent.set_nodeslo): refused there with InvalidNodeSLO Events.
+                if obj is not None and kind != "nodeslo" and not self.admit(kind, obj):
+                    if kind == "nodemetric":  # it exists (status can be reported); its last good spec stays
+                        loop.call_soon_threadsafe(self._nodemetric_exists)
+                    return
                 loop.call_soon_threadsafe(apply, agent, obj)
 
             threading.Thread(target=self._watch_forever, args=(path, deliver), name=f"watch{path}",
@@ -237,7 +279,8 @@ class ClusterLink:
                        on_error=on_error)
 
     def _is_mine(self, obj: object) -> bool:
-        return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.config.node_name
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        return isinstance(meta, dict) and meta.get("name") == self.config.node_name
 
     def close(self) -> None:
         self._stop.set()

@@ -12,9 +12,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from apis.core.errors import ApiError, PlanError
+from apis.core.objects import JSON
 from koordlet.health import Health
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ _MAX_REMEMBERED = 4096
 
 
 class EventRecorder:
-    def __init__(self, health: Health, node_name: str, post: Callable[[str, dict[str, Any]], Any] | None = None,
+    def __init__(self, health: Health, node_name: str, post: Callable[[str, JSON], object] | None = None,
                  *, dedupe_seconds: float = _DEDUPE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.health = health
         self.node_name = node_name

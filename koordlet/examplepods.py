@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apis.core.errors import InvalidInput, KoordletError
+from apis.slo.decode import decode_nodeslo
 from koordlet.collectors.cgroups import pod_targets
 from koordlet.collectors.hostapps import HostApp, host_apps, hostapp_targets
 from koordlet.config import Config
@@ -26,7 +27,7 @@ from koordlet.host.cgroup import detect_backend
 from koordlet.host.cgtree import CgroupTree
 from koordlet.host.driver import CgroupDriver, detect_driver
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import decode_nodeslo, load_nodeslo_file
+from koordlet.states.nodeslo import load_nodeslo_file
 from koordlet.states.pods import PodsDirSource, pod_meta
 
 log = logging.getLogger("koordlet")

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from apis.core.objects import JSON
 from apis.core.quantity import parse_measured, parse_quantity
 from apis.extension.resource_status import CPUSetError, parse_cpuset
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
@@ -70,9 +71,9 @@ class AgentMetrics:
     latest: Latest
     cache: MetricCache
     start_time: float = field(default_factory=time.time)
-    last_nodemetric: dict[str, Any] | None = None
+    last_nodemetric: JSON | None = None
     # API path of an object this node reports (standalone), e.g. /apis/<group>/<version>/<plural>/<name> → object
-    served: dict[str, dict[str, Any]] = field(default_factory=dict)
+    served: dict[str, JSON] = field(default_factory=dict)
     node_allocatable: dict[str, float] = field(default_factory=dict)
     nodemetric_prom: bool = False
     schedlat: SchedLatency | None = None  # gate CPUSchedLatency
@@ -437,7 +438,7 @@ def _priority_reclaimable_families(node: str, outcome: Outcome | None) -> Iterat
     yield s
 
 
-def _nodemetric_families(node: str, status: dict[str, Any]) -> Iterator[Metric]:
+def _nodemetric_families(node: str, status: JSON) -> Iterator[Metric]:
     """Gate NodeMetricPromMetrics: mirror the reported node/system/NUMA usage."""
     nm = status.get("nodeMetric", {})
     for name, src in (("koordlet_node_metric_node_usage", nm.get("nodeUsage")),

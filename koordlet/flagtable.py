@@ -37,7 +37,7 @@ class Option:
         return default_value(self.flag) if self.unset is _UNSET else self.unset
 
 
-def _addr(value: Any) -> str | None:
+def _addr(value: object) -> str | None:
     _, sep, port = str(value).rpartition(":")
     if not sep:
         return "missing port in address"
@@ -54,7 +54,7 @@ def _positive(value: Any) -> str | None:
     return "must be greater than 0" if value <= 0 else None
 
 
-def _choice(*allowed: str) -> Callable[[Any], str | None]:
+def _choice(*allowed: str) -> Callable[[object], str | None]:
     return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}"
 
 
@@ -71,8 +71,8 @@ UPSTREAM_GROUPS = ("host", "source", "daemon", "states", "collect", "devices", "
                    "prediction", "log", "cadvisor")
 
 
-def _add(group: str, name: str, kind: str, default: str, help: str, *, dest: str | None = None, unset: Any = _UNSET,
-         absent: str = "", check: Callable[[Any], str | None] | None = None) -> None:
+def _add(group: str, name: str, kind: str, default: str, help: str, *, dest: str | None = None, unset: object = _UNSET,
+         absent: str = "", check: Callable[[object], str | None] | None = None) -> None:
     ours = bool(re.search(r"\bours\b", help)) or group not in UPSTREAM_GROUPS  # our flags say so in their help
     _OPTIONS.append(Option(Flag(name, kind, default, help, check), group, dest or name.replace("-", "_"), unset,
                            absent, ours))
@@ -339,7 +339,7 @@ _add("device-daemon", "sleep-interval", "duration", "15m0s", "period between two
 _add("once", "once", "bool", "false", "apply one reconcile pass and exit (required)")
 
 
-def _checked(check: Callable[[Any], str | None], *names: str) -> None:
+def _checked(check: Callable[[object], str | None], *names: str) -> None:
     """Give these flags `check`: refused at start with one line (exit 2) instead of taken as they are."""
     for i, o in enumerate(_OPTIONS):
         if o.name in names:

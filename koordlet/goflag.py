@@ -9,6 +9,7 @@ from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 
 
 class FlagError(InvalidInput):
@@ -23,7 +24,7 @@ class Flag:
     kind: str  # a key of PARSERS
     default: str
     help: str = ""
-    check: Callable[[Any], str | None] | None = None  # extra validation: an error text, or None when fine
+    check: Callable[[object], str | None] | None = None  # extra validation: an error text, or None when fine
 
     @property
     def is_bool(self) -> bool:
@@ -169,7 +170,7 @@ def default_value(flag: Flag) -> Any:
 
 @dataclass
 class Parsed:
-    values: dict[str, Any]  # every flag of the set, at its default unless given
+    values: JSON  # every flag of the set, at its default unless given
     given: dict[str, str] = field(default_factory=dict)  # flags set on the command line -> the last raw text
     rest: list[str] = field(default_factory=list)  # arguments after the flags (Go stops at the first non-flag)
     help: bool = False  # -h / -help / --help

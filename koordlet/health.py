@@ -47,11 +47,11 @@ class Health:
         with self._lock:
             self._once.pop(key, None)
 
-    def skip(self, kind: str, reason: str, obj: str, detail: str) -> None:
-        """Count a skipped item and log it once per (kind, reason, object)."""
+    def skip(self, kind: str, reason: str, obj: str, detail: str) -> bool:
+        """Count a skipped item and log it once per (kind, reason, object); True when it logged (the first time)."""
         self.skipped[(kind, reason)] += 1
-        self.once(self._skip_key(kind, reason, obj), logging.WARNING, "skipping %s %s (%s): %s", kind, obj, reason,
-                  detail)
+        return self.once(self._skip_key(kind, reason, obj), logging.WARNING, "skipping %s %s (%s): %s", kind, obj,
+                         reason, detail)
 
     def expect(self, kind: str, reason: str, obj: str, why: str) -> None:
         """A skip that is expected for this object (e.g. an example pod without cgroups): it is still counted,

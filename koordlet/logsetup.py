@@ -6,10 +6,10 @@ import logging
 import logging.handlers
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSONMapping
 
 _FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 _DIR_FORMAT = "%(asctime)s %(levelname).1s %(pathname)s:%(lineno)d %(name)s: %(message)s"
@@ -27,11 +27,11 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value: Any) -> None:
+    def stream(self, _value: object) -> None:
         pass
 
 
-def log_file_path(values: Mapping[str, Any]) -> str | None:
+def log_file_path(values: JSONMapping) -> str | None:
     """Where klog would write: -log_file, else <log_dir>/koordlet.log, else nowhere (None)."""
     if values.get("log_file"):
         return str(values["log_file"])
@@ -40,7 +40,7 @@ def log_file_path(values: Mapping[str, Any]) -> str | None:
     return None
 
 
-def setup(values: Mapping[str, Any]) -> None:
+def setup(values: JSONMapping) -> None:
     """Configure the root logger from klog's flag values. -v 4 and above log our debug lines (other libraries
     stay at INFO). With -logtostderr=false a file given by -log_file/-log_dir gets every line, rotated at
     -log_file_max_size MB, and standard error the lines at or above -stderrthreshold (all of them with

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from apis.core.errors import PlanError
 from apis.core.objects import JSON
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.devices.model import DeviceSet
@@ -32,7 +33,6 @@ from koordlet.reporters.nodemetric import CollectPolicy, collect_policy, merge_s
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import PodState
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from apis.core.objects import JSONMapping
 from apis.extension.device_share import LABEL_GPU_MODEL, LABEL_RDMA_NETDEV
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
 
@@ -45,7 +46,7 @@ def sections(*tables: str) -> str:
 
 # --- the objects the commands print ----------------------------------------------------------------------------
 
-def _get(obj: Any, *keys: str) -> Any:
+def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         if not isinstance(obj, Mapping):
             return None
@@ -53,7 +54,7 @@ def _get(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def device_table(device: Mapping[str, Any]) -> str:
+def device_table(device: JSONMapping) -> str:
     """`koordlet devices -o table`: one line per device of the Device CR."""
     labels = _get(device, "metadata", "labels") or {}
     rows = []
@@ -73,7 +74,7 @@ def device_table(device: Mapping[str, Any]) -> str:
                   rows)
 
 
-def _health(d: Mapping[str, Any]) -> str:
+def _health(d: JSONMapping) -> str:
     """Healthy, or why not: the reason of the device's failing condition when it has one."""
     if d.get("health"):
         return "Healthy"
@@ -83,7 +84,7 @@ def _health(d: Mapping[str, Any]) -> str:
     return "Unhealthy"
 
 
-def nodemetric_table(nm: Mapping[str, Any]) -> str:
+def nodemetric_table(nm: JSONMapping) -> str:
     """`koordlet nodemetric -o table`: the node's line, its GPUs' lines when it has any, one line per pod."""
     status = nm.get("status") or {}
     node_usage = _get(status, "nodeMetric", "nodeUsage") or {}
@@ -117,7 +118,7 @@ def _sum(devices: Any, resource: str) -> str | None:
     return "+".join(values) or None
 
 
-def plan_table(plan: Mapping[str, Any]) -> str:
+def plan_table(plan: JSONMapping) -> str:
     """`koordlet plan -o table`: one line per write, in the order they would happen, then the pods the eviction
     strategies would evict (in their order), then the errors."""
     writes = render(("op", "path", "value", "reason"),
@@ -130,13 +131,13 @@ def plan_table(plan: Mapping[str, Any]) -> str:
     return sections(writes, evicts, _errors(plan))
 
 
-def qos_table(result: Mapping[str, Any]) -> str:
+def qos_table(result: JSONMapping) -> str:
     """`koordlet qos --once -o table`: writes per result, then the errors."""
     counts = render(("result", "writes"), sorted((result.get("results") or {}).items()))
     return sections(counts, _errors(result))
 
 
-def _errors(obj: Mapping[str, Any]) -> str:
+def _errors(obj: JSONMapping) -> str:
     errors = obj.get("errors") or []
     if not errors:
         return ""
@@ -148,7 +149,7 @@ def _ms(seconds: Any) -> str | None:
     return None if seconds is None else f"{seconds * 1000:.3f}"
 
 
-def schedlat_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def schedlat_table(rows: Sequence[JSONMapping]) -> str:
     """`koordlet sched-latency -o table`: one line per pod, waits in milliseconds (p50/p99 only with eBPF)."""
     return render(["namespace", "name", "qos", "source", "waits", "sum(ms)", "mean(ms)", "p50(ms)", "p99(ms)"],
                   ([r["namespace"], r["name"], r["qosClass"], r["source"], r["count"], _ms(r["sumSeconds"]),

@@ -30,7 +30,7 @@ SYNC_TIMEOUT = 60.0  # seconds `run`'s first cycle waits for every source's firs
 
 # A listener hears ("REPLACE", kind, [objects]) after each list and ("ADDED"|"MODIFIED"|"DELETED", kind, object)
 # for each watch event, after the store has it.
-Listener = Callable[[str, str, Any], None]
+Listener = Callable[[str, str, object], None]
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class ClusterCache:
         self._synced[source.store].set()
         self._tell("REPLACE", source.kind, items)
 
-    def apply(self, source: Source, op: str, obj: Any) -> None:
+    def apply(self, source: Source, op: str, obj: object) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         kept = admit(source.kind, obj)
         if kept is None:
@@ -156,7 +156,7 @@ class ClusterCache:
             self.assumed[object_key(bound)] = bound
             self.version += 1
 
-    def _tell(self, op: str, kind: str, payload: Any) -> None:
+    def _tell(self, op: str, kind: str, payload: object) -> None:
         for listener in self.listeners:
             listener(op, kind, payload)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.core.errors import KoordletError
+from apis.core.objects import JSON
 from scheduler.cluster import Cluster, build_cluster, key, load_objects
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
@@ -42,8 +43,8 @@ def profile(config: str | SchedulerConfig | None, *, simulate: bool = False) -> 
     return build(config if isinstance(config, SchedulerConfig) else load_config(config), simulate=simulate)
 
 
-def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | SchedulerConfig | None = None
-             ) -> dict[str, Any]:
+def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig | None = None
+             ) -> JSON:
     """Place the pods in order; gang members as whole jobs (all-or-nothing, network topology, job preemption).
     Reservation objects among them (and pending ones of the cluster, first) are placed as their template pod.
 
@@ -58,7 +59,7 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | Schedul
     placements: list[Placement] = []
     preemptions: list[Any] = []
     # Pods and Reservations in --pods order: each run of pods is planned as before, each Reservation placed.
-    batch: list[dict[str, Any]] = []
+    batch: list[JSON] = []
     for obj in [*pods, None]:
         if obj is not None and obj.get("kind", "Pod") == "Pod":
             batch.append(obj)
@@ -74,7 +75,7 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | Schedul
             log.warning("Reservation %s ignored: the Reservation plugin is disabled", key(obj))
         else:
             resv.schedule_reservation(sched, resv.add(obj))
-    result: dict[str, Any] = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
+    result: JSON = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
     if resv is not None and (resv.book or any(o.get("kind") == "Reservation" for o in pods)):
         result["reservations"] = resv.report()
         preemptions += resv.preemptions
@@ -84,7 +85,7 @@ def simulate(cluster: Cluster, pods: list[dict[str, Any]], config: str | Schedul
     return result
 
 
-def quota_report(quota: ElasticQuota, placements: list[Placement]) -> dict[str, Any]:
+def quota_report(quota: ElasticQuota, placements: list[Placement]) -> JSON:
     """Per quota: min, max, runtime, used and the pods ElasticQuota refused; and the objects left out."""
     unplaced = {p.pod for p in placements if p.node is None}
     refused: dict[str, list[str]] = {}
@@ -103,7 +104,7 @@ def quota_report(quota: ElasticQuota, placements: list[Placement]) -> dict[str, 
     return {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
 
 
-def table(result: dict[str, Any]) -> str:
+def table(result: JSON) -> str:
     lines = []
     for p in result["placements"]:
         if p["node"]:

@@ -24,6 +24,7 @@ from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, PODS
+from apis.core.shape import shape_problem
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
 from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
@@ -33,7 +34,7 @@ _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 
 
-def quantity_value(resource: str, value: Any) -> int:
+def quantity_value(resource: str, value: object) -> int:
     """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
     return core_resources.resource_value(resource, value)
 
@@ -43,7 +44,7 @@ _RENAMED = {**DEPRECATED_DEVICE_RESOURCES, **MISSPELLED_DEVICE_RESOURCES}
 _told: set[str] = set()
 
 
-def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
+def renamed_deprecated(resources: JSON) -> JSON:
     """`resources` with deprecated device names replaced by their koordinator.sh names (replaceAndEraseResource:
     when both names are present, both stay as they are)."""
     if _RENAMED.keys().isdisjoint(resources):
@@ -58,7 +59,7 @@ def renamed_deprecated(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resource_list(obj: Any) -> dict[str, int]:
+def resource_list(obj: object) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
     return {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(obj).items()}
@@ -116,7 +117,7 @@ def _pod_requests(pod: JSON) -> dict[str, int]:
 
 def pod_problem(pod: JSON) -> str | None:
     """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
-    why = malformed.shape_problem(pod)
+    why = shape_problem(pod)
     if why is None:
         try:
             pod_requests(pod)
@@ -154,8 +155,8 @@ def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str 
         v = allocatable.get(_RENAMED.get(resource, resource), 0)
         return f"{v}m" if resource == CPU else str(v)
 
-    def fixed(requests: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def fixed(requests: Any) -> JSON:
+        out: JSON = {}
         for k, v in requests.items():
             try:
                 ok = quantity_value(str(k), v) >= 0
@@ -352,7 +353,7 @@ def load_objects(path: str) -> list[JSON]:
     return out
 
 
-def _flatten(doc: Any) -> list[JSON]:
+def _flatten(doc: object) -> list[JSON]:
     if not isinstance(doc, dict):
         return []
     if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
@@ -372,7 +373,7 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
     cluster = Cluster()
     objs = []
     for o in objects:
-        why = malformed.shape_problem(o)
+        why = shape_problem(o)
         if why is None:
             objs.append(o)
         else:

@@ -19,6 +19,7 @@ from apis.client.kubeapi import KubeClient
 from apis.client.listwatch import REAL_CLOCK, Clock
 from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.objects import JSON
+from apis.core.shape import shape_problem
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
@@ -102,7 +103,7 @@ def _name(obj: JSON) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _pod_signature(pod: JSON) -> tuple[Any, ...]:
+def _pod_signature(pod: JSON) -> tuple[object, ...]:
     """What the scheduler accounts of an assigned pod: a change here replaces the pod on its node."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     return (sorted(pod_requests(pod).items()), ((meta.get("annotations") or {}).get(ANNOTATION_DEVICE_ALLOCATED)),
@@ -135,7 +136,7 @@ def _node_names(args: JSON) -> tuple[list[str], list[JSON] | None]:
     nodes = args.get("Nodes")
     if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
         items = nodes["items"]
-        if not all(isinstance(n, dict) and malformed.shape_problem(n) is None for n in items):
+        if not all(isinstance(n, dict) and shape_problem(n) is None for n in items):
             raise BadRequest("every Nodes.items entry must be a Node with metadata.name")
         return [_name(n) for n in items], items
     raise BadRequest("one of NodeNames (nodeCacheCapable) or Nodes.items is required")
@@ -221,11 +222,11 @@ class Extender:
     def stop_watches(self) -> None:
         self.source.cache.stop()
 
-    def deliver(self, op: str, kind: str, payload: Any) -> None:
+    def deliver(self, op: str, kind: str, payload: object) -> None:
         """Apply one watch event (ADDED/MODIFIED/DELETED with an object) or a REPLACE (every listed object of the
         kind) to the live cluster."""
         if op != "REPLACE":
-            why = malformed.shape_problem(payload)
+            why = shape_problem(payload)
             if why is not None:
                 malformed.report(kind, payload, why)
                 return
@@ -544,7 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
         status, ctype, payload = self.server.diagnosis.serve(method, self.path, body)
         send(self, status, ctype, payload)
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, status: int, payload: object) -> None:
         data = json.dumps(payload, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

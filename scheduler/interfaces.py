@@ -36,7 +36,7 @@ class Placement:
     reason: str = ""
     scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
                 **({"reason": self.reason} if self.node is None else {})}
 

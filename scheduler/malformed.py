@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.resources import resource_value
+from apis.core.shape import list_field, object_field, shape_problem
 
 log = logging.getLogger("scheduler.malformed")
 
@@ -23,7 +25,7 @@ _told: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 _TOLD_MAX = 4096  # object versions remembered; an older one reported again after that is harmless
 
 
-def _ident(obj: Any) -> tuple[str, str]:
+def _ident(obj: object) -> tuple[str, str]:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return "?", ""
@@ -31,7 +33,7 @@ def _ident(obj: Any) -> tuple[str, str]:
     return (f"{ns}/{name}" if ns else str(name)), str(meta.get("resourceVersion") or "")
 
 
-def report(kind: str, obj: Any, reason: str, what: str = "skipped") -> None:
+def report(kind: str, obj: object, reason: str, what: str = "skipped") -> None:
     """Log `kind obj: what: reason` once per (object, resourceVersion) and count it."""
     name, rv = _ident(obj)
     told = (kind, name, rv)
@@ -45,53 +47,28 @@ def report(kind: str, obj: Any, reason: str, what: str = "skipped") -> None:
     log.warning("malformed %s %s%s: %s: %s", kind, name, f" (resourceVersion {rv})" if rv else "", what, reason)
 
 
-def shape_problem(obj: Any) -> str | None:
-    """Why an object cannot be handled at all (no usable metadata.name, spec or status not objects), or None."""
-    if not isinstance(obj, dict):
-        return "not an object"
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return "metadata is not an object"
-    if not isinstance(meta.get("name"), str) or not meta["name"]:
-        return "metadata.name is not a non-empty string"
-    if not isinstance(meta.get("namespace"), str | None):
-        return "metadata.namespace is not a string"
-    for field in ("spec", "status"):
-        if not isinstance(obj.get(field), dict | None):
-            return f"{field} is not an object"
-    return None
-
-
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict | None):
-        raise InvalidInput(f"{where} is not an object")
-    return value or {}
-
-
-def _quantities(value: Any, where: str) -> None:
-    for name, quantity in _object(value, where).items():
+def _quantities(value: object, where: str) -> None:
+    for name, quantity in object_field(value, where).items():
         resource_value(str(name), quantity)
 
 
-def _node(obj: dict[str, Any]) -> None:
-    status = _object(obj.get("status"), "status")
-    _object(status.get("allocatable"), "status.allocatable")
-    _object(status.get("capacity"), "status.capacity")
+def _node(obj: JSON) -> None:
+    status = object_field(obj.get("status"), "status")
+    object_field(status.get("allocatable"), "status.allocatable")
+    object_field(status.get("capacity"), "status.capacity")
 
 
-def _quota(obj: dict[str, Any]) -> None:
-    spec = _object(obj.get("spec"), "spec")
+def _quota(obj: JSON) -> None:
+    spec = object_field(obj.get("spec"), "spec")
     for field in ("min", "max"):
         _quantities(spec.get(field), f"spec.{field}")
 
 
-def _device(obj: dict[str, Any]) -> None:
-    devices = _object(obj.get("spec"), "spec").get("devices")
-    if not isinstance(devices, list | None) or not all(isinstance(d, dict) for d in devices or ()):
-        raise InvalidInput("spec.devices is not a list of objects")
+def _device(obj: JSON) -> None:
+    list_field(object_field(obj.get("spec"), "spec").get("devices"), "spec.devices")
 
 
-def _usage(value: Any, where: str) -> None:
+def _usage(value: object, where: str) -> None:
     """Every `resources` list under a NodeMetric's status (node, pods, aggregated usages)."""
     if isinstance(value, dict):
         for k, v in value.items():
@@ -104,11 +81,11 @@ def _usage(value: Any, where: str) -> None:
             _usage(v, f"{where}[{i}]")
 
 
-def _nodemetric(obj: dict[str, Any]) -> None:
-    _usage(_object(obj.get("status"), "status"), "status")
+def _nodemetric(obj: JSON) -> None:
+    _usage(object_field(obj.get("status"), "status"), "status")
 
 
-_CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+_CHECKS: dict[str, Callable[[JSON], None]] = {
     "Node": _node, "ElasticQuota": _quota, "Device": _device, "NodeMetric": _nodemetric,
 }
 

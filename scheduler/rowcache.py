@@ -14,7 +14,7 @@ MAX_SHAPES = 64
 FEW_ROWS = 4  # up to this many changed rows, a plugin's per-node function beats numpy's per-call overhead
 
 
-def by_rows(cache: dict[tuple[Any, ...], tuple[IntArray, Any]], versions: IntArray, key: tuple[Any, ...],
+def by_rows(cache: dict[tuple[object, ...], tuple[IntArray, Any]], versions: IntArray, key: tuple[object, ...],
             compute: Callable[[Any], Any], one: Callable[[int], Any] | None = None) -> Any:
     """`compute(rows)` for every node, kept in `cache` under `key` with the row `versions` it was computed at; rows
     whose version moved since are recomputed — by `one(row)` when they are few and the plugin has an exact per-node

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
@@ -107,7 +106,7 @@ class SecondaryScheduler:
         self.binder = Binder(client)
         self.lock = threading.Lock()  # held for a whole cycle; the diagnosis API reads under it
         self.pending_pods: list[JSON] = []  # of the last cycle
-        self.preempted: list[dict[str, Any]] = []  # preemptions carried out in the last cycle
+        self.preempted: list[JSON] = []  # preemptions carried out in the last cycle
         self.preemption_errors: list[str] = []
         self.scheduler_name = scheduler_name
         self.profile_factory = profile_factory
@@ -233,7 +232,7 @@ class SecondaryScheduler:
         self.metrics.pending.labels("gated").set(self.gated)
         self.metrics.waiting_gangs.set(waiting_groups)
 
-    def _preempt(self, entry: dict[str, Any], preemptor: str, trigger: str,
+    def _preempt(self, entry: JSON, preemptor: str, trigger: str,
                  victims: dict[str, tuple[JSON, str]], pods: dict[str, JSON]) -> None:
         """Evict the planned victims, then nominate every member (prepareCandidates, makeNomination); a refused
         eviction stops here: the members are not nominated and the job retries next cycle."""

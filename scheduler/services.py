@@ -32,7 +32,7 @@ BASE = "/apis/v1"
 PLUGINS = f"{BASE}/plugins"
 # What a handler sees: the scheduler of the last cycle and the pending pods it was given.
 StateSource = Callable[[], AbstractContextManager[tuple[Scheduler | None, list[JSON]]]]
-Response = tuple[int, str, Any]  # status, content type, payload (JSON-able or text)
+Response = tuple[int, str, object]  # status, content type, payload (JSON-able or text)
 
 
 def _error(status: int, message: str) -> Response:
@@ -140,7 +140,7 @@ class DiagnosisAPI:
             return _error(404, "plugin DeviceShare is not enabled")
         names = [name] if name is not None else sorted(n for n, info in sched.cluster.nodes.items()
                                                        if info.device is not None)
-        out: dict[str, Any] = {}
+        out: JSON = {}
         for n in names:
             info = sched.cluster.nodes.get(n)
             if info is None or info.device is None:
@@ -242,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-def send(handler: BaseHTTPRequestHandler, status: int, ctype: str, payload: Any) -> None:
+def send(handler: BaseHTTPRequestHandler, status: int, ctype: str, payload: object) -> None:
     data = (payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))).encode()
     handler.send_response(status)
     handler.send_header("Content-Type", ctype)

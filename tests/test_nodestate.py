@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.decode import decode_nodeslo
 from apis.slo.types import NodeSLOSpec
 from koordlet.agent import Agent
 from koordlet.config import Config
@@ -15,7 +16,6 @@ from koordlet.host.driver import CgroupDriver
 from koordlet.nodestate import Change, NodeState
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.states.model import JSON
-from koordlet.states.nodeslo import decode_nodeslo
 
 from simhost import SimHost, make_pod
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import as_object
 from apis.core.quantity import parse_quantity
 
 K8S_GUARANTEED = "Guaranteed"
@@ -21,7 +22,7 @@ _ZERO = Decimal(0)
 
 def k8s_qos_class(pod: Mapping[str, Any]) -> str:
     """`status.qosClass` when it holds a valid class, else the class kubelet computes from the spec."""
-    declared = _dict(_dict(pod).get("status")).get("qosClass")
+    declared = as_object(as_object(pod).get("status")).get("qosClass")
     if isinstance(declared, str) and declared in K8S_QOS_CLASSES:
         return declared
     return computed_k8s_qos_class(pod)
@@ -33,13 +34,13 @@ def computed_k8s_qos_class(pod: Mapping[str, Any]) -> str:
     Pod-level `spec.resources` (PodLevelResources) decides alone when present. Requests missing for a resource
     that has a limit default to the limit, as the API server's defaulting would have done.
     """
-    spec = _dict(_dict(pod).get("spec"))
+    spec = as_object(as_object(pod).get("spec"))
     pod_resources = spec.get("resources")
     if isinstance(pod_resources, dict):
         return _resources_qos(pod_resources)
     pod_qos: str | None = None
     for container in _containers(spec):
-        qos = _resources_qos(_dict(container.get("resources")))
+        qos = _resources_qos(as_object(container.get("resources")))
         if qos == K8S_BURSTABLE:
             return qos
         if pod_qos is None:
@@ -51,8 +52,8 @@ def computed_k8s_qos_class(pod: Mapping[str, Any]) -> str:
 
 def _resources_qos(resources: Mapping[str, Any]) -> str:
     """QoS of one set of resource requirements (qos.go resourceQOS), only cpu and memory count."""
-    requests = _dict(resources.get("requests"))
-    limits = _dict(resources.get("limits"))
+    requests = as_object(resources.get("requests"))
+    limits = as_object(resources.get("limits"))
     if not requests and not limits:
         return K8S_BEST_EFFORT
     qos: str | None = None
@@ -90,7 +91,3 @@ def _parsed(value: str | int | float) -> Decimal:
         return parse_quantity(value)
     except InvalidInput:
         return _ZERO
-
-
-def _dict(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

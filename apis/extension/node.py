@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity, parse_quantity
 from apis.core.resources import CPU
 from apis.extension.errors import AnnotationError
@@ -46,9 +47,9 @@ class NodeReservation:
     reserved_cpus: str = ""  # a Linux CPU list, "" = none listed; not checked here (see reserved_cpu_list)
     apply_policy: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         """As json.Marshal writes it: omitempty fields dropped, quantities canonical, resource names sorted."""
-        out: dict[str, Any] = {}
+        out: JSON = {}
         if self.resources:
             out["resources"] = {name: canonical_quantity(q) for name, q in sorted(self.resources.items())}
         if self.reserved_cpus:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.objects import JSON
 from apis.extension.errors import AnnotationError
 
 # Upstream: apis/extension/numa_aware.go, apis/extension/node_reservation.go (enable-numa-reservation).
@@ -108,9 +109,9 @@ class KubeletCPUManagerPolicy:
     options: Mapping[str, str] = field(default_factory=dict)
     reserved_cpus: str = ""  # a Linux CPU list
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         """As json.Marshal writes it: omitempty fields dropped, option names sorted."""
-        out: dict[str, Any] = {}
+        out: JSON = {}
         if self.policy:
             out["policy"] = self.policy
         if self.options:

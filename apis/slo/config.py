@@ -33,7 +33,7 @@ _IO_FIELDS = ("readIOPS", "writeIOPS", "readBPS", "writeBPS", "ioWeightPercent",
 
 
 def spec_from_merged(merged: Mapping[str, object]) -> NodeSLOSpec:
-    """The typed form of a merged spec (koordlet.states.nodeslo.merge_nodeslo_spec's result).
+    """The typed form of a merged spec (apis.slo.decode.merge_nodeslo_spec's result).
 
     Total: a field of the wrong JSON type (only a spec that was neither validated nor merged has one) reads as the
     dataclass default, so this never raises."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import as_objects
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE
 from apis.extension.resource_status import parse_cpuset
@@ -27,7 +27,7 @@ from koordlet.states.model import PodMeta
 KIND_USAGE, KIND_REQUEST, KIND_REAL_LIMIT = "be_cpu_usage", "be_cpu_request", "be_cpu_real_limit"
 
 
-def container_batch_milli_cpu(container: Mapping[str, Any]) -> int:
+def container_batch_milli_cpu(container: Mapping[str, object]) -> int:
     """util.GetContainerBatchMilliCPURequest: requests[batch-cpu] (already milli-cores; Quantity.Value rounds up),
     0 when absent or unreadable (a malformed quantity never reaches upstream: the API server refuses it)."""
     resources = container.get("resources")
@@ -41,14 +41,14 @@ def container_batch_milli_cpu(container: Mapping[str, Any]) -> int:
         return 0
 
 
-def pod_batch_milli_cpu(pod: Mapping[str, Any]) -> int:
+def pod_batch_milli_cpu(pod: Mapping[str, object]) -> int:
     """The sum of a pod's containers' batch-cpu requests, sidecar init containers (restartPolicy Always) included
     as upstream HEAD does (they run beside the others; v1.7 counted the main containers only)."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return 0
-    total = sum(container_batch_milli_cpu(c) for c in _list(spec.get("containers")))
-    return total + sum(container_batch_milli_cpu(c) for c in _list(spec.get("initContainers"))
+    total = sum(container_batch_milli_cpu(c) for c in as_objects(spec.get("containers")))
+    return total + sum(container_batch_milli_cpu(c) for c in as_objects(spec.get("initContainers"))
                        if c.get("restartPolicy") == "Always")
 
 
@@ -102,7 +102,3 @@ class BEResourceCollector:
         if quota == -1 or period <= 0:
             return limit
         return min(limit, quota * 1000 // period)
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

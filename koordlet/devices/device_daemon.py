@@ -15,8 +15,8 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.devices import pci
 from koordlet.devices.vendors import CommandError, Runner, VendorError, ascend, cambricon
 from koordlet.host.paths import HostPaths
@@ -28,7 +28,7 @@ DEFAULT_INTERVAL = 900.0
 DEFAULT_TIMEOUT = 60.0
 
 # vendor -> (PCI match on (vendor id, device id), probe). Upstream also registers Kunlun and MetaX managers.
-Probe = Callable[[Runner, HostPaths, str], list[dict[str, Any]]]
+Probe = Callable[[Runner, HostPaths, str], list[JSON]]
 VENDORS: dict[str, tuple[Callable[[str, str], bool], Probe]] = {
     ascend.VENDOR: (ascend.is_npu, ascend.collect),
     cambricon.VENDOR: (cambricon.is_mlu, lambda run, paths, dev: cambricon.collect(run, paths)),
@@ -103,10 +103,10 @@ class Collector:
         self.paths = paths
         self.runner = runner
         self.dev_root = dev_root or dev_root_for(paths)
-        self.last_good: dict[str, list[dict[str, Any]]] = {}
+        self.last_good: dict[str, list[JSON]] = {}
 
-    def collect(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def collect(self) -> list[JSON]:
+        out: list[JSON] = []
         for vendor in detect_vendors(self.paths):
             _, probe = VENDORS[vendor]
             try:
@@ -123,12 +123,12 @@ class Collector:
         return out
 
 
-def collect(paths: HostPaths, runner: Runner, dev_root: str | None = None) -> list[dict[str, Any]]:
+def collect(paths: HostPaths, runner: Runner, dev_root: str | None = None) -> list[JSON]:
     """One collection round (no memory of earlier rounds)."""
     return Collector(paths, runner, dev_root).collect()
 
 
-def encode_device_infos(infos: list[dict[str, Any]]) -> str:
+def encode_device_infos(infos: list[JSON]) -> str:
     """The file content: Go's json.MarshalIndent(devices, "", "  ") of []XPUDeviceInfo — struct field order,
     `omitempty` fields dropped, map keys sorted, `<>&` and U+2028/9 escaped, no trailing newline."""
     text = json.dumps([_go_order(i) for i in infos], indent=2, ensure_ascii=False)
@@ -138,14 +138,14 @@ def encode_device_infos(infos: list[dict[str, Any]]) -> str:
     return text
 
 
-def _go_order(info: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {k: str(info.get(k) or "") for k in ("vendor", "model", "uuid", "minor")}
+def _go_order(info: JSON) -> JSON:
+    out: JSON = {k: str(info.get(k) or "") for k in ("vendor", "model", "uuid", "minor")}
     resources = info.get("resources") or {}
     if resources:
         out["resources"] = {k: str(resources[k]) for k in sorted(resources)}
     topo = info.get("topology")
     if topo is not None:
-        t: dict[str, Any] = {}
+        t: JSON = {}
         if topo.get("p2pLinks"):
             t["p2pLinks"] = [{"peerMinor": str(link.get("peerMinor") or ""), "type": str(link.get("type") or "")}
                              for link in topo["p2pLinks"]]
@@ -157,7 +157,7 @@ def _go_order(info: dict[str, Any]) -> dict[str, Any]:
         out["topology"] = t
     status = info.get("status")
     if status is not None:
-        s: dict[str, Any] = {"healthy": bool(status.get("healthy"))}
+        s: JSON = {"healthy": bool(status.get("healthy"))}
         for key in ("errCode", "errMessage"):
             if status.get(key):
                 s[key] = str(status[key])
@@ -165,7 +165,7 @@ def _go_order(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_device_infos(output: str, infos: list[dict[str, Any]]) -> None:
+def write_device_infos(output: str, infos: list[JSON]) -> None:
     """Atomically replace `output` (temp file in the same directory, fsync, rename; mode 0644 as renameio);
     "" or "-" prints to stdout instead. Raises OSError."""
     data = encode_device_infos(infos)

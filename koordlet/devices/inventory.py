@@ -11,8 +11,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.config import Config
 from koordlet.devices import rdma, xpu
 from koordlet.devices.model import DeviceSet
@@ -108,12 +108,12 @@ class DeviceInventory:
         self._last["nvidia"] = build_device_set(gpus, driver, state=self.xid, now=now,
                                                 partition_policy=self.config.gpu_partition_policy)
 
-    def dump_nvml(self) -> dict[str, Any] | None:
+    def dump_nvml(self) -> JSON | None:
         from koordlet.devices.nvidia.snapshot import dump_snapshot
 
         backend = self.nvml()
         return None if backend is None else dump_snapshot(backend)
 
 
-def dump_json(obj: Any) -> str:
+def dump_json(obj: object) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"

@@ -7,19 +7,20 @@ DeviceInfo), so what a source builds is exactly what goes on the wire.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-DeviceEntry = dict[str, Any]
+from apis.core.objects import JSON
+
+DeviceEntry = JSON
 
 CONDITION_HEALTHY = "Healthy"
 
 
-def topology(node_id: int, pcie_id: str, bus_id: str, socket_id: int = -1) -> dict[str, Any]:
+def topology(node_id: int, pcie_id: str, bus_id: str, socket_id: int = -1) -> JSON:
     """DeviceTopology: socketID is always -1 upstream (koordlet never resolves sockets)."""
     return {"socketID": socket_id, "nodeID": node_id, "pcieID": pcie_id, "busID": bus_id}
 
 
-def healthy_condition(healthy: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+def healthy_condition(healthy: bool, reason: str = "", message: str = "") -> JSON:
     """A `Healthy` condition without lastTransitionTime; the reporter stamps it (keeping the old time when the
     status did not change, as upstream)."""
     if healthy:

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+
+from apis.core.objects import JSON
 
 POLICY_PREFER = "Prefer"
 POLICY_HONOR = "Honor"
 
 
 def partition(minors: Iterable[int], link_type: str = "", ring_bus_bandwidth: str | None = None,
-              allocation_score: int = 1) -> dict[str, Any]:
-    out: dict[str, Any] = {"minors": sorted(minors)}
+              allocation_score: int = 1) -> JSON:
+    out: JSON = {"minors": sorted(minors)}
     if link_type:
         out["gpuLinkType"] = link_type
     if ring_bus_bandwidth:
@@ -28,10 +29,10 @@ def partition(minors: Iterable[int], link_type: str = "", ring_bus_bandwidth: st
     return out
 
 
-def table_annotation(partitions: Iterable[dict[str, Any]]) -> str | None:
+def table_annotation(partitions: Iterable[JSON]) -> str | None:
     """Group partitions by size into the annotation's JSON; None when there are none (annotation omitted).
     Partitions with the same minors are kept once (first wins), as upstream dedupes by the sorted minor list."""
-    table: dict[str, list[dict[str, Any]]] = {}
+    table: dict[str, list[JSON]] = {}
     seen: set[tuple[int, ...]] = set()
     for p in partitions:
         key = tuple(p["minors"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apis.core.errors import HostReadError
+from apis.core.objects import JSON
 from apis.extension.device_share import (
     LABEL_RDMA_LINK_STATE,
     LABEL_RDMA_NETDEV,
@@ -111,7 +112,7 @@ class PyRoute2Netlink:
         from pyroute2.netlink.exceptions import NetlinkError
 
         # flags=0: never create a missing namespace (pyroute2 defaults to O_CREAT).
-        kwargs: dict[str, Any] = {"netns": self.netns, "flags": 0} if self.netns else {}
+        kwargs: JSON = {"netns": self.netns, "flags": 0} if self.netns else {}
         out: dict[str, LinkInfo | None] = {}
         with IPRoute(**kwargs) as ipr:
             for name in names:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from typing import Any
 
+from apis.core.objects import JSON
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_DRIVER_VERSION,
@@ -31,7 +31,7 @@ def compose(xpu: DeviceSet | None, nvidia: DeviceSet | None, rdma: DeviceSet | N
             enforce_device_infos: bool = False) -> DeviceSet:
     """Upstream order: xPU device-info entries win over NVML GPUs (whose labels then do not apply); RDMA is
     appended; `--xpu-enforce-collect-from-device-infos` never falls back to NVML."""
-    devices: list[dict[str, Any]] = []
+    devices: list[JSON] = []
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if xpu is not None and xpu.devices:
@@ -49,7 +49,7 @@ def compose(xpu: DeviceSet | None, nvidia: DeviceSet | None, rdma: DeviceSet | N
     return DeviceSet(sort_devices(devices), labels, annotations)
 
 
-def sort_devices(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sort_devices(devices: list[JSON]) -> list[JSON]:
     """By type (string order: gpu < rdma) then minor; each device's conditions by type (upstream)."""
     out = []
     for d in sorted(devices, key=lambda d: (str(d.get("type", "")), int(d.get("minor", 0) or 0))):
@@ -64,11 +64,11 @@ def _now() -> str:
     return dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def stamp_conditions(devices: list[dict[str, Any]], previous: list[dict[str, Any]], now: str | None = None) -> None:
+def stamp_conditions(devices: list[JSON], previous: list[JSON], now: str | None = None) -> None:
     """Give every condition a lastTransitionTime: the old one when the same device (by id) had the same
     condition type with the same status, else now."""
     now = now or _now()
-    old: dict[tuple[str, str], dict[str, Any]] = {}
+    old: dict[tuple[str, str], JSON] = {}
     for d in previous:
         for c in d.get("conditions") or []:
             old[(str(d.get("id")), str(c.get("type")))] = c
@@ -86,11 +86,11 @@ def _merge(existing: dict[str, str] | None, ours: dict[str, str], owned: frozens
     return {**kept, **ours}
 
 
-def desired(node_name: str, node_uid: str | None, composed: DeviceSet, existing: dict[str, Any] | None,
-            now: str | None = None) -> dict[str, Any]:
+def desired(node_name: str, node_uid: str | None, composed: DeviceSet, existing: JSON | None,
+            now: str | None = None) -> JSON:
     """The Device object to write, given what exists (None = create). Foreign labels/annotations and every
     other metadata field of the existing object are kept."""
-    meta: dict[str, Any] = copy.deepcopy((existing or {}).get("metadata") or {})
+    meta: JSON = copy.deepcopy((existing or {}).get("metadata") or {})
     meta["name"] = node_name
     if node_uid and not meta.get("ownerReferences"):
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
@@ -103,14 +103,14 @@ def desired(node_name: str, node_uid: str | None, composed: DeviceSet, existing:
     devices = copy.deepcopy(composed.devices)
     previous = ((existing or {}).get("spec") or {}).get("devices") or []
     stamp_conditions(devices, previous, now)
-    spec: dict[str, Any] = {"devices": devices} if devices else {}  # Go's omitempty: no devices → `spec: {}`
-    obj: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "Device", "metadata": meta, "spec": spec}
+    spec: JSON = {"devices": devices} if devices else {}  # Go's omitempty: no devices → `spec: {}`
+    obj: JSON = {"apiVersion": API_VERSION, "kind": "Device", "metadata": meta, "spec": spec}
     if existing and "status" in existing:
         obj["status"] = copy.deepcopy(existing["status"])
     return obj
 
 
-def changed(existing: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def changed(existing: JSON | None, new: JSON) -> bool:
     """Whether an update is needed: spec.devices, or any label/annotation we own, differs."""
     if existing is None:
         return True

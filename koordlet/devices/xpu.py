@@ -10,9 +10,9 @@ import json
 import logging
 import os
 import re
-from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
@@ -57,9 +57,9 @@ class DeviceInfoFiles:
     def __init__(self, paths: HostPaths, health: Health, directory: str | None = None) -> None:
         self.directory = directory or device_infos_dir(paths)
         self.health = health
-        self._good: dict[str, list[dict[str, Any]]] = {}  # file name -> its last decoded entries
+        self._good: dict[str, list[JSON]] = {}  # file name -> its last decoded entries
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[JSON]:
         """All entries, concatenated in file-name order (os.ReadDir order).
 
         A missing directory means no xPUs (**[quirk]** upstream keeps the old ones: a removed directory means the
@@ -75,7 +75,7 @@ class DeviceInfoFiles:
             self.health.skip(KIND, "unreadable", self.directory, str(e))
             return [info for name in sorted(self._good) for info in self._good[name]]
         self.health.recovered(KIND, "unreadable", self.directory)
-        present: dict[str, list[dict[str, Any]]] = {}
+        present: dict[str, list[JSON]] = {}
         for name in names:
             path = os.path.join(self.directory, name)
             if name.startswith(".") or os.path.isdir(path):
@@ -88,7 +88,7 @@ class DeviceInfoFiles:
         self._good = present  # files no longer listed are forgotten
         return [info for name in names if name in present for info in present[name]]
 
-    def _read_file(self, path: str) -> list[dict[str, Any]] | None:
+    def _read_file(self, path: str) -> list[JSON] | None:
         """The file's entries, or None when it cannot be read or decoded (counted, logged once) or is gone."""
         try:
             with open(path, "rb") as f:
@@ -109,7 +109,7 @@ class DeviceInfoFiles:
         return entries
 
 
-def read_device_infos(paths: HostPaths, health: Health, directory: str | None = None) -> list[dict[str, Any]]:
+def read_device_infos(paths: HostPaths, health: Health, directory: str | None = None) -> list[JSON]:
     """One-shot read of the directory (`directory`, default device_infos_dir): the good files' entries, bad files
     skipped (they have no earlier content to fall back on)."""
     return DeviceInfoFiles(paths, health, directory).read()
@@ -117,7 +117,7 @@ def read_device_infos(paths: HostPaths, health: Health, directory: str | None = 
 
 # --- decoding: the shape Go's encoding/json accepts for []XPUDeviceInfo ---------------------------------------
 
-def decode_device_infos(data: bytes) -> list[dict[str, Any]]:
+def decode_device_infos(data: bytes) -> list[JSON]:
     """Decode one file like json.NewDecoder(f).Decode(&[]XPUDeviceInfo): the first JSON value must be an array (or
     null) of objects whose fields have the Go types; unknown fields are ignored, keys match case-insensitively,
     absent/null fields take Go zero values, data after the first value is ignored. Raises InvalidInput."""
@@ -138,7 +138,7 @@ def decode_device_infos(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def _decode_info(obj: Any, where: str) -> dict[str, Any]:
+def _decode_info(obj: object, where: str) -> JSON:
     f = _fields(obj, where)
     return {
         "vendor": _str(f, "vendor", where), "model": _str(f, "model", where),
@@ -149,7 +149,7 @@ def _decode_info(obj: Any, where: str) -> dict[str, Any]:
     }
 
 
-def _fields(obj: Any, where: str) -> dict[str, Any]:
+def _fields(obj: object, where: str) -> JSON:
     """Keys folded to lower case: Go matches struct fields case-insensitively, and of several keys naming the
     same field the last one decoded wins."""
     if not isinstance(obj, dict):
@@ -157,7 +157,7 @@ def _fields(obj: Any, where: str) -> dict[str, Any]:
     return {k.lower(): v for k, v in obj.items()}
 
 
-def _str(f: dict[str, Any], key: str, where: str) -> str:
+def _str(f: JSON, key: str, where: str) -> str:
     v = f.get(key.lower())
     if v is None:
         return ""
@@ -166,7 +166,7 @@ def _str(f: dict[str, Any], key: str, where: str) -> str:
     return v
 
 
-def _bool(f: dict[str, Any], key: str, where: str) -> bool:
+def _bool(f: JSON, key: str, where: str) -> bool:
     v = f.get(key.lower())
     if v is None:
         return False
@@ -175,7 +175,7 @@ def _bool(f: dict[str, Any], key: str, where: str) -> bool:
     return v
 
 
-def _str_map(v: Any, where: str) -> dict[str, str] | None:
+def _str_map(v: object, where: str) -> dict[str, str] | None:
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -190,7 +190,7 @@ def _str_map(v: Any, where: str) -> dict[str, str] | None:
     return out
 
 
-def _topology(v: Any, where: str) -> dict[str, Any] | None:
+def _topology(v: object, where: str) -> JSON | None:
     if v is None:
         return None
     f = _fields(v, where)
@@ -209,7 +209,7 @@ def _topology(v: Any, where: str) -> dict[str, Any] | None:
             "pcieID": _str(f, "pcieID", where), "busID": _str(f, "busID", where)}
 
 
-def _status(v: Any, where: str) -> dict[str, Any] | None:
+def _status(v: object, where: str) -> JSON | None:
     if v is None:
         return None
     f = _fields(v, where)
@@ -219,7 +219,7 @@ def _status(v: Any, where: str) -> dict[str, Any] | None:
 
 # --- building the Device CR entries --------------------------------------------------------------------------
 
-def build(infos: list[dict[str, Any]], health: Health | None = None) -> DeviceSet:
+def build(infos: list[JSON], health: Health | None = None) -> DeviceSet:
     """Device entries, labels and the partition annotation from decoded XPUDeviceInfo entries (upstream rules).
 
     Entries are sorted by uuid; labels come from the first entry as read (file order), the partition table from
@@ -229,7 +229,7 @@ def build(infos: list[dict[str, Any]], health: Health | None = None) -> DeviceSe
     return DeviceSet(devices, _labels(infos, health), _annotations(infos))
 
 
-def _entry(info: dict[str, Any], health: Health | None) -> DeviceEntry:
+def _entry(info: JSON, health: Health | None) -> DeviceEntry:
     resources: dict[str, str] = {RESOURCE_GPU_MEMORY_RATIO: "100"}
     for name, value in (info.get("resources") or {}).items():
         try:
@@ -282,7 +282,7 @@ def _reason(err_code: str) -> str:
     return fixed if _REASON.match(fixed) else "Unknown"
 
 
-def _labels(infos: list[dict[str, Any]], health: Health | None) -> dict[str, str]:
+def _labels(infos: list[JSON], health: Health | None) -> dict[str, str]:
     if not infos:
         return {}
     first = infos[0]
@@ -300,7 +300,7 @@ def _labels(infos: list[dict[str, Any]], health: Health | None) -> dict[str, str
     return labels
 
 
-def _annotations(infos: list[dict[str, Any]]) -> dict[str, str]:
+def _annotations(infos: list[JSON]) -> dict[str, str]:
     """getPartitionTableFromXPUDevices: every device's p2p link is one group, its peers plus itself."""
     groups = []
     for info in infos:

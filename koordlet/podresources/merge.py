@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSONMapping
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, Allocations, pod_device_allocations
 from apis.extension.resources import RESOURCE_NVIDIA_GPU, RESOURCE_RDMA
 from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPE_RDMA
@@ -174,7 +174,7 @@ def _listed_ids(entry: v1.PodResources) -> dict[str, set[str]]:
     return out
 
 
-def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+def _annotations(raw: JSONMapping) -> JSONMapping:
     meta = raw.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     return annotations if isinstance(annotations, dict) else {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any
+
+from apis.core.objects import JSON
 
 MAX_CHECKPOINT_WEIGHT = 10000
 MAX_DECAY_EXPONENT = 100
@@ -70,7 +71,7 @@ def _go_time(ts: float) -> str:
     return f"{base}.{nanos:09d}".rstrip("0").rstrip(".") + "Z"
 
 
-def parse_go_time(text: Any) -> float:
+def parse_go_time(text: object) -> float:
     """A Go RFC 3339 time (any fraction) as a Unix timestamp; the zero time "0001-01-01T00:00:00Z" is 0."""
     s = str(text)
     if s.startswith("0001-01-01"):
@@ -152,7 +153,7 @@ class DecayingHistogram:
             b += 1
         return self.buckets.start(b + 1) if b < self.buckets.count - 1 else self.buckets.start(b)
 
-    def checkpoint(self) -> dict[str, Any]:
+    def checkpoint(self) -> JSON:
         """HistogramCheckpoint JSON: bucket weights scaled so the largest is 10000 (empty ones left out)."""
         top = max((self.weights[b] for b in range(self.min_bucket, self.max_bucket + 1)), default=0.0)
         ratio = MAX_CHECKPOINT_WEIGHT / top if top > 0 else 0.0
@@ -161,7 +162,7 @@ class DecayingHistogram:
             w = math.floor(self.weights[b] * ratio + 0.5)
             if w > 0:
                 weights[str(b)] = w
-        out: dict[str, Any] = {"referenceTimestamp": _go_time(self.reference) if self.reference else
+        out: JSON = {"referenceTimestamp": _go_time(self.reference) if self.reference else
                                "0001-01-01T00:00:00Z"}
         if weights:
             out["bucketWeights"] = weights
@@ -169,7 +170,7 @@ class DecayingHistogram:
             out["totalWeight"] = self.total
         return out
 
-    def load(self, ckpt: dict[str, Any]) -> None:
+    def load(self, ckpt: JSON) -> None:
         """Add a checkpoint's weights (rescaled to its total weight); ValueError when it does not fit."""
         total = float(ckpt.get("totalWeight") or 0.0)
         if total < 0:

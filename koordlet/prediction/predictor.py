@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput, QuantityError
+from apis.core.objects import JSONMapping
 from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import pod_requests, resource_value
 from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE, decode_node_raw_allocatable
@@ -37,7 +37,7 @@ class NotTrainedYet(PredictionError):
     """The node's system or priority models have had no training round yet (the first minutes after start)."""
 
 
-def cpu_memory(obj: Any) -> RL:
+def cpu_memory(obj: object) -> RL:
     out: RL = {}
     if isinstance(obj, Mapping):
         for name in ("cpu", "memory"):
@@ -49,14 +49,14 @@ def cpu_memory(obj: Any) -> RL:
     return out
 
 
-def pod_request(pod: Mapping[str, Any]) -> RL:
+def pod_request(pod: JSONMapping) -> RL:
     """util.GetPodRequest for cpu and memory: resource.PodRequests (apis.core.resources: sidecars, init maxima,
     overhead, pod-level resources); QuantityError when the pod's requests cannot be read."""
     requests = pod_requests(pod)
     return {"cpu": requests.get("cpu", 0), "memory": requests.get("memory", 0)}
 
 
-def node_allocatable(node: Mapping[str, Any] | None) -> RL:
+def node_allocatable(node: JSONMapping | None) -> RL:
     """The raw allocatable annotation (before resource amplification), else status.allocatable."""
     if node is None:
         raise PredictionError("node is nil")
@@ -90,7 +90,7 @@ def _sub_floor(a: RL, b: RL) -> RL:
     return {k: max(v - b.get(k, 0), 0) for k, v in a.items()}
 
 
-def _terminating(pod: Mapping[str, Any]) -> bool:
+def _terminating(pod: JSONMapping) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or (pod.get("status") or {}).get(
         "phase") in _TERMINATED
 
@@ -108,7 +108,7 @@ class Outcome:
 
 
 class ProdReclaimablePredictor:
-    def __init__(self, server: PeakPredictServer, config: PredictionConfig, node: Mapping[str, Any] | None,
+    def __init__(self, server: PeakPredictServer, config: PredictionConfig, node: JSONMapping | None,
                  now: float) -> None:
         self.server, self.config, self.node, self.now = server, config, node, now
         self.ratio = (100 + config.safety_margin_percent) / 100
@@ -118,7 +118,7 @@ class ProdReclaimablePredictor:
         self.unpredicted: RL = {"cpu": 0, "memory": 0}
         self.priority_request: RL = {"cpu": 0, "memory": 0}
 
-    def add_pod(self, pod: Mapping[str, Any]) -> None:
+    def add_pod(self, pod: JSONMapping) -> None:
         """minPredictor.AddPod: the pod predictor, then the priority predictor unless the first failed (a repeated
         UID, or no prediction: its request then counts into the peak), as upstream."""
         if priority_class_with_default(pod) not in _RECLAIMABLE_FOR_PROD:
@@ -193,8 +193,8 @@ class ProdReclaimablePredictor:
         return out
 
 
-def predict(server: PeakPredictServer, config: PredictionConfig, node: Mapping[str, Any] | None,
-            pods: Iterable[Mapping[str, Any]], now: float) -> Outcome:
+def predict(server: PeakPredictServer, config: PredictionConfig, node: JSONMapping | None,
+            pods: Iterable[JSONMapping], now: float) -> Outcome:
     p = ProdReclaimablePredictor(server, config, node, now)
     for pod in pods:
         p.add_pod(pod)

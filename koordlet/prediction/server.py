@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSONMapping
 from apis.extension.priority import PRIORITY_CLASSES, PRIORITY_NONE, priority_class_with_default
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, _go_time, parse_go_time
@@ -193,7 +193,7 @@ class PeakPredictServer:
             written += 1
         return written
 
-    def _save(self, uid: str, doc: Mapping[str, object]) -> None:
+    def _save(self, uid: str, doc: JSONMapping) -> None:
         os.makedirs(self.checkpoint_dir, exist_ok=True)
         path = os.path.join(self.checkpoint_dir, uid)
         with open(path + TMP_SUFFIX, "w", encoding="utf-8") as f:
@@ -252,7 +252,7 @@ class PeakPredictServer:
         return restored
 
 
-def training_pods(raw_pods: Iterable[Mapping[str, Any]]) -> list[TrainingPod]:
+def training_pods(raw_pods: Iterable[JSONMapping]) -> list[TrainingPod]:
     out = []
     for pod in raw_pods:
         uid = str((pod.get("metadata") or {}).get("uid") or "")

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import HostReadError, PlanError
+from apis.core.objects import JSON
 from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
 from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, NodeSLOSpec
 from koordlet.host.paths import HostPaths
@@ -75,7 +75,7 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> BatchFa
     return BatchFacts(cpu_idle, ratio, error)
 
 
-def normalization_ratio(node: dict[str, Any] | None) -> tuple[float | None, str | None]:
+def normalization_ratio(node: JSON | None) -> tuple[float | None, str | None]:
     """apis/extension GetCPUNormalizationRatio: the annotation as a float; absent is None; unparsable or <= 0 is an
     error."""
     if node is None:

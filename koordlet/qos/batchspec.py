@@ -13,9 +13,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON, as_object, as_objects
 from apis.core.quantity import parse_quantity
 from apis.extension.qos import QOS_BE, koord_qos_class, koord_qos_class_of_labels
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
@@ -79,8 +80,8 @@ def spec_containers(pod: PodMeta) -> dict[str, ContainerBatch]:
     """The pod spec's containers that name a batch resource (GetContainerBatchMemoryByte*: the spec only); raises
     BatchSpecError for a malformed quantity."""
     out: dict[str, ContainerBatch] = {}
-    for i, c in enumerate(_list(_obj(pod.raw.get("spec")).get("containers"))):
-        got = _container_from_resources(_obj(c.get("resources")), f"spec.containers[{i}].resources")
+    for i, c in enumerate(as_objects(as_object(pod.raw.get("spec")).get("containers"))):
+        got = _container_from_resources(as_object(c.get("resources")), f"spec.containers[{i}].resources")
         if got is not None:
             out[str(c.get("name", ""))] = got
     return out
@@ -204,9 +205,9 @@ def batch_pod_shares(pod: PodMeta) -> int | None:
 # ---- parsing ----------------------------------------------------------------------------------------------------
 
 
-def _container_from_resources(resources: Mapping[str, Any], where: str) -> ContainerBatch | None:
+def _container_from_resources(resources: Mapping[str, object], where: str) -> ContainerBatch | None:
     """GetContainerExtendedResources: None unless the requests or limits name a batch resource."""
-    requests, limits = _obj(resources.get("requests")), _obj(resources.get("limits"))
+    requests, limits = as_object(resources.get("requests")), as_object(resources.get("limits"))
     if not any(name in lst for lst in (requests, limits) for name in (BATCH_CPU, BATCH_MEMORY)):
         return None
     return ContainerBatch(
@@ -231,15 +232,15 @@ def _value(quantity: object, where: str) -> int | None:
     return value if value > 0 else None
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
 def _from_annotation(pod: PodMeta) -> dict[str, ContainerBatch]:
-    return annotation_containers(_obj(_obj(pod.raw.get("metadata")).get("annotations")))
+    return annotation_containers(as_object(as_object(pod.raw.get("metadata")).get("annotations")))
 
 
-def annotation_containers(annotations: Mapping[str, Any]) -> dict[str, ContainerBatch]:
+def annotation_containers(annotations: Mapping[str, object]) -> dict[str, ContainerBatch]:
     """GetExtendedResourceSpec: the annotation decoded as Go decodes ExtendedResourceSpec (struct fields matched
     case-insensitively, the last duplicate wins, null is absent; ResourceList keys are exact); {} without it.
     BatchSpecError names the field when it is malformed. What the runtime hooks read (NRI carries no pod spec)."""
@@ -289,19 +290,11 @@ def _field(obj: object, name: str, where: str) -> Any:
     return found
 
 
-def _resource_list(value: object, where: str) -> dict[str, Any]:
+def _resource_list(value: object, where: str) -> JSON:
     if value is None:
         return {}
     return {k: v for k, v in _object(value, where) if v is not None}
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

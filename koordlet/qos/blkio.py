@@ -15,9 +15,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from apis.core.errors import PlanError
+from apis.core.objects import JSON
 from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
 from apis.slo.types import BlkioQOS
 from koordlet.host.driver import K8sQoS
@@ -93,11 +93,11 @@ class _Block:
         return default if value is None or isinstance(value, bool) else value
 
 
-def _fields(obj: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+def _fields(obj: Mapping[str, object], known: Iterable[str]) -> JSON:
     """Go encoding/json: keys match struct fields case-insensitively ("iocfg" is ioCfg), a later key overrides an
     earlier one, null clears it, a repeated object field is merged into, unknown keys are ignored."""
     lower = {k.lower(): k for k in known}
-    out: dict[str, Any] = {}
+    out: JSON = {}
     for key, value in obj.items():
         canon = lower.get(str(key).lower())
         if canon is None:
@@ -111,7 +111,7 @@ def _fields(obj: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def _decode_blocks(raw: Any, where: str) -> list[_Block]:
+def _decode_blocks(raw: object, where: str) -> list[_Block]:
     """The `blocks` list of a BlkIOQOS object, every field type- and range-checked."""
     if raw is None:
         return []
@@ -181,7 +181,7 @@ def _block(name: str, kind: str, io_cfg: Iterable[tuple[str, int | bool]], at: s
     return _Block(name, kind, io, at)
 
 
-def _decode_annotation(value: Any) -> list[_Block]:
+def _decode_annotation(value: object) -> list[_Block]:
     """Upstream parseBlkIOResult: "" is an empty block list (every entry is reset); anything else must be JSON."""
     if not isinstance(value, str):
         raise _Bad("", "must be a string")

@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import HostReadError
 from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
@@ -198,7 +197,7 @@ def annotated_pods(state: QoSState) -> list[PodMeta]:
             and ANNOTATION_POD_BLKIO_QOS in pod_annotations(p)]
 
 
-def pod_annotations(pod: PodMeta) -> Mapping[str, Any]:
+def pod_annotations(pod: PodMeta) -> Mapping[str, object]:
     """The pod's annotations ({} when absent or malformed)."""
     meta = pod.raw.get("metadata")
     value = meta.get("annotations") if isinstance(meta, dict) else None

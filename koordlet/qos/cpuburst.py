@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from apis.slo.types import CPUBurstConfig
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
@@ -106,7 +106,7 @@ def plan(state: QoSState, facts: BurstFacts, *, node_name: str = "") -> Plan:
     return out
 
 
-def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: CPUBurstConfig,
+def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, object]], cfg: CPUBurstConfig,
                  out: Plan) -> None:
     """applyCPUBurst: each container with an id, then the pod with the sum."""
     who = f"cpuburst: pod {pod.namespace}/{pod.name}"
@@ -125,7 +125,7 @@ def _plan_static(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str,
     out.writes.append(_burst(state, pod.cgroup_dir, total, who))
 
 
-def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, Any]], cfg: CPUBurstConfig,
+def _plan_quota(state: QoSState, pod: PodMeta, specs: Mapping[str, Mapping[str, object]], cfg: CPUBurstConfig,
                 facts: BurstFacts, out: Plan) -> None:
     """applyCFSQuotaBurst and applyContainerCFSQuota for one pod."""
     pod_now = facts.pods.get(pod.cgroup_dir)

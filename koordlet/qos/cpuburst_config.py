@@ -13,9 +13,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import NoReturn
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.objects import JSON, as_object
 from apis.core.quantity import parse_quantity
 from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
 from apis.extension.qos import QOS_BE, QOS_LSE, QOS_LSR, koord_qos_class
@@ -38,7 +39,7 @@ _FIELDS = {  # Go matches JSON keys to struct fields case-insensitively
 def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, PlanError | None]:
     """genPodBurstConfig: the annotation's fields over the node's; a malformed annotation is an error (Event) and the
     node's config is used, as upstream does."""
-    text = _obj(_obj(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
+    text = as_object(as_object(pod.raw.get("metadata")).get("annotations")).get(ANNOTATION_POD_CPU_BURST)
     if text is None:
         return node, None
     try:
@@ -50,7 +51,7 @@ def pod_config(pod: PodMeta, node: CPUBurstConfig) -> tuple[CPUBurstConfig, Plan
                                str(e), uid=pod.uid)
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
@@ -65,7 +66,7 @@ def _merge(node: CPUBurstConfig, text: str) -> CPUBurstConfig:
         return node
     if not isinstance(doc, _Pairs):
         raise ValueError("expected a JSON object")
-    changes: dict[str, Any] = {}
+    changes: JSON = {}
     for key, value in doc:
         name = _FIELDS.get(key.lower())
         if name is None:
@@ -89,7 +90,7 @@ def _merge(node: CPUBurstConfig, text: str) -> CPUBurstConfig:
     return replace(node, **changes)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -101,19 +102,19 @@ def burstable(pod: PodMeta) -> bool:
     return koord_qos_class(pod.raw) not in (QOS_LSR, QOS_LSE, QOS_BE) and pod.phase in ("Pending", "Running")
 
 
-def container_specs(pod: PodMeta) -> dict[str, Mapping[str, Any]]:
+def container_specs(pod: PodMeta) -> dict[str, Mapping[str, object]]:
     """The pod spec's containers by name (the status entries are matched to these)."""
-    containers = _obj(pod.raw.get("spec")).get("containers")
-    out: dict[str, Mapping[str, Any]] = {}
+    containers = as_object(pod.raw.get("spec")).get("containers")
+    out: dict[str, Mapping[str, object]] = {}
     for c in containers if isinstance(containers, list) else []:
         if isinstance(c, dict):
             out[str(c.get("name", ""))] = c
     return out
 
 
-def cpu_limit_milli(container: Mapping[str, Any]) -> int:
+def cpu_limit_milli(container: Mapping[str, object]) -> int:
     """GetContainerMilliCPULimit: the CPU limit in milli-cores (rounded up); -1 without one or when unreadable."""
-    value = _obj(_obj(container.get("resources")).get("limits")).get("cpu")
+    value = as_object(as_object(container.get("resources")).get("limits")).get("cpu")
     if value is None or isinstance(value, bool) or not isinstance(value, str | int):
         return -1
     return _milli(value)
@@ -129,7 +130,7 @@ def _milli(value: str | int) -> int:
         return -1
 
 
-def base_quota(container: Mapping[str, Any]) -> int:
+def base_quota(container: Mapping[str, object]) -> int:
     """GetContainerBaseCFSQuota: the limit as a quota per 100 ms period (-1 without a limit)."""
     return milli_cpu_to_quota(cpu_limit_milli(container))
 
@@ -141,7 +142,7 @@ def ceiling_quota(base: int, cfg: CPUBurstConfig) -> int:
     return base
 
 
-def static_burst_us(container: Mapping[str, Any], cfg: CPUBurstConfig) -> int:
+def static_burst_us(container: Mapping[str, object], cfg: CPUBurstConfig) -> int:
     """calcStaticCPUBurstVal: limit cores × cpuBurstPercent / 100 × 100000 µs; 0 when the policy has no static
     burst or the container has no limit (upstream's value; the plan caps it, see koordlet/qos/cpuburst.py)."""
     if not cfg.cpu_burst:
@@ -151,7 +152,3 @@ def static_burst_us(container: Mapping[str, Any], cfg: CPUBurstConfig) -> int:
         return 0
     cores = (float(milli) / 1000) * (float(cfg.cpu_burst_percent) / 100)
     return int(cores * float(CFS_BASE_PERIOD_US))
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

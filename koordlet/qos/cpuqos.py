@@ -39,9 +39,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal, NoReturn
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
+from apis.core.objects import JSON
 from apis.core.resources import CPU, pod_requests
 from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
@@ -259,7 +260,7 @@ _ANNOTATION_FIELDS: dict[str, tuple[str, type]] = {
 }
 
 
-class _Pairs(list[tuple[str, Any]]):
+class _Pairs(list[tuple[str, object]]):
     """A JSON object as its (key, value) pairs in document order."""
 
 
@@ -276,7 +277,7 @@ def parse_cpuqos_annotation(text: str) -> CPUQoSAnnotation:
         return CPUQoSAnnotation()  # Go: unmarshalling null into a struct is a no-op
     if not isinstance(doc, _Pairs):
         raise ValueError("", f"expected a JSON object, got {_json_type(doc)}")
-    values: dict[str, Any] = {}
+    values: JSON = {}
     for key, value in doc:  # in document order: a repeated key (in any case) overwrites, as in Go
         known = _ANNOTATION_FIELDS.get(key.lower())
         if known is None:
@@ -292,7 +293,7 @@ def parse_cpuqos_annotation(text: str) -> CPUQoSAnnotation:
     return cfg
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -524,10 +525,6 @@ def _kubelet_shares(pod: PodMeta) -> int | None:
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _is_int(value: object) -> bool:

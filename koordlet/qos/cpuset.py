@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from apis.core.errors import InvalidInput, KoordletError, PlanError
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
@@ -160,7 +159,7 @@ def _has_controller(state: QoSState) -> bool:
         return False
 
 
-def _read(state: QoSState, steady: SteadyFacts, annotations: Mapping[str, Any]) -> CPUSetFacts:
+def _read(state: QoSState, steady: SteadyFacts, annotations: Mapping[str, object]) -> CPUSetFacts:
     errors: list[PlanError] = []
     topo = steady.get("cpuset/topology", lambda: CPUTopology.read(state.paths))
     config = state.kubelet_config
@@ -206,13 +205,13 @@ def _sandboxes(state: QoSState) -> dict[str, str]:
     return out
 
 
-def _node_annotations(node: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _node_annotations(node: Mapping[str, object] | None) -> Mapping[str, object]:
     meta = (node or {}).get("metadata") or {}
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _node_name(node: Mapping[str, Any] | None) -> str:
+def _node_name(node: Mapping[str, object] | None) -> str:
     meta = (node or {}).get("metadata") or {}
     return str(meta.get("name") or "") if isinstance(meta, dict) else ""
 
@@ -262,7 +261,7 @@ def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disa
                                 resource="cpu.cfs_quota_us", level=level))
 
 
-def _annotations(pod: PodMeta) -> Mapping[str, Any]:
+def _annotations(pod: PodMeta) -> Mapping[str, object]:
     meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}

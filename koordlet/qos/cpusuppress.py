@@ -34,9 +34,9 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityError
+from apis.core.objects import as_object
 from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
 from apis.core.resources import CPU
@@ -282,23 +282,23 @@ def capacity_and_reserved(state: QoSState, facts: SuppressFacts, node_name: str,
     node = state.node
     if node is None:
         return (facts.host_cpus * 1000, 0) if facts.host_cpus else None
-    status = _obj(node.get("status"))
+    status = as_object(node.get("status"))
     try:
-        capacity = milli_value(_obj(status.get("capacity")).get("cpu"))
+        capacity = milli_value(as_object(status.get("capacity")).get("cpu"))
     except QuantityError:
         errors.append(PlanError("Node", node_name, "status.capacity.cpu", "missing or not a quantity"))
         return None
     # util.GetNodeReservationFromKubelet: capacity - allocatable for what both have, floored at 0
     try:
-        kubelet = max(capacity - milli_value(_obj(status.get("allocatable")).get("cpu")), 0)
+        kubelet = max(capacity - milli_value(as_object(status.get("allocatable")).get("cpu")), 0)
     except QuantityError:
         kubelet = 0
     return capacity, max(kubelet, _annotation_reserved(node, node_name, errors))
 
 
-def _annotation_reserved(node: Mapping[str, Any], node_name: str, errors: list[PlanError]) -> int:
+def _annotation_reserved(node: Mapping[str, object], node_name: str, errors: list[PlanError]) -> int:
     """util.GetNodeReservationFromAnnotation: reservedCPUs (as a whole-CPU count) wins over resources.cpu."""
-    text = _obj(_obj(node.get("metadata")).get("annotations")).get(ANNOTATION_NODE_RESERVATION)
+    text = as_object(as_object(node.get("metadata")).get("annotations")).get(ANNOTATION_NODE_RESERVATION)
     if not text:
         return 0
     where = f"annotations[{ANNOTATION_NODE_RESERVATION}]"
@@ -443,7 +443,7 @@ def _lsr_cpus(pods: Sequence[PodMeta]) -> set[int]:
         if koord_qos_class(pod.raw) != QOS_LSR:
             continue
         try:
-            out.update(resource_status(_obj(_obj(pod.raw.get("metadata")).get("annotations"))).cpus())
+            out.update(resource_status(as_object(as_object(pod.raw.get("metadata")).get("annotations"))).cpus())
         except InvalidInput:
             continue
     return out
@@ -526,7 +526,7 @@ def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
     owned = set()
     for pod in state.pods:
         try:
-            status = resource_status(_obj(_obj(pod.raw.get("metadata")).get("annotations")))
+            status = resource_status(as_object(as_object(pod.raw.get("metadata")).get("annotations")))
         except InvalidInput:
             continue
         if status.cpuset or status.numa_node_resources:
@@ -604,7 +604,3 @@ def _plan(state: QoSState, facts: SuppressFacts, be_cpu_manager: bool, node_name
 def suppress_acts(nodeslo: NodeSLOSpec) -> bool:
     """Whether the merged NodeSLO turns suppress on (then a pass needs collected usage)."""
     return nodeslo.resource_used_threshold_with_be.enable
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}

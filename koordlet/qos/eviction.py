@@ -7,8 +7,8 @@ carries the plan out. Upstream: pkg/koordlet/qosmanager/plugins/util/evict.go (E
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from apis.core.objects import JSON
 from apis.slo.types import NodeSLOSpec
 from koordlet.states.model import PodMeta
 
@@ -35,7 +35,7 @@ class Eviction:
     def key(self) -> str:
         return f"{self.pod.namespace}/{self.pod.name}"
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSON:
         return {"pod": self.key, "uid": self.pod.uid, "feature": self.gate, "reason": self.reason,
                 "message": self.message, "credit": self.credit}
 

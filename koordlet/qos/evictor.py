@@ -25,9 +25,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import ApiError, HostReadError, KoordletError
+from apis.core.objects import JSON
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.files import read_bytes
@@ -77,7 +77,7 @@ class RoundResult:
     credited: float = 0.0
 
 
-Post = Callable[[str, dict[str, Any]], Any]
+Post = Callable[[str, JSON], object]
 
 
 class Evictor:

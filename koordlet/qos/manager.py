@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -135,7 +135,7 @@ class QoSManager:
         return results
 
 
-def plan_json(results: list[Result], plan: Plan, executor: Executor) -> dict[str, Any]:
+def plan_json(results: list[Result], plan: Plan, executor: Executor) -> JSON:
     """`koordlet plan -o json`: the writes one pass would make (dry-run results 'planned'), the pods the eviction
     strategies would evict now, and the errors."""
     return {

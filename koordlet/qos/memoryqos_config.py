@@ -19,9 +19,9 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.objects import JSON, as_object, as_objects
 from apis.core.quantity import parse_quantity
 from apis.core.resources import MEMORY, pod_requests
 from apis.extension.memory_qos import ANNOTATION_POD_MEMORY_QOS
@@ -135,7 +135,7 @@ def pod_request(pod: PodMeta) -> int:
     return pod_requests(pod.raw).get(MEMORY, 0)
 
 
-def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMemory:
+def container_memory(pod: PodMeta, container: Mapping[str, object]) -> ContainerMemory:
     """A container's request and limit (batch-memory for BE pods); InvalidInput for a malformed quantity."""
     if is_be(pod):
         batch = _batch(pod).get(str(container.get("name", "")))
@@ -143,29 +143,29 @@ def container_memory(pod: PodMeta, container: Mapping[str, Any]) -> ContainerMem
             return ContainerMemory(0, -1)
         return ContainerMemory(batch.memory_request or 0,
                                batch.memory_limit if batch.memory_limit is not None else -1)
-    resources = _obj(container.get("resources"))
-    limit = _obj(resources.get("limits")).get("memory")
+    resources = as_object(container.get("resources"))
+    limit = as_object(resources.get("limits")).get("memory")
     return ContainerMemory(_request(resources), _bytes(limit) if limit is not None else -1)
 
 
-def spec_container(pod: PodMeta, name: str) -> Mapping[str, Any] | None:
-    for c in _list(_obj(pod.raw.get("spec")).get("containers")):
+def spec_container(pod: PodMeta, name: str) -> Mapping[str, object] | None:
+    for c in as_objects(as_object(pod.raw.get("spec")).get("containers")):
         if c.get("name") == name:
             return c
     return None
 
 
-def _batch(pod: PodMeta) -> dict[str, Any]:
+def _batch(pod: PodMeta) -> JSON:
     try:
         return spec_containers(pod)
     except BatchSpecError as e:
         raise InvalidInput(str(e)) from None
 
 
-def _request(resources: Mapping[str, Any]) -> int:
+def _request(resources: Mapping[str, object]) -> int:
     """requests.memory, else limits.memory (the API server's defaulting), else 0."""
-    request = _obj(resources.get("requests")).get("memory")
-    return _bytes(request if request is not None else _obj(resources.get("limits")).get("memory"))
+    request = as_object(resources.get("requests")).get("memory")
+    return _bytes(request if request is not None else as_object(resources.get("limits")).get("memory"))
 
 
 def _bytes(value: object) -> int:
@@ -177,19 +177,11 @@ def _bytes(value: object) -> int:
     return math.ceil(parse_quantity(value))
 
 
-def node_allocatable_memory(node: Mapping[str, Any] | None) -> int | None:
+def node_allocatable_memory(node: Mapping[str, object] | None) -> int | None:
     """status.allocatable.memory of the Node in bytes; None without a Node or a readable value."""
-    alloc = _obj(_obj(node).get("status")).get("allocatable")
+    alloc = as_object(as_object(node).get("status")).get("allocatable")
     try:
-        value = _obj(alloc).get("memory")
+        value = as_object(alloc).get("memory")
         return _bytes(value) if value is not None else None
     except InvalidInput:
         return None
-
-
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import PlanError
+from apis.core.objects import JSON
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
@@ -22,17 +22,17 @@ class QoSState:
     cgroup_version: int
     driver: CgroupDriver
     pods: list[PodMeta]
-    nodeslo: NodeSLOSpec  # merged, typed (koordlet.states.nodeslo.decode_nodeslo)
+    nodeslo: NodeSLOSpec  # merged, typed (apis.slo.decode.decode_nodeslo)
     host_apps: list[HostApp] = field(default_factory=list)
     nodeslo_present: bool = True
     input_errors: tuple[PlanError, ...] = ()  # found before planning (a refused NodeSLO): in every plan's errors
     # Usage-driven features (BE suppress, CPU burst) read the collection tick's latest values here, each pass: they
     # are never kept as steady facts. None when nothing collects (tests of rules that need no usage).
     cache: MetricCache | None = field(default=None, compare=False)
-    node: dict[str, Any] | None = field(default=None, compare=False)  # the Node object, when the API serves one
+    node: JSON | None = field(default=None, compare=False)  # the Node object, when the API serves one
     # kubelet's running configuration (/configz) when the cluster link fetched it; else planners that need the CPU
     # manager policy read kubelet's config file themselves
-    kubelet_config: dict[str, Any] | None = field(default=None, compare=False)
+    kubelet_config: JSON | None = field(default=None, compare=False)
 
     def qos_dir(self, qos: K8sQoS) -> str:
         return qos_dir(self.driver, qos)

@@ -11,8 +11,9 @@ resctrl tasks) are not kept: they are read every pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from apis.core.objects import JSON
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
 
@@ -24,10 +25,10 @@ class SteadyFacts:
         self.window = window
         self.clock = clock
         self.generation = 0  # bumped whenever the kept facts are dropped
-        self._facts: dict[str, Any] = {}
+        self._facts: JSON = {}
         self._since: float | None = None
         self._pods: Sequence[PodMeta] = ()
-        self._rest: tuple[Any, ...] = ()
+        self._rest: tuple[object, ...] = ()
 
     def begin(self, state: QoSState) -> bool:
         """Start a pass: keep the facts when the node's inputs are those of the last pass and the window has not

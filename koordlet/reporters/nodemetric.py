@@ -11,10 +11,11 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import format_bytes, format_milli
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY, RESOURCE_GPU_MEMORY_RATIO
 from koordlet.collectors.hostapps import HostApp
@@ -24,7 +25,7 @@ from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SPEC: dict[str, Any] = {
+DEFAULT_SPEC: JSON = {
     "metricCollectPolicy": {
         "aggregateDurationSeconds": 300,
         "reportIntervalSeconds": 60,
@@ -60,11 +61,11 @@ class CollectPolicy:
         return max((self.window, *self.durations))
 
 
-def merge_spec(received: dict[str, Any] | None) -> dict[str, Any]:
+def merge_spec(received: JSON | None) -> JSON:
     """JSON-overlay a received NodeMetric spec on the defaults (lists are replaced, objects merged)."""
     merged = copy.deepcopy(DEFAULT_SPEC)
 
-    def overlay(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    def overlay(dst: JSON, src: JSON) -> None:
         for k, v in src.items():
             if isinstance(v, dict) and isinstance(dst.get(k), dict):
                 overlay(dst[k], v)
@@ -76,7 +77,7 @@ def merge_spec(received: dict[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
-def collect_policy(spec: dict[str, Any] | None) -> CollectPolicy:
+def collect_policy(spec: JSON | None) -> CollectPolicy:
     """The policy of a (merged) spec; a malformed field falls back to its default with a log line."""
     merged = merge_spec(spec)
     p = merged["metricCollectPolicy"]
@@ -127,7 +128,7 @@ class NodeMetricBuilder:
         self.cache = cache
 
     def _resources(self, cpu: SeriesKey, mem: SeriesKey, start: int, end: int, agg: str,
-                   cold_start: bool) -> dict[str, Any] | None:
+                   cold_start: bool) -> JSON | None:
         """{"resources": {cpu, memory}} or None when either query has no samples or is in cold start."""
         c = self.cache.aggregate(cpu, start, end)
         m = self.cache.aggregate(mem, start, end)
@@ -148,10 +149,10 @@ class NodeMetricBuilder:
         return sorted(out)
 
     def _gpu_devices(self, gpus: list[GpuSeries], prefix: str, owner: tuple[str, ...], start: int, end: int,
-                     agg: str) -> list[dict[str, Any]]:
+                     agg: str) -> list[JSON]:
         """Per-GPU usage entries (states_nodemetric.go collectNodeGPUMetric / collectPodGPUMetric); a GPU
         without samples in the window is left out."""
-        out: list[dict[str, Any]] = []
+        out: list[JSON] = []
         for g in gpus:
             labels = (*owner, str(g.minor), g.uuid)
             core = self.cache.aggregate((f"{prefix}_gpu_core_usage", *labels), start, end)
@@ -174,8 +175,8 @@ class NodeMetricBuilder:
             })
         return out
 
-    def _with_devices(self, usage: dict[str, Any] | None, gpus: list[GpuSeries], start: int, end: int,
-                      agg: str) -> dict[str, Any]:
+    def _with_devices(self, usage: JSON | None, gpus: list[GpuSeries], start: int, end: int,
+                      agg: str) -> JSON:
         """Node usage plus GPU devices: upstream queryNodeMetric adds them to every node ResourceMap it builds
         (nodeUsage and each aggregatedNodeUsages entry) that is not empty."""
         if not usage:
@@ -185,7 +186,7 @@ class NodeMetricBuilder:
         return usage
 
     def _usage_with_aggregates(self, scope: str, policy: CollectPolicy, now_ms: int) -> tuple[
-            dict[str, Any], list[dict[str, Any]]]:
+            JSON, list[JSON]]:
         key = self.cache.key
         cpu, mem = key(f"{scope}_cpu_usage"), key(_memory_kind(scope, policy.memory_policy))
         if scope == "sys":
@@ -204,7 +205,7 @@ class NodeMetricBuilder:
             })
         return usage, aggregated
 
-    def _numa(self, numa_ids: list[int], start: int, end: int) -> list[dict[str, Any]]:
+    def _numa(self, numa_ids: list[int], start: int, end: int) -> list[JSON]:
         key = self.cache.key
         out = []
         for nid in sorted(numa_ids):
@@ -213,7 +214,7 @@ class NodeMetricBuilder:
                                    start, end, "avg", False)
             if node is None:
                 continue
-            entry: dict[str, Any] = {"numaNodeID": nid, "nodeUsage": node}
+            entry: JSON = {"numaNodeID": nid, "nodeUsage": node}
             sys_cpu = self.cache.aggregate(key("sys_numa_cpu_usage", **lbl), start, end)
             sys_mem = self.cache.aggregate(key("sys_numa_memory_usage", **lbl), start, end)
             system: dict[str, str] = {}
@@ -227,12 +228,12 @@ class NodeMetricBuilder:
         return out
 
     def build(self, pods: list[PodMeta], apps: list[HostApp], policy: CollectPolicy, numa_ids: list[int],
-              now: float, predict: Callable[[list[dict[str, Any]], float], Outcome] | None = None) -> dict[str, Any]:
+              now: float, predict: Callable[[list[JSON], float], Outcome] | None = None) -> JSON:
         now_ms = int(now * 1000)
         start = now_ms - policy.window * 1000
         node_usage, node_aggs = self._usage_with_aggregates("node", policy, now_ms)
         sys_usage, sys_aggs = self._usage_with_aggregates("sys", policy, now_ms)
-        node_metric: dict[str, Any] = {
+        node_metric: JSON = {
             "nodeUsage": node_usage,
             "aggregatedNodeUsages": node_aggs,
             "systemUsage": sys_usage,
@@ -244,7 +245,7 @@ class NodeMetricBuilder:
         key = self.cache.key
         gpus = self._gpus(start, now_ms)
         pods_metric = []
-        predicted: list[dict[str, Any]] = []  # pods with metrics: the ones the predictor sees (upstream)
+        predicted: list[JSON] = []  # pods with metrics: the ones the predictor sees (upstream)
         for pod in pods:
             usage = self._resources(key("pod_cpu_usage", pod_uid=pod.uid),
                                     key(_memory_kind("pod", policy.memory_policy), pod_uid=pod.uid),
@@ -271,7 +272,7 @@ class NodeMetricBuilder:
                 entry.update({k: v for k, v in (("priority", app.priority), ("qos", app.qos)) if v})
                 apps_metric.append(entry)
 
-        status: dict[str, Any] = {
+        status: JSON = {
             "updateTime": rfc3339(now),
             "nodeMetric": node_metric,
             "podsMetric": pods_metric,

@@ -91,8 +91,9 @@ class NodeMetricApiWriter:
             log.info("NodeMetric %s exists now, reporting resumes", self.node_name)
         self._missing = missing
 
-    def read_spec(self) -> JSON | None:
-        """The NodeMetric's spec (report interval, aggregate durations), None if the object does not exist.
+    def read_spec(self) -> object:
+        """The NodeMetric's spec (report interval, aggregate durations) as the server holds it ({} when it has none:
+        its shape is checked by the caller, koordlet.cluster), None if the object does not exist.
 
         Other API failures raise ApiError so the caller can keep the spec it already has.
         """
@@ -103,7 +104,7 @@ class NodeMetricApiWriter:
             return None
         self._note_presence(False)
         spec = obj.get("spec")
-        return spec if isinstance(spec, dict) else {}
+        return {} if spec is None else spec
 
     def write_status(self, status: JSON) -> bool:
         """Replace the NodeMetric's status; True on success. Never raises: failures are logged and counted."""

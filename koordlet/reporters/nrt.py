@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON, JSONMapping
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
 from apis.extension.numa_aware import (
@@ -61,7 +62,7 @@ MANAGED_ANNOTATIONS = (
 MANAGED_LABELS = (LABEL_ENABLE_NUMA_RESERVATION,)
 
 
-def go_json(value: Any) -> str:
+def go_json(value: object) -> str:
     """json.Marshal's bytes: compact, HTML characters and U+2028/9 escaped."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
@@ -77,11 +78,11 @@ class TopologyStatus:
     annotations: Mapping[str, str]
     labels: Mapping[str, str] = field(default_factory=dict)
     policy: str = "None"
-    zones: Sequence[Mapping[str, Any]] = ()
+    zones: Sequence[JSONMapping] = ()
 
 
 def topology_status(facts: NodeCPUFacts, basic: CPUBasicInfo, memory: Mapping[int, NumaMemory],
-                    node: Mapping[str, Any] | None = None, *, hugepage_report: bool = False) -> TopologyStatus:
+                    node: JSONMapping | None = None, *, hugepage_report: bool = False) -> TopologyStatus:
     """calcNodeTopo from the node's CPU facts, its NUMA memory and the Node object (labels, capacity)."""
     labels = _meta(node, "labels")
     annotations = {
@@ -102,8 +103,8 @@ def topology_status(facts: NodeCPUFacts, basic: CPUBasicInfo, memory: Mapping[in
                           zones)
 
 
-def zone_list(facts: NodeCPUFacts, memory: Mapping[int, NumaMemory], node: Mapping[str, Any] | None = None, *,
-              hugepage_report: bool = False) -> list[dict[str, Any]]:
+def zone_list(facts: NodeCPUFacts, memory: Mapping[int, NumaMemory], node: JSONMapping | None = None, *,
+              hugepage_report: bool = False) -> list[JSON]:
     """calTopologyZoneList: zone `node-<i>` per NUMA node: cpu (its logical CPUs), memory (MemTotal minus the
     hugepages), hugepages-2Mi/1Gi (0 unless gate HugePageReport); with the Node label
     `node.koordinator.sh/enable-numa-reservation=true`, each zone's allocatable cpu/memory lose
@@ -133,7 +134,7 @@ def zone_list(facts: NodeCPUFacts, memory: Mapping[int, NumaMemory], node: Mappi
     return sorted(zones, key=lambda z: z["name"])
 
 
-def _numa_reservation(node: Mapping[str, Any] | None, count: int) -> dict[str, Decimal]:
+def _numa_reservation(node: JSONMapping | None, count: int) -> dict[str, Decimal]:
     status = (node or {}).get("status") or {}
     capacity, allocatable = status.get("capacity") or {}, status.get("allocatable") or {}
     out: dict[str, Decimal] = {}
@@ -160,22 +161,22 @@ def _fmt(name: str, value: Decimal) -> str:
     return format_bytes(int(value))
 
 
-def _meta(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+def _meta(obj: JSONMapping | None, key: str) -> JSONMapping:
     meta = (obj or {}).get("metadata") or {}
     value = meta.get(key) if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def new_object(node_name: str, node_uid: str | None) -> dict[str, Any]:
+def new_object(node_name: str, node_uid: str | None) -> JSON:
     """newNodeTopo: what is created when the node has none."""
-    meta: dict[str, Any] = {"name": node_name, "labels": {LABEL_MANAGED_BY: "Koordinator"}}
+    meta: JSON = {"name": node_name, "labels": {LABEL_MANAGED_BY: "Koordinator"}}
     if node_uid:
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
                                     "controller": True, "blockOwnerDeletion": True}]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "topologyPolicies": ["None"], "zones": []}
 
 
-def updated(existing: Mapping[str, Any], status: TopologyStatus) -> dict[str, Any]:
+def updated(existing: JSONMapping, status: TopologyStatus) -> JSON:
     """updateNRT: our annotations and labels over the existing ones, our policy, our zones merged in."""
     obj = copy.deepcopy(dict(existing))
     obj.setdefault("apiVersion", API_VERSION)
@@ -193,12 +194,12 @@ def updated(existing: Mapping[str, Any], status: TopologyStatus) -> dict[str, An
 _OUR_ZONE = re.compile(r"node-[0-9]+")
 
 
-def ours(zone: Any) -> bool:
+def ours(zone: object) -> bool:
     """A zone this agent writes (`node-<i>`), as opposed to another writer's."""
     return isinstance(zone, dict) and isinstance(zone.get("name"), str) and bool(_OUR_ZONE.fullmatch(zone["name"]))
 
 
-def merge_zones(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def merge_zones(old: Sequence[JSONMapping], new: Sequence[JSONMapping]) -> list[JSON]:
     """Zones named as ours: our resources replace theirs, other resources stay; our names of NUMA nodes that are
     gone go; zones other writers named otherwise stay as they are."""
     old_by_name = {z.get("name"): z for z in old if isinstance(z, dict)}
@@ -213,7 +214,7 @@ def merge_zones(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any
     return sorted(out, key=lambda z: z["name"])
 
 
-def changed(old: Mapping[str, Any] | None, status: TopologyStatus) -> str:
+def changed(old: JSONMapping | None, status: TopologyStatus) -> str:
     """isChanged: why the object must be written ("" when it need not be)."""
     if old is None or not isinstance((old.get("metadata") or {}).get("annotations"), dict):
         return "metadata changed"
@@ -251,7 +252,7 @@ def _json(text: Any) -> Any:
         return ("not-json", text)
 
 
-def _same_managed_resources(a: Sequence[Any], b: Sequence[Mapping[str, Any]]) -> bool:
+def _same_managed_resources(a: Sequence[Any], b: Sequence[JSONMapping]) -> bool:
     """IsZoneListResourceEqual on the managed resources' allocatable, numerically."""
     def table(zones: Sequence[Any]) -> dict[Any, dict[str, Decimal | None]]:
         out: dict[Any, dict[str, Decimal | None]] = {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
+
+from apis.core.objects import JSON
 
 
 class StateDirWriter:
@@ -15,7 +16,7 @@ class StateDirWriter:
     def path(self, group: str, plural: str, name: str) -> str:
         return os.path.join(self.state_dir, group, plural, f"{name}.json")
 
-    def write(self, group: str, plural: str, obj: dict[str, Any]) -> str:
+    def write(self, group: str, plural: str, obj: JSON) -> str:
         path = self.path(group, plural, obj["metadata"]["name"])
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")

@@ -8,9 +8,9 @@ import ctypes
 import logging
 import os
 import struct
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from koordlet.host.paths import HostPaths
 from koordlet.schedlat import bpfsys
@@ -66,8 +66,8 @@ class EbpfBackend:
         self._slot_of: dict[str, int] = {}
         # Freed slots are reused last (FIFO), so a deleted pod's late samples do not land in a new pod at once.
         self._free = collections.deque(range(1, MAX_SLOTS))
-        self._carry: dict[int, np.ndarray[Any, np.dtype[np.uint64]]] = {}  # user-space adds (waits placed late)
-        self._rows: np.ndarray[Any, np.dtype[np.uint64]] = np.zeros((0, 0), dtype=np.uint64)  # the last read's
+        self._carry: dict[int, npt.NDArray[np.uint64]] = {}  # user-space adds (waits placed late)
+        self._rows: npt.NDArray[np.uint64] = np.zeros((0, 0), dtype=np.uint64)  # the last read's
         self._totals: dict[str, Totals] = {}  # the last read's, by pod uid
         self._pods: list[PodMeta] | None = None
         self._index = PodIndex(())
@@ -215,10 +215,10 @@ class EbpfBackend:
             carry = self._carry.get(slot)
             self._carry[slot] = values if carry is None else carry + values
 
-    def _read_stats(self, n: int) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    def _read_stats(self, n: int) -> npt.NDArray[np.uint64]:
         """Slots 0..n-1 of the per-CPU stats array in one BPF_MAP_LOOKUP_BATCH, summed over CPUs."""
         got = self._stats.lookup_batch(self._keys, ctypes.c_void_p(self._values.ctypes.data), n)
-        summed: np.ndarray[Any, np.dtype[np.uint64]] = self._values[:got].sum(axis=1, dtype=np.uint64)
+        summed: npt.NDArray[np.uint64] = self._values[:got].sum(axis=1, dtype=np.uint64)
         return summed
 
 

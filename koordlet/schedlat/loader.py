@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.schedlat.btf import PTR, VMLINUX, Btf, BtfError
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def load(raw: bool = True, *, timeout: float = _TIMEOUT) -> Loaded:
             why = "(SIGKILL: out of memory? the compile needs ~110 MiB beside the agent)"
         raise BccUnavailable(f"the program loader exited {proc.returncode} {why}".strip()
                              + (f": {' | '.join(tail)}" if tail else ""))
-    head: dict[str, Any] = json.loads(msg)
+    head: JSON = json.loads(msg)
     if "error" in head:
         for fd in fds:
             os.close(fd)
@@ -136,7 +137,7 @@ def _compile(raw: bool) -> tuple[Any, str, str]:
         raise BccUnavailable(f"the scheduler program did not load: {type(e).__name__}: {e}") from e
 
 
-def _handover(bpf: Any, attach: str, reason: str) -> tuple[dict[str, Any], list[int]]:
+def _handover(bpf: Any, attach: str, reason: str) -> tuple[JSON, list[int]]:
     fds: list[int] = []
 
     def index(fd: int) -> int:

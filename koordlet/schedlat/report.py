@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from apis.core.objects import JSON
 from koordlet.schedlat.collector import PodLatency, SchedLatency
 from koordlet.schedlat.hist import quantile
 
 LOAD_TIMEOUT = 120.0  # seconds the program may take to compile and attach before the command gives up on it
 
 
-def pod_row(row: PodLatency) -> dict[str, Any]:
+def pod_row(row: PodLatency) -> JSON:
     pod, tick = row.pod, row.tick
     hist = tick.hist
     return {
@@ -22,7 +23,7 @@ def pod_row(row: PodLatency) -> dict[str, Any]:
     }
 
 
-def sample(schedlat: SchedLatency, pods: list[Any], window: float) -> list[dict[str, Any]]:
+def sample(schedlat: SchedLatency, pods: list[Any], window: float) -> list[JSON]:
     """Waits that ended between two reads `window` seconds apart (the first read is the baseline)."""
     schedlat.wait_ready(LOAD_TIMEOUT)
     schedlat.collect(pods, int(time.time() * 1000), force=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import HostReadError
+from apis.core.objects import JSON
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology
@@ -32,9 +32,9 @@ class CPUBasicInfo:
     cat_l3_cbm_mask: str = ""
     vendor_id: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         """Go's field order; omitempty drops empty strings and false."""
-        out: dict[str, Any] = {}
+        out: JSON = {}
         for key, value in (("cpuModel", self.cpu_model), ("hyperThreadEnabled", self.hyper_thread_enabled),
                            ("turboEnabled", self.turbo_enabled), ("catL3CbmMask", self.cat_l3_cbm_mask),
                            ("vendorID", self.vendor_id)):

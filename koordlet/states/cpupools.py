@@ -13,9 +13,9 @@ import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import JSON
 from apis.extension.numa_aware import CPUInfo, cpu_topology_json
 from apis.extension.qos import QOS_LSE, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
@@ -83,7 +83,7 @@ class CPUTopology:
             cores.setdefault(c.core, []).append(c.id)
         return {k: tuple(v) for k, v in sorted(cores.items())}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSON:
         """extension.CPUTopology: `{"detail": [...]}`, `detail` omitted when empty (omitempty)."""
         return cpu_topology_json(self.cpus)
 
@@ -133,14 +133,14 @@ class SharePool:
     node: int
     cpuset: str
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"socket": self.socket, "node": self.node}
+    def to_json(self) -> JSON:
+        out: JSON = {"socket": self.socket, "node": self.node}
         if self.cpuset:
             out["cpuset"] = self.cpuset  # omitempty
         return out
 
     @classmethod
-    def from_json(cls, value: Any) -> SharePool:
+    def from_json(cls, value: object) -> SharePool:
         if not isinstance(value, dict):
             raise InvalidInput(f"share pool must be an object, not {value!r}")
         fields = _fold_fields(value)
@@ -183,7 +183,7 @@ def decode_pools(text: str) -> list[SharePool]:
     return [SharePool.from_json(x) for x in doc]
 
 
-def _fold_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _fold_fields(obj: Mapping[str, object]) -> JSON:
     """Struct fields by case-folded name; of keys folding alike, the later in the document wins (Go overwrites)."""
     return {k.lower(): v for k, v in obj.items()}
 

@@ -18,11 +18,11 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.numa_aware import (
     KUBELET_CPU_MANAGER_POLICY_NONE,
@@ -70,7 +70,7 @@ class KubeletCPUManager:
         return NRT_TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), NRT_TOPOLOGY_POLICY_NONE)
 
 
-def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletCPUManager:
+def cpu_manager(config: Mapping[str, object] | None, topo: CPUTopology) -> KubeletCPUManager:
     """The CPU manager settings of a KubeletConfiguration (as `/configz` or the config file holds it).
 
     InvalidInput when a field the static policy needs is malformed (upstream logs it and reports no reserved CPUs);
@@ -89,7 +89,7 @@ def cpu_manager(config: Mapping[str, Any] | None, topo: CPUTopology) -> KubeletC
                              _str(config.get("topologyManagerScope"), "topologyManagerScope"), known=True)
 
 
-def static_reserved_cpus(config: Mapping[str, Any], topo: CPUTopology) -> list[int]:
+def static_reserved_cpus(config: Mapping[str, object], topo: CPUTopology) -> list[int]:
     """GetStaticCPUManagerPolicyReservedCPUs: `reservedSystemCPUs` when given, else ceil(kubeReserved.cpu +
     systemReserved.cpu) CPUs taken by topology from an idle node; [] when that is zero (kubelet refuses to start
     then) or the list is not a subset of the online CPUs."""
@@ -105,7 +105,7 @@ def static_reserved_cpus(config: Mapping[str, Any], topo: CPUTopology) -> list[i
     return take_by_topology(topo, count) if count > 0 else []
 
 
-def _reserved_cpu_milli(value: Any) -> int:
+def _reserved_cpu_milli(value: object) -> int:
     if value is None:
         return 0
     if not isinstance(value, dict):
@@ -168,8 +168,8 @@ class PodCPUAlloc:
     name: str = ""
     managed_by_kubelet: bool = True
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JSON:
+        out: JSON = {}
         if self.namespace:
             out["namespace"] = self.namespace
         if self.name:
@@ -245,7 +245,7 @@ def encode_pod_allocs(allocs: Sequence[PodCPUAlloc]) -> str:
     return json.dumps([a.to_json() for a in allocs], separators=(",", ":"))
 
 
-def read_kubelet_config_file(paths: HostPaths) -> dict[str, Any] | None:
+def read_kubelet_config_file(paths: HostPaths) -> JSON | None:
     """`<var-lib-kubelet>/config.yaml` (a KubeletConfiguration), None when absent; InvalidInput when malformed."""
     path = paths.kubelet(KUBELET_CONFIG_FILE)
     try:
@@ -275,13 +275,13 @@ def read_cpu_manager_state(paths: HostPaths) -> dict[str, list[int]]:
     return parse_cpu_manager_state(data.decode("utf-8", "replace"))
 
 
-def _annotations(pod: PodMeta) -> Mapping[str, Any]:
+def _annotations(pod: PodMeta) -> Mapping[str, object]:
     meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _str(value: Any, name: str) -> str:
+def _str(value: object, name: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from apis.core.errors import InvalidInput, PlanError
+from apis.core.objects import JSON
 from apis.extension.node import (
     ANNOTATION_NODE_RESERVATION,
     ANNOTATION_SYSTEM_QOS_RESOURCE,
@@ -34,9 +34,9 @@ class NodeCPUFacts:
     topology: CPUTopology
     kubelet: KubeletCPUManager = field(default_factory=KubeletCPUManager)
     pod_allocs: tuple[PodCPUAlloc, ...] = ()
-    reservation: Mapping[str, Any] = field(default_factory=dict)  # the NodeReservation JSON as reported
+    reservation: Mapping[str, object] = field(default_factory=dict)  # the NodeReservation JSON as reported
     reserved_cpus: tuple[int, ...] = ()
-    system_qos: Mapping[str, Any] = field(default_factory=dict)  # the SystemQOSResource JSON as reported
+    system_qos: Mapping[str, object] = field(default_factory=dict)  # the SystemQOSResource JSON as reported
     system_qos_cpuset: str = ""  # the SYSTEM pods' cpuset ("" = no rule)
     system_exclusive: tuple[int, ...] = ()
     share_pools: tuple[SharePool, ...] = ()
@@ -44,7 +44,7 @@ class NodeCPUFacts:
     errors: tuple[PlanError, ...] = ()
 
 
-def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations: Mapping[str, Any] | None = None,
+def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations: Mapping[str, object] | None = None,
                    kubelet: KubeletCPUManager | None = None,
                    cpu_manager_entries: Mapping[str, Sequence[int]] | None = None,
                    node_name: str = "") -> NodeCPUFacts:
@@ -80,7 +80,7 @@ def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations:
                         tuple(exclusive), tuple(ls), tuple(be), tuple(errors))
 
 
-def node_reservation(topo: CPUTopology, annotations: Mapping[str, Any]) -> tuple[dict[str, Any], list[int]]:
+def node_reservation(topo: CPUTopology, annotations: Mapping[str, object]) -> tuple[JSON, list[int]]:
     """getNodeReserved: the `node.koordinator.sh/reservation` object as reported (reservedCPUs normalised, or
     ceil(resources.cpu) CPUs taken by topology when no list is given) and the reserved CPUs; InvalidInput when the
     annotation is malformed (an unparsable reservedCPUs list is reported empty, as upstream)."""
@@ -96,7 +96,7 @@ def node_reservation(topo: CPUTopology, annotations: Mapping[str, Any]) -> tuple
     return replace(reservation, reserved_cpus=format_cpuset(cpus)).to_json(), cpus
 
 
-def system_qos_resource(annotations: Mapping[str, Any]) -> tuple[dict[str, Any], str, list[int]]:
+def system_qos_resource(annotations: Mapping[str, object]) -> tuple[JSON, str, list[int]]:
     """`node.koordinator.sh/system-qos-resource` {cpuset, cpusetExclusive}: the object as reported, the SYSTEM
     pods' cpuset ("" when none or unparsable) and the CPUs taken out of the share pools (exclusive is the
     default)."""
@@ -111,7 +111,7 @@ def system_qos_resource(annotations: Mapping[str, Any]) -> tuple[dict[str, Any],
         raise InvalidInput("cpuset must be a string")
     if exclusive is not None and not isinstance(exclusive, bool):
         raise InvalidInput("cpusetExclusive must be a boolean")
-    out: dict[str, Any] = {}
+    out: JSON = {}
     if cpuset:
         out["cpuset"] = cpuset
     if exclusive is not None:
@@ -123,7 +123,7 @@ def system_qos_resource(annotations: Mapping[str, Any]) -> tuple[dict[str, Any],
     return out, cpuset, (cpus if exclusive is not False else [])
 
 
-def _object(text: Any, key: str) -> dict[str, Any]:
+def _object(text: object, key: str) -> JSON:
     if not isinstance(text, str):
         raise InvalidInput(f"{key} must be a string")
     try:

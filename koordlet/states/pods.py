@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
 
 import yaml
 
@@ -21,6 +20,7 @@ from apis.extension.qos import koord_qos_class_with_default
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, container_dir, pod_dir
 from koordlet.states.model import ContainerMeta, PodMeta
+from koordlet.states.shapes import ShapeGate
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class PodsDirSource:
         return [p for doc in docs for p in _pods_of(doc, path, self.health)]
 
 
-def _pods_of(doc: Any, path: str, health: Health) -> list[JSON]:
+def _pods_of(doc: object, path: str, health: Health) -> list[JSON]:
     if doc is None:
         return []
     if isinstance(doc, dict) and doc.get("kind") in ("PodList", "List") and isinstance(doc.get("items"), list):
@@ -131,6 +131,7 @@ class PodState:
     def __init__(self, driver: CgroupDriver, health: Health) -> None:
         self.driver = driver
         self.health = health
+        self.gate = ShapeGate(health)
         self.pods: list[PodMeta] = []
         self.synced = False
         self._raw: list[JSON] | None = None
@@ -141,14 +142,17 @@ class PodState:
             self.driver, self._raw = driver, None
 
     def update(self, raw_pods: list[JSON]) -> bool:
-        """Replace the pod list from raw Pod objects; bad pods are skipped. Returns whether anything changed; when
-        nothing did, `pods` stays the same list object (collection targets and QoS facts are cached on it)."""
+        """Replace the pod list from raw Pod objects; malformed pods are skipped (reported once per version by the
+        shape gate), the others kept. Returns whether anything changed; when nothing did, `pods` stays the same list
+        object (collection targets and QoS facts are cached on it)."""
         if raw_pods is self._raw:  # the source says nothing changed (pods dir): keep every downstream cache
             return False
         self._raw = raw_pods
         metas: list[PodMeta] = []
         seen: set[str] = set()
         for pod in raw_pods:
+            if not self.gate.admit("pod", pod):
+                continue
             try:
                 meta = pod_meta(pod, self.driver, self.health)
             except (InvalidInput, ValueError, TypeError) as e:
@@ -171,7 +175,7 @@ def _same(new: list[PodMeta], old: list[PodMeta]) -> bool:
     return len(new) == len(old) and all(a == b and a.raw == b.raw for a, b in zip(new, old, strict=True))
 
 
-def _ident(pod: Any) -> str:
+def _ident(pod: object) -> str:
     if isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
         m = pod["metadata"]
         return f"{m.get('namespace', '?')}/{m.get('name', '?')}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from apis.extension.resources import (
     RESOURCE_FPGA,
     RESOURCE_GPU_MEMORY,
@@ -50,7 +51,7 @@ DEVICE_SCORING_RESOURCES: tuple[tuple[str, int], ...] = ((RESOURCE_GPU_MEMORY_RA
                                                        (RESOURCE_RDMA, 1), (RESOURCE_FPGA, 1))
 
 
-def _resource_specs(raw: Mapping[str, Any], where: str, default: tuple[tuple[str, int], ...]
+def _resource_specs(raw: Mapping[str, object], where: str, default: tuple[tuple[str, int], ...]
                     ) -> tuple[tuple[str, int], ...] | None:
     """[]ResourceSpec {name, weight}; weights in (0, 100] (validateResources). None when absent."""
     if raw.get("resources") is None:
@@ -104,7 +105,7 @@ DEVICESHARE_FIELDS = ("allocator", "scoringStrategy", "disableDeviceNUMATopology
                       "gpuSharedResourceTemplatesConfig", "gpuShareUnsupportedModels")
 
 
-def device_share_args(raw: Mapping[str, Any], where: str) -> DeviceShareArgs:
+def device_share_args(raw: Mapping[str, object], where: str) -> DeviceShareArgs:
     check_keys(raw, (*TYPE_FIELDS, *DEVICESHARE_FIELDS), where)
     out = DeviceShareArgs(allocator=string(raw, "allocator", where, ""),
                           disable_device_numa_topology_alignment=boolean(
@@ -156,7 +157,7 @@ COSCHEDULING_FIELDS = ("defaultTimeout", "controllerWorkers", "skipCheckSchedule
                        "awareNetworkTopology", "defaultMatchPolicy")
 
 
-def coscheduling_args(raw: Mapping[str, Any], where: str) -> CoschedulingArgs:
+def coscheduling_args(raw: Mapping[str, object], where: str) -> CoschedulingArgs:
     names = COSCHEDULING_FIELDS
     check_keys(raw, (*TYPE_FIELDS, *names), where)
     return CoschedulingArgs(
@@ -182,10 +183,10 @@ class ReservationArgs:
     gc_interval_seconds: int = 60
     disable_garbage_collection: bool = False
     resync_interval_seconds: int = 60
-    pre_allocation: dict[str, Any] = field(default_factory=dict)
+    pre_allocation: JSON = field(default_factory=dict)
     ignored_resources: list[str] = field(default_factory=list)
     ignored_resource_groups: list[str] = field(default_factory=list)
-    selector_index: dict[str, Any] = field(default_factory=dict)
+    selector_index: JSON = field(default_factory=dict)
 
 
 _NATIVE = ("cpu", "memory", "pods", "ephemeral-storage")
@@ -205,7 +206,7 @@ RESERVATION_FIELDS = ("enablePreemption", "minCandidateNodesPercentage", "minCan
                       "reservationSelectorIndex")
 
 
-def reservation_args(raw: Mapping[str, Any], where: str) -> ReservationArgs:
+def reservation_args(raw: Mapping[str, object], where: str) -> ReservationArgs:
     check_keys(raw, (*TYPE_FIELDS, *RESERVATION_FIELDS), where)
     out = ReservationArgs(
         enable_preemption=boolean(raw, "enablePreemption", where, False),
@@ -249,7 +250,7 @@ ELASTICQUOTA_FIELDS = ("delayEvictTime", "revokePodInterval", "defaultQuotaGroup
                        "quotaSnapshotUpdateInterval", "hookPlugins")
 
 
-def elastic_quota_args(raw: Mapping[str, Any], where: str) -> ElasticQuotaArgs:
+def elastic_quota_args(raw: Mapping[str, object], where: str) -> ElasticQuotaArgs:
     check_keys(raw, (*TYPE_FIELDS, *ELASTICQUOTA_FIELDS), where)
     out = ElasticQuotaArgs(
         enable_runtime_quota=boolean(raw, "enableRuntimeQuota", where, True),
@@ -286,7 +287,7 @@ class NodeResourcesFitArgs:
 FIT_FIELDS = ("ignoredResources", "ignoredResourceGroups", "scoringStrategy")
 
 
-def node_resources_fit_args(raw: Mapping[str, Any], where: str) -> NodeResourcesFitArgs:
+def node_resources_fit_args(raw: Mapping[str, object], where: str) -> NodeResourcesFitArgs:
     check_keys(raw, (*TYPE_FIELDS, *FIT_FIELDS), where)
     for name in ("ignoredResources", "ignoredResourceGroups"):
         if string_list(raw, name, where):
@@ -309,7 +310,7 @@ class BalancedAllocationArgs:
     resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
 
 
-def balanced_allocation_args(raw: Mapping[str, Any], where: str) -> BalancedAllocationArgs:
+def balanced_allocation_args(raw: Mapping[str, object], where: str) -> BalancedAllocationArgs:
     check_keys(raw, (*TYPE_FIELDS, "resources"), where)
     # kube's validation: BalancedAllocation weights must be exactly 1
     resources = _resource_specs(raw, where, BalancedAllocationArgs.resources)
@@ -339,7 +340,7 @@ class NodeNUMAResourceArgs:
     scoring_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
 
 
-def node_numa_resource_args(raw: Mapping[str, Any], where: str) -> NodeNUMAResourceArgs:
+def node_numa_resource_args(raw: Mapping[str, object], where: str) -> NodeNUMAResourceArgs:
     check_keys(raw, (*TYPE_FIELDS, *NUMA_FIELDS), where)
     policy = choice(raw, "defaultCPUBindPolicy", where, "FullPCPUs", ("FullPCPUs", "SpreadByPCPUs"))
     out = NodeNUMAResourceArgs(policy)
@@ -363,7 +364,7 @@ def node_numa_resource_args(raw: Mapping[str, Any], where: str) -> NodeNUMAResou
 PREEMPTION_FIELDS = ("minCandidateNodesPercentage", "minCandidateNodesAbsolute")
 
 
-def default_preemption_args(raw: Mapping[str, Any], where: str) -> DefaultPreemptionArgs:
+def default_preemption_args(raw: Mapping[str, object], where: str) -> DefaultPreemptionArgs:
     check_keys(raw, (*TYPE_FIELDS, *PREEMPTION_FIELDS), where)
     pct = integer(raw, "minCandidateNodesPercentage", where, 10, low=0, high=100)
     absolute = integer(raw, "minCandidateNodesAbsolute", where, 100, low=0)
@@ -372,10 +373,10 @@ def default_preemption_args(raw: Mapping[str, Any], where: str) -> DefaultPreemp
     return DefaultPreemptionArgs(pct, absolute)
 
 
-def _wrapped(parse: Callable[[Mapping[str, Any]], Any], accepted: tuple[str, ...]
-             ) -> Callable[[Mapping[str, Any], str], Any]:
+def _wrapped(parse: Callable[[Mapping[str, object]], Any], accepted: tuple[str, ...]
+             ) -> Callable[[Mapping[str, object], str], Any]:
     """The plugin modules' own from_dict, with kube's strict field check and the field path in errors."""
-    def run(raw: Mapping[str, Any], where: str) -> Any:
+    def run(raw: Mapping[str, object], where: str) -> Any:
         check_keys(raw, (*TYPE_FIELDS, *accepted), where)
         try:
             return parse(raw)
@@ -386,7 +387,7 @@ def _wrapped(parse: Callable[[Mapping[str, Any]], Any], accepted: tuple[str, ...
     return run
 
 
-def _fitplus(raw: Mapping[str, Any]) -> FitPlusArgs:
+def _fitplus(raw: Mapping[str, object]) -> FitPlusArgs:
     res = raw.get("resources")
     if isinstance(res, Mapping):
         for name, spec in res.items():
@@ -404,7 +405,7 @@ LOADAWARE_FIELDS = ("filterExpiredNodeMetrics", "nodeMetricExpirationSeconds", "
                     "allowCustomizeEstimation", "aggregated", "supportedResources")
 
 
-def _loadaware(raw: Mapping[str, Any]) -> LoadAwareArgs:
+def _loadaware(raw: Mapping[str, object]) -> LoadAwareArgs:
     estimator = raw.get("estimator")
     if estimator not in (None, "", "defaultEstimator"):
         raise ConfigError(f"estimator: {estimator!r} is not supported (accepted: defaultEstimator)")
@@ -415,7 +416,7 @@ def _loadaware(raw: Mapping[str, Any]) -> LoadAwareArgs:
 class ArgsType:
     kind: str  # the args' `kind`
     fields: tuple[str, ...]  # its JSON field names (TypeMeta aside)
-    parse: Callable[[Mapping[str, Any], str], Any]  # (raw args, field path) → typed args; raises ConfigError
+    parse: Callable[[Mapping[str, object], str], Any]  # (raw args, field path) → typed args; raises ConfigError
 
 
 ARGS: dict[str, ArgsType] = {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
@@ -27,7 +26,7 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def mapping(raw: Any, where: str) -> Mapping[str, Any]:
+def mapping(raw: object, where: str) -> Mapping[str, object]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -35,7 +34,7 @@ def mapping(raw: Any, where: str) -> Mapping[str, Any]:
     return raw
 
 
-def check_keys(raw: Mapping[str, Any], accepted: Sequence[str], where: str) -> None:
+def check_keys(raw: Mapping[str, object], accepted: Sequence[str], where: str) -> None:
     """Strict decoding as kube-scheduler's: an unknown field is an error naming it and the accepted ones."""
     for k in raw:
         if str(k) not in accepted:
@@ -43,7 +42,7 @@ def check_keys(raw: Mapping[str, Any], accepted: Sequence[str], where: str) -> N
                               f"{', '.join(accepted)}")
 
 
-def boolean(raw: Mapping[str, Any], name: str, where: str, default: bool) -> bool:
+def boolean(raw: Mapping[str, object], name: str, where: str, default: bool) -> bool:
     v = raw.get(name)
     if v is None:
         return default
@@ -52,7 +51,7 @@ def boolean(raw: Mapping[str, Any], name: str, where: str, default: bool) -> boo
     return v
 
 
-def integer(raw: Mapping[str, Any], name: str, where: str, default: int, *, low: int | None = None,
+def integer(raw: Mapping[str, object], name: str, where: str, default: int, *, low: int | None = None,
             high: int | None = None) -> int:
     v = raw.get(name)
     if v is None:
@@ -69,7 +68,7 @@ def check_range(v: int, where: str, low: int | None, high: int | None) -> None:
         raise ConfigError(f"{where}: {v} is out of range (accepted: {bounds})")
 
 
-def string(raw: Mapping[str, Any], name: str, where: str, default: str) -> str:
+def string(raw: Mapping[str, object], name: str, where: str, default: str) -> str:
     v = raw.get(name)
     if v is None:
         return default
@@ -78,7 +77,7 @@ def string(raw: Mapping[str, Any], name: str, where: str, default: str) -> str:
     return v
 
 
-def choice(raw: Mapping[str, Any], name: str, where: str, default: str, accepted: Sequence[str]) -> str:
+def choice(raw: Mapping[str, object], name: str, where: str, default: str, accepted: Sequence[str]) -> str:
     v = string(raw, name, where, default)
     if v not in accepted:
         raise ConfigError(f"{where}.{name}: {v!r} is not supported{suggest(v, accepted)}; accepted: "
@@ -86,7 +85,7 @@ def choice(raw: Mapping[str, Any], name: str, where: str, default: str, accepted
     return v
 
 
-def duration(raw: Mapping[str, Any], name: str, where: str, default: float, *, positive: bool = False) -> float:
+def duration(raw: Mapping[str, object], name: str, where: str, default: float, *, positive: bool = False) -> float:
     """metav1.Duration: a Go duration string ("600s", "1m30s"); a bare number is taken as seconds."""
     v = raw.get(name)
     if v is None:
@@ -105,7 +104,7 @@ def duration(raw: Mapping[str, Any], name: str, where: str, default: float, *, p
     return seconds
 
 
-def int_map(raw: Mapping[str, Any], name: str, where: str, *, low: int | None = None,
+def int_map(raw: Mapping[str, object], name: str, where: str, *, low: int | None = None,
             high: int | None = None) -> dict[str, int] | None:
     """A resource → integer map, or None when absent."""
     v = raw.get(name)
@@ -122,7 +121,7 @@ def int_map(raw: Mapping[str, Any], name: str, where: str, *, low: int | None = 
     return out
 
 
-def quantity_map(raw: Mapping[str, Any], name: str, where: str) -> dict[str, str] | None:
+def quantity_map(raw: Mapping[str, object], name: str, where: str) -> dict[str, str] | None:
     """A ResourceList (resource → quantity string), validated, or None when absent."""
     v = raw.get(name)
     if v is None:
@@ -141,7 +140,7 @@ def quantity_map(raw: Mapping[str, Any], name: str, where: str) -> dict[str, str
     return out
 
 
-def string_list(raw: Mapping[str, Any], name: str, where: str) -> list[str]:
+def string_list(raw: Mapping[str, object], name: str, where: str) -> list[str]:
     v = raw.get(name)
     if v is None:
         return []
@@ -150,7 +149,7 @@ def string_list(raw: Mapping[str, Any], name: str, where: str) -> list[str]:
     return list(v)
 
 
-def object_list(raw: Mapping[str, Any], name: str, where: str) -> list[Mapping[str, Any]]:
+def object_list(raw: Mapping[str, object], name: str, where: str) -> list[Mapping[str, object]]:
     v = raw.get(name)
     if v is None:
         return []

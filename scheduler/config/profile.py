@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core.objects import JSON, JSONMapping
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
 from scheduler.config.plugins import (
@@ -51,7 +52,7 @@ class SchedulerConfig:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     points: dict[str, list[str]] = field(default_factory=dict)
     weights: dict[str, int] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)  # plugin → typed args given by pluginConfig
+    args: JSON = field(default_factory=dict)  # plugin → typed args given by pluginConfig
     explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
 
     def __post_init__(self) -> None:
@@ -74,7 +75,7 @@ class SchedulerConfig:
         return self.args[name]
 
 
-def _plugin_list(section: Mapping[str, Any], key: str, where: str, point: str) -> list[tuple[str, int]]:
+def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for i, item in enumerate(object_list(section, key, where)):
         w = f"{where}.{key}[{i}]"
@@ -160,7 +161,7 @@ def _expand(custom: dict[str, tuple[list[tuple[str, int]], list[str]]]
     return points, weights
 
 
-def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
+def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
     check_keys(profile, PROFILE_FIELDS, where)
     plugins = mapping(profile.get("plugins"), f"{where}.plugins")
     check_keys(plugins, (*POINTS, MULTI_POINT), f"{where}.plugins")
@@ -205,7 +206,7 @@ def parse_profile(profile: Mapping[str, Any], where: str) -> SchedulerConfig:
     return cfg
 
 
-def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: dict[str, Any], where: str) -> None:
+def _fit_scoring(cfg: SchedulerConfig, profile: JSONMapping, custom: JSON, where: str) -> None:
     """[decision] our defaults leave NodeResourcesFit's Score off (koord-sched's default profile is koord-scheduler's
     plugins, not kube-scheduler's default scores); NodeResourcesFitArgs with a scoringStrategy turns it on at weight 1,
     as it is in kube-scheduler's default profile, unless the file disables it at score."""
@@ -223,7 +224,7 @@ def _fit_scoring(cfg: SchedulerConfig, profile: Mapping[str, Any], custom: dict[
     log.info("%s: NodeResourcesFit scores with its scoringStrategy (weight 1, as in kube-scheduler's defaults)", where)
 
 
-def _check_type(raw: Mapping[str, Any], kind: str, where: str) -> None:
+def _check_type(raw: JSONMapping, kind: str, where: str) -> None:
     api = raw.get("apiVersion")
     if api is not None and api != API_VERSION:
         if api in OLD_API_VERSIONS:
@@ -253,7 +254,7 @@ def _validate(cfg: SchedulerConfig, where: str) -> None:
             log.info("%s: accepted; %s", name, info.note)
 
 
-def parse_config(doc: Any, scheduler_name: str | None = None) -> SchedulerConfig:
+def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerConfig:
     """A KubeSchedulerConfiguration dict (None or empty: the defaults); the profile for `scheduler_name`, else the
     first one. Raises ConfigError."""
     if doc is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from apis.core.objects import JSON, JSONMapping
 from scheduler.config.args import ARGS
 from scheduler.config.fields import TYPE_FIELDS, ConfigError
 from scheduler.config.plugins import MULTI_POINT, POINTS
@@ -25,15 +26,15 @@ log = logging.getLogger("koord-sched.config")
 
 # -- schema for re-nesting flush-left text: dict = object (key → schema), list = [item schema], SCALAR, ANY, BLOCK
 SCALAR, ANY, BLOCK, ARGS_OBJ = "scalar", "any", "block", "args"
-_PLUGIN: dict[str, Any] = {"name": SCALAR, "weight": SCALAR}
-_SET: dict[str, Any] = {"enabled": [_PLUGIN], "disabled": [_PLUGIN]}
-_PC: dict[str, Any] = {"name": SCALAR, "args": ARGS_OBJ}
-_PROFILE: dict[str, Any] = {**dict.fromkeys(PROFILE_FIELDS, SCALAR), "plugins": dict.fromkeys((*POINTS, MULTI_POINT),
+_PLUGIN: JSON = {"name": SCALAR, "weight": SCALAR}
+_SET: JSON = {"enabled": [_PLUGIN], "disabled": [_PLUGIN]}
+_PC: JSON = {"name": SCALAR, "args": ARGS_OBJ}
+_PROFILE: JSON = {**dict.fromkeys(PROFILE_FIELDS, SCALAR), "plugins": dict.fromkeys((*POINTS, MULTI_POINT),
                                                                                               _SET),
                             "pluginConfig": [_PC], "pluginConfigs": [_PC]}
-_KSC: dict[str, Any] = {**dict.fromkeys(TOP_FIELDS, SCALAR), "profiles": [_PROFILE], "leaderElection": ANY,
+_KSC: JSON = {**dict.fromkeys(TOP_FIELDS, SCALAR), "profiles": [_PROFILE], "leaderElection": ANY,
                         "clientConnection": ANY}
-_CONFIGMAP: dict[str, Any] = {"apiVersion": SCALAR, "kind": SCALAR, "data": {"*": BLOCK},
+_CONFIGMAP: JSON = {"apiVersion": SCALAR, "kind": SCALAR, "data": {"*": BLOCK},
                               "metadata": {"name": SCALAR, "namespace": SCALAR, "labels": ANY, "annotations": ANY}}
 
 
@@ -81,10 +82,10 @@ def _split(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-def renest(lines: list[str], schema: dict[str, Any]) -> dict[str, Any]:
+def renest(lines: list[str], schema: JSON) -> JSON:
     """Rebuild the nesting of flush-left YAML lines from the schema; raises _Unplaced naming the first line that
     fits nowhere."""
-    root: dict[str, Any] = {}
+    root: JSON = {}
     stack = [_Frame(schema, root)]
     for n, raw in enumerate(lines):
         line = raw.strip()
@@ -103,7 +104,7 @@ def renest(lines: list[str], schema: dict[str, Any]) -> dict[str, Any]:
             if key is None:
                 lst.container.append(yaml.safe_load(value))
                 continue
-            obj: dict[str, Any] = {}
+            obj: JSON = {}
             lst.container.append(obj)
             stack.append(_Frame(lst.schema, obj))
         else:
@@ -171,7 +172,7 @@ def load_text(text: str, source: str) -> Any:
     return repair(doc)
 
 
-def _unwrap(cm: Mapping[str, Any], source: str) -> Any:
+def _unwrap(cm: JSONMapping, source: str) -> Any:
     data = cm.get("data") or {}
     found = []
     for k, v in (data.items() if isinstance(data, Mapping) else []):
@@ -186,7 +187,7 @@ def _unwrap(cm: Mapping[str, Any], source: str) -> Any:
     return _renest_text(text, f"{source} data.{key}")
 
 
-def repair(doc: Any) -> Any:
+def repair(doc: object) -> Any:
     """Unambiguous mistakes of the release texts, each logged."""
     if not isinstance(doc, Mapping):
         return doc
@@ -210,7 +211,7 @@ def repair(doc: Any) -> Any:
     return doc
 
 
-def _merge_items(section: Any, where: str) -> Any:
+def _merge_items(section: object, where: str) -> Any:
     """`[{disabled: [...]}, {enabled: [...]}]` → `{disabled: [...], enabled: [...]}` when no key repeats."""
     if not isinstance(section, list) or not section or not all(isinstance(x, Mapping) for x in section):
         return section
@@ -218,7 +219,7 @@ def _merge_items(section: Any, where: str) -> Any:
     if len(keys) != len(set(keys)) or not set(keys) <= {"enabled", "disabled"}:
         return section
     log.warning("%s: a list of {enabled}/{disabled} items read as one object", where)
-    merged: dict[str, Any] = {}
+    merged: JSON = {}
     for x in section:
         merged.update(x)
     return merged

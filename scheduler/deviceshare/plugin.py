@@ -109,7 +109,7 @@ class DeviceShare:
         self.allocator = Allocator(self.scorer)
         self.state = state if state is not None else DeviceState()
         self._pod: JSON | None = None
-        self._fingerprint: tuple[Any, ...] = ()
+        self._fingerprint: tuple[object, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
         self._fits: dict[str, tuple[Any, bool, Allocations]] = {}  # node → ((state version, NUMA), complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
@@ -125,7 +125,7 @@ class DeviceShare:
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
-        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # see _by_rows
+        self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
 
     def sync_templates(self, cluster: Cluster | None) -> None:
         """Re-read the GPU shared resource templates when their ConfigMap object changed."""
@@ -339,13 +339,13 @@ class DeviceShare:
             self._row_version[i] += 1
         self._dirty.clear()
 
-    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any],
+    def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any],
                  one: Callable[[int], Any] | None = None) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
         return by_rows(self._row_cache, self._row_version, key, compute, one)
 
     @staticmethod
-    def _shape(plan: PodPlan) -> tuple[Any, ...]:
+    def _shape(plan: PodPlan) -> tuple[object, ...]:
         gpu = plan.gpu
         return (tuple((t, tuple(sorted(r.items()))) for t, r in plan.requests.items()),
                 None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))

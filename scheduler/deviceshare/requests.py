@@ -166,7 +166,7 @@ class LabelSelector:
         return True
 
 
-def parse_selector(obj: Any) -> LabelSelector:
+def parse_selector(obj: object) -> LabelSelector:
     if not isinstance(obj, dict):
         raise InvalidDeviceRequest(f"invalid label selector {obj!r}")
     exprs = []

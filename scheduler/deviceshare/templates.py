@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -39,7 +38,7 @@ class TemplatesConfig:
     matched_resources: tuple[str, ...] = DEFAULT_MATCHED_RESOURCES
 
     @classmethod
-    def from_dict(cls, args: Mapping[str, Any] | None) -> TemplatesConfig:
+    def from_dict(cls, args: Mapping[str, object] | None) -> TemplatesConfig:
         """The `gpuSharedResourceTemplatesConfig` object of DeviceShareArgs (missing fields defaulted as upstream
         defaults the whole object: an object given without matchedResources matches nothing)."""
         if args is None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from apis.core.objects import JSON
 from apis.scheduling.quota import DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA
 from scheduler.elasticquota.model import (
     SPECIAL,
@@ -58,9 +58,9 @@ class QuotaInfo:
         """getLimitRequestNoLock: request capped at max where max names the resource."""
         return {k: min(v, self.max[k]) if k in self.max else v for k, v in self.request.items()}
 
-    def summary(self, include_pods: bool = False) -> dict[str, Any]:
+    def summary(self, include_pods: bool = False) -> JSON:
         """QuotaInfoSummary as the ElasticQuota plugin serves it (core/quota_summary.go field names)."""
-        out: dict[str, Any] = {
+        out: JSON = {
             "name": self.name, "parentName": self.parent, "isParent": self.is_parent,
             "runtimeVersion": self.runtime_version, "allowLentResource": self.allow_lent, "tree": "",
             "max": resource_json(self.max), "min": resource_json(self.min),

@@ -6,7 +6,6 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -109,7 +108,7 @@ def go_list(names: list[str]) -> str:
     return "[" + " ".join(names) + "]"
 
 
-def parse_resources(obj: Any, where: str) -> Resources:
+def parse_resources(obj: object, where: str) -> Resources:
     if obj is None:
         return {}
     if not isinstance(obj, Mapping):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -53,10 +52,10 @@ class ElasticQuotaArgs:
     monitor_all_quotas: bool = False
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
-    hook_plugins: list[dict[str, Any]] = field(default_factory=list)
+    hook_plugins: list[JSON] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, args: Mapping[str, Any]) -> ElasticQuotaArgs:
+    def from_dict(cls, args: Mapping[str, object]) -> ElasticQuotaArgs:
         out = cls()
         for camel, attr in (("enableRuntimeQuota", "enable_runtime_quota"),
                             ("enableCheckParentQuota", "enable_check_parent_quota"),
@@ -289,7 +288,7 @@ class ElasticQuota:
         return self.quota_of(pods[0]), total
 
     # -- reporting -------------------------------------------------------------------------------------------
-    def summary(self, name: str, include_pods: bool = False) -> dict[str, Any] | None:
+    def summary(self, name: str, include_pods: bool = False) -> JSON | None:
         info = self.manager.quotas.get(name)
         if info is None:
             return None
@@ -297,7 +296,7 @@ class ElasticQuota:
             self.manager.refresh_runtime(name)
         return info.summary(include_pods)
 
-    def summaries(self, include_pods: bool = False) -> dict[str, dict[str, Any]]:
+    def summaries(self, include_pods: bool = False) -> dict[str, JSON]:
         self.manager.refresh_all()
         return {n: q.summary(include_pods) for n, q in sorted(self.manager.quotas.items()) if n != ROOT_QUOTA}
 

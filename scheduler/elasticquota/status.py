@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -26,14 +25,14 @@ ANNOTATIONS = ((ANNOTATION_QUOTA_RUNTIME, "runtime"), (ANNOTATION_QUOTA_REQUEST,
                (ANNOTATION_QUOTA_NON_PREEMPTIBLE_USED, "nonPreemptibleUsed"))
 
 
-def _values(doc: Any) -> Resources:
+def _values(doc: object) -> Resources:
     try:
         return parse_resources(doc, "")
     except InvalidInput:  # a value we cannot read is one we rewrite
         return {"": -1}
 
 
-def status_patch(obj: JSON, summary: dict[str, Any]) -> JSON | None:
+def status_patch(obj: JSON, summary: JSON) -> JSON | None:
     """A merge patch bringing the object to the summary, or None when nothing changed (zeros ignored, as
     quotav1.Equals(RemoveZeros(...)) upstream)."""
     meta = obj.get("metadata") or {}

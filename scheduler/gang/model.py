@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
@@ -52,7 +51,7 @@ def _annotations(obj: JSON) -> dict[str, str]:
     return dict(_meta(obj).get("annotations") or {})
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from apis.core.objects import JSON
 from apis.scheduling.gang import (
@@ -120,7 +119,7 @@ class Planner:
         self.enable_preemption = enable_preemption and self.cos.preemption
         self.tree = cluster_tree(sched.cluster) if self.cos.aware_network_topology else None
         self.results: dict[str, Placement] = {}
-        self.preemptions: list[dict[str, Any]] = []
+        self.preemptions: list[JSON] = []
         self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
         self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
         self.rejected_groups = 0  # GangGroups left waiting this plan
@@ -434,7 +433,7 @@ def _preemption_costs(possible: dict[str, list[JSON]], cluster: Cluster) -> dict
 
 
 def plan_jobs(scheduler: Scheduler, pods: list[JSON], *, enable_preemption: bool = True,
-              default_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> tuple[list[Placement], list[dict[str, Any]]]:
+              default_timeout: float = DEFAULT_TIMEOUT_SECONDS) -> tuple[list[Placement], list[JSON]]:
     """Place pods in input order; each gang's GangGroup is placed all-or-nothing when its first pod comes up.
 
     Returns one Placement per input pod (same order) and the job-level preemptions in the `simulate` shape."""

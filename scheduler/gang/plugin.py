@@ -31,7 +31,7 @@ class Coscheduling:
 
     name = NAME
 
-    def __init__(self, args: Any = None, weight: int = 1, *, admission: bool = True, permit: bool = True,
+    def __init__(self, args: object = None, weight: int = 1, *, admission: bool = True, permit: bool = True,
                  preemption: bool = True, aware_network_topology: bool = True,
                  match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> None:
         self.args = args

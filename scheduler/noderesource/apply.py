@@ -8,11 +8,10 @@ and its value moved at all (upstream rewrites the same value then; an identical 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON, JSONMapping
 from apis.core.quantity import format_bytes, format_milli
 from apis.extension.device_share import GPU_LABELS
 from apis.extension.resources import BATCH_MEMORY, BATCH_RESOURCES, MID_MEMORY, MID_RESOURCES, RESOURCE_GPU_MEMORY
@@ -33,7 +32,7 @@ def format_value(name: str, value: int) -> str:
     return format_bytes(value) if name in _BYTE_RESOURCES else format_milli(value * 1000)
 
 
-def _value(name: str, text: Any) -> int | None:
+def _value(name: str, text: object) -> int | None:
     try:
         return quantity_value(name, text)
     except InvalidInput:
@@ -71,7 +70,7 @@ def diff_exceeds(old: int, new: int, threshold: float) -> bool:
     return abs(new - old) > old * threshold
 
 
-def plan(node: Mapping[str, Any], nr: NodeResource, strategy: Mapping[str, Any], expired: bool) -> Plan:
+def plan(node: JSONMapping, nr: NodeResource, strategy: JSONMapping, expired: bool) -> Plan:
     """The writes this node needs now. `expired`: its last write is older than updateTimeThresholdSeconds (or
     there was none), so any difference is written; otherwise only one past the diff threshold (or a resource
     appearing or going) is, and then every differing managed resource goes in the same write."""
@@ -102,10 +101,10 @@ def plan(node: Mapping[str, Any], nr: NodeResource, strategy: Mapping[str, Any],
     return out
 
 
-def status_patch(p: Plan) -> dict[str, Any]:
+def status_patch(p: Plan) -> JSON:
     """A merge patch of the node's status subresource: the same entries in allocatable and capacity."""
     return {"status": {"allocatable": dict(p.status), "capacity": dict(p.status)}}
 
 
-def label_patch(p: Plan) -> dict[str, Any]:
+def label_patch(p: Plan) -> JSON:
     return {"metadata": {"labels": dict(p.labels)}}

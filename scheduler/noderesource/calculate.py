@@ -12,10 +12,9 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.errors import InvalidInput
-from apis.core.objects import JSON
+from apis.core.objects import JSON, JSONMapping
 from apis.core.resources import CPU, MEMORY
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, decode_node_reservation
@@ -83,7 +82,7 @@ class NodeResource:
 
 
 # -- resource lists ----------------------------------------------------------------------------------------------
-def cpu_memory(obj: Any) -> RL:
+def cpu_memory(obj: object) -> RL:
     """The cpu (millicores) and memory (bytes) of a ResourceList; entries missing or unparsable are left out."""
     out: RL = {}
     if isinstance(obj, Mapping):
@@ -118,15 +117,15 @@ def _scaled(value: int, ratio: float) -> int:
 
 
 # -- node facts --------------------------------------------------------------------------------------------------
-def _status(node: Mapping[str, Any]) -> JSON:
+def _status(node: JSONMapping) -> JSON:
     return dict(node.get("status") or {})
 
 
-def node_capacity(node: Mapping[str, Any]) -> RL:
+def node_capacity(node: JSONMapping) -> RL:
     return cpu_memory(_status(node).get("capacity"))
 
 
-def node_reserved(node: Mapping[str, Any]) -> RL:
+def node_reserved(node: JSONMapping) -> RL:
     """max(kubelet's reservation (capacity − allocatable), the node.koordinator.sh/reservation annotation)."""
     status = _status(node)
     cap, alloc = cpu_memory(status.get("capacity")), cpu_memory(status.get("allocatable"))
@@ -134,7 +133,7 @@ def node_reserved(node: Mapping[str, Any]) -> RL:
     return _max(kubelet, annotation_reservation(node))
 
 
-def annotation_reservation(node: Mapping[str, Any]) -> RL:
+def annotation_reservation(node: JSONMapping) -> RL:
     """util.GetNodeReservationFromAnnotation: `resources`, with `reservedCPUs` (a cpuset) counting as whole CPUs."""
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RESERVATION)
     if not text or not isinstance(text, str):
@@ -149,7 +148,7 @@ def annotation_reservation(node: Mapping[str, Any]) -> RL:
         return {}
 
 
-def rfc3339_seconds(text: Any) -> float | None:
+def rfc3339_seconds(text: object) -> float | None:
     """Seconds since the epoch of an RFC 3339 time (NodeMetric status.updateTime); None when it does not read."""
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
@@ -157,7 +156,7 @@ def rfc3339_seconds(text: Any) -> float | None:
         return None
 
 
-def degraded(strategy: Mapping[str, Any], nodemetric: Mapping[str, Any] | None, now: float) -> str | None:
+def degraded(strategy: JSONMapping, nodemetric: JSONMapping | None, now: float) -> str | None:
     """Why batch and mid resources are reset (isDegradeNeeded): no NodeMetric, no updateTime, or older than
     degradeTimeMinutes."""
     if not nodemetric:
@@ -170,11 +169,11 @@ def degraded(strategy: Mapping[str, Any], nodemetric: Mapping[str, Any] | None, 
     return None
 
 
-def _metric_usage(entry: Mapping[str, Any], key: str) -> RL:
+def _metric_usage(entry: JSONMapping, key: str) -> RL:
     return cpu_memory((entry.get(key) or {}).get("resources"))
 
 
-def _host_apps_above(nodemetric: Mapping[str, Any], priority: str) -> RL:
+def _host_apps_above(nodemetric: JSONMapping, priority: str) -> RL:
     """GetHostAppHPUsed: usage of the host applications of a higher priority than `priority`."""
     out: RL = {CPU: 0, MEMORY: 0}
     mine = _DEFAULT_PRIORITY.get(priority, 0)
@@ -184,16 +183,16 @@ def _host_apps_above(nodemetric: Mapping[str, Any], priority: str) -> RL:
     return out
 
 
-def _system_used(nodemetric: Mapping[str, Any]) -> RL:
+def _system_used(nodemetric: JSONMapping) -> RL:
     return _metric_usage(((nodemetric.get("status") or {}).get("nodeMetric") or {}), "systemUsage")
 
 
-def _pod_key(pod: Mapping[str, Any]) -> str:
+def _pod_key(pod: JSONMapping) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _cpu_memory_requests(pod: Mapping[str, Any]) -> RL:
+def _cpu_memory_requests(pod: JSONMapping) -> RL:
     try:
         req = pod_requests(dict(pod))
     except InvalidInput:
@@ -201,19 +200,19 @@ def _cpu_memory_requests(pod: Mapping[str, Any]) -> RL:
     return {CPU: req.get(CPU, 0), MEMORY: req.get(MEMORY, 0)}
 
 
-def _live(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _live(pods: Iterable[JSONMapping]) -> list[JSONMapping]:
     return [p for p in pods if (p.get("status") or {}).get("phase") in _LIVE_PHASES]
 
 
 # -- batch -------------------------------------------------------------------------------------------------------
-def batch(strategy: Mapping[str, Any], node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
-          nodemetric: Mapping[str, Any] | None, now: float, nr: NodeResource) -> None:
+def batch(strategy: JSONMapping, node: JSONMapping, pods: Iterable[JSONMapping],
+          nodemetric: JSONMapping | None, now: float, nr: NodeResource) -> None:
     """kubernetes.io/batch-cpu and batch-memory (batchresource calculateOnNode + CalculateBatchResourceByPolicy)."""
     why = degraded(strategy, nodemetric, now)
     if why or nodemetric is None:
         nr.reset(BATCH_RESOURCES, f"degrade node resource because of abnormal nodeMetric ({why})")
         return
-    metrics: dict[str, Mapping[str, Any]] = {}
+    metrics: dict[str, JSONMapping] = {}
     for pm in (nodemetric.get("status") or {}).get("podsMetric") or []:
         if isinstance(pm, dict):
             metrics[f"{pm.get('namespace')}/{pm.get('name')}"] = pm
@@ -256,7 +255,7 @@ def batch(strategy: Mapping[str, Any], node: Mapping[str, Any], pods: Iterable[M
     nr.set(BATCH_MEMORY, mem, mem_msg)
 
 
-def batch_by_policy(strategy: Mapping[str, Any], capacity: RL, margin: RL, reserved: RL, system_used: RL,
+def batch_by_policy(strategy: JSONMapping, capacity: RL, margin: RL, reserved: RL, system_used: RL,
                     hp_request: RL, hp_used: RL, hp_max_used_req: RL) -> tuple[int, int, str, str]:
     """util.CalculateBatchResourceByPolicy: batch allocatable by the cpu/memory calculate policies, capped by the
     batch threshold percentages of the capacity when they are set."""
@@ -296,8 +295,8 @@ def batch_by_policy(strategy: Mapping[str, Any], capacity: RL, margin: RL, reser
 
 
 # -- mid ---------------------------------------------------------------------------------------------------------
-def mid(strategy: Mapping[str, Any], node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
-        nodemetric: Mapping[str, Any] | None, now: float, nr: NodeResource) -> None:
+def mid(strategy: JSONMapping, node: JSONMapping, pods: Iterable[JSONMapping],
+        nodemetric: JSONMapping | None, now: float, nr: NodeResource) -> None:
     """kubernetes.io/mid-cpu and mid-memory (midresource calculate + CalculateMidResourceByPolicy):
     min(min(ProdReclaimable, NodeUnused) + ProdUnallocated × midUnallocatedPercent, NodeCapacity × midThreshold),
     or under midReclaimMode `static`, min(NodeCapacity × staticReservedPercent, NodeCapacity × midThreshold)."""
@@ -348,12 +347,12 @@ def mid(strategy: Mapping[str, Any], node: Mapping[str, Any], pods: Iterable[Map
 
 
 # -- devices -----------------------------------------------------------------------------------------------------
-def _healthy(device: Mapping[str, Any] | None, dtype: str) -> list[Mapping[str, Any]]:
+def _healthy(device: JSONMapping | None, dtype: str) -> list[JSONMapping]:
     devices = ((device or {}).get("spec") or {}).get("devices") or []
     return [d for d in devices if isinstance(d, dict) and d.get("type") == dtype and d.get("health") is True]
 
 
-def gpu(device: Mapping[str, Any] | None, nr: NodeResource, sync_gpu_shared: bool = False) -> None:
+def gpu(device: JSONMapping | None, nr: NodeResource, sync_gpu_shared: bool = False) -> None:
     """gpudeviceresource: the sum of the healthy GPUs' resources, `koordinator.sh/gpu` (= Σ gpu-core) for NVIDIA or
     an unnamed vendor, `gpu.shared` (100 per GPU) behind EnableSyncGPUSharedResource, and the vendor, model and
     driver labels of the Device; without a Device or a healthy GPU, the GPU resources are removed."""
@@ -379,7 +378,7 @@ def gpu(device: Mapping[str, Any] | None, nr: NodeResource, sync_gpu_shared: boo
     nr.labels.update({k: str(labels[k]) for k in GPU_LABELS if k in labels})
 
 
-def rdma(device: Mapping[str, Any] | None, nr: NodeResource) -> None:
+def rdma(device: JSONMapping | None, nr: NodeResource) -> None:
     """rdmadevicereource: 100 per healthy RDMA device (a PF), removed when there is none."""
     pfs = _healthy(device, "rdma")
     if not pfs:
@@ -388,9 +387,9 @@ def rdma(device: Mapping[str, Any] | None, nr: NodeResource) -> None:
     nr.set(RESOURCE_RDMA, 100 * len(pfs), "node rdma resources from device")
 
 
-def calculate(strategy: Mapping[str, Any], colocation: bool, node: Mapping[str, Any],
-              pods: Iterable[Mapping[str, Any]], nodemetric: Mapping[str, Any] | None,
-              device: Mapping[str, Any] | None, now: float, *, sync_gpu_shared: bool = False) -> NodeResource:
+def calculate(strategy: JSONMapping, colocation: bool, node: JSONMapping,
+              pods: Iterable[JSONMapping], nodemetric: JSONMapping | None,
+              device: JSONMapping | None, now: float, *, sync_gpu_shared: bool = False) -> NodeResource:
     """Every resource of one node (mid, batch, GPU, RDMA in upstream's plugin order); colocation off resets mid
     and batch (upstream's disabled path), devices are synced either way (docs/scheduler.md, noderesource)."""
     nr = NodeResource()

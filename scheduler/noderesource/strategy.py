@@ -11,9 +11,8 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, JSONMapping
 from apis.extension.node import (
     ANNOTATION_COLOCATION_STRATEGY,
     LABEL_CPU_RECLAIM_RATIO,
@@ -77,7 +76,7 @@ class ConfigError(ValueError):
     """The colocation config does not parse or is invalid: the previous one stays (upstream's errorStatus)."""
 
 
-def _check_types(strategy: Mapping[str, Any], where: str) -> None:
+def _check_types(strategy: JSONMapping, where: str) -> None:
     """What Go's json.Unmarshal into ColocationStrategy would refuse, as one line naming the field."""
     for k in _INTS:
         v = strategy.get(k)
@@ -95,14 +94,14 @@ def _check_types(strategy: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}{k}: want a string, got {v!r}")
 
 
-def overlay(base: Mapping[str, Any], top: Mapping[str, Any]) -> JSON:
+def overlay(base: JSONMapping, top: JSONMapping) -> JSON:
     """util.MergeCfg: the fields set (non-null) in `top` replace those of `base`."""
     out = copy.deepcopy(dict(base))
     out.update({k: copy.deepcopy(v) for k, v in top.items() if v is not None})
     return out
 
 
-def invalid_field(strategy: Mapping[str, Any]) -> str | None:
+def invalid_field(strategy: JSONMapping) -> str | None:
     """The first field out of sloconfig.IsColocationStrategyValid's bounds, as "field=value (want ...)"."""
     for name, (low, high, exclusive) in _BOUNDS.items():
         v = strategy.get(name)
@@ -129,7 +128,7 @@ class ColocationConfig:
     strategy: JSON = field(default_factory=lambda: dict(DEFAULT_STRATEGY))
     node_configs: tuple[NodeConfig, ...] = ()
 
-    def for_node(self, node: Mapping[str, Any]) -> JSON:
+    def for_node(self, node: JSONMapping) -> JSON:
         """sloconfig.GetNodeColocationStrategy: the first matching node config over the cluster strategy, then the
         node's own annotation and ratio labels."""
         meta = node.get("metadata") or {}
@@ -160,12 +159,12 @@ class ColocationConfig:
                 strategy = {**strategy, key: int(ratio * 100)}
         return strategy
 
-    def enabled_for(self, node: Mapping[str, Any]) -> bool:
+    def enabled_for(self, node: JSONMapping) -> bool:
         """Colocation on for this node: the cluster switch and the node's strategy (isColocationCfgDisabled)."""
         return bool(self.strategy.get("enable")) and bool(self.for_node(node).get("enable"))
 
 
-def parse_config_map(cm: Mapping[str, Any] | None) -> ColocationConfig:
+def parse_config_map(cm: JSONMapping | None) -> ColocationConfig:
     """The colocation config of a ConfigMap (None or no `colocation-config` key: upstream's defaults). A config
     that does not parse or is out of bounds raises ConfigError; an invalid node config falls back to the cluster's
     strategy with a log line, as upstream."""
@@ -203,7 +202,7 @@ def parse_config_map(cm: Mapping[str, Any] | None) -> ColocationConfig:
     return ColocationConfig(cluster, tuple(nodes))
 
 
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+def selector_matches(selector: JSONMapping | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelectorAsSelector(selector).Matches(labels): nil matches nothing, {} everything; a selector
     that does not convert matches nothing."""
     if selector is None:

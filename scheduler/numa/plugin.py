@@ -79,7 +79,7 @@ class PodNUMA:
     problem: str = ""
 
 
-def _json_annotation(annotations: dict[str, Any], name: str) -> dict[str, Any]:
+def _json_annotation(annotations: JSON, name: str) -> JSON:
     text = annotations.get(name)
     if not text:
         return {}
@@ -136,20 +136,20 @@ class NodeNUMAResource:
         self.most = scoring_type == MOST_ALLOCATED
         self.resources = resources
         self.weight = weight
-        self._scores: dict[str, dict[int, dict[str, Any]]] = {}  # node → pod shape (its number) → memo (_cached)
+        self._scores: dict[str, dict[int, JSON]] = {}  # node → pod shape (its number) → memo (_cached)
         self._shape_of: tuple[JSON | None, int] = (None, 0)
-        self._shape_ids: dict[tuple[Any, ...], int] = {}  # pod shape → a small number: hashed once per pod, not
+        self._shape_ids: dict[tuple[object, ...], int] = {}  # pod shape → a small number: hashed once per pod, not
         # once per node (the shape holds the pod's labels and annotations)
         self._dirty: set[str] = set()  # nodes changed since their memo was last checked
         self._changes = Tracker()  # feeds _dirty: a node the tracker does not report (unchanged, or back at the
         # version last seen: a reservation's reserve pod lent for an owner's cycle and put back) is not looked at
-        self._fp: dict[str, tuple[Any, ...]] = {}  # node → _fingerprint its usage and memo were made from
+        self._fp: dict[str, tuple[object, ...]] = {}  # node → _fingerprint its usage and memo were made from
         self._checked: dict[str, int | None] = {}  # node → the NodeIndex version its memo was last checked at
         self._columns = NodeColumns(lambda _n: {})
         self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
         self._policy_rows: list[int] = []
-        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
+        self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
         self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
         self.deviceshare: NUMAHintProvider | None = None  # DeviceShare, when its devices are aligned (align_devices)
         self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
@@ -225,7 +225,7 @@ class NodeNUMAResource:
                 self._dirty.add(names[i])
 
     @staticmethod
-    def _fingerprint(node: NodeInfo) -> tuple[Any, ...]:
+    def _fingerprint(node: NodeInfo) -> tuple[object, ...]:
         """Everything NUMA usage, the hints and the NUMA-path scores depend on: the Node, NRT and Device objects and
         the pods' resource-status and device-allocated annotations."""
         held = []

@@ -100,7 +100,7 @@ def parse_topology(nrt: JSON | None) -> NodeTopology:
     return topo
 
 
-def _read_cpus(topo: NodeTopology, text: Any) -> None:
+def _read_cpus(topo: NodeTopology, text: object) -> None:
     if not text:
         return
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -34,7 +33,7 @@ class FitPlusArgs:
     resources: dict[str, ResourceStrategy] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> FitPlusArgs:
+    def from_dict(cls, raw: Mapping[str, object] | None) -> FitPlusArgs:
         raw = dict(raw or {})
         unknown = sorted(set(raw) - {"resources", "apiVersion", "kind"})
         if unknown:
@@ -71,7 +70,7 @@ class NodeResourcesFitPlus:
         self.args = args or FitPlusArgs()
         self.weight = weight
         self._pod: tuple[JSON | None, dict[str, int], dict[str, int]] = (None, {}, {})  # last pod: requests, nz
-        self._nonzero: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}  # node → (stamp, Σ non-zero)
+        self._nonzero: dict[str, tuple[tuple[object, ...], dict[str, int]]] = {}  # node → (stamp, Σ non-zero)
         self.columns = NodeColumns(self._node_nonzero)  # the same per node row, for score_vector
         self._pod_nonzero: dict[int, tuple[JSON, dict[str, int]]] = {}  # id(pod) → (pod, its non-zero requests)
 

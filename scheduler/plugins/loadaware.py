@@ -71,7 +71,7 @@ class LoadAware:
         # Per estimate, the time-independent part of the vector results, refreshed for changed rows only: a
         # placement changes one node's load, so the next pod of the same shape recomputes one row, not all.
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)
-        self._row_cache: dict[tuple[Any, ...], tuple[IntArray, Any]] = {}
+        self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}
 
     def estimate(self, pod: JSON) -> Vector:
         """Estimated usage of a pod over the resource vector (estimator/default_estimator.go)."""
@@ -163,7 +163,7 @@ class LoadAware:
                 self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
                     prod.get(r, 0)
 
-    def _by_rows(self, key: tuple[Any, ...], compute: Callable[[Any], Any], one: Callable[[int], Any]) -> Any:
+    def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any], one: Callable[[int], Any]) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
         return by_rows(self._row_cache, self._row_version, key, compute, one)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON, JSONMapping
 from apis.core.resources import CPU, MEMORY
 
 AGGREGATION_TYPES = ("avg", "p50", "p90", "p95", "p99")
@@ -72,7 +72,7 @@ class LoadAwareArgs:
                     raise InvalidInput(f"LoadAwareScheduling: unknown aggregation type {t!r}")
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> LoadAwareArgs:
+    def from_dict(cls, raw: JSONMapping | None) -> LoadAwareArgs:
         """Upstream (camelCase) arg names; absent fields keep their defaults."""
         raw = dict(raw or {})
         known = {"filterExpiredNodeMetrics", "nodeMetricExpirationSeconds", "enableScheduleWhenNodeMetricsExpired",
@@ -83,7 +83,7 @@ class LoadAwareArgs:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InvalidInput(f"LoadAwareScheduling: unknown args {unknown}")
-        kw: dict[str, Any] = {}
+        kw: JSON = {}
         for arg, attr in (("filterExpiredNodeMetrics", "filter_expired_node_metrics"),
                           ("enableScheduleWhenNodeMetricsExpired", "enable_schedule_when_node_metrics_expired"),
                           ("prodUsageIncludeSys", "prod_usage_include_sys"),
@@ -117,20 +117,20 @@ class LoadAwareArgs:
         return cls(**kw)
 
 
-def _int(name: str, v: Any) -> int:
+def _int(name: str, v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise InvalidInput(f"LoadAwareScheduling: {name} must be an integer, got {v!r}")
     return int(v)
 
 
-def int_map(name: str, v: Any) -> dict[str, int]:
+def int_map(name: str, v: object) -> dict[str, int]:
     """A resource → integer map (thresholds, weights, factors), or InvalidInput naming the field."""
     if not isinstance(v, Mapping):
         raise InvalidInput(f"LoadAwareScheduling: {name} must be a map of resource → integer")
     return {str(k): _int(f"{name}[{k}]", x) for k, x in v.items()}
 
 
-def parse_duration(v: Any) -> float:
+def parse_duration(v: object) -> float:
     """Seconds from a Go duration string or a number; absent/empty is 0 (the longest reported window)."""
     if v is None or v == "":
         return 0.0

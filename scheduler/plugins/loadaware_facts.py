@@ -152,7 +152,7 @@ class PodEstimates:
 class NodeLoad:
     """What one node contributes, recomputed only when its NodeMetric or pod set changes."""
 
-    stamp: tuple[Any, ...]
+    stamp: tuple[object, ...]
     has_metric: bool  # the NodeMetric has status.nodeMetric
     capacity: Vector
     update_time: float | None
@@ -161,7 +161,7 @@ class NodeLoad:
     node_estimated: Vector
     prod_usage: Vector
     prod_delta: Vector
-    thresholds: dict[str, Any] | None  # the node's usage-thresholds annotation, parsed
+    thresholds: JSON | None  # the node's usage-thresholds annotation, parsed
 
     def usage(self) -> Vector:
         """nodeUsage plus what assigned pods add beyond their reported usage."""
@@ -193,7 +193,7 @@ class NodeLoads:
             load = self._nodes[node.name] = self._build(node, nm, stamp)
         return load
 
-    def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[Any, ...]) -> NodeLoad:
+    def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...]) -> NodeLoad:
         status = nm.get("status") or {}
         metric = status.get("nodeMetric")
         update_time = _parse_time(status.get("updateTime"))
@@ -230,7 +230,7 @@ class NodeLoads:
         return NodeLoad(stamp, metric is not None, self._capacity(node), update_time, node_usage, node_delta,
                         node_est, prod_usage, prod_delta, json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
 
-    def vector(self, resources: Any) -> Vector:
+    def vector(self, resources: object) -> Vector:
         """A ResourceList (quantity strings) over the plugin's resources; absent ones are 0."""
         out = dict.fromkeys(self.resources, 0)
         if isinstance(resources, dict):
@@ -297,11 +297,11 @@ def vsum(a: Vector, b: Vector) -> Vector:
     return {r: a.get(r, 0) + b.get(r, 0) for r in {*a, *b}}
 
 
-def _annotations(obj: JSON) -> dict[str, Any]:
+def _annotations(obj: JSON) -> JSON:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _parse_time(v: Any) -> float | None:
+def _parse_time(v: object) -> float | None:
     if not v:
         return None
     try:
@@ -317,7 +317,7 @@ def _condition_time(pod: JSON, ctype: str) -> float | None:
     return None
 
 
-def _int_or(v: Any, default: int | None) -> int | None:
+def _int_or(v: object, default: int | None) -> int | None:
     try:
         return int(str(v)) if v is not None else default
     except ValueError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,7 @@ class ScarceArgs:
     resources: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> ScarceArgs:
+    def from_dict(cls, raw: Mapping[str, object] | None) -> ScarceArgs:
         raw = dict(raw or {})
         unknown = sorted(set(raw) - {"resources", "apiVersion", "kind"})
         if unknown:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from apis.core.objects import JSON
 from apis.scheduling.reservation import (
@@ -29,7 +28,7 @@ def ignored(pod: JSON) -> bool:
     return (_meta(pod).get("labels") or {}).get(LABEL_RESERVATION_IGNORED) == "true"
 
 
-def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
+def _selector_matches(sel: object, labels: dict[str, str]) -> bool:
     if not isinstance(sel, dict):
         return False
     for k, v in (sel.get("matchLabels") or {}).items():
@@ -50,7 +49,7 @@ def _selector_matches(sel: Any, labels: dict[str, str]) -> bool:
     return True
 
 
-def _ref_matches(ref: Any, name: Any, namespace: str, uid: Any, kind: Any = None) -> bool:
+def _ref_matches(ref: object, name: object, namespace: str, uid: object, kind: object = None) -> bool:
     if not isinstance(ref, dict):
         return False
     if ref.get("uid"):
@@ -140,7 +139,7 @@ def owner_kinds(r: Reservation) -> frozenset[str]:
                      for k in ("object", "controller", "labelSelector") if o.get(k) is not None)
 
 
-def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[Any, ...]:
+def signature(pod: JSON, v: PodView, kinds: frozenset[str]) -> tuple[object, ...]:
     """Everything `PodView.eligible` reads of the pod, for reservations whose owner terms are of `kinds`: pods with
     one signature match the same reservations (the pod's name and uid count only where an object term exists)."""
     meta = _meta(pod)

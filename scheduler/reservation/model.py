@@ -15,7 +15,6 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
@@ -31,6 +30,7 @@ from apis.scheduling.reservation import (
 )
 from scheduler import malformed
 from scheduler.cluster import Cluster, key, pod_requests
+from scheduler.deviceshare.state import Allocations
 from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import parse_go_duration
 from scheduler.reservation import cpus, devices
@@ -47,7 +47,7 @@ def _rfc3339(at: float) -> str:
     return datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _timestamp(text: Any) -> float | None:
+def _timestamp(text: object) -> float | None:
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -71,13 +71,13 @@ class Reservation:
     reason: str = ""
     annotations: dict[str, str] = field(default_factory=dict)  # written on the object (device-allocated)
     pod: JSON = field(default_factory=dict)  # the reserve pod
-    owner_devices: dict[str, Any] = field(default_factory=dict)  # owner key → its device Allocations
-    owner_cpus: dict[str, Any] = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
+    owner_devices: JSON = field(default_factory=dict)  # owner key → its device Allocations
+    owner_cpus: JSON = field(default_factory=dict)  # owner key → its CPUs and NUMA resources (cpus.Held)
     dirty: bool = False  # status differs from the object's
     placed: JSON | None = None  # the reserve pod `place` made last, and what it was made from
-    placed_shape: tuple[Any, ...] = ()
+    placed_shape: tuple[object, ...] = ()
     placed_requests: dict[str, int] = field(default_factory=dict)
-    placed_from: tuple[Any, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
+    placed_from: tuple[object, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
     revision: int = 0  # grows with every account/release
 
     @property
@@ -106,7 +106,7 @@ class Reservation:
     def remaining(self) -> dict[str, int]:
         return {r: max(0, v - self.allocated.get(r, 0)) for r, v in self.allocatable.items()}
 
-    def held_devices(self) -> tuple[str, Any] | None:
+    def held_devices(self) -> tuple[str, Allocations] | None:
         """(encoded, Allocations) of the devices still held, or None when it reserved none."""
         reserved = self.annotations.get(ANNOTATION_DEVICE_ALLOCATED)
         return devices.remaining(reserved, list(self.owner_devices.values())) if reserved else None

@@ -60,7 +60,7 @@ class _Matches:
     def __init__(self, book: dict[str, Reservation], members: tuple[int, ...], order: list[Reservation],
                  kinds: frozenset[str]) -> None:
         self.book, self.members, self.order, self.kinds = book, members, order, kinds
-        self.results: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], bool] | None]] = {}
+        self.results: dict[tuple[object, ...], list[tuple[tuple[object, ...], bool] | None]] = {}
 
 
 NAME = "Reservation"
@@ -69,7 +69,7 @@ NAME = "Reservation"
 class ReservationPlugin:
     name = NAME
 
-    def __init__(self, args: Any = None, weight: int = 5000, *, preemption: bool = True) -> None:
+    def __init__(self, args: object = None, weight: int = 5000, *, preemption: bool = True) -> None:
         self.args = args
         self.weight = weight
         # ReservationArgs.enablePreemption, effective only while the plugin is enabled at postFilter
@@ -84,7 +84,7 @@ class ReservationPlugin:
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
-        self._held: dict[str, Any] = {}
+        self._held: JSON = {}
         self.preemptions: list[JSON] = []
         self._preempting = False
         self._zeros: IntArray = np.zeros(0, dtype=np.int64)

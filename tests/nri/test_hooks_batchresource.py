@@ -12,6 +12,7 @@ import pytest
 
 from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir
@@ -24,7 +25,6 @@ from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos import batchresource
 from koordlet.qos.state import QoSState
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import make_pod

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
@@ -21,7 +22,6 @@ from koordlet.nri.hooks.options import HookOptions
 from koordlet.qos.executor import Executor
 from koordlet.qos.model import Write
 from koordlet.qos.resctrl_facts import ResctrlFacts
-from koordlet.states.nodeslo import nodeslo_config
 
 UID = "7712555c-ce62-454a-9e18-9ff0217b8941"
 GATES = {"GroupIdentity": True, "Resctrl": True}

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.slo.decode import nodeslo_config
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
 from koordlet.nri.hooks import stages
@@ -20,7 +21,6 @@ from koordlet.nri.hooks.model import Adjustment, ContainerInfo, DeviceNode, Hook
 from koordlet.nri.hooks.options import HookOptions
 from koordlet.nri.hooks.stages import STAGES, Hook
 from koordlet.qos.resctrl_facts import ResctrlFacts
-from koordlet.states.nodeslo import nodeslo_config
 
 UID = "0f6bb8d1-5d2c-4f6e-8a3a-1b2c3d4e5f60"
 EVERYTHING = HookOptions(gates={"GPUEnvInject": True, "RDMADeviceInject": True, "Resctrl": True,

@@ -21,6 +21,7 @@ from test_hooks_devices import rdma_node
 from test_hooks_qos import build_resctrl
 
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -35,7 +36,6 @@ from koordlet.nri.runner import StageRunner
 from koordlet.nri.ttrpc import UNIMPLEMENTED
 from koordlet.pb import nri_pb2 as api
 from koordlet.qos.executor import Executor
-from koordlet.states.nodeslo import nodeslo_config
 
 from gopeer import GoPeer, gopeer_bin  # noqa: F401
 

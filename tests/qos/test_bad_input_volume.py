@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
 from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
 from apis.extension.resctrl import ANNOTATION_RESCTRL
+from apis.slo.decode import decode_nodeslo, nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
@@ -57,7 +58,6 @@ from koordlet.qos.manager import QoSManager
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import PodState
 
 from simhost import make_pod

@@ -15,6 +15,7 @@ import yaml
 
 from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet import cli
 from koordlet.config import Config
@@ -31,7 +32,6 @@ from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

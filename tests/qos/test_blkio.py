@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from apis.extension.blkio_qos import ANNOTATION_POD_BLKIO_QOS
+from apis.slo.decode import nodeslo_config
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, pod_dir, qos_dir
 from koordlet.host.paths import HostPaths
@@ -20,7 +21,6 @@ from koordlet.qos.executor import Executor, Result
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

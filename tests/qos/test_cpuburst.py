@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apis.extension.cpu_burst import ANNOTATION_POD_CPU_BURST
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import CPUBurstConfig, NodeSLOSpec
 from koordlet.config import Config
 from koordlet.events import EventRecorder
@@ -49,7 +50,6 @@ from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec, ResourceThresholdStrategy
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
@@ -17,7 +18,6 @@ from koordlet.qos import cpuevict
 from koordlet.qos.cpuevict import BEWindow, CPUFacts
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod

@@ -18,6 +18,7 @@ from apis.extension.resource_status import (
     parse_cpuset,
     resource_status,
 )
+from apis.slo.decode import nodeslo_config
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS
 from koordlet.host.paths import HostPaths
@@ -28,7 +29,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.cpupools import SharePool
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

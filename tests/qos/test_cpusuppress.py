@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from apis.extension.numa_aware import CPUInfo
+from apis.slo.decode import decode_nodeslo, nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
@@ -43,7 +44,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import decode_nodeslo, nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

@@ -387,9 +387,9 @@ def test_one_pod_failing_unexpectedly_does_not_stop_the_round() -> None:
 
 
 def test_over_threshold_without_be_pods_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from apis.slo.decode import nodeslo_config
     from koordlet.metriccache import MetricCache
     from koordlet.qos.state import QoSState
-    from koordlet.states.nodeslo import nodeslo_config
 
     cache = MetricCache(lambda kind: 3600)
     now = int(time.time() * 1000)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from apis.slo.config import spec_from_merged
+from apis.slo.decode import nodeslo_config
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.metriccache import MetricCache
@@ -15,7 +16,6 @@ from koordlet.qos import memoryevict
 from koordlet.qos.eviction import EvictionPlan
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apis.slo.decode import nodeslo_config
 from koordlet.config import Config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
@@ -25,7 +26,6 @@ from koordlet.qos.feature import record
 from koordlet.qos.manager import QoSManager, enabled_features
 from koordlet.qos.state import QoSState
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root

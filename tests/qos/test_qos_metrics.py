@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
+from apis.slo.decode import nodeslo_config
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
 from koordlet.host.paths import HostPaths
@@ -20,7 +21,6 @@ from koordlet.qos.executor import Executor
 from koordlet.qos.metrics import QoSMetrics
 from koordlet.qos.model import Plan, Write
 from koordlet.qos.state import QoSState
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from apis.core.errors import InvalidInput
 from apis.extension.errors import AnnotationError
 from apis.extension.resctrl import ANNOTATION_RESCTRL, ResctrlConfig, decode_resctrl
+from apis.slo.decode import nodeslo_config
 from koordlet.events import EventRecorder
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
@@ -42,7 +43,6 @@ from koordlet.qos.resctrl import (
 from koordlet.qos.resctrl_closids import Claim, granted, priority
 from koordlet.qos.resctrl_facts import ResctrlFacts, Schemata, parse_schemata, read_facts
 from koordlet.qos.state import QoSState
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 INTEL, AMD = "GenuineIntel", "AuthenticAMD"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
 from koordlet.events import EventRecorder
@@ -21,7 +22,6 @@ from koordlet.qos.manager import QoSManager
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts, same_pods
 from koordlet.states.model import PodMeta
-from koordlet.states.nodeslo import nodeslo_config
 from koordlet.states.pods import pod_meta
 
 from simhost import SimHost, make_pod

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from apis.slo.config import spec_from_merged
+from apis.slo.decode import merge_nodeslo_spec, validate_nodeslo
 from apis.slo.defaults import default_nodeslo_spec
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
-from koordlet.states.nodeslo import merge_nodeslo_spec, validate_nodeslo
 from koordlet.states.pods import PodState
 
 from simhost import make_pod

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apis.core.errors import InvalidInput, KoordletError
+from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class NvmlBackend(Protocol):
 # -- live NVML through pynvml -------------------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -164,7 +165,7 @@ class PynvmlBackend:
         self._nvml = module  # injectable for tests; None → `import pynvml` in init()
         self._init_error: NvmlError | None = None
         self._ready = False
-        self._handles: dict[str, Any] = {}
+        self._handles: JSON = {}
         self._events: Any = None
         self._lock = threading.Lock()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
 from koordlet.devices.nvidia.backend import (
     ERROR_CODES,
     ComputeProcess,
@@ -39,7 +40,7 @@ class _SnapDevice:
 class SnapshotBackend:
     """Replays a validated snapshot document (see load_snapshot): no NVML calls at all."""
 
-    def __init__(self, doc: dict[str, Any], name: str = "snapshot") -> None:
+    def __init__(self, doc: JSON, name: str = "snapshot") -> None:
         validate_snapshot(doc)
         self.name = name
         self.doc = copy.deepcopy(doc)
@@ -118,7 +119,7 @@ class SnapshotBackend:
             return list(self._events)
 
 
-def _parse_device(bus: str, d: dict[str, Any]) -> _SnapDevice:
+def _parse_device(bus: str, d: JSON) -> _SnapDevice:
     errors = {str(k): str(v) for k, v in (d.get("errors") or {}).items()}
     info = None
     if "device" not in errors:
@@ -148,7 +149,7 @@ def _check(cond: bool, where: str, what: str) -> None:
         raise InvalidInput(f"NVML snapshot: {where}: {what}")
 
 
-def _is_int(v: Any, minimum: int = 0) -> bool:
+def _is_int(v: object, minimum: int = 0) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
 
@@ -252,10 +253,10 @@ def _mig_doc(current: bool | None, pending: bool | None) -> dict[str, str] | Non
     return {"current": "Enabled" if current else "Disabled", "pending": "Enabled" if pending else "Disabled"}
 
 
-def dump_snapshot(backend: NvmlBackend) -> dict[str, Any]:
+def dump_snapshot(backend: NvmlBackend) -> JSON:
     """Everything discovery, usage and health read, as a snapshot document (NVML errors recorded, not raised;
     only a failing nvmlInit is recorded as `errors.init` with no devices)."""
-    doc: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "driverVersion": ""}
+    doc: JSON = {"format": SNAPSHOT_FORMAT, "driverVersion": ""}
     try:
         backend.init()
     except NvmlError as e:
@@ -268,7 +269,7 @@ def dump_snapshot(backend: NvmlBackend) -> dict[str, Any]:
         doc["driverVersion"] = ""
     devices = []
     for bus in backend.bus_ids():
-        entry: dict[str, Any] = {"pciBusId": bus}
+        entry: JSON = {"pciBusId": bus}
         errors: dict[str, str] = {}
         try:
             info = backend.device(bus)
@@ -308,7 +309,7 @@ def dump_snapshot(backend: NvmlBackend) -> dict[str, Any]:
     return doc
 
 
-def write_snapshot(doc: dict[str, Any], path: str) -> None:
+def write_snapshot(doc: JSON, path: str) -> None:
     """The canonical file form: sorted keys, two-space indent, trailing newline."""
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

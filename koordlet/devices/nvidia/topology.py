@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from apis.core.objects import JSON
 from apis.core.quantity import canonical_quantity
 from koordlet.devices.nvidia.backend import GpuInfo
 from koordlet.devices.partitions import partition
@@ -92,7 +93,7 @@ def _is_clique(minors: Iterable[int], matrix: dict[tuple[int, int], Pair]) -> bo
     return all((a, b) in matrix for a, b in combinations(sorted(minors), 2))
 
 
-def partitions(gpus: Sequence[GpuInfo]) -> list[dict[str, Any]]:
+def partitions(gpus: Sequence[GpuInfo]) -> list[JSON]:
     """GPUPartition dicts (minors, gpuLinkType, ringBusBandwidth, allocationScore 1) for sizes 1, 2, 4, 8, ...;
     empty when no two GPUs share an NVLink (then the node reports no partition table at all)."""
     ordered = sorted(gpus, key=lambda g: g.minor)
@@ -102,7 +103,7 @@ def partitions(gpus: Sequence[GpuInfo]) -> list[dict[str, Any]]:
     if not matrix:
         return []
     linked = {m for edge in matrix for m in edge}
-    out: list[dict[str, Any]] = []
+    out: list[JSON] = []
 
     def emit(group: Sequence[int]) -> None:
         bw = _group_bandwidth(group, matrix, by_minor)

@@ -8,8 +8,8 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from apis.core.objects import JSON
 from apis.extension.resources import RESOURCE_GPU_MEMORY, RESOURCE_NPU_CORE, RESOURCE_NPU_CPU, RESOURCE_NPU_DVPP
 from koordlet.devices.vendors import CommandError, Runner, VendorError, fields_after_colon, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
@@ -246,7 +246,7 @@ def davinci_minors(dev_root: str) -> list[str]:
     return sorted(found, key=int)
 
 
-def collect(run: Runner, paths: HostPaths, dev_root: str) -> list[dict[str, Any]]:
+def collect(run: Runner, paths: HostPaths, dev_root: str) -> list[JSON]:
     """XPUDeviceInfo entries (plain dicts) for every NPU card, as upstream's npu manager builds them.
 
     Required: the model (`-m`) and the card ids (`-l`); without them VendorError. **[quirk]** upstream also fails
@@ -280,7 +280,7 @@ def collect(run: Runner, paths: HostPaths, dev_root: str) -> list[dict[str, Any]
     topology = _topology(run, model)
     summary = _summary(run)
 
-    out: list[dict[str, Any]] = []
+    out: list[JSON] = []
     for card, minor in zip(cards, minors, strict=False):
         try:
             board = parse_board(run([NPU_SMI, "info", "-t", "board", "-i", card]))
@@ -289,7 +289,7 @@ def collect(run: Runner, paths: HostPaths, dev_root: str) -> list[dict[str, Any]
             continue
         chip = summary.get(_int(card))
         bus, node, pcie = pci_placement(paths, board.bus_id or (chip.bus_id if chip else ""))
-        topo: dict[str, Any] = {}
+        topo: JSON = {}
         links = p2p_links(topology, int(minor))
         if links:
             topo["p2pLinks"] = links
@@ -372,7 +372,7 @@ def _summary(run: Runner) -> dict[int, NpuChip]:
     return {r.npu_id: r for r in rows if r.chip == 0}
 
 
-def _status(run: Runner, card: str, board: Board, chip: NpuChip | None) -> dict[str, Any]:
+def _status(run: Runner, card: str, board: Board, chip: NpuChip | None) -> JSON:
     if board.chip_faults > 0:  # upstream's only health signal
         return {"healthy": False, "errCode": "chip error",
                 "errMessage": f"NPU index {card} has {board.chip_faults} chip faults"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from apis.core.objects import JSON
 from apis.extension.resources import RESOURCE_GPU_CORE, RESOURCE_GPU_MEMORY
 from koordlet.devices.vendors import CommandError, Runner, VendorError, pci_placement, table_rows
 from koordlet.host.paths import HostPaths
@@ -122,7 +122,7 @@ def _last_field(line: str, what: str) -> str:
     return fields[-1]
 
 
-def collect(run: Runner, paths: HostPaths) -> list[dict[str, Any]]:
+def collect(run: Runner, paths: HostPaths) -> list[JSON]:
     """XPUDeviceInfo entries (plain dicts) for every physical MLU card.
 
     **[quirk]** upstream counts cards and takes the model from `cnmon -l` and one memory size for all cards from
@@ -135,7 +135,7 @@ def collect(run: Runner, paths: HostPaths) -> list[dict[str, Any]]:
     if not cards:
         raise VendorError("cnmon lists no MLU card")
     model = cards[0].name  # upstream reports one product name for all cards
-    out: list[dict[str, Any]] = []
+    out: list[JSON] = []
     for c in cards:
         try:
             info = parse_cnmon_info(run([CNMON, "info", "-c", str(c.card)]))
@@ -149,7 +149,7 @@ def collect(run: Runner, paths: HostPaths) -> list[dict[str, Any]]:
         resources = {RESOURCE_GPU_CORE: "100"}
         if c.memory_total_mib is not None:
             resources[RESOURCE_GPU_MEMORY] = f"{c.memory_total_mib}Mi"
-        status: dict[str, Any] = {"healthy": info.healthy}
+        status: JSON = {"healthy": info.healthy}
         if info.error:
             status["errMessage"] = info.error
         out.append({"vendor": VENDOR, "model": model, "uuid": info.uuid, "minor": str(c.card),

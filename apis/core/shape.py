@@ -1,0 +1,37 @@
+"""The envelope every Kubernetes object must have before either program reads it, and a typed read of one field."""
+
+from __future__ import annotations
+
+from apis.core.errors import InvalidInput
+from apis.core.objects import JSON
+
+
+def shape_problem(obj: object) -> str | None:
+    """Why an object cannot be handled at all (no usable metadata.name, spec or status not objects), or None."""
+    if not isinstance(obj, dict):
+        return "not an object"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "metadata is not an object"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        return "metadata.name is not a non-empty string"
+    if not isinstance(meta.get("namespace"), str | None):
+        return "metadata.namespace is not a string"
+    for field in ("spec", "status"):
+        if not isinstance(obj.get(field), dict | None):
+            return f"{field} is not an object"
+    return None
+
+
+def object_field(value: object, where: str) -> JSON:
+    """`value` as an object (absent or null: empty); InvalidInput naming `where` when it is anything else."""
+    if not isinstance(value, dict | None):
+        raise InvalidInput(f"{where} is not an object")
+    return value or {}
+
+
+def list_field(value: object, where: str) -> list[JSON]:
+    """`value` as a list of objects (absent or null: empty); InvalidInput naming `where` when it is anything else."""
+    if not isinstance(value, list | None) or not all(isinstance(v, dict) for v in value or ()):
+        raise InvalidInput(f"{where} is not a list of objects")
+    return value or []
