@@ -45,6 +45,7 @@ from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanErr
 from apis.core.objects import JSON
 from apis.core.resources import CPU, pod_requests
 from apis.extension.cpu_qos import ANNOTATION_POD_CPU_QOS
+from apis.extension.pod import PodView
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, koord_qos_class_of_labels
 from apis.slo.types import CPU_POLICY_CORE_SCHED, CPU_POLICY_GROUP_IDENTITY, NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
@@ -54,7 +55,7 @@ from koordlet.qos.batchspec import batch_pod_shares
 from koordlet.qos.model import Capability, Notice, Plan, Report, Write
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
-from koordlet.states.model import PodMeta, PodView
+from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from apis.core.errors import InvalidInput, KoordletError, PlanError
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
+from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class
 from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
@@ -41,7 +42,6 @@ from apis.extension.resource_status import (
     ResourceStatus,
     format_cpuset,
     parse_cpuset,
-    resource_status,
 )
 from koordlet.host.driver import K8sQoS
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max
@@ -233,7 +233,7 @@ def plan(state: QoSState, facts: CPUSetFacts, *, disable_unset_cpu_quota: bool =
 
 def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disable_unset_cpu_quota: bool,
               be_cpu_manager: bool) -> None:
-    status = resource_status(_annotations(pod))
+    status = pod_resource_status(pod)
     running = [c.cgroup_dir for c in pod.containers if c.running and c.cgroup_dir]
     sandbox = facts.sandboxes.get(pod.uid)
     # (dir, upstream's reconciler level: cpuset.go registers container and sandbox cpuset, pod/sandbox/container quota)
@@ -259,10 +259,4 @@ def _plan_pod(state: QoSState, facts: CPUSetFacts, pod: PodMeta, out: Plan, disa
     for d, level in ((pod.cgroup_dir, "pod"), *dirs):
         out.writes.append(Write(state.cgroup_file("cpu.cfs_quota_us", d), quota, reason,
                                 resource="cpu.cfs_quota_us", level=level))
-
-
-def _annotations(pod: PodMeta) -> Mapping[str, object]:
-    meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
-    value = meta.get("annotations") if isinstance(meta, dict) else None
-    return value if isinstance(value, dict) else {}
 

@@ -42,8 +42,9 @@ from apis.core.quantity import milli_value
 from apis.core.resources import CPU
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, decode_node_reservation
 from apis.extension.numa_aware import CPUInfo
+from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
-from apis.extension.resource_status import format_cpuset, parse_cpuset, resource_status
+from apis.extension.resource_status import format_cpuset, parse_cpuset
 from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, CPU_SUPPRESS_CPUSET, HostApplication, NodeSLOSpec
 from koordlet.host.driver import K8sQoS
 from koordlet.host.paths import HostPaths
@@ -443,7 +444,7 @@ def _lsr_cpus(pods: Sequence[PodMeta]) -> set[int]:
         if koord_qos_class(pod.raw) != QOS_LSR:
             continue
         try:
-            out.update(resource_status(as_object(as_object(pod.raw.get("metadata")).get("annotations"))).cpus())
+            out.update(pod_resource_status(pod).cpus())
         except InvalidInput:
             continue
     return out
@@ -526,7 +527,7 @@ def _be_cpu_manager_dirs(state: QoSState, facts: SuppressFacts) -> list[str]:
     owned = set()
     for pod in state.pods:
         try:
-            status = resource_status(as_object(as_object(pod.raw.get("metadata")).get("annotations")))
+            status = pod_resource_status(pod)
         except InvalidInput:
             continue
         if status.cpuset or status.numa_node_resources:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.objects import JSON
 from apis.extension.numa_aware import CPUInfo, cpu_topology_json
+from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_LSE, koord_qos_class
-from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
+from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.model import PodMeta
@@ -190,8 +191,7 @@ def _fold_fields(obj: Mapping[str, object]) -> JSON:
 
 def pod_cpuset(pod: PodMeta) -> list[int]:
     """CPUs the scheduler bound the pod to (resource-status `cpuset`), [] for none; InvalidInput when malformed."""
-    annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
-    return resource_status(annotations).cpus()
+    return pod_resource_status(pod).cpus()
 
 
 def _pools(topo: CPUTopology, free: Collection[int]) -> list[SharePool]:

@@ -31,8 +31,9 @@ from apis.extension.numa_aware import (
     NRT_TOPOLOGY_POLICY_NONE,
     KubeletCPUManagerPolicy,
 )
+from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
-from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset, resource_status
+from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset
 from koordlet.host.files import read_bytes
 from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology
@@ -224,7 +225,7 @@ def kubelet_pod_allocs(entries: Mapping[str, Sequence[int]], pods: Iterable[PodM
             managed.add(pod.uid)
             continue
         try:
-            if resource_status(_annotations(pod)).cpus():
+            if pod_resource_status(pod).cpus():
                 managed.add(pod.uid)
         except InvalidInput:
             pass
@@ -273,12 +274,6 @@ def read_cpu_manager_state(paths: HostPaths) -> dict[str, list[int]]:
     if not data.strip():
         return {}
     return parse_cpu_manager_state(data.decode("utf-8", "replace"))
-
-
-def _annotations(pod: PodMeta) -> Mapping[str, object]:
-    meta = pod.raw.get("metadata") if isinstance(pod.raw, dict) else None
-    value = meta.get("annotations") if isinstance(meta, dict) else None
-    return value if isinstance(value, dict) else {}
 
 
 def _str(value: object, name: str) -> str:

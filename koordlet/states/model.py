@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from apis.core.objects import JSON
+from apis.extension.pod import AnnotationCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class PodMeta:
     cgroup_dir: str  # pod cgroup parent dir, relative to a subsystem root
     containers: tuple[ContainerMeta, ...]
     raw: JSON = field(repr=False, compare=False)
+    decoded: AnnotationCache = field(default_factory=AnnotationCache, repr=False, compare=False)
 
     @property
     def labels(self) -> Mapping[str, object]:
@@ -41,26 +43,6 @@ class PodMeta:
     def annotations(self) -> Mapping[str, object]:
         """metadata.annotations ({} when absent or not an object; values as received)."""
         return _mapping(_mapping(self.raw.get("metadata")).get("annotations"))
-
-
-class PodView(Protocol):
-    """What rules shared by the QoS reconciler and the runtime hooks read of a pod: a PodMeta of the pod list and
-    an NRI request's pod (koordlet.nri.hooks.model.PodInfo) are both one, so no hook builds a Pod to call them."""
-
-    @property
-    def uid(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def labels(self) -> Mapping[str, object]: ...
-
-    @property
-    def annotations(self) -> Mapping[str, object]: ...
 
 
 _EMPTY: Mapping[str, object] = {}

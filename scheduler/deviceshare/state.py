@@ -18,7 +18,9 @@ from apis.extension.device_allocated import (
     encode_device_allocations,
 )
 from apis.extension.device_allocated import Allocations as DecodedAllocations
+from apis.extension.pod import device_allocations
 from scheduler.cluster import NodeInfo, holds_resources, quantity_value, renamed_deprecated
+from scheduler.podview import pod_view
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +243,7 @@ class DeviceState:
         if not raw or not holds_resources(pod):
             return {}
         try:
-            return read_allocations(raw)
+            return allocations_from(device_allocations(pod_view(pod)) or {})
         except InvalidInput as e:
             st.malformed[pod_key] = str(e)
             log.warning("node %s: ignoring malformed %s on pod %s: %s", st.name, ANNOTATION_DEVICE_ALLOCATED,

@@ -26,12 +26,12 @@ from apis.extension.numa_aware import (
     LABEL_CPU_BIND_POLICY,
     LABEL_NUMA_TOPOLOGY_POLICY,
 )
+from apis.extension.pod import pod_resource_status
 from apis.extension.priority import PRIORITY_PROD, priority_class_with_default
 from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
     encode_resource_status,
-    resource_status,
 )
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.interfaces import NUMAHintProvider, ReservationLender, Unschedulable
@@ -51,6 +51,7 @@ from scheduler.numa.hints import (
 from scheduler.numa.score import DEFAULT_RESOURCES, LEAST_ALLOCATED, MOST_ALLOCATED, strategy_score
 from scheduler.numa.topology import NodeTopology, node_policy, parse_topology
 from scheduler.plugins.columns import NodeColumns, allocation_score
+from scheduler.podview import pod_view
 from scheduler.rowcache import by_rows
 
 # upstream nodenumaresource/plugin.go and topology_hint.go messages
@@ -175,7 +176,7 @@ class NodeNUMAResource:
             u = _Usage(set(), {}, {})
             for pod in node.pods.values():
                 try:
-                    st = resource_status((pod.get("metadata") or {}).get("annotations") or {})
+                    st = pod_resource_status(pod_view(pod))
                 except InvalidInput:
                     continue
                 u.cpus.update(st.cpus())

@@ -15,11 +15,14 @@ import logging
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
+from apis.extension.pod import pod_resource_status
 from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
+    ResourceStatus,
     encode_resource_status,
     resource_status,
 )
+from scheduler.podview import pod_view
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +32,13 @@ Held = tuple[frozenset[int], dict[int, dict[str, int]]]
 
 def _held(annotations: dict[str, str]) -> Held | None:
     try:
-        st = resource_status(annotations)
+        return _held_of(resource_status(annotations))
     except InvalidInput as e:
         log.warning("%s unreadable: %s", ANNOTATION_RESOURCE_STATUS, e)
         return None
+
+
+def _held_of(st: ResourceStatus) -> Held | None:
     numa: dict[int, dict[str, int]] = {}
     for n in st.numa_node_resources:
         acc = numa.setdefault(n.node, {})
@@ -45,8 +51,14 @@ def _held(annotations: dict[str, str]) -> Held | None:
 
 def pod_held(pod: JSON) -> Held | None:
     """What a pod's resource-status gives it; None when it has none (or it does not parse)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return _held(annotations) if ANNOTATION_RESOURCE_STATUS in annotations else None
+    view = pod_view(pod)
+    if ANNOTATION_RESOURCE_STATUS not in view.annotations:
+        return None
+    try:
+        return _held_of(pod_resource_status(view))
+    except InvalidInput as e:
+        log.warning("%s unreadable: %s", ANNOTATION_RESOURCE_STATUS, e)
+        return None
 
 
 def remaining(reserved: str, taken: list[Held]) -> tuple[str, frozenset[int]]:

@@ -12,14 +12,15 @@ import logging
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, decode_device_allocations
+from apis.extension.pod import device_allocations
 from scheduler.deviceshare.state import (
     Allocation,
     Allocations,
     allocations_from,
     device_ids,
     encode_allocations,
-    read_allocations,
 )
+from scheduler.podview import pod_view
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def pod_devices(pod: JSON) -> Allocations:
     if not raw:
         return {}
     try:
-        return read_allocations(raw)
+        return allocations_from(device_allocations(pod_view(pod)) or {})
     except InvalidInput:
         return {}
 

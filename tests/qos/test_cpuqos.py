@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from apis.core.errors import HostReadError, InvalidInput
+from apis.extension.pod import PodView
 from apis.slo.decode import decode_nodeslo, nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import host_apps
@@ -37,7 +38,7 @@ from koordlet.qos.executor import Executor
 from koordlet.qos.feature import record
 from koordlet.qos.model import Plan
 from koordlet.qos.state import QoSState
-from koordlet.states.model import PodMeta, PodView
+from koordlet.states.model import PodMeta
 from koordlet.states.pods import pod_meta
 
 from conftest import real_v1_root, require

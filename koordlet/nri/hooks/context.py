@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from apis.core.errors import InvalidInput
-from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, Allocations, pod_device_allocations
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, Allocations
 from apis.extension.errors import AnnotationError
+from apis.extension.pod import device_allocations
 from koordlet.nri.hooks.model import ContainerInfo, PodInfo
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class HookCall:
         if not self._decoded:
             self._decoded = True
             try:
-                self._allocations = pod_device_allocations(self.pod.annotations) or {}
+                self._allocations = device_allocations(self.pod) or {}
             except AnnotationError as e:
                 self._allocation_error = HookInputError(annotation_field(ANNOTATION_DEVICE_ALLOCATED, e.path),
                                                         e.message)

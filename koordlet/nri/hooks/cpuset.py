@@ -12,8 +12,9 @@ unset, as upstream's own empty value does. Fails open: a malformed annotation ad
 from __future__ import annotations
 
 from apis.core.errors import InvalidInput
+from apis.extension.pod import pod_resource_status
 from apis.extension.qos import koord_qos_class_of_labels
-from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus, resource_status
+from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS, CPUSetError, ResourceStatus
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path
 from koordlet.nri.hooks.context import HookCall, HookInputError, annotation_field
 from koordlet.nri.hooks.groupidentity import pod_cgroup_dir
@@ -28,7 +29,7 @@ QUOTA_UNLIMITED = -1
 
 def _status(call: HookCall) -> ResourceStatus:
     try:
-        return resource_status(call.pod.annotations)
+        return pod_resource_status(call.pod)
     except InvalidInput as e:
         raise HookInputError(annotation_field(ANNOTATION_RESOURCE_STATUS), str(e)) from None
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import PlanError
+from apis.extension.pod import AnnotationCache
 from koordlet.qos.model import Plan
 
 
@@ -21,6 +22,7 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     cgroup_parent: str = ""  # linux.cgroup_parent as sent: a path (cgroupfs) or a slice name (systemd)
     runtime_handler: str = ""
+    decoded: AnnotationCache = field(default_factory=AnnotationCache, repr=False, compare=False)
 
     @property
     def key(self) -> str:
