@@ -127,6 +127,19 @@ def test_node_annotations_and_numa_reservation(validate_crd: Any) -> None:
     validate_crd(CRD, nrt.updated(nrt.new_object("n", "u"), st))
 
 
+@pytest.mark.parametrize(("annotation", "reported", "reserved", "errors"), [
+    ('{"resources": {"memory": "1024Mi", "cpu": "1500m"}, "applyPolicy": "Default"}',
+     {"resources": {"cpu": "1500m", "memory": "1Gi"}, "reservedCPUs": "0-1", "applyPolicy": "Default"}, [0, 1], 0),
+    ('{"ReservedCPUs": "3,2", "resources": {"cpu": 4}}', {"resources": {"cpu": "4"}, "reservedCPUs": "2-3"}, [2, 3], 0),
+    ('{"reservedCPUs": "0,,1", "resources": {"cpu": "2"}}', {"resources": {"cpu": "2"}}, [], 0),  # list ignored
+    ('{"resources": {"cpu": "1C"}}', {}, [], 1), ('{"reservedCPUs": 3}', {}, [], 1), ("[]", {}, [], 1),
+])
+def test_node_reservation_is_reported_normalised_and_a_malformed_one_is_an_error(
+        annotation: str, reported: dict[str, Any], reserved: list[int], errors: int) -> None:
+    facts = node_cpu_facts(four_cpus(), [], {"node.koordinator.sh/reservation": annotation}, node_name="n")
+    assert (dict(facts.reservation), list(facts.reserved_cpus), len(facts.errors)) == (reported, reserved, errors)
+
+
 def test_change_detection_is_json_semantic_and_keeps_foreign_data() -> None:
     st = status()
     obj = nrt.updated(nrt.new_object("n", None), st)

@@ -13,7 +13,7 @@ import pytest
 from apis.core.quantity import parse_quantity
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.histogram import DecayingHistogram, ExponentialBuckets, LinearBuckets, parse_go_time
-from koordlet.prediction.predictor import predict
+from koordlet.prediction.predictor import node_allocatable, predict
 from koordlet.prediction.server import (
     CPU_BUCKETS,
     MEMORY_BUCKETS,
@@ -239,3 +239,14 @@ def test_nodemetric_carries_the_prediction(simhost: Any, tmp_path: Path, validat
         in text
     agent.checkpoint_prediction(now=NOW + 60)
     assert (tmp_path / "state" / "prediction-checkpoints" / uid).is_file()
+
+
+@pytest.mark.parametrize(("annotation", "cpu"), [
+    ('{"cpu": "20", "memory": "64Gi"}', 20000),  # the allocatable before amplification
+    ("null", 8000), ("[]", 8000), ("{", 8000),  # no list, or malformed: status.allocatable
+    ('{"cpu": "20", "memory": "lots"}', 8000),  # json.Unmarshal fails on one bad quantity: the whole is ignored
+])
+def test_node_allocatable_reads_the_raw_allocatable_annotation(annotation: str, cpu: int) -> None:
+    node = {"metadata": {"annotations": {"node.koordinator.sh/raw-allocatable": annotation}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}}
+    assert node_allocatable(node)["cpu"] == cpu

@@ -8,6 +8,7 @@ the system's and those classes' predicted peaks, capped alike.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from apis.core.errors import InvalidInput, QuantityError
 from apis.core.objects import JSONMapping
 from apis.core.quantity import format_bytes, format_milli
 from apis.core.resources import pod_requests, resource_value
-from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
+from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE, decode_node_raw_allocatable
 from apis.extension.priority import PRIORITY_NONE, PRIORITY_PROD, priority_class_with_default
 from koordlet.prediction.histogram import parse_go_time
 from koordlet.prediction.server import SYSTEM_ITEM, PeakPredictServer, PredictionConfig, node_item_uid
@@ -60,15 +61,11 @@ def node_allocatable(node: JSONMapping | None) -> RL:
     if node is None:
         raise PredictionError("node is nil")
     raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RAW_ALLOCATABLE)
-    if raw:
-        try:
-            import json
-
-            parsed = json.loads(raw)
-            if isinstance(parsed, dict):
+    if raw and isinstance(raw, str):
+        with contextlib.suppress(InvalidInput):  # upstream: a malformed annotation falls back to allocatable
+            parsed = decode_node_raw_allocatable(raw)
+            if parsed is not None:
                 return cpu_memory(parsed)
-        except ValueError:
-            pass
     alloc = (node.get("status") or {}).get("allocatable")
     if not isinstance(alloc, dict):
         raise PredictionError("invalid node, for node.status.allocation is nil")

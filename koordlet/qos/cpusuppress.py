@@ -30,7 +30,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -40,7 +39,8 @@ from apis.core.errors import HostReadError, InvalidInput, PlanError, QuantityErr
 from apis.core.objects import as_object
 from apis.core.qos import K8S_BEST_EFFORT
 from apis.core.quantity import milli_value
-from apis.extension.node import ANNOTATION_NODE_RESERVATION
+from apis.core.resources import CPU
+from apis.extension.node import ANNOTATION_NODE_RESERVATION, decode_node_reservation
 from apis.extension.numa_aware import CPUInfo
 from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_BE, QOS_LSR, koord_qos_class
@@ -304,19 +304,14 @@ def _annotation_reserved(node: Mapping[str, object], node_name: str, errors: lis
         return 0
     where = f"annotations[{ANNOTATION_NODE_RESERVATION}]"
     try:
-        doc = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        cpus = doc.get("reservedCPUs")
-        if cpus:
-            if not isinstance(cpus, str):
-                raise ValueError("reservedCPUs is not a string")
-            return len(parse_cpuset(cpus)) * 1000
-        cpu = as_object(doc.get("resources")).get("cpu")
-        if cpu is None:
-            return 0
-        return milli_value(cpu)  # QuantityError is an InvalidInput
-    except (ValueError, InvalidInput) as e:  # upstream logs and ignores the annotation
+        if not isinstance(text, str):
+            raise InvalidInput("not a string")
+        reservation = decode_node_reservation(text)
+        if reservation.reserved_cpus:
+            return len(parse_cpuset(reservation.reserved_cpus)) * 1000
+        cpu = reservation.resources.get(CPU)
+        return 0 if cpu is None else milli_value(cpu)
+    except InvalidInput as e:  # upstream logs and ignores the annotation
         errors.append(PlanError("Node", node_name, where, f"{e}; ignored by BE CPU suppress"))
         return 0
 

@@ -89,7 +89,7 @@ def topology_status(facts: NodeCPUFacts, basic: CPUBasicInfo, memory: Mapping[in
         ANNOTATION_CPU_BASIC_INFO: go_json(basic.to_json()),
         ANNOTATION_CPU_TOPOLOGY: go_json(facts.topology.to_json()),
         ANNOTATION_CPU_SHARED_POOLS: encode_pools(facts.share_pools),
-        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: go_json(facts.kubelet.to_json()),
+        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: go_json(facts.kubelet.cpu_manager_policy.to_json()),
         ANNOTATION_BE_CPU_SHARED_POOLS: encode_pools(facts.be_share_pools),
         ANNOTATION_POD_CPU_ALLOCS: encode_pod_allocs(facts.pod_allocs),
         ANNOTATION_NODE_RESERVATION: go_json(dict(facts.reservation)),

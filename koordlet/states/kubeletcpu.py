@@ -24,6 +24,13 @@ import yaml
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
+from apis.extension.numa_aware import (
+    KUBELET_CPU_MANAGER_POLICY_NONE,
+    KUBELET_CPU_MANAGER_POLICY_STATIC,
+    NRT_TOPOLOGY_POLICIES,
+    NRT_TOPOLOGY_POLICY_NONE,
+    KubeletCPUManagerPolicy,
+)
 from apis.extension.pod import pod_resource_status
 from apis.extension.qos import QOS_BE, QOS_LS, koord_qos_class
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset
@@ -32,21 +39,8 @@ from koordlet.host.paths import HostPaths
 from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
-POLICY_STATIC = "static"
-POLICY_NONE = "none"
 CPU_MANAGER_STATE = "cpu_manager_state"
 KUBELET_CONFIG_FILE = "config.yaml"
-
-# NodeResourceTopology topologyPolicies values (noderesourcetopology-api v1alpha1 TopologyManagerPolicy).
-TOPOLOGY_NONE = "None"
-_TOPOLOGY_POLICIES = {
-    ("container", "single-numa-node"): "SingleNUMANodeContainerLevel",
-    ("container", "restricted"): "RestrictedContainerLevel",
-    ("container", "best-effort"): "BestEffortContainerLevel",
-    ("pod", "single-numa-node"): "SingleNUMANodePodLevel",
-    ("pod", "restricted"): "RestrictedPodLevel",
-    ("pod", "best-effort"): "BestEffortPodLevel",
-}
 
 
 @dataclass(frozen=True)
@@ -62,24 +56,19 @@ class KubeletCPUManager:
 
     @property
     def static(self) -> bool:
-        return self.policy == POLICY_STATIC
+        return self.policy == KUBELET_CPU_MANAGER_POLICY_STATIC
 
-    def to_json(self) -> JSON:
-        out: JSON = {}
-        if self.policy:
-            out["policy"] = self.policy
-        if self.options:
-            out["options"] = dict(sorted(self.options.items()))
-        if self.reserved_cpus:
-            out["reservedCPUs"] = self.reserved_cpus
-        return out
+    @property
+    def cpu_manager_policy(self) -> KubeletCPUManagerPolicy:
+        """What koordlet reports in the kubelet.koordinator.sh/cpu-manager-policy annotation."""
+        return KubeletCPUManagerPolicy(self.policy, self.options, self.reserved_cpus)
 
     @property
     def topology_policy(self) -> str:
         """getTopologyPolicy: the NRT `topologyPolicies` entry for the kubelet's topology manager policy and scope
         (kubelet's default scope is `container`)."""
         scope = self.topology_manager_scope or "container"
-        return _TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), TOPOLOGY_NONE)
+        return NRT_TOPOLOGY_POLICIES.get((scope, self.topology_manager_policy), NRT_TOPOLOGY_POLICY_NONE)
 
 
 def cpu_manager(config: Mapping[str, object] | None, topo: CPUTopology) -> KubeletCPUManager:
@@ -89,12 +78,12 @@ def cpu_manager(config: Mapping[str, object] | None, topo: CPUTopology) -> Kubel
     a static policy whose reservation cannot be computed reports `reservedCPUs` empty, as upstream."""
     if config is None:
         return KubeletCPUManager()
-    policy = _str(config.get("cpuManagerPolicy"), "cpuManagerPolicy") or POLICY_NONE
+    policy = _str(config.get("cpuManagerPolicy"), "cpuManagerPolicy") or KUBELET_CPU_MANAGER_POLICY_NONE
     options = config.get("cpuManagerPolicyOptions") or {}
     if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
         raise InvalidInput("cpuManagerPolicyOptions must map strings to strings")
     reserved = ""
-    if policy == POLICY_STATIC:
+    if policy == KUBELET_CPU_MANAGER_POLICY_STATIC:
         reserved = format_cpuset(static_reserved_cpus(config, topo))
     return KubeletCPUManager(policy, dict(options), reserved,
                              _str(config.get("topologyManagerPolicy"), "topologyManagerPolicy"),

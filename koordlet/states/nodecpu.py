@@ -9,14 +9,18 @@ removeSystemQOSCPUs), apis/extension/node_reservation.go, system_qos.go.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from apis.core.errors import InvalidInput, PlanError
 from apis.core.objects import JSON
-from apis.core.quantity import canonical_quantity, parse_quantity
-from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
+from apis.extension.node import (
+    ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_SYSTEM_QOS_RESOURCE,
+    decode_node_reservation,
+    reserved_cpu_count,
+    reserved_cpu_list,
+)
 from apis.extension.resource_status import CPUSetError, format_cpuset, parse_cpuset
 from koordlet.states.cpupools import CPUTopology, SharePool, be_share_pools, share_pools
 from koordlet.states.kubeletcpu import KubeletCPUManager, PodCPUAlloc, kubelet_pod_allocs, take_by_topology
@@ -78,47 +82,18 @@ def node_cpu_facts(topo: CPUTopology, pods: Sequence[PodMeta], node_annotations:
 
 def node_reservation(topo: CPUTopology, annotations: Mapping[str, object]) -> tuple[JSON, list[int]]:
     """getNodeReserved: the `node.koordinator.sh/reservation` object as reported (reservedCPUs normalised, or
-    ceil(resources.cpu) CPUs taken by topology when no list is given) and the reserved CPUs."""
+    ceil(resources.cpu) CPUs taken by topology when no list is given) and the reserved CPUs; InvalidInput when the
+    annotation is malformed (an unparsable reservedCPUs list is reported empty, as upstream)."""
     text = annotations.get(ANNOTATION_NODE_RESERVATION)
     if text is None or text == "":
         return {}, []
-    doc = _object(text, ANNOTATION_NODE_RESERVATION)
-    fields = {k.lower(): v for k, v in doc.items()}
-    out: JSON = {}
-    resources = fields.get("resources")
-    cpu_milli = 0
-    if resources is not None:
-        if not isinstance(resources, dict):
-            raise InvalidInput("resources must be an object")
-        canon: dict[str, str] = {}
-        for name, q in resources.items():
-            try:
-                canon[name] = canonical_quantity(q if isinstance(q, str) else str(q))
-            except InvalidInput as e:
-                raise InvalidInput(f"resources[{name}]: {e}") from None
-        if name_cpu := canon.get("cpu"):
-            cpu_milli = math.ceil(parse_quantity(name_cpu) * 1000)
-        if canon:
-            out["resources"] = dict(sorted(canon.items()))
-    listed = fields.get("reservedcpus") or ""
-    if not isinstance(listed, str):
-        raise InvalidInput("reservedCPUs must be a string")
-    policy = fields.get("applypolicy") or ""
-    if not isinstance(policy, str):
-        raise InvalidInput("applyPolicy must be a string")
-    cpus: list[int] = []
-    if listed:
-        try:
-            cpus = parse_cpuset(listed)
-        except CPUSetError:
-            cpus = []  # upstream ignores the parse error: the list is reported empty
-    elif cpu_milli > 0:
-        cpus = take_by_topology(topo, math.ceil(cpu_milli / 1000))
-    if cpus:
-        out["reservedCPUs"] = format_cpuset(cpus)
-    if policy:
-        out["applyPolicy"] = policy
-    return out, cpus
+    if not isinstance(text, str):
+        raise InvalidInput(f"{ANNOTATION_NODE_RESERVATION} must be a string")
+    reservation = decode_node_reservation(text)
+    cpus = reserved_cpu_list(reservation)
+    if not reservation.reserved_cpus and (count := reserved_cpu_count(reservation)):
+        cpus = take_by_topology(topo, count)
+    return replace(reservation, reserved_cpus=format_cpuset(cpus)).to_json(), cpus
 
 
 def system_qos_resource(annotations: Mapping[str, object]) -> tuple[JSON, str, list[int]]:

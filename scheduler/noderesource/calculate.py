@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
 from apis.core.resources import CPU, MEMORY
 from apis.extension.device_share import GPU_LABELS, LABEL_GPU_VENDOR
-from apis.extension.node import ANNOTATION_NODE_RESERVATION
+from apis.extension.node import ANNOTATION_NODE_RESERVATION, decode_node_reservation
 from apis.extension.priority import (
     PRIORITY_BATCH,
     PRIORITY_FREE,
@@ -27,7 +26,7 @@ from apis.extension.priority import (
     priority_class_with_default,
 )
 from apis.extension.qos import QOS_LSE, koord_qos_class_with_default
-from apis.extension.resource_status import CPUSetError, parse_cpuset
+from apis.extension.resource_status import parse_cpuset
 from apis.extension.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -137,16 +136,15 @@ def node_reserved(node: JSONMapping) -> RL:
 def annotation_reservation(node: JSONMapping) -> RL:
     """util.GetNodeReservationFromAnnotation: `resources`, with `reservedCPUs` (a cpuset) counting as whole CPUs."""
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NODE_RESERVATION)
-    if not text:
+    if not text or not isinstance(text, str):
         return {}
     try:
-        doc = json.loads(text)
-        out = cpu_memory(doc.get("resources")) if isinstance(doc, dict) else {}
-        cpus = doc.get("reservedCPUs") if isinstance(doc, dict) else None
-        if cpus:
-            out[CPU] = 1000 * len(parse_cpuset(str(cpus)))  # cpuset.Parse(...).Size(): each CPU once
+        reservation = decode_node_reservation(text)
+        out = cpu_memory(reservation.resources)
+        if reservation.reserved_cpus:
+            out[CPU] = 1000 * len(parse_cpuset(reservation.reserved_cpus))  # cpuset.Parse(...).Size(): each CPU once
         return out
-    except (ValueError, AttributeError, CPUSetError):
+    except InvalidInput:  # upstream logs it and ignores the whole annotation
         return {}
 
 

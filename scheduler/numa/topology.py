@@ -8,7 +8,6 @@ the kubelet topology manager policy (upstream nodenumaresource/topology_options.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +20,10 @@ from apis.extension.numa_aware import (
     ANNOTATION_CPU_TOPOLOGY,
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
     LABEL_NUMA_TOPOLOGY_POLICY,
+    NRT_TOPOLOGY_POLICIES,
     CPUInfo,
     decode_cpu_topology,
+    decode_kubelet_cpu_manager_policy,
 )
 from apis.extension.resource_status import CPUSetError, parse_cpuset
 from scheduler.cluster import quantity_value
@@ -30,9 +31,8 @@ from scheduler.numa.hints import BEST_EFFORT, POLICIES, RESTRICTED, SINGLE_NUMA_
 
 log = logging.getLogger(__name__)
 # kubelet topology manager policies as the agent reports them in NRT.topologyPolicies (v1alpha1 TopologyManagerPolicy)
-_KUBELET_POLICIES = {"SingleNUMANodeContainerLevel": SINGLE_NUMA_NODE, "SingleNUMANodePodLevel": SINGLE_NUMA_NODE,
-                     "RestrictedContainerLevel": RESTRICTED, "RestrictedPodLevel": RESTRICTED,
-                     "BestEffortContainerLevel": BEST_EFFORT, "BestEffortPodLevel": BEST_EFFORT}
+_BY_KUBELET_POLICY = {"single-numa-node": SINGLE_NUMA_NODE, "restricted": RESTRICTED, "best-effort": BEST_EFFORT}
+_KUBELET_POLICIES = {nrt: _BY_KUBELET_POLICY[policy] for (_, policy), nrt in NRT_TOPOLOGY_POLICIES.items()}
 
 
 @dataclass
@@ -117,9 +117,15 @@ def _read_kubelet(topo: NodeTopology, text: Any) -> None:
     if not text:
         return
     try:
-        doc = json.loads(text) or {}
-        topo.kubelet_policy = str(doc.get("policy") or "")
-        topo.kubelet_options = {str(k): str(v) for k, v in (doc.get("options") or {}).items()}
-        topo.reserved_cpus = frozenset(parse_cpuset(str(doc.get("reservedCPUs") or "")))
-    except (ValueError, TypeError, AttributeError, CPUSetError) as e:
+        if not isinstance(text, str):
+            raise AnnotationError("", "must be a string")
+        policy = decode_kubelet_cpu_manager_policy(text)
+    except InvalidInput as e:  # upstream logs it and goes on without the kubelet's policy
+        topo.problems.append(f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}: {e}")
+        return
+    topo.kubelet_policy = policy.policy
+    topo.kubelet_options = dict(policy.options)
+    try:
+        topo.reserved_cpus = frozenset(parse_cpuset(policy.reserved_cpus))
+    except CPUSetError as e:  # upstream logs it: no CPU reserved
         topo.problems.append(f"{ANNOTATION_KUBELET_CPU_MANAGER_POLICY}: {e}")

@@ -23,7 +23,7 @@ from apis.extension.load_aware import (
     ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED,
     ANNOTATION_USAGE_THRESHOLDS,
 )
-from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE
+from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE, decode_node_raw_allocatable
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from scheduler.cluster import (
@@ -241,9 +241,10 @@ class NodeLoads:
 
     def _capacity(self, node: NodeInfo) -> Vector:
         cap = {r: node.allocatable.get(r, 0) for r in self.resources}
-        raw = json_annotation(node.obj, ANNOTATION_NODE_RAW_ALLOCATABLE)
-        if isinstance(raw, dict):
-            with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):
+        text = _annotations(node.obj).get(ANNOTATION_NODE_RAW_ALLOCATABLE)
+        if text and isinstance(text, str):
+            with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):  # malformed: kept out
+                raw = decode_node_raw_allocatable(text) or {}
                 cap.update({r: v for r, v in resource_list(raw).items() if r in cap})
         return cap
 

@@ -204,6 +204,18 @@ def test_malformed_reservation_annotation_is_reported_and_ignored() -> None:
     assert [(e.kind, e.field) for e in errors] == [("Node", "annotations[node.koordinator.sh/reservation]")]
 
 
+def test_reservation_annotation_is_read_as_go_unmarshals_it() -> None:
+    """The field names match case-insensitively (json.Unmarshal); a bad quantity anywhere ignores the annotation."""
+    pods = [pod("podA", "LS", uid="abc")]
+    b = budget_of(pods, 9, {"abc": 8}, node_obj=node("20", "20", '{"ReservedCPUs": "0-5"}'))
+    assert b is not None and b.system == 6
+    s = qstate(None, [], spec(), cache_with(3, {}), node("20", "20", {"resources": {"cpu": "4", "memory": "x"}}))
+    errors: list[Any] = []
+    b = budget(s, SuppressFacts(usage=cpusuppress._usage(s)), 70, None, 2000, "test-node0", errors)
+    assert b is not None and b.system == 3
+    assert [e.field for e in errors] == ["annotations[node.koordinator.sh/reservation]"]
+
+
 def test_standalone_capacity_is_the_hosts_online_cpus(tmp_path: Path) -> None:
     host = SimHost(tmp_path, 1, CgroupDriver.CGROUPFS).setup()  # sysfs: CPUs 0-3 online
     s = qstate(host, [], spec(threshold=50), cache_with(0.5, {}), None)

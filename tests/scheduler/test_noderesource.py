@@ -16,7 +16,16 @@ import yaml
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main
 from scheduler.noderesource.apply import plan
-from scheduler.noderesource.calculate import NodeResource, batch, calculate, gpu, mid, node_reserved, rdma
+from scheduler.noderesource.calculate import (
+    NodeResource,
+    annotation_reservation,
+    batch,
+    calculate,
+    gpu,
+    mid,
+    node_reserved,
+    rdma,
+)
 from scheduler.noderesource.controller import NodeResourceController
 from scheduler.noderesource.strategy import DEFAULT_STRATEGY, ConfigError, overlay, parse_config_map
 
@@ -409,3 +418,15 @@ def test_reserved_cpus_count_each_cpu_once_as_cpuset_parse_does(reserved_cpus: s
     n = node(cpu="8", memory="16G")
     n["metadata"]["annotations"] = {"node.koordinator.sh/reservation": json.dumps({"reservedCPUs": reserved_cpus})}
     assert node_reserved(n).get("cpu", 0) == cores * 1000
+
+
+@pytest.mark.parametrize(("annotation", "cpu"), [
+    ('{"ReservedCPUs": "0-3"}', 4000),  # json.Unmarshal matches field names case-insensitively
+    ('{"Resources": {"cpu": "1500m"}}', 1500),
+    ('{"resources": {"cpu": "2", "memory": "lots"}}', 0),  # a bad quantity fails the whole Unmarshal: ignored
+    ('{"reservedCPUs": 3}', 0),  # not a string: ignored, not read as "3"
+])
+def test_reservation_annotation_is_read_as_go_unmarshals_it(annotation: str, cpu: int) -> None:
+    n = node(cpu="8", memory="16G")
+    n["metadata"]["annotations"] = {"node.koordinator.sh/reservation": annotation}
+    assert annotation_reservation(n).get("cpu", 0) == cpu

@@ -13,6 +13,7 @@ from scheduler.cli import simulate
 from scheduler.cluster import build_cluster
 from scheduler.numa.hints import BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE, Hint, mask_string, merge
 from scheduler.numa.plugin import NodeNUMAResource
+from scheduler.numa.topology import parse_topology
 
 STATUS = "scheduling.koordinator.sh/resource-status"
 SPEC = "scheduling.koordinator.sh/numa-topology-spec"
@@ -363,3 +364,27 @@ def test_benchmark_objects_are_valid(validate_crd: Any) -> None:
 
     validate_crd(NRT_CRD, bench_nrt("node-0000"))
     validate_crd("scheduling.koordinator.sh_reservations.yaml", reservation(0, "node-0000"))
+
+
+@pytest.mark.parametrize(("annotation", "policy", "reserved", "problems"), [
+    ('{"policy":"static","options":{"full-pcpus-only":"true"},"reservedCPUs":"0-1"}', "static", {0, 1}, 0),
+    ('{"Policy":"static","ReservedCPUs":"0"}', "static", {0}, 0),  # json.Unmarshal folds field names
+    ('{"policy":"static","options":{"full-pcpus-only":1}}', "", set(), 1),  # Unmarshal fails: no policy at all
+    ('{"policy":"static","reservedCPUs":"x"}', "static", set(), 1),  # cpuset.Parse fails: no reserved CPUs
+])
+def test_kubelet_cpu_manager_policy_is_read_as_go_unmarshals_it(annotation: str, policy: str, reserved: set[int],
+                                                                problems: int) -> None:
+    obj = nrt("n1")
+    obj["metadata"]["annotations"]["kubelet.koordinator.sh/cpu-manager-policy"] = annotation
+    topo = parse_topology(obj)
+    assert (topo.kubelet_policy, set(topo.reserved_cpus), len(topo.problems)) == (policy, reserved, problems)
+
+
+@pytest.mark.parametrize(("reported", "policy"), [
+    ("SingleNUMANodeContainerLevel", SINGLE_NUMA_NODE), ("SingleNUMANodePodLevel", SINGLE_NUMA_NODE),
+    ("RestrictedContainerLevel", RESTRICTED), ("BestEffortPodLevel", BEST_EFFORT), ("None", ""), ("Other", ""),
+])
+def test_the_kubelet_topology_policy_koordlet_reports_is_the_nodes_numa_policy(reported: str, policy: str) -> None:
+    obj = nrt("n1")
+    obj["topologyPolicies"] = [reported]
+    assert parse_topology(obj).topology_policy == policy
