@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
+from koordlet.goflag import parse_map_string_bool
 from koordlet.host.paths import HostPaths
 from koordlet.prediction.server import PredictionConfig
 
@@ -55,8 +56,6 @@ def parse_feature_gates(given: Mapping[str, bool] | str) -> dict[str, bool]:
     """Upstream's defaults with `given` over them (a mapping from -feature-gates, or its `A=true,B=false` text);
     AllAlpha/AllBeta set their group first, named gates win. An unknown gate is InvalidInput (as upstream)."""
     if isinstance(given, str):
-        from koordlet.goflag import parse_map_string_bool
-
         pairs: dict[str, bool] = {}
         try:
             parse_map_string_bool(given, pairs)

@@ -19,6 +19,7 @@ from typing import Any
 
 from apis.core.objects import JSON
 from koordlet.schedlat.btf import PTR, VMLINUX, Btf, BtfError
+from koordlet.schedlat.program import text as program_text
 
 log = logging.getLogger(__name__)
 
@@ -119,20 +120,19 @@ def _compile(raw: bool) -> tuple[Any, str, str]:
     except Exception as e:  # ImportError, or a broken libbcc (OSError) in the module's own import
         raise BccUnavailable(f"the bcc Python module is not importable ({type(e).__name__}: {e}); install "
                              "python3-bpfcc") from e
-    from koordlet.schedlat.program import text
 
     reason = "raw tracepoints not asked for"
     if raw:
         try:
             layout = raw_layout()
-            bpf = bcc.BPF(text=text(True).encode(), cflags=layout)
+            bpf = bcc.BPF(text=program_text(True).encode(), cflags=layout)
             return bpf, "raw_tracepoint", " ".join(f.removeprefix("-D") for f in layout) + " from BTF"
         except BtfError as e:
             reason = f"no usable BTF ({e})"
         except Exception as e:  # the raw program did not compile or attach: the classic one may
             reason = f"the raw tracepoint program did not load ({type(e).__name__}: {e})"
     try:
-        return bcc.BPF(text=text(False).encode()), "tracepoint", reason
+        return bcc.BPF(text=program_text(False).encode()), "tracepoint", reason
     except Exception as e:  # compile error (headers), permission (EPERM), attach failure (no tracefs)
         raise BccUnavailable(f"the scheduler program did not load: {type(e).__name__}: {e}") from e
 
