@@ -81,9 +81,11 @@ async def test_a_malformed_node_from_the_watch_keeps_the_last_good_one(
         for key, value in bad.items():
             malformed[key] = {**malformed[key], **value} if key == "metadata" else value
         malformed["metadata"]["resourceVersion"] = "6"
-        # Replaced (DELETED, then ADDED): kmock cannot merge-patch an object field into a scalar.
-        await asyncio.to_thread(cluster.client.request, "DELETE", f"/api/v1/nodes/{NODE}")
-        await asyncio.to_thread(cluster.client.post, "/api/v1/nodes", malformed)
+        # Replaced (DELETED, then ADDED) by another client (the agent's role is held to the agent's own calls):
+        # kmock cannot merge-patch an object field into a scalar.
+        admin = KubeClient(KubeConfig(server=str(km.url), user_agent="kubectl"))
+        await asyncio.to_thread(admin.request, "DELETE", f"/api/v1/nodes/{NODE}")
+        await asyncio.to_thread(admin.post, "/api/v1/nodes", malformed)
         await _until(lambda: agent.health.skipped[("node", "malformed")] > 0)
         await asyncio.sleep(0.1)
     finally:
