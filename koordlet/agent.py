@@ -12,6 +12,7 @@ import time
 
 from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanError
 from apis.core.objects import JSON
+from apis.core.shape import object_ident
 from apis.slo.decode import decode_nodeslo, nodeslo_config
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
@@ -62,7 +63,6 @@ from koordlet.states.model import PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 from koordlet.states.nodeslo import load_nodeslo_file
 from koordlet.states.pods import PodsDirSource
-from koordlet.states.shapes import ident
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class Agent:
             decoded = decode_nodeslo(obj)
             if decoded.spec is None:
                 problems = list(decoded.problems)
-                name, rv = ident(obj)  # logged once per version: a later invalid one is logged again
+                name, rv = object_ident(obj)  # logged once per version: a later invalid one is logged again
                 self.health.skip("nodeslo", "invalid", f"{name} (resourceVersion {rv})" if rv else name,
                                  "; ".join(problems[:5]))
                 self._refuse_nodeslo(problems)

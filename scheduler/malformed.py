@@ -15,7 +15,7 @@ from typing import Any
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import resource_value
-from apis.core.shape import list_field, object_field, shape_problem
+from apis.core.shape import list_field, object_field, object_ident, shape_problem
 
 log = logging.getLogger("scheduler.malformed")
 
@@ -25,17 +25,10 @@ _told: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 _TOLD_MAX = 4096  # object versions remembered; an older one reported again after that is harmless
 
 
-def _ident(obj: object) -> tuple[str, str]:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict):
-        return "?", ""
-    ns, name = meta.get("namespace"), meta.get("name")
-    return (f"{ns}/{name}" if ns else str(name)), str(meta.get("resourceVersion") or "")
-
 
 def report(kind: str, obj: object, reason: str, what: str = "skipped") -> None:
     """Log `kind obj: what: reason` once per (object, resourceVersion) and count it."""
-    name, rv = _ident(obj)
+    name, rv = object_ident(obj, "?")
     told = (kind, name, rv)
     if told in _told:
         _told.move_to_end(told)

@@ -35,3 +35,13 @@ def list_field(value: object, where: str) -> list[JSON]:
     if not isinstance(value, list | None) or not all(isinstance(v, dict) for v in value or ()):
         raise InvalidInput(f"{where} is not a list of objects")
     return value or []
+
+
+def object_ident(obj: object, unnamed: str = "<unnamed>") -> tuple[str, str]:
+    """`namespace/name` (or `name`) and resourceVersion of an object, as far as it has them (for log lines that
+    name a skipped object once per version)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return unnamed, ""
+    ns, name = meta.get("namespace"), meta.get("name")
+    return (f"{ns}/{name}" if ns else str(name)), str(meta.get("resourceVersion") or "")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.shape import list_field, object_field, shape_problem
+from apis.core.shape import list_field, object_field, object_ident, shape_problem
 from koordlet.health import Health
 
 REASON = "malformed"
@@ -84,13 +84,6 @@ def problem(kind: str, obj: object) -> str | None:
     return None
 
 
-def ident(obj: object) -> tuple[str, str]:
-    """`namespace/name` (or `name`) and resourceVersion of an object, as far as it has them."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict):
-        return "<unnamed>", ""
-    ns, name = meta.get("namespace"), meta.get("name")
-    return (f"{ns}/{name}" if ns else str(name)), str(meta.get("resourceVersion") or "")
 
 
 class ShapeGate:
@@ -109,5 +102,5 @@ class ShapeGate:
 
     def report(self, kind: str, obj: object, why: str) -> bool:
         """Count `obj` as a malformed `kind` skipped; True when this version is new (it was logged now)."""
-        name, rv = ident(obj)
+        name, rv = object_ident(obj)
         return self.health.skip(kind, REASON, f"{name} (resourceVersion {rv})" if rv else name, why)
