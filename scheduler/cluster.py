@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import yaml
 
@@ -30,6 +30,7 @@ from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 
@@ -239,6 +240,18 @@ class NodeInfo:
         d["_generation"] = d.get("_generation", 0) + 1
         for callback in d.get("_callbacks", ()):
             callback(self)
+
+    def derived(self, name: str, compute: Callable[[NodeInfo, _T | None], _T]) -> _T:
+        """A fact plugins compute from this node (its pods' non-zero requests, …), kept until the node next
+        changes and shared by every plugin asking under `name`; `compute(node, last)` may reuse the last value."""
+        memo = self.__dict__.setdefault("_derived", {})
+        generation = self.generation
+        last = memo.get(name)
+        if last is not None and last[0] == generation:
+            return cast(_T, last[1])
+        value = compute(self, None if last is None else last[1])
+        memo[name] = (generation, value)
+        return value
 
     @property
     def labels(self) -> dict[str, str]:

@@ -37,10 +37,11 @@ def pod_requests(pod: Mapping[str, Any], *, non_missing: Mapping[str, int] | Non
     (the API server's defaulting); `non_missing` fills what is still missing per container (kube-scheduler's
     100m/200Mi), `rename` rewrites each container's resource names before they count."""
     spec = _spec(pod)
-    fill = _to_nanos(non_missing) if non_missing else None
+    fill = _fill_nanos(non_missing) if non_missing else None
     total = _aggregate(spec, "requests", fill, rename)
-    pod_level = _map(spec.get("resources"), "spec.resources")
+    pod_level = spec.get("resources")
     if pod_level:
+        pod_level = _map(pod_level, "spec.resources")
         requests = _quantities(pod_level.get("requests"), "spec.resources.requests", None)
         limits = _quantities(pod_level.get("limits"), "spec.resources.limits", None)
         for name, value in requests.items():
@@ -51,8 +52,10 @@ def pod_requests(pod: Mapping[str, Any], *, non_missing: Mapping[str, int] | Non
             for name, value in limits.items():
                 if _pod_level(name) and name not in requests and (name not in containers or _hugepages(name)):
                     total[name] = value
-    for name, value in _quantities(spec.get("overhead"), "spec.overhead", rename).items():
-        total[name] = total.get(name, 0) + value
+    overhead = spec.get("overhead")
+    if overhead:
+        for name, value in _quantities(overhead, "spec.overhead", rename).items():
+            total[name] = total.get(name, 0) + value
     return _scaled(total)
 
 
@@ -85,8 +88,8 @@ def resource_value(name: str, quantity: object) -> int:
 
 
 def _aggregate(spec: Mapping[str, Any], part: str, fill: _Nanos | None, rename: Rename | None) -> _Nanos:
-    if fill is None and not spec.get("initContainers"):
-        plain = _plain_sum(spec.get("containers"), part, rename)
+    if not spec.get("initContainers"):
+        plain = _plain_sum(spec.get("containers"), part, fill, rename)
         if plain is not None:
             return plain
     total: _Nanos = {}
@@ -108,9 +111,10 @@ def _aggregate(spec: Mapping[str, Any], part: str, fill: _Nanos | None, rename: 
     return total
 
 
-def _plain_sum(containers: object, part: str, rename: Rename | None) -> _Nanos | None:
+def _plain_sum(containers: object, part: str, fill: _Nanos | None, rename: Rename | None) -> _Nanos | None:
     """The regular containers' sum when every one is plain JSON whose `part` needs no defaulting (requests that
-    list every limit); None sends the pod down the general path, which also words any error."""
+    list every limit), each container's missing names filled from `fill`; None sends the pod down the general
+    path, which also words any error."""
     total: _Nanos = {}
     if not containers:
         return total
@@ -122,6 +126,8 @@ def _plain_sum(containers: object, part: str, rename: Rename | None) -> _Nanos |
                 return None
             resources = c.get("resources")
             if not resources:
+                if fill:
+                    _add(total, fill)
                 continue
             if type(resources) is not dict:
                 return None
@@ -131,6 +137,8 @@ def _plain_sum(containers: object, part: str, rename: Rename | None) -> _Nanos |
                 if limits and (type(limits) is not dict or not limits.keys() <= (listed or _EMPTY).keys()):
                     return None
             if not listed:
+                if fill:
+                    _add(total, fill)
                 continue
             if type(listed) is not dict:
                 return None
@@ -143,6 +151,10 @@ def _plain_sum(containers: object, part: str, rename: Rename | None) -> _Nanos |
                 if n < 0:
                     return None
                 total[name] = total.get(name, 0) + n
+            if fill:
+                for name, value in fill.items():
+                    if name not in listed:
+                        total[name] = total.get(name, 0) + value
     except QuantityError:
         return None
     return total
@@ -226,11 +238,25 @@ def _scale(name: str, nanos: int) -> int:
 
 
 def _scaled(total: _Nanos) -> ResourceList:
-    return {name: _scale(name, value) for name, value in total.items()}
+    return {name: -(-value // (_NANO_PER_MILLI if name == CPU else _NANO)) for name, value in total.items()}
 
 
 def _to_nanos(amounts: Mapping[str, int]) -> _Nanos:
     return {name: value * (_NANO_PER_MILLI if name == CPU else _NANO) for name, value in amounts.items()}
+
+
+_fills: dict[tuple[tuple[str, int], ...], _Nanos] = {}  # a caller's non_missing table → it in nano units
+
+
+def _fill_nanos(amounts: Mapping[str, int]) -> _Nanos:
+    """_to_nanos of a caller's non_missing table, kept: callers pass the same few tables for every pod."""
+    key = tuple(amounts.items())
+    nanos = _fills.get(key)
+    if nanos is None:
+        if len(_fills) >= 16:
+            _fills.clear()
+        nanos = _fills[key] = _to_nanos(amounts)
+    return nanos
 
 
 def _pod_level(name: str) -> bool:

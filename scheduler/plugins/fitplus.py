@@ -61,6 +61,32 @@ def nonzero_requests(pod: JSON) -> dict[str, int]:
     return {CPU: requests.get(CPU, 0), MEMORY: requests.get(MEMORY, 0)}
 
 
+@dataclass(frozen=True)
+class NodeNonZero:
+    """A node's Σ non-zero cpu/memory requests, and each pod's share kept to rebuild the sum when it changes."""
+
+    total: dict[str, int]
+    by_pod: dict[str, tuple[JSON, dict[str, int]]]  # pod key → (the pod, its non-zero requests)
+
+
+def node_nonzero(node: NodeInfo, last: NodeNonZero | None) -> NodeNonZero:
+    """NodeInfo.NonZeroRequested of kube-scheduler; a pod the last sum saw (the same object) is not parsed again."""
+    seen = last.by_pod if last is not None else {}
+    by_pod: dict[str, tuple[JSON, dict[str, int]]] = {}
+    cpu = memory = 0
+    for k, p in node.pods.items():
+        hit = seen.get(k)
+        if hit is None or hit[0] is not p:
+            hit = (p, nonzero_requests(p))
+        by_pod[k] = hit
+        cpu += hit[1][CPU]
+        memory += hit[1][MEMORY]
+    return NodeNonZero({CPU: cpu, MEMORY: memory}, by_pod)
+
+
+_NONZERO = "nonzero-requests"  # the NodeInfo.derived name NodeResourcesFit and FitPlus share
+
+
 class NodeResourcesFitPlus:
     """Score-only plugin (pkg/scheduler/plugins/noderesourcefitplus); raw 0..100, no normalisation."""
 
@@ -70,24 +96,10 @@ class NodeResourcesFitPlus:
         self.args = args or FitPlusArgs()
         self.weight = weight
         self._pod: tuple[JSON | None, dict[str, int], dict[str, int]] = (None, {}, {})  # last pod: requests, nz
-        self._nonzero: dict[str, tuple[tuple[object, ...], dict[str, int]]] = {}  # node → (stamp, Σ non-zero)
         self.columns = NodeColumns(self._node_nonzero)  # the same per node row, for score_vector
-        self._pod_nonzero: dict[int, tuple[JSON, dict[str, int]]] = {}  # id(pod) → (pod, its non-zero requests)
 
     def _node_nonzero(self, node: NodeInfo) -> dict[str, int]:
-        stamp = (len(node.pods), next(reversed(node.pods), None) if node.pods else None)
-        cached = self._nonzero.get(node.name)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        total = {CPU: 0, MEMORY: 0}
-        for p in node.pods.values():
-            seen = self._pod_nonzero.get(id(p))
-            if seen is None or seen[0] is not p:  # each pod parsed once, not on every change of its node
-                seen = self._pod_nonzero[id(p)] = (p, nonzero_requests(p))
-            for r, v in seen[1].items():
-                total[r] += v
-        self._nonzero[node.name] = (stamp, total)
-        return total
+        return node.derived(_NONZERO, node_nonzero).total
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node."""

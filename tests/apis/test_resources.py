@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.objects import JSON
@@ -142,6 +144,32 @@ def test_rename_applies_to_each_container_before_it_counts() -> None:
 
     p = pod([ctr("c1", {"old": "1"}), ctr("c2", {"new": "2"})])
     assert pod_requests(p, rename=rename) == {"new": 3}
+
+
+_AMOUNTS = st.sampled_from(["0", "1", "250m", "1.5", "100Mi", "1Gi", "3"])
+_LISTS = st.one_of(st.none(), st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "old"]), _AMOUNTS,
+                                               max_size=3))
+_CONTAINERS = st.lists(st.builds(lambda r, lim: ctr("c", r, lim), _LISTS, _LISTS), max_size=4)
+
+
+def _rename(rl: dict[str, Any]) -> dict[str, Any]:
+    return {("memory" if k == "old" and "memory" not in rl else k): v for k, v in rl.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CONTAINERS, st.booleans(), st.booleans())
+def test_plain_pods_add_up_as_the_general_rules_say(containers: list[JSON], fill: bool, rename: bool) -> None:
+    """A pod of regular containers only takes a one-pass sum; an init container asking zero of everything sends
+    the same pod down the general rules (defaulting from limits, non-missing fill, renaming): both agree."""
+    kw: dict[str, Any] = {"non_missing": {"cpu": 100, "memory": 200 << 20} if fill else None,
+                          "rename": _rename if rename else None}
+    general = pod(containers, [ctr("i", {"cpu": "0", "memory": "0", "nvidia.com/gpu": "0"})])
+    zeros = {"cpu": 0, "memory": 0, "nvidia.com/gpu": 0}
+    expected = pod_requests(general, **kw)
+    got = pod_requests(pod(containers), **kw)
+    assert {**zeros, **got} == expected
+    assert {**zeros, **pod_limits(pod(containers), rename=kw["rename"])} == {
+        **zeros, **pod_limits(general, rename=kw["rename"])}
 
 
 @pytest.mark.parametrize(("spec", "where"), [

@@ -8,7 +8,7 @@ import pytest
 
 from apis.core.errors import InvalidInput
 from scheduler.cluster import build_cluster
-from scheduler.plugins.fitplus import FitPlusArgs, NodeResourcesFitPlus, nonzero_requests
+from scheduler.plugins.fitplus import FitPlusArgs, NodeResourcesFitPlus, node_nonzero, nonzero_requests
 
 MI = 1024**2
 
@@ -70,3 +70,30 @@ def test_args_validation() -> None:
         FitPlusArgs.from_dict({"resources": {"cpu": {"type": "Balanced", "weight": 1}}})
     with pytest.raises(InvalidInput):
         FitPlusArgs.from_dict({"resource": {}})
+
+
+def test_a_pod_replaced_under_its_key_counts_with_its_new_requests() -> None:
+    """The node's non-zero sum follows the node's changes, not its pod count: a pod deleted and re-created under
+    the same name with other requests is scored with the new ones."""
+    c = build_cluster([node(cpu="10", memory="10Gi"), pod("a", "n1", cpu="1", memory="1Gi")])
+    n = c.nodes["n1"]
+    least = NodeResourcesFitPlus(args(cpu=("LeastAllocated", 1)))
+    assert least.score(pod("p", cpu="1"), n, c) == 80  # (10000 − 2000)·100/10000
+    n.remove_pod("d/a")
+    n.add_pod(pod("a", "n1", cpu="6", memory="1Gi"))
+    assert least.score(pod("p", cpu="1"), n, c) == 30
+
+
+def test_the_non_zero_sum_keeps_only_the_pods_the_node_has() -> None:
+    """Under churn (the extender's long-lived nodes) what is kept per pod is the node's pods, no more."""
+    c = build_cluster([node(cpu="100", memory="100Gi")])
+    n = c.nodes["n1"]
+    plugin = NodeResourcesFitPlus(args(cpu=("LeastAllocated", 1)))
+    for i in range(200):
+        n.add_pod(pod(f"p{i}", "n1", cpu="100m"))
+        plugin.score(pod("incoming", cpu="1"), n, c)
+        if i >= 3:
+            n.remove_pod(f"d/p{i - 3}")
+    kept = n.derived("nonzero-requests", node_nonzero)
+    assert set(kept.by_pod) == set(n.pods) and len(n.pods) == 3
+    assert kept.total == {"cpu": 300, "memory": 3 * 200 * MI}
