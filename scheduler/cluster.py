@@ -35,9 +35,7 @@ _TERMINATED = ("Succeeded", "Failed")
 _WATCHED = frozenset({"obj", "allocatable", "requested", "pods", "device", "nodemetric", "nrt"})
 
 
-def quantity_value(resource: str, value: object) -> int:
-    """Kubernetes quantities as integers: cpu in millicores, everything else rounded up to whole units."""
-    return core_resources.resource_value(resource, value)
+quantity_value = core_resources.resource_value  # cpu in millicores, everything else rounded up to whole units
 
 
 # names read under another (renameDeviceResources in pkg/util/transformer): the v0.7 names, a misspelling

@@ -79,7 +79,14 @@ def pod_limits(pod: Mapping[str, Any], *, rename: Rename | None = None) -> Resou
 
 def resource_value(name: str, quantity: object) -> int:
     """One quantity in the units of a ResourceList (cpu in millicores, the rest in whole units, rounded up)."""
+    if type(quantity) is str:
+        return _value_cached(name == CPU, quantity)
     return _scale(name, _nanos(quantity))
+
+
+@functools.lru_cache(maxsize=8192)  # device and node tables repeat the same few amounts
+def _value_cached(milli: bool, text: str) -> int:
+    return -(-_nanos_cached(text) // (_NANO_PER_MILLI if milli else _NANO))
 
 
 # ---- aggregation (component-helpers aggregateContainerResourcesByFn) ------------------------------------------
