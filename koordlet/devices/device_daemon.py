@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -16,6 +15,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 
+from apis.core.gojson import marshal
 from apis.core.objects import JSON
 from koordlet.devices import pci
 from koordlet.devices.vendors import CommandError, Runner, VendorError, ascend, cambricon
@@ -131,11 +131,7 @@ def collect(paths: HostPaths, runner: Runner, dev_root: str | None = None) -> li
 def encode_device_infos(infos: list[JSON]) -> str:
     """The file content: Go's json.MarshalIndent(devices, "", "  ") of []XPUDeviceInfo — struct field order,
     `omitempty` fields dropped, map keys sorted, `<>&` and U+2028/9 escaped, no trailing newline."""
-    text = json.dumps([_go_order(i) for i in infos], indent=2, ensure_ascii=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                    ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return text
+    return marshal([_go_order(i) for i in infos], indent=2)
 
 
 def _go_order(info: JSON) -> JSON:

@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.gojson import marshal
 from apis.core.objects import JSON, JSONMapping
 from apis.core.quantity import format_bytes, format_milli, parse_quantity
 from apis.extension.node import ANNOTATION_NODE_RESERVATION, ANNOTATION_SYSTEM_QOS_RESOURCE
@@ -62,15 +63,6 @@ MANAGED_ANNOTATIONS = (
 MANAGED_LABELS = (LABEL_ENABLE_NUMA_RESERVATION,)
 
 
-def go_json(value: object) -> str:
-    """json.Marshal's bytes: compact, HTML characters and U+2028/9 escaped."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                    ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return text
-
-
 @dataclass(frozen=True)
 class TopologyStatus:
     """nodeTopologyStatus: what koordlet owns in the object."""
@@ -86,14 +78,14 @@ def topology_status(facts: NodeCPUFacts, basic: CPUBasicInfo, memory: Mapping[in
     """calcNodeTopo from the node's CPU facts, its NUMA memory and the Node object (labels, capacity)."""
     labels = _meta(node, "labels")
     annotations = {
-        ANNOTATION_CPU_BASIC_INFO: go_json(basic.to_json()),
-        ANNOTATION_CPU_TOPOLOGY: go_json(facts.topology.to_json()),
+        ANNOTATION_CPU_BASIC_INFO: marshal(basic.to_json()),
+        ANNOTATION_CPU_TOPOLOGY: marshal(facts.topology.to_json()),
         ANNOTATION_CPU_SHARED_POOLS: encode_pools(facts.share_pools),
-        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: go_json(facts.kubelet.cpu_manager_policy.to_json()),
+        ANNOTATION_KUBELET_CPU_MANAGER_POLICY: marshal(facts.kubelet.cpu_manager_policy.to_json()),
         ANNOTATION_BE_CPU_SHARED_POOLS: encode_pools(facts.be_share_pools),
         ANNOTATION_POD_CPU_ALLOCS: encode_pod_allocs(facts.pod_allocs),
-        ANNOTATION_NODE_RESERVATION: go_json(dict(facts.reservation)),
-        ANNOTATION_SYSTEM_QOS_RESOURCE: go_json(dict(facts.system_qos)),
+        ANNOTATION_NODE_RESERVATION: marshal(dict(facts.reservation)),
+        ANNOTATION_SYSTEM_QOS_RESOURCE: marshal(dict(facts.system_qos)),
     }
     out_labels = {}
     if labels.get(LABEL_ENABLE_NUMA_RESERVATION):
