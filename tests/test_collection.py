@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,11 @@ def test_aggregates_after_warm_up(simhost: SimHost, tmp_path: Path, validate_crd
         "memory"]  # no pods: system memory is node memory, constant over the run
 
 
-def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Path) -> None:
+def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The usual deletion race (kubelet removes the cgroup, then the pod leaves its list): counted, logged at
+    debug level as upstream's collector does (V(4)), never a warning per deleted pod."""
+    caplog.set_level(logging.DEBUG, logger="koordlet")
     pod_a = make_pod("a", UID_A, "Guaranteed")
     agent = _agent(simhost, tmp_path, [pod_a])
     rel, ctrs = _pod_cgroups(simhost, pod_a, K8sQoS.GUARANTEED)
@@ -140,8 +145,29 @@ def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Pa
     agent.collect(now=T0 + 1, mono_ns=SEC)
     agent.collect(now=T0 + 2, mono_ns=2 * SEC)
     assert agent.health.skipped[("pod", "cgroup-unreadable")] == 2
+    gone = [r for r in caplog.records if "cgroup-unreadable" in r.getMessage()]
+    assert gone and all(r.levelno == logging.DEBUG for r in gone)
     assert agent.cache.last(MetricCache.key("node_cpu_usage")) is not None
     assert agent.build_nodemetric(now=T0 + 2)["status"]["podsMetric"] == []
+
+
+def test_a_pod_cgroup_that_is_there_but_unreadable_is_a_warning(simhost: SimHost, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Not the deletion race: the cgroup is there and its file cannot be read (here a directory in its place)."""
+    pod_a = make_pod("a", UID_A, "Guaranteed")
+    agent = _agent(simhost, tmp_path, [pod_a])
+    rel, ctrs = _pod_cgroups(simhost, pod_a, K8sQoS.GUARANTEED)
+    simhost.write_cgroup(rel, SimCgroup(cpu_ns=0))
+    simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=0))
+    agent.collect(now=T0, mono_ns=0)
+    root = simhost.cgroup_root()
+    usage = root / rel / "cpu.stat" if simhost.version == 2 else root / "cpuacct" / rel / "cpuacct.usage"
+    usage.unlink()
+    usage.mkdir()
+    agent.collect(now=T0 + 1, mono_ns=SEC)
+    warned = [r for r in caplog.records if "cgroup-unreadable" in r.getMessage()]
+    assert [r.levelno for r in warned] == [logging.WARNING]
+    assert agent.health.skipped[("pod", "cgroup-unreadable")] == 1
 
 
 def test_system_usage_waits_for_a_new_pods_first_rate(simhost: SimHost, tmp_path: Path) -> None:

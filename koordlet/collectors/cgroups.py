@@ -7,6 +7,7 @@ once per tick is what keeps the cost proportional to pods × containers.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -190,8 +191,14 @@ class CgroupUsageCollector:
         self.files.forget(row.paths)
         t = row.target
         self.health.cgroup_read_errors[t.scope] += 1
-        if not t.quiet:
-            self._skip(t, "cgroup-unreadable", str(e))
+        if t.quiet:
+            return
+        if _vanished(e):  # the usual deletion race: kubelet removes the cgroup before the pod leaves its list
+            self.health.skipped[(t.scope, "cgroup-unreadable")] += 1
+            self.health.expect(t.scope, "cgroup-unreadable", t.label, f"its cgroup is gone (being deleted): {e}")
+            self._logged[(t.scope, t.label)] = "cgroup-unreadable"
+            return
+        self._skip(t, "cgroup-unreadable", str(e))
 
     def _skip(self, t: Target, reason: str, detail: str) -> None:
         self.health.skip(t.scope, reason, t.label, detail)
@@ -224,3 +231,9 @@ def pod_targets(pods: list[PodMeta]) -> list[Target]:
             if c.running and c.cgroup_dir is not None:
                 out.append(Target("container", c.container_id, c.cgroup_dir, f"{label}/{c.name}", quiet))
     return out
+
+
+def _vanished(e: HostReadError) -> bool:
+    """The cgroup directory is gone (upstream's pod resource collector logs this at V(4), not as a warning)."""
+    cause = e.__cause__
+    return isinstance(cause, OSError) and cause.errno in (errno.ENOENT, errno.ENODEV)

@@ -1,4 +1,4 @@
-"""apis.core.gojson: the text Go's json.Marshal / MarshalIndent write (what upstream's readers compare byte for byte)."""
+"""apis.core.gojson: the text Go's json.Marshal and MarshalIndent write, which upstream compares byte for byte."""
 
 from __future__ import annotations
 
