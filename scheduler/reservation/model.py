@@ -226,7 +226,8 @@ def parse(obj: JSON, now: float | None = None) -> Reservation:
         if not isinstance((obj.get("spec") or {}).get("owners"), list) or not obj["spec"]["owners"]:
             raise ValueError("spec.owners is required")
     except (ValueError, TypeError, AttributeError) as e:
-        r.phase, r.reason, r.dirty = FAILED, f"invalid reservation: {e}", True
+        # written once: a malformed object already Failed is not patched again every cycle
+        r.phase, r.reason, r.dirty = FAILED, f"invalid reservation: {e}", r.phase != FAILED
         malformed.report("Reservation", obj, str(e), "marked Failed")
         return r
     if r.phase in (PENDING, AVAILABLE) and expired(obj, time.time() if now is None else now):

@@ -98,3 +98,26 @@ def test_condition_timestamps(validate_crd: Any) -> None:
     r.phase, r.reason = "Failed", "reservation expired"
     (cond,) = r.status(now=1714528800.0)["conditions"]
     assert cond["status"] == "False" and cond["lastTransitionTime"] == "2024-05-01T02:00:00Z"
+
+
+async def test_a_malformed_reservation_is_marked_failed_once(km: kmock.KubernetesEmulator) -> None:
+    """A Reservation that cannot serve anyone (no owners) is Failed with the reason once; later cycles, which see
+    it Failed, do not patch it again."""
+    km.objects[RESV, None, "r-bad"] = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "r-bad", "uid": "uid-r-bad"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}}
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME,
+                                lambda c: Scheduler(c, profile(None)))
+
+    def patches() -> list[dict[str, Any]]:
+        return [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith(
+            "/reservations/r-bad/status")]
+
+    await asyncio.to_thread(runner.run_once)
+    (first,) = patches()
+    assert first["status"]["phase"] == "Failed"
+    assert km.objects[RESV, None, "r-bad"]["status"]["phase"] == "Failed"
+    for _ in range(3):
+        await asyncio.to_thread(runner.run_once)
+    assert len(patches()) == 1
