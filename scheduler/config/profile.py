@@ -20,6 +20,8 @@ from scheduler.config.fields import ConfigError, check_keys, mapping, object_lis
 from scheduler.config.plugins import (
     BIND,
     DEFAULT_WEIGHTS,
+    KUBE_DEFAULTS,
+    KUBE_TYPES,
     LATER,
     MULTI_POINT,
     NOOP,
@@ -75,7 +77,12 @@ class SchedulerConfig:
         return self.args[name]
 
 
+def _kind(point: str) -> str:
+    return KUBE_TYPES.get(point, "MultiPointPlugin")
+
+
 def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list[tuple[str, int]]:
+    """One `enabled`/`disabled` list; refusals carry kube-scheduler's own words (NewFramework, updatePluginList)."""
     out: list[tuple[str, int]] = []
     for i, item in enumerate(object_list(section, key, where)):
         w = f"{where}.{key}[{i}]"
@@ -91,15 +98,17 @@ def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list
             continue
         info = PLUGINS.get(name)
         if info is None:
-            raise ConfigError(f"{w}.name: unknown plugin {name!r}{suggest(name, PLUGINS)}; supported: "
-                              f"{', '.join(supported())}")
+            raise ConfigError(f'{w}.name: {_kind(point)} "{name}" does not exist (unknown plugin'
+                              f"{suggest(name, PLUGINS)}); supported: {', '.join(supported())}")
         if key == "enabled":
             if info.status == NOT_IMPLEMENTED:
                 raise ConfigError(f"{w}.name: {name} is not implemented by koord-sched; supported: "
                                   f"{', '.join(supported())}")
             if point != MULTI_POINT and point not in info.points:
-                raise ConfigError(f"{w}.name: {name} does not implement {point} (it implements: "
+                raise ConfigError(f'{w}.name: plugin "{name}" does not extend {_kind(point)} plugin (it extends: '
                                   f"{', '.join(info.points)})")
+            if any(n == name for n, _ in out):
+                raise ConfigError(f'{w}.name: plugin "{name}" already registered as "{_kind(point)}"')
         out.append((name, weight))
     return out
 
@@ -191,6 +200,9 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
         if name in seen:
             raise ConfigError(f"{w}.name: repeated config for plugin {name}")
         seen.add(name)
+        if not cfg.enabled(name) and not _kube_default_kept(name, custom):
+            raise ConfigError(f"{w}.name: plugin {name} has a pluginConfig but is not enabled at any extension point "
+                              "of the profile")
         entry = args_mod.ARGS.get(name)
         raw_args = mapping(pc.get("args"), f"{w}.args")
         if entry is None:
@@ -204,6 +216,15 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
     _fit_scoring(cfg, profile, custom, where)
     _validate(cfg, where)
     return cfg
+
+
+def _kube_default_kept(name: str, custom: dict[str, tuple[list[tuple[str, int]], list[str]]]) -> bool:
+    """A kube-scheduler default plugin koord-sched does not run is still in the profile (its pluginConfig legal)
+    unless the file disables it by name or with "*" at multiPoint."""
+    if name not in KUBE_DEFAULTS:
+        return False
+    off = custom.get(MULTI_POINT, ([], []))[1]
+    return name not in off and "*" not in off
 
 
 def _fit_scoring(cfg: SchedulerConfig, profile: JSONMapping, custom: JSON, where: str) -> None:
@@ -238,11 +259,18 @@ def _check_type(raw: JSONMapping, kind: str, where: str) -> None:
 
 def _validate(cfg: SchedulerConfig, where: str) -> None:
     sorts = cfg.points.get(QUEUE_SORT, [])
-    if len(sorts) != 1:
-        raise ConfigError(f"{where}.plugins.queueSort: exactly one queue sort plugin must be enabled (accepted: "
-                          f"PrioritySort), got {sorts or 'none'}")
+    if not sorts:
+        raise ConfigError(f"{where}.plugins.queueSort: no queue sort plugin is enabled (accepted: PrioritySort, "
+                          "Coscheduling)")
+    if len(sorts) > 1:
+        raise ConfigError(f"{where}.plugins.queueSort: only one queue sort plugin can be enabled, got "
+                          f"{', '.join(sorts)}")
+    if sorts[0] == "Coscheduling":
+        log.info("%s.plugins.queueSort: Coscheduling orders the pending pods (koord-scheduler v1.5/v1.6's Less: "
+                 "priority, sub-priority, gang, age)", where)
     if not cfg.points.get(BIND):
-        raise ConfigError(f"{where}.plugins.bind: at least one bind plugin is needed (accepted: DefaultBinder)")
+        raise ConfigError(f"{where}.plugins.bind: at least one bind plugin is needed (accepted: DefaultBinder, "
+                          "Reservation)")
     if cfg.enabled_at("DeviceShare", RESERVE) != cfg.enabled_at("DeviceShare", PRE_BIND):
         raise ConfigError(f"{where}.plugins: DeviceShare must be enabled at both reserve and preBind or at neither "
                           "(devices reserved in Reserve are written to the pod in PreBind)")
