@@ -10,7 +10,7 @@ turns off the default scores and nothing else — DeviceShare still allocates in
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,11 @@ class SchedulerConfig:
     weights: dict[str, int] = field(default_factory=dict)
     args: JSON = field(default_factory=dict)  # plugin → typed args given by pluginConfig
     explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
+    named: bool = False  # the profile set schedulerName itself
+    # the file's leaderElection (kube-scheduler's v1 defaults: leaderElect true, Lease kube-system/kube-scheduler)
+    leader_elect: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "kube-scheduler"
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -185,8 +190,8 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
         custom[point] = (enabled, disabled)
         explicit.update(n for n, _ in enabled)
     points, weights = _expand(custom)
-    cfg = SchedulerConfig(string(profile, "schedulerName", where, "") or DEFAULT_SCHEDULER_NAME, points, weights,
-                          explicit=explicit)
+    named = string(profile, "schedulerName", where, "")
+    cfg = SchedulerConfig(named or DEFAULT_SCHEDULER_NAME, points, weights, explicit=explicit, named=bool(named))
     if profile.get("percentageOfNodesToScore") is not None:
         log.info("%s.percentageOfNodesToScore: koord-sched scores every feasible node; ignored", where)
     seen: set[str] = set()
@@ -282,6 +287,25 @@ def _validate(cfg: SchedulerConfig, where: str) -> None:
             log.info("%s: accepted; %s", name, info.note)
 
 
+def _leader_election(doc: JSONMapping) -> Callable[[SchedulerConfig], SchedulerConfig]:
+    """The file's leaderElection onto a profile (kube-scheduler's v1 defaults for what it leaves out)."""
+    le = mapping(doc.get("leaderElection"), "config.leaderElection")
+    elect = le.get("leaderElect", True)
+    if not isinstance(elect, bool):
+        raise ConfigError(f"config.leaderElection.leaderElect: must be true or false, got {elect!r}")
+    lock = le.get("resourceLock", "leases")
+    if lock != "leases":
+        raise ConfigError(f"config.leaderElection.resourceLock: {lock!r} is not supported; accepted: leases")
+    namespace = string(le, "resourceNamespace", "config.leaderElection", "") or "kube-system"
+    name = string(le, "resourceName", "config.leaderElection", "") or "kube-scheduler"
+
+    def apply(cfg: SchedulerConfig) -> SchedulerConfig:
+        cfg.leader_elect, cfg.lease_namespace, cfg.lease_name = elect, namespace, name
+        return cfg
+
+    return apply
+
+
 def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerConfig:
     """A KubeSchedulerConfiguration dict (None or empty: the defaults); the profile for `scheduler_name`, else the
     first one. Raises ConfigError."""
@@ -296,10 +320,11 @@ def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerCon
         log.info("apiVersion: %s read as %s (the fields koord-sched reads are the same)", api, API_VERSION)
     if kind is not None and kind != KIND:
         raise ConfigError(f"kind: {kind!r} is not supported; accepted: {KIND}")
+    election = _leader_election(doc)
     profiles = object_list(doc, "profiles", "config")
     if not profiles:
-        return SchedulerConfig()
-    parsed = [parse_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+        return election(SchedulerConfig())
+    parsed = [election(parse_profile(p, f"profiles[{i}]")) for i, p in enumerate(profiles)]
     names = [p.scheduler_name for p in parsed]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
