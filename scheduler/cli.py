@@ -27,6 +27,7 @@ from scheduler.framework import Profile, Scheduler
 from scheduler.gang.model import parse_go_duration
 from scheduler.gang.planner import plan_jobs
 from scheduler.interfaces import Placement
+from scheduler.leaderelection import LeaderElector, LeaseConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.noderesource import cli as noderesource_cli
 from scheduler.noderesource.fill import config_of, fill_missing
@@ -180,6 +181,8 @@ def run(ns: argparse.Namespace) -> int:
                                     watch=not ns.once, write_topology_status=topology is not False)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
+            if ns.elect:
+                log.info("--once: one cycle without leader election")
             placements = runner.run_once()
             sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
             return 1 if runner.failures else 0
@@ -197,8 +200,26 @@ def run(ns: argparse.Namespace) -> int:
             server.start()
             log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
                      *server.server_address[:2])
+        elector = None
+        if ns.elect:
+            le = LeaseConfig(cfg.lease_namespace, cfg.lease_name, *cfg.lease_timing)
+            elector = LeaderElector(KubeClient(kube), le)
+            if not elector.acquire(stop):
+                return 0
+            lost = threading.Event()
+
+            def on_lost() -> None:
+                lost.set()
+                stop.set()
+
+            threading.Thread(target=elector.renew_until_lost, args=(stop, on_lost), name="leader-election",
+                             daemon=True).start()
         log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
         runner.run(stop, max(interval, 0.0))
+        if elector is not None:
+            if lost.is_set():
+                return 1  # kube-scheduler exits when it stops leading; the Deployment restarts it as a candidate
+            elector.release()
     except (KoordletError, OSError, ValueError) as e:
         log.error("run: %s", e)
         return 1
@@ -218,9 +239,9 @@ def start_run(ns: argparse.Namespace, cfg: SchedulerConfig) -> int:
     ignored = kubeflags.not_acted_on(ns)
     if ignored:
         log.info("accepted as kube-scheduler does, not acted on by koord-sched: %s", " ".join(ignored))
-    if ns.leader_elect if ns.leader_elect is not None else cfg.leader_elect:
-        log.warning("leader election (--leader-elect / leaderElection.leaderElect) is not implemented by "
-                    "koord-sched: run one replica")
+    ns.elect = ns.leader_elect if ns.leader_elect is not None else cfg.leader_elect
+    if ns.elect:
+        log.info("leader election on: Lease %s/%s", cfg.lease_namespace, cfg.lease_name)
     return run(ns)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core import godur
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
@@ -61,6 +63,7 @@ class SchedulerConfig:
     leader_elect: bool = False
     lease_namespace: str = "kube-system"
     lease_name: str = "kube-scheduler"
+    lease_timing: tuple[float, float, float] = (15.0, 10.0, 2.0)  # leaseDuration, renewDeadline, retryPeriod
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -298,9 +301,21 @@ def _leader_election(doc: JSONMapping) -> Callable[[SchedulerConfig], SchedulerC
         raise ConfigError(f"config.leaderElection.resourceLock: {lock!r} is not supported; accepted: leases")
     namespace = string(le, "resourceNamespace", "config.leaderElection", "") or "kube-system"
     name = string(le, "resourceName", "config.leaderElection", "") or "kube-scheduler"
+    timing = []
+    for field_name, default in (("leaseDuration", 15.0), ("renewDeadline", 10.0), ("retryPeriod", 2.0)):
+        raw = le.get(field_name)
+        try:
+            timing.append(default if raw is None else godur.parse(str(raw)))
+        except InvalidInput:
+            raise ConfigError(f"config.leaderElection.{field_name}: {raw!r} is not a duration") from None
+    lease_duration, renew_deadline, retry_period = timing
+    if elect and not lease_duration > renew_deadline > retry_period > 0:
+        raise ConfigError("config.leaderElection: leaseDuration must be greater than renewDeadline, and "
+                          "renewDeadline greater than retryPeriod (> 0)")
 
     def apply(cfg: SchedulerConfig) -> SchedulerConfig:
         cfg.leader_elect, cfg.lease_namespace, cfg.lease_name = elect, namespace, name
+        cfg.lease_timing = (lease_duration, renew_deadline, retry_period)
         return cfg
 
     return apply
