@@ -75,7 +75,10 @@ class Binder:
         result = BindResult()
         patched: set[str] = set()
         locked: dict[str, list[str]] = {}  # pod → node annotations written for it (device plugin locks)
-        for m in members:
+        skipped = next((m for m in members if sched.binder(m.assumed.pod) != "DefaultBinder"), None)
+        if skipped is not None:  # the profile's Bind list has no plugin that binds this pod: nothing is written
+            result.error = f"binding rejected: no bind plugin binds {skipped.key} (every one returned Skip)"
+        for m in members if not result.error else ():
             a = m.assumed
             labels, node_annotations = sched.prebind_patches(m.key)
             try:

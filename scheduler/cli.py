@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
+from scheduler import kubeflags
 from scheduler.cluster import Cluster, build_cluster, key, load_objects
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
@@ -23,6 +27,7 @@ from scheduler.framework import Profile, Scheduler
 from scheduler.gang.model import parse_go_duration
 from scheduler.gang.planner import plan_jobs
 from scheduler.interfaces import Placement
+from scheduler.leaderelection import LeaderElector, LeaseConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.noderesource import cli as noderesource_cli
 from scheduler.noderesource.fill import config_of, fill_missing
@@ -170,11 +175,14 @@ def run(ns: argparse.Namespace) -> int:
         cos = cfg.plugin_args("Coscheduling")
         # Fresh plugins per cycle: their device state is derived from the cache's snapshot of the pods. `--once`
         # lists once; the loop watches (no list request in a steady cycle).
+        topology = ns.enable_network_topology_manager
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
-                                    watch=not ns.once)
+                                    watch=not ns.once, write_topology_status=topology is not False)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
+            if ns.elect:
+                log.info("--once: one cycle without leader election")
             placements = runner.run_once()
             sys.stdout.write(table({"placements": [p.as_json() for p in placements]}) if placements else "")
             return 1 if runner.failures else 0
@@ -186,13 +194,32 @@ def run(ns: argparse.Namespace) -> int:
             except ValueError as e:  # a bad --noderesource-* flag
                 log.error("run: %s", e)
                 return 2
-        if ns.addr:
-            server = DiagnosisServer(parse_addr(ns.addr), DiagnosisAPI(runner.state, runner.metrics))
+        addr = kubeflags.diagnosis_addr(ns)
+        if addr:
+            server = DiagnosisServer(parse_addr(addr), DiagnosisAPI(runner.state, runner.metrics))
             server.start()
             log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
                      *server.server_address[:2])
+        elector = None
+        if ns.elect:
+            le = LeaseConfig(cfg.lease_namespace, cfg.lease_name, *cfg.lease_timing)
+            elector = LeaderElector(KubeClient(kube), le)
+            if not elector.acquire(stop):
+                return 0
+            lost = threading.Event()
+
+            def on_lost() -> None:
+                lost.set()
+                stop.set()
+
+            threading.Thread(target=elector.renew_until_lost, args=(stop, on_lost), name="leader-election",
+                             daemon=True).start()
         log.info("scheduling pods of schedulerName %s every %gs", ns.scheduler_name, interval)
         runner.run(stop, max(interval, 0.0))
+        if elector is not None:
+            if lost.is_set():
+                return 1  # kube-scheduler exits when it stops leading; the Deployment restarts it as a candidate
+            elector.release()
     except (KoordletError, OSError, ValueError) as e:
         log.error("run: %s", e)
         return 1
@@ -201,14 +228,31 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def start_run(ns: argparse.Namespace, cfg: SchedulerConfig) -> int:
+    """`run` with kube-scheduler's command line: the scheduler name from the profile unless given, the flags that
+    are accepted and not acted on said once."""
+    if ns.scheduler_name is None:
+        if not cfg.named:
+            log.error("run: no scheduler name: pass --scheduler-name, or a --config whose profile sets schedulerName")
+            return 2
+        ns.scheduler_name = cfg.scheduler_name
+    ignored = kubeflags.not_acted_on(ns)
+    if ignored:
+        log.info("accepted as kube-scheduler does, not acted on by koord-sched: %s", " ".join(ignored))
+    ns.elect = ns.leader_elect if ns.leader_elect is not None else cfg.leader_elect
+    if ns.elect:
+        log.info("leader election on: Lease %s/%s", cfg.lease_namespace, cfg.lease_name)
+    return run(ns)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="koord-sched", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="place pods on a cluster described by files")
-    sim.add_argument("--cluster", required=True, help="dir (or file) of Node, Device, NodeMetric, Pod, ... objects")
-    sim.add_argument("--pods", required=True, help="pods (and PodGroups) to place, in order")
+    sim.add_argument("--cluster", help="dir (or file) of Node, Device, NodeMetric, Pod, ... objects (required)")
+    sim.add_argument("--pods", help="pods (and PodGroups) to place, in order (required)")
     sim.add_argument("--config", default=None, help=CONFIG_HELP)
-    sim.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
     ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
     ext.add_argument("--config", default=None, help=CONFIG_HELP)
@@ -216,19 +260,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ext.add_argument("--prefix", default="", help="URL path prefix, e.g. /extender for urlPrefix .../extender")
     ext.add_argument("--resync", type=float, default=30.0, help="re-list the cluster every N seconds (0: never)")
     run_p = sub.add_parser("run", help="secondary scheduler for gang and topology jobs (binds whole gangs)")
-    run_p.add_argument("--scheduler-name", required=True, help="schedule pods with this spec.schedulerName")
+    run_p.add_argument("--scheduler-name", default=None,
+                       help="schedule pods with this spec.schedulerName (default: the --config profile's)")
     run_p.add_argument("--config", default=None, help=CONFIG_HELP)
     run_p.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     run_p.add_argument("--interval", default="1s", help="pause between scheduling cycles (Go duration, default 1s)")
     run_p.add_argument("--once", action="store_true", help="one cycle, print the placements, exit")
-    run_p.add_argument("--addr", default=":10251",
-                       help="diagnosis API and /debug/flags listen address (default :10251, '' for none)")
+    run_p.add_argument("--addr", default=None,
+                       help="diagnosis API and /debug/flags listen address (default :--port, else :10251; '' for none)")
+    kubeflags.add_flags(run_p)
     run_p.add_argument("--with-noderesource", action="store_true",
                        help="also run the noderesource loop (node allocatable for devices, batch and mid)")
     noderesource_cli.add_flags(run_p, prefix="noderesource-")
     noderesource_cli.add_parser(sub)
     ns = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname).1s %(name)s: %(message)s")
+    logging.basicConfig(level=kubeflags.log_level(ns), stream=sys.stderr,
+                        format="%(levelname).1s %(name)s: %(message)s")
     if ns.command == "noderesource":  # no scheduler configuration: koord-manager's part
         return noderesource_cli.command(ns)
     try:  # before anything else: a bad config is reported first, in one line, exit 2
@@ -239,18 +286,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "extender":
         return extender(ns)
     if ns.command == "run":
-        return run(ns)
-    objects = load_objects(ns.cluster)
+        return start_run(ns, cfg)
+    for flag, path in (("--cluster", ns.cluster), ("--pods", ns.pods)):
+        if not path:
+            log.error("simulate: %s is required (a file or directory of objects)", flag)
+            return 2
+        if not os.path.exists(path):
+            log.error("simulate: %s %s: no such file or directory", flag, path)
+            return 2
+    try:
+        objects = load_objects(ns.cluster)
+        given = load_objects(ns.pods)
+    except (OSError, ValueError, yaml.YAMLError) as e:  # unreadable, not JSON/YAML: one line, no traceback
+        log.error("simulate: reading the objects: %s", " ".join(str(e).split()))
+        return 2
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
-    given = load_objects(ns.pods)
     pods = [o for o in given if o.get("kind", "Pod") in ("Pod", "Reservation")]
     # the PodGroups and PriorityClasses given with the pods join the cluster's, read as build_cluster reads them
     catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])
     cluster.podgroups.update(catalogue.podgroups)
     cluster.priority_classes.update(catalogue.priority_classes)
     result = simulate(cluster, pods, cfg)
-    sys.stdout.write(json.dumps(result, indent=2) + "\n" if ns.output == "json" else table(result))
+    if ns.output == "json":
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    elif ns.output == "yaml":  # the same object as -o json
+        sys.stdout.write(yaml.safe_dump(json.loads(json.dumps(result)), sort_keys=False))
+    else:
+        sys.stdout.write(table(result))
     return 0
 
 

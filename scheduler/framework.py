@@ -28,15 +28,20 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
+from scheduler.gang.model import pod_priority
+from scheduler.gang.queuesort import priority_order
 from scheduler.interfaces import (
+    BindPlugin,
     CyclePlugin,
     FilterPlugin,
     Placement,
     Plugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreFilterNodesPlugin,
     PreFilterPlugin,
     QueuePlugin,
+    QueueSortPlugin,
     ReservePlugin,
     ScorePlugin,
     SyncPlugin,
@@ -65,14 +70,20 @@ def invalid_pod(pod: JSON) -> str | None:
 
 class Profile:
     """One profile's plugins per extension point, resolved once: the Filter, Score and Reserve lists as configured,
-    and every other hook from the plugins (each once, in profile order) that implement it."""
+    the queueSort plugin and the Bind list (None / empty: the file order, every pod bound), plugins enabled at
+    PreFilter alone (SchedulingHint), and every other hook from the plugins (each once, in profile order) that
+    implement it."""
 
     def __init__(self, filters: Iterable[FilterPlugin] = (), scorers: Iterable[ScorePlugin] = (),
-                 reservers: Iterable[ReservePlugin] = ()) -> None:
+                 reservers: Iterable[ReservePlugin] = (), *, queue_sort: QueueSortPlugin | None = None,
+                 binders: Iterable[BindPlugin] = (), prefilter_only: Iterable[Plugin] = ()) -> None:
         self.filters = tuple(filters)
         self.scorers = tuple(scorers)
         self.reservers = tuple(reservers)
-        plugins: tuple[Plugin, ...] = tuple(dict.fromkeys([*self.filters, *self.scorers, *self.reservers]))
+        self.queue_sort = queue_sort
+        self.binders = tuple(binders)
+        plugins: tuple[Plugin, ...] = tuple(dict.fromkeys([*prefilter_only, *self.filters, *self.scorers,
+                                                           *self.reservers]))
         self.plugins = plugins
         self.by_name: dict[str, Plugin] = {}
         for p in plugins:
@@ -81,6 +92,7 @@ class Profile:
         self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
         self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
         self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
+        self.node_narrowers = tuple(p for p in plugins if isinstance(p, PreFilterNodesPlugin))
         self.cycle_hooks = tuple(p for p in plugins if isinstance(p, CyclePlugin))
         self.post_filters = tuple(p for p in plugins if isinstance(p, PostFilterPlugin))
         self.prebinders = tuple(p for p in plugins if isinstance(p, PreBindPlugin))
@@ -164,7 +176,21 @@ class Scheduler:
         """One cycle for the pod; enter it (`with`) to run the begin/end hooks around what is done in it."""
         return Cycle(self, pod)
 
-    # -- extension points outside a cycle (informer events, PreBind) ---------------------------------------------
+    # -- extension points outside a cycle (the queue, informer events, PreBind, Bind) ------------------------------
+    def order(self, pods: list[JSON]) -> list[JSON]:
+        """The pending pods in the queueSort plugin's order (PrioritySort's for a profile made without one)."""
+        qs = self.profile.queue_sort
+        if qs is None:
+            return priority_order(pods, lambda p: pod_priority(p, self.cluster))
+        return qs.order(pods, self.cluster)
+
+    def binder(self, pod: JSON) -> str | None:
+        """The bind plugin that binds the pod: the first not to Skip it (None: every one skipped; a profile made
+        without a Bind list binds every pod)."""
+        if not self.profile.binders:
+            return "DefaultBinder"
+        return next((b.name for b in self.profile.binders if b.binds(pod)), None)
+
     def admit_pending(self, pods: list[JSON]) -> None:
         """Tell plugins which pods are waiting (ElasticQuota counts their requests), as an informer would."""
         for p in self.profile.queue:
@@ -195,6 +221,15 @@ class Scheduler:
             if why is not None:
                 return str(why)
         return None
+
+    def prefilter_nodes(self, pod: JSON) -> frozenset[str] | None:
+        """The only nodes PreFilter leaves to look at (the intersection of every plugin's), None for all."""
+        allowed: frozenset[str] | None = None
+        for p in self.profile.node_narrowers:
+            names = p.prefilter_nodes(pod)
+            if names is not None:
+                allowed = names if allowed is None else allowed & names
+        return allowed
 
     def filter(self, pod: JSON, node: NodeInfo) -> str | None:
         """Every Filter on one node: the first reason it fails, or None."""
@@ -353,6 +388,9 @@ class Cycle:
         nodes = (self.cluster.nodes.values() if node_names is None else
                  [self.cluster.nodes[n] for n in node_names if n in self.cluster.nodes])
         rejected = self.prefilter()
+        allowed = self.sched.prefilter_nodes(self.pod) if rejected is None else None
+        if allowed is not None:
+            nodes = [n for n in nodes if n.name in allowed]
         if rejected is not None:
             return [], {n.name: rejected for n in nodes}
         fits: list[NodeInfo] = []
@@ -400,6 +438,10 @@ class Cycle:
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
+        allowed = self.sched.prefilter_nodes(pod)
+        if allowed is not None:  # PreFilterResult.NodeNames: the other nodes are not looked at, nor counted
+            mask = np.isin(index.names_array, list(allowed))
+        considered = mask.copy() if allowed is not None else None
         for f, vf in zip(profile.filters, profile.filter_vectors, strict=True):
             m = vf.prefilter_vector(pod, index) if vf is not None else None
             clock.plugin(f.name, "Filter")
@@ -453,7 +495,7 @@ class Cycle:
                 self._log_scores(index, np.flatnonzero(mask), total, per_plugin)
             return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
-        for i in np.flatnonzero(~mask).tolist():
+        for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
             why = self.filter(index.nodes[i])
             if why is None:  # a prefilter was wrong; never for the built-in plugins
                 log.warning("%s: a vector prefilter ruled out node %s that fits", key(pod), index.names[i])

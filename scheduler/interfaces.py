@@ -65,6 +65,34 @@ class PreFilterPlugin(Protocol):
 
 
 @runtime_checkable
+class PreFilterNodesPlugin(Protocol):
+    """A PreFilter that narrows the nodes looked at (upstream PreFilterResult.NodeNames): their names, or None for
+    every node (SchedulingHint)."""
+
+    def prefilter_nodes(self, pod: JSON) -> frozenset[str] | None: ...
+
+
+@runtime_checkable
+class QueueSortPlugin(Protocol):
+    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less)."""
+
+    name: str
+
+    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]: ...
+
+
+@runtime_checkable
+class BindPlugin(Protocol):
+    """bind: whether the plugin binds this pod (False: Skip, the next bind plugin is asked). The first that does
+    not skip binds it (DefaultBinder: every pod through the Binding API; Reservation: reserve pods, by marking the
+    Reservation Available)."""
+
+    name: str
+
+    def binds(self, pod: JSON) -> bool: ...
+
+
+@runtime_checkable
 class FilterPlugin(Protocol):
     name: str
 

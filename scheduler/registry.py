@@ -12,16 +12,28 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from scheduler.config import SchedulerConfig
-from scheduler.config.plugins import FILTER, PERMIT, POST_FILTER, PRE_FILTER, RESERVE, SCORE
+from scheduler.config.plugins import (
+    BIND,
+    FILTER,
+    PERMIT,
+    PLUGINS,
+    POST_FILTER,
+    PRE_FILTER,
+    QUEUE_SORT,
+    RESERVE,
+    SCORE,
+)
 from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Profile
 from scheduler.gang.plugin import Coscheduling
-from scheduler.interfaces import FilterPlugin, Plugin, ReservePlugin, ScorePlugin
+from scheduler.interfaces import BindPlugin, FilterPlugin, Plugin, QueueSortPlugin, ReservePlugin, ScorePlugin
 from scheduler.numa.plugin import NodeNUMAResource
 from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.fit_score import NodeResourcesBalancedAllocation, NodeResourcesFitScore
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
+from scheduler.plugins.hint import SchedulingHint
+from scheduler.plugins.intree import DefaultBinder, PrioritySort
 from scheduler.plugins.loadaware import LoadAware
 from scheduler.plugins.scarce import ScarceResourceAvoidance
 from scheduler.reservation.plugin import ReservationPlugin
@@ -48,7 +60,11 @@ def _loadaware(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> P
 
 
 def _reservation(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
-    return ReservationPlugin(cfg.plugin_args(name), cfg.weight(name), preemption=cfg.enabled_at(name, POST_FILTER))
+    bind = cfg.points.get(BIND, [])
+    # Bind asks its plugins in order: DefaultBinder ahead of Reservation would take the reserve pods (and fail)
+    binds = name in bind and ("DefaultBinder" not in bind or bind.index(name) < bind.index("DefaultBinder"))
+    return ReservationPlugin(cfg.plugin_args(name), cfg.weight(name), preemption=cfg.enabled_at(name, POST_FILTER),
+                             binds_reservations=binds)
 
 
 def _deviceshare(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
@@ -109,6 +125,18 @@ def _coscheduling(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -
                         match_policy=a.default_match_policy)
 
 
+def _priority_sort(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return PrioritySort()
+
+
+def _default_binder(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return DefaultBinder()
+
+
+def _hint(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return SchedulingHint()
+
+
 @dataclass(frozen=True)
 class Entry:
     shared: Factory | None = None  # one instance for every extension point the plugin is enabled at
@@ -128,6 +156,9 @@ REGISTRY: dict[str, Entry] = {
     "NodeResourcesBalancedAllocation": Entry(_balanced),
     "Coscheduling": Entry(_coscheduling),
     "NodeResourcesFit": Entry(filter=_fit, score=_fit_score),
+    "SchedulingHint": Entry(_hint),
+    "PrioritySort": Entry(_priority_sort),
+    "DefaultBinder": Entry(_default_binder),
 }
 ALWAYS = ("Coscheduling",)  # made even when disabled: the gang planner reads its switches (all off then)
 KEPT = ("ElasticQuota", "Coscheduling")  # kept among the reservers: their PreFilter / planner switches are read there
@@ -155,7 +186,13 @@ def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Profile:
         p = made.plugins.get(name)
         if isinstance(p, ReservePlugin) and p not in reservers:
             reservers.append(p)
-    return Profile(filters, scorers, reservers)
+    sorts = [p for n in cfg.points.get(QUEUE_SORT, []) if isinstance(p := made.plugins.get(n), QueueSortPlugin)]
+    binders = [p for n in cfg.points.get(BIND, []) if isinstance(p := made.plugins.get(n), BindPlugin)]
+    # plugins that extend PreFilter and none of Filter, Score and Reserve join the profile from there
+    alone = [made.plugins[n] for n in cfg.points.get(PRE_FILTER, []) if n in made.plugins
+             and not {FILTER, SCORE, RESERVE} & set(PLUGINS[n].points)]
+    return Profile(filters, scorers, reservers, queue_sort=sorts[0] if sorts else None, binders=binders,
+                   prefilter_only=alone)
 
 
 def _at(cfg: SchedulerConfig, name: str, made: Made, simulate: bool, point: str) -> Plugin | None:

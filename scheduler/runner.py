@@ -24,7 +24,7 @@ from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import CONFIGMAPS, SOURCES
 from scheduler.framework import Assumed, Scheduler
-from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, gang_id_of, pod_priority
+from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS
 from scheduler.gang.planner import plan_jobs_detail
 from scheduler.gang.topology import cluster_tree
 from scheduler.interfaces import Placement
@@ -65,26 +65,6 @@ class BindFailure:
     error: str
     bound: list[str] = field(default_factory=list)  # members bound before the failure: they stay bound
     rolled_back: list[str] = field(default_factory=list)
-
-
-def _created(pod: JSON) -> str:
-    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
-
-
-def order_pending(pods: list[JSON], priority: Callable[[JSON], int] | None = None) -> list[JSON]:
-    """PrioritySort: higher priority first, then by creation time (RFC 3339 strings sort chronologically); a
-    gang's members together, at its highest priority and oldest member."""
-    first: dict[str, tuple[int, str]] = {}
-    for p in pods:
-        unit = gang_id_of(p) or key(p)
-        mine = (-(priority(p) if priority else 0), _created(p))
-        first[unit] = min(first.get(unit, mine), mine)
-
-    def rank(p: JSON) -> tuple[int, str, str, str, str]:
-        unit = gang_id_of(p) or key(p)
-        return first[unit][0], first[unit][1], unit, _created(p), key(p)
-
-    return sorted(pods, key=rank)
 
 
 class SecondaryScheduler:
@@ -202,7 +182,7 @@ class SecondaryScheduler:
             self._write_quota_status(sched)
             self._record(0, 0)
             return []
-        pods = order_pending(pods, lambda p: pod_priority(p, cluster))
+        pods = sched.order(pods)  # the profile's queueSort
         by_key = {key(p): p for p in pods}
         placements, planner = plan_jobs_detail(sched, pods, enable_preemption=self.enable_preemption,
                                                default_timeout=self.default_timeout)

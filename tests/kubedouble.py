@@ -33,12 +33,13 @@ def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
 
 
 def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
-    """PUT <resource>/<name>: replace the stored object if resourceVersion matches (or is unset), bump it."""
+    """PUT <resource>/<name>: replace the stored object if resourceVersion matches (or is unset), bump it
+    (cluster-scoped or namespaced alike)."""
 
     def put(request: kmock.Request) -> Any:
         if request.subresource:
             return kmock.Response(status=404, payload=status_failure(404, "no such subresource"))
-        obj = km.objects[resource, None, str(request.name)]
+        obj = km.objects[resource, request.namespace or None, str(request.name)]
         current = obj.raw
         sent = (request.data or {}).get("metadata", {}).get("resourceVersion")
         have = current.get("metadata", {}).get("resourceVersion", "1")

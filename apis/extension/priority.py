@@ -10,6 +10,7 @@ from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_SYSTEM, koo
 # Upstream: apis/extension/priority.go, apis/extension/priority_utils.go.
 
 LABEL_POD_PRIORITY_CLASS = "koordinator.sh/priority-class"
+LABEL_POD_SUB_PRIORITY = "koordinator.sh/priority"  # GetPodSubPriority: an integer; absent or invalid reads 0
 
 PRIORITY_PROD = "koord-prod"
 PRIORITY_MID = "koord-mid"

@@ -18,6 +18,12 @@ POINTS = (PRE_ENQUEUE, QUEUE_SORT, PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, S
 
 RUN, NOOP, LATER, NOT_IMPLEMENTED = "run", "noop", "later", "not-implemented"
 
+# kube-scheduler's name of each point's plugin interface, as its startup errors word them
+KUBE_TYPES = {PRE_ENQUEUE: "PreEnqueuePlugin", QUEUE_SORT: "QueueSortPlugin", PRE_FILTER: "PreFilterPlugin",
+              FILTER: "FilterPlugin", POST_FILTER: "PostFilterPlugin", PRE_SCORE: "PreScorePlugin",
+              SCORE: "ScorePlugin", RESERVE: "ReservePlugin", PERMIT: "PermitPlugin", PRE_BIND: "PreBindPlugin",
+              BIND: "BindPlugin", POST_BIND: "PostBindPlugin"}
+
 
 @dataclass(frozen=True)
 class PluginInfo:
@@ -36,27 +42,46 @@ _OURS = (
                (PRE_FILTER, FILTER, SCORE, RESERVE, PRE_BIND)),
     PluginInfo("DeviceShare", (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND),
                (PRE_FILTER, FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
-    PluginInfo("Reservation", (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT, PRE_BIND),
-               (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND)),
+    PluginInfo("Reservation", (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PERMIT, PRE_BIND, BIND),
+               (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND, BIND)),
     PluginInfo("ElasticQuota", (PRE_ENQUEUE, PRE_FILTER, POST_FILTER, RESERVE), (PRE_FILTER, POST_FILTER, RESERVE)),
-    PluginInfo("Coscheduling", _GANG, _GANG),
+    # queueSort: v1.5 and v1.6 only (v1.7 dropped it); the file does not say which version wrote it, so accepted
+    PluginInfo("Coscheduling", (QUEUE_SORT, *_GANG), _GANG),
+    PluginInfo("SchedulingHint", (PRE_FILTER,)),
     PluginInfo("NodeResourcesFitPlus", (PRE_SCORE, SCORE)),
     PluginInfo("ScarceResourceAvoidance", (SCORE,)),
     PluginInfo("NodeResourcesBalancedAllocation", (PRE_SCORE, SCORE)),
-    PluginInfo("PrioritySort", (QUEUE_SORT,), (QUEUE_SORT,), NOOP, "pending pods are always taken by priority"),
-    PluginInfo("DefaultBinder", (BIND,), (BIND,), NOOP, "binds through the Binding API"),
-    PluginInfo("DefaultPreBind", (PRE_BIND,), (), NOOP, "annotations are written before the Binding"),
+    PluginInfo("PrioritySort", (QUEUE_SORT,), (QUEUE_SORT,)),
+    PluginInfo("DefaultBinder", (BIND,), (BIND,)),
+    PluginInfo("DefaultPreBind", (PRE_BIND,), (), NOOP,
+               "its PreBind does nothing; the plugins' annotations go out in one patch before the Binding"),
     PluginInfo("SchedulingGates", (PRE_ENQUEUE,), (PRE_ENQUEUE,), NOOP, "gated pods are never taken"),
-    PluginInfo("DefaultPreemption", (POST_FILTER,), (POST_FILTER,), NOOP,
-               "pod-level preemption of lone pods is not implemented; gangs use Coscheduling's job preemption"),
+    PluginInfo("DefaultPreemption", (POST_FILTER,), (POST_FILTER,), LATER,
+               "pod-level preemption of lone pods is not implemented by koord-sched (a lone pod no "
+               "node takes stays pending); gangs use Coscheduling's job preemption, owners Reservation's"),
 )
+# kube-scheduler's volume and DRA plugins: koord-sched reads no PersistentVolume(Claim), StorageClass, CSINode or
+# ResourceClaim, so on the objects it schedules they have nothing to check: accepted as no-ops (docs/decisions.md).
+_KUBE_NOOP = tuple(PluginInfo(n, pts, (), NOOP, "koord-sched reads no volumes or resource claims; nothing to check")
+                   for n, pts in (("VolumeRestrictions", (PRE_FILTER, FILTER)), ("NodeVolumeLimits", (FILTER,)),
+                                  ("EBSLimits", (FILTER,)), ("GCEPDLimits", (FILTER,)), ("AzureDiskLimits", (FILTER,)),
+                                  ("CinderLimits", (FILTER,)), ("VolumeZone", (FILTER,)),
+                                  ("VolumeBinding", (PRE_FILTER, FILTER, RESERVE, PRE_BIND, PRE_SCORE, SCORE)),
+                                  ("DynamicResources", (PRE_ENQUEUE, PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE,
+                                                        RESERVE, PRE_BIND))))
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
-_KUBE = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "VolumeRestrictions",
-         "NodeVolumeLimits", "EBSLimits", "GCEPDLimits", "AzureDiskLimits", "CinderLimits", "VolumeBinding",
-         "VolumeZone", "PodTopologySpread", "InterPodAffinity", "ImageLocality", "DynamicResources")
-_KOORD = ("SchedulingHint", "ElasticQuotaV2")
+# They can change where a pod goes on our objects (taints, affinity, ports, spread, images), so enabling one is refused.
+_KUBE = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "PodTopologySpread",
+         "InterPodAffinity", "ImageLocality")
+_KOORD = ("ElasticQuotaV2",)
+# kube-scheduler's default (multiPoint) plugins: in every profile unless disabled, so their pluginConfig is legal
+KUBE_DEFAULTS = frozenset(("SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeName", "TaintToleration",
+                           "NodeAffinity", "NodePorts", "NodeResourcesFit", "VolumeRestrictions", "EBSLimits",
+                           "GCEPDLimits", "NodeVolumeLimits", "AzureDiskLimits", "VolumeBinding", "VolumeZone",
+                           "PodTopologySpread", "InterPodAffinity", "DefaultPreemption",
+                           "NodeResourcesBalancedAllocation", "ImageLocality", "DefaultBinder"))
 
-PLUGINS: dict[str, PluginInfo] = {p.name: p for p in _OURS}
+PLUGINS: dict[str, PluginInfo] = {p.name: p for p in (*_OURS, *_KUBE_NOOP)}
 for _n in (*_KUBE, *_KOORD):
     PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
 

@@ -10,16 +10,20 @@ turns off the default scores and nothing else — DeviceShare still allocates in
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apis.core import godur
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
 from scheduler.config.plugins import (
     BIND,
     DEFAULT_WEIGHTS,
+    KUBE_DEFAULTS,
+    KUBE_TYPES,
     LATER,
     MULTI_POINT,
     NOOP,
@@ -54,6 +58,12 @@ class SchedulerConfig:
     weights: dict[str, int] = field(default_factory=dict)
     args: JSON = field(default_factory=dict)  # plugin → typed args given by pluginConfig
     explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
+    named: bool = False  # the profile set schedulerName itself
+    # the file's leaderElection (kube-scheduler's v1 defaults: leaderElect true, Lease kube-system/kube-scheduler)
+    leader_elect: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "kube-scheduler"
+    lease_timing: tuple[float, float, float] = (15.0, 10.0, 2.0)  # leaseDuration, renewDeadline, retryPeriod
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -75,7 +85,12 @@ class SchedulerConfig:
         return self.args[name]
 
 
+def _kind(point: str) -> str:
+    return KUBE_TYPES.get(point, "MultiPointPlugin")
+
+
 def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list[tuple[str, int]]:
+    """One `enabled`/`disabled` list; refusals carry kube-scheduler's own words (NewFramework, updatePluginList)."""
     out: list[tuple[str, int]] = []
     for i, item in enumerate(object_list(section, key, where)):
         w = f"{where}.{key}[{i}]"
@@ -91,15 +106,17 @@ def _plugin_list(section: JSONMapping, key: str, where: str, point: str) -> list
             continue
         info = PLUGINS.get(name)
         if info is None:
-            raise ConfigError(f"{w}.name: unknown plugin {name!r}{suggest(name, PLUGINS)}; supported: "
-                              f"{', '.join(supported())}")
+            raise ConfigError(f'{w}.name: {_kind(point)} "{name}" does not exist (unknown plugin'
+                              f"{suggest(name, PLUGINS)}); supported: {', '.join(supported())}")
         if key == "enabled":
             if info.status == NOT_IMPLEMENTED:
                 raise ConfigError(f"{w}.name: {name} is not implemented by koord-sched; supported: "
                                   f"{', '.join(supported())}")
             if point != MULTI_POINT and point not in info.points:
-                raise ConfigError(f"{w}.name: {name} does not implement {point} (it implements: "
+                raise ConfigError(f'{w}.name: plugin "{name}" does not extend {_kind(point)} plugin (it extends: '
                                   f"{', '.join(info.points)})")
+            if any(n == name for n, _ in out):
+                raise ConfigError(f'{w}.name: plugin "{name}" already registered as "{_kind(point)}"')
         out.append((name, weight))
     return out
 
@@ -176,8 +193,8 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
         custom[point] = (enabled, disabled)
         explicit.update(n for n, _ in enabled)
     points, weights = _expand(custom)
-    cfg = SchedulerConfig(string(profile, "schedulerName", where, "") or DEFAULT_SCHEDULER_NAME, points, weights,
-                          explicit=explicit)
+    named = string(profile, "schedulerName", where, "")
+    cfg = SchedulerConfig(named or DEFAULT_SCHEDULER_NAME, points, weights, explicit=explicit, named=bool(named))
     if profile.get("percentageOfNodesToScore") is not None:
         log.info("%s.percentageOfNodesToScore: koord-sched scores every feasible node; ignored", where)
     seen: set[str] = set()
@@ -191,6 +208,9 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
         if name in seen:
             raise ConfigError(f"{w}.name: repeated config for plugin {name}")
         seen.add(name)
+        if not cfg.enabled(name) and not _kube_default_kept(name, custom):
+            raise ConfigError(f"{w}.name: plugin {name} has a pluginConfig but is not enabled at any extension point "
+                              "of the profile")
         entry = args_mod.ARGS.get(name)
         raw_args = mapping(pc.get("args"), f"{w}.args")
         if entry is None:
@@ -204,6 +224,15 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
     _fit_scoring(cfg, profile, custom, where)
     _validate(cfg, where)
     return cfg
+
+
+def _kube_default_kept(name: str, custom: dict[str, tuple[list[tuple[str, int]], list[str]]]) -> bool:
+    """A kube-scheduler default plugin koord-sched does not run is still in the profile (its pluginConfig legal)
+    unless the file disables it by name or with "*" at multiPoint."""
+    if name not in KUBE_DEFAULTS:
+        return False
+    off = custom.get(MULTI_POINT, ([], []))[1]
+    return name not in off and "*" not in off
 
 
 def _fit_scoring(cfg: SchedulerConfig, profile: JSONMapping, custom: JSON, where: str) -> None:
@@ -238,11 +267,18 @@ def _check_type(raw: JSONMapping, kind: str, where: str) -> None:
 
 def _validate(cfg: SchedulerConfig, where: str) -> None:
     sorts = cfg.points.get(QUEUE_SORT, [])
-    if len(sorts) != 1:
-        raise ConfigError(f"{where}.plugins.queueSort: exactly one queue sort plugin must be enabled (accepted: "
-                          f"PrioritySort), got {sorts or 'none'}")
+    if not sorts:
+        raise ConfigError(f"{where}.plugins.queueSort: no queue sort plugin is enabled (accepted: PrioritySort, "
+                          "Coscheduling)")
+    if len(sorts) > 1:
+        raise ConfigError(f"{where}.plugins.queueSort: only one queue sort plugin can be enabled, got "
+                          f"{', '.join(sorts)}")
+    if sorts[0] == "Coscheduling":
+        log.info("%s.plugins.queueSort: Coscheduling orders the pending pods (koord-scheduler v1.5/v1.6's Less: "
+                 "priority, sub-priority, gang, age)", where)
     if not cfg.points.get(BIND):
-        raise ConfigError(f"{where}.plugins.bind: at least one bind plugin is needed (accepted: DefaultBinder)")
+        raise ConfigError(f"{where}.plugins.bind: at least one bind plugin is needed (accepted: DefaultBinder, "
+                          "Reservation)")
     if cfg.enabled_at("DeviceShare", RESERVE) != cfg.enabled_at("DeviceShare", PRE_BIND):
         raise ConfigError(f"{where}.plugins: DeviceShare must be enabled at both reserve and preBind or at neither "
                           "(devices reserved in Reserve are written to the pod in PreBind)")
@@ -252,6 +288,37 @@ def _validate(cfg: SchedulerConfig, where: str) -> None:
             log.warning("%s: %s", name, info.note)
         elif info.status == NOOP:
             log.info("%s: accepted; %s", name, info.note)
+
+
+def _leader_election(doc: JSONMapping) -> Callable[[SchedulerConfig], SchedulerConfig]:
+    """The file's leaderElection onto a profile (kube-scheduler's v1 defaults for what it leaves out)."""
+    le = mapping(doc.get("leaderElection"), "config.leaderElection")
+    elect = le.get("leaderElect", True)
+    if not isinstance(elect, bool):
+        raise ConfigError(f"config.leaderElection.leaderElect: must be true or false, got {elect!r}")
+    lock = le.get("resourceLock", "leases")
+    if lock != "leases":
+        raise ConfigError(f"config.leaderElection.resourceLock: {lock!r} is not supported; accepted: leases")
+    namespace = string(le, "resourceNamespace", "config.leaderElection", "") or "kube-system"
+    name = string(le, "resourceName", "config.leaderElection", "") or "kube-scheduler"
+    timing = []
+    for field_name, default in (("leaseDuration", 15.0), ("renewDeadline", 10.0), ("retryPeriod", 2.0)):
+        raw = le.get(field_name)
+        try:
+            timing.append(default if raw is None else godur.parse(str(raw)))
+        except InvalidInput:
+            raise ConfigError(f"config.leaderElection.{field_name}: {raw!r} is not a duration") from None
+    lease_duration, renew_deadline, retry_period = timing
+    if elect and not lease_duration > renew_deadline > retry_period > 0:
+        raise ConfigError("config.leaderElection: leaseDuration must be greater than renewDeadline, and "
+                          "renewDeadline greater than retryPeriod (> 0)")
+
+    def apply(cfg: SchedulerConfig) -> SchedulerConfig:
+        cfg.leader_elect, cfg.lease_namespace, cfg.lease_name = elect, namespace, name
+        cfg.lease_timing = (lease_duration, renew_deadline, retry_period)
+        return cfg
+
+    return apply
 
 
 def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerConfig:
@@ -268,10 +335,11 @@ def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerCon
         log.info("apiVersion: %s read as %s (the fields koord-sched reads are the same)", api, API_VERSION)
     if kind is not None and kind != KIND:
         raise ConfigError(f"kind: {kind!r} is not supported; accepted: {KIND}")
+    election = _leader_election(doc)
     profiles = object_list(doc, "profiles", "config")
     if not profiles:
-        return SchedulerConfig()
-    parsed = [parse_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+        return election(SchedulerConfig())
+    parsed = [election(parse_profile(p, f"profiles[{i}]")) for i, p in enumerate(profiles)]
     names = [p.scheduler_name for p in parsed]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:

@@ -69,9 +69,12 @@ NAME = "Reservation"
 class ReservationPlugin:
     name = NAME
 
-    def __init__(self, args: object = None, weight: int = 5000, *, preemption: bool = True) -> None:
+    def __init__(self, args: object = None, weight: int = 5000, *, preemption: bool = True,
+                 binds_reservations: bool = True) -> None:
         self.args = args
         self.weight = weight
+        # enabled at bind ahead of DefaultBinder: the only way a reserve pod is bound (its Reservation Available)
+        self.binds_reservations = binds_reservations
         # ReservationArgs.enablePreemption, effective only while the plugin is enabled at postFilter
         self.enable_preemption = bool(getattr(args, "enable_preemption", False)) and preemption
         self.book: dict[str, Reservation] = {}
@@ -113,6 +116,11 @@ class ReservationPlugin:
         if r.phase != PENDING:
             return None
         pod = r.pod
+        if not self.binds_reservations:
+            r.reason = ("binding rejected: no bind plugin binds reserve pods (enable Reservation at bind, ahead of "
+                        "DefaultBinder)")
+            r.dirty = True
+            return Placement(key(pod), None, reason=r.reason)
         placed = sched.schedule(pod)
         if placed.node is None:
             r.reason = placed.reason
@@ -125,6 +133,11 @@ class ReservationPlugin:
         r.allocatable = {k: v for k, v in pod_requests(pod).items() if v}
         place(r, sched.cluster)
         return placed
+
+    def binds(self, pod: JSON) -> bool:
+        """Bind: a reserve pod is bound by marking its Reservation Available (schedule_reservation); Skip for every
+        other pod, which DefaultBinder binds."""
+        return is_reserve_pod(pod)
 
     # -- the cycle --------------------------------------------------------------------------------------------
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:

@@ -14,7 +14,8 @@ from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main, profile
 from scheduler.cluster import Cluster, NodeInfo
 from scheduler.framework import Scheduler
-from scheduler.runner import SecondaryScheduler, order_pending
+from scheduler.gang.queuesort import priority_order
+from scheduler.runner import SecondaryScheduler
 
 from gpu_cluster import ALLOCATED, FAIL_BINDING, GPU_NODES, seed
 from gpu_cluster import pod as _pod
@@ -178,7 +179,7 @@ async def test_order_gang_members_together() -> None:
             member("lone", 1, gang="", created="2024-01-01T00:00:02Z"),
             member("b", 1, gang="x", created="2024-01-01T00:00:03Z"),
             member("c", 1, gang="y", created="2024-01-01T00:00:00Z")]
-    assert [p["metadata"]["name"] for p in order_pending(pods)] == ["c", "a", "b", "lone"]
+    assert [p["metadata"]["name"] for p in priority_order(pods)] == ["c", "a", "b", "lone"]
 
 
 async def test_run_loop_and_cli_once(km: kmock.KubernetesEmulator, runner: SecondaryScheduler,

@@ -89,7 +89,8 @@ def test_defaults_when_absent() -> None:
     assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
                                      "ElasticQuota", "Coscheduling"]
     assert cfg.weight("Reservation") == 5000
-    assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["DefaultBinder"]
+    # upstream's shipped config binds with Reservation first (reserve pods), then DefaultBinder (every other pod)
+    assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["Reservation", "DefaultBinder"]
     assert parse_config({}).points == cfg.points
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
     made = profile(None)
@@ -206,7 +207,9 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
     ({"profiles": [{"pluginConfig": [{"name": "LoadAware", "args": {}}]}]},
      "profiles[0].pluginConfig[0].name: unknown plugin 'LoadAware' (did you mean 'LoadAwareScheduling'?)"),
     ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "Foo", "weight": 1}]}}}]},
-     "profiles[0].plugins.score.enabled[0].name: unknown plugin 'Foo'; supported: NodeResourcesFit,"),
+     'profiles[0].plugins.score.enabled[0].name: ScorePlugin "Foo" does not exist'
+     " (unknown plugin); supported: "
+     "NodeResourcesFit,"),
     ({"profiles": [{"pluginConfig": [{"name": "LoadAwareScheduling", "args": {"usageThreshold": {"cpu": 1}}}]}]},
      "profiles[0].pluginConfig[0].args.usageThreshold: unknown field (did you mean 'usageThresholds'?)"),
     ({"profiles": [{"pluginConfig": [{"name": "DeviceShare", "args": {"scoringStrategy": {"type": "Most"}}}]}]},
@@ -229,11 +232,11 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
     ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "TaintToleration", "weight": 3}]}}}]},
      "TaintToleration is not implemented by koord-sched; supported:"),
     ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "ScarceResourceAvoidance"}]}}}]},
-     "ScarceResourceAvoidance does not implement filter (it implements: score)"),
+     'plugin "ScarceResourceAvoidance" does not extend FilterPlugin plugin (it extends: score)'),
     ({"profiles": [{"plugins": {"preBind": {"disabled": [{"name": "*"}]}}}]},
      "DeviceShare must be enabled at both reserve and preBind or at neither"),
     ({"profiles": [{"plugins": {"queueSort": {"disabled": [{"name": "*"}]}}}]},
-     "plugins.queueSort: exactly one queue sort plugin must be enabled"),
+     "plugins.queueSort: no queue sort plugin is enabled"),
     ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "*"}]}}}]}, "'*' is only valid under disabled"),
     ({"apiVersion": "kubescheduler.config.k8s.io/v2"}, "apiVersion: 'kubescheduler.config.k8s.io/v2' is not supported"),
     ({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]}, "schedulerName 'a' is used by more than one"),

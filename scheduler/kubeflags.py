@@ -1,0 +1,79 @@
+"""kube-scheduler's (and koord-scheduler's) command line on `koord-sched run`, as the chart renders it:
+`--port=10251 --authentication-skip-lookup=true --v=4 --feature-gates= --config=...` (v1.7 adds
+`--enable-network-topology-manager=true`), plus `--leader-elect`, `--bind-address` and `--secure-port`.
+
+Each flag is either acted on (`--port` is the diagnosis/metrics port, `--v` the log level, the topology manager
+switch) or named once at start as accepted and not acted on; nothing given is silently ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+TRUE, FALSE = ("true", "t", "1", "yes"), ("false", "f", "0", "no")
+
+
+def go_bool(text: str) -> bool:
+    """A Go flag's boolean (`--flag`, `--flag=true`, `--flag=false`)."""
+    low = text.strip().lower()
+    if low in TRUE:
+        return True
+    if low in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (want true or false)")
+
+
+# flags koord-sched accepts as kube-scheduler does and does not act on: name → why
+NOT_ACTED_ON = {
+    "authentication_skip_lookup": "--authentication-skip-lookup",
+    "authentication_kubeconfig": "--authentication-kubeconfig",
+    "authorization_kubeconfig": "--authorization-kubeconfig",
+    "feature_gates": "--feature-gates",
+    "bind_address": "--bind-address",
+    "secure_port": "--secure-port",
+}
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=None,
+                   help="kube-scheduler's insecure port: the diagnosis API, /healthz and /metrics on :PORT (0: none; "
+                        "--addr wins when both are given)")
+    p.add_argument("-v", "--v", type=int, default=None, dest="verbosity",
+                   help="klog verbosity: 4 and above log at debug level, below at info")
+    p.add_argument("--leader-elect", type=go_bool, nargs="?", const=True, default=None,
+                   help="leader election (overrides the config's leaderElection.leaderElect)")
+    p.add_argument("--enable-network-topology-manager", type=go_bool, nargs="?", const=True, default=None,
+                   help="keep ClusterNetworkTopology 'default' status from the nodes' labels (default: on)")
+    p.add_argument("--authentication-skip-lookup", type=go_bool, nargs="?", const=True, default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--authentication-kubeconfig", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--authorization-kubeconfig", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--feature-gates", default=None, help="accepted; koord-sched has no feature gates")
+    p.add_argument("--bind-address", default=None, help="accepted; the secure port is not served")
+    p.add_argument("--secure-port", type=int, default=None, help="accepted; the secure port is not served")
+
+
+def log_level(ns: argparse.Namespace) -> int:
+    v = getattr(ns, "verbosity", None)
+    return logging.DEBUG if v is not None and v >= 4 else logging.INFO
+
+
+def diagnosis_addr(ns: argparse.Namespace) -> str:
+    """--addr when given, else --port's (0: none), else :10251 (kube-scheduler's insecure port)."""
+    if ns.addr is not None:
+        return str(ns.addr)
+    if ns.port is not None:
+        return f":{ns.port}" if ns.port > 0 else ""
+    return ":10251"
+
+
+def not_acted_on(ns: argparse.Namespace) -> list[str]:
+    """The flags given that koord-sched accepts and does nothing with, as `--flag=value`."""
+    out = []
+    for attr, flag in NOT_ACTED_ON.items():
+        value = getattr(ns, attr, None)
+        if value is not None:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            out.append(f"{flag}={shown}")
+    return out

@@ -1,0 +1,26 @@
+"""kube-scheduler's in-tree plugins koord-sched runs: PrioritySort (queueSort) and DefaultBinder (bind)."""
+
+from __future__ import annotations
+
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster
+from scheduler.gang.model import pod_priority
+from scheduler.gang.queuesort import priority_order
+
+
+class PrioritySort:
+    """Pending pods by priority, then age; a gang's members together (scheduler.gang.queuesort)."""
+
+    name = "PrioritySort"
+
+    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]:
+        return priority_order(pods, lambda p: pod_priority(p, cluster))
+
+
+class DefaultBinder:
+    """Binds every pod through its Binding subresource (scheduler.binder does the writing)."""
+
+    name = "DefaultBinder"
+
+    def binds(self, pod: JSON) -> bool:
+        return True
