@@ -19,7 +19,7 @@ from apis.client.backoff import REFLECTOR, BackoffPolicy
 from apis.client.kubeapi import Gone, KubeClient
 from apis.client.listwatch import REAL_CLOCK, Clock, list_and_watch
 from apis.core.errors import NotFound
-from apis.core.objects import JSON
+from apis.core.objects import JSON, annotate
 from scheduler import malformed
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class ClusterCache:
         """`pod` was bound to `node` with `annotations` patched on: count it there until the store shows it."""
         bound = pickle.loads(pickle.dumps(pod))
         bound.setdefault("spec", {})["nodeName"] = node
-        bound.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        annotate(bound, annotations)
         bound.setdefault("kind", "Pod")
         with self.lock:
             self.assumed[object_key(bound)] = bound

@@ -17,8 +17,9 @@ import yaml
 from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
+from apis.core.shape import object_ident
 from scheduler import kubeflags
-from scheduler.cluster import Cluster, build_cluster, key, load_objects
+from scheduler.cluster import Cluster, build_cluster, key, load_objects, pod_problem
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
@@ -66,7 +67,8 @@ def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig |
     # Pods and Reservations in --pods order: each run of pods is planned as before, each Reservation placed.
     batch: list[JSON] = []
     for obj in [*pods, None]:
-        if obj is not None and obj.get("kind", "Pod") == "Pod":
+        why = None if obj is None else pod_problem(obj) if isinstance(obj, dict) else "not an object"
+        if why is None and obj is not None and obj.get("kind", "Pod") == "Pod":
             batch.append(obj)
             continue
         if batch:
@@ -76,18 +78,27 @@ def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig |
             batch = []
         if obj is None:
             break
+        if why is not None:  # refused as the API server would refuse it: one line, naming the field
+            name, _ = object_ident(obj)
+            placements.append(Placement(name, None, reason=f"invalid {_kind(obj)}: {why}"))
+            continue
         if resv is None:
             log.warning("Reservation %s ignored: the Reservation plugin is disabled", key(obj))
         else:
             resv.schedule_reservation(sched, resv.add(obj))
     result: JSON = {"placements": [p.as_json() for p in placements], "preemptions": preemptions}
-    if resv is not None and (resv.book or any(o.get("kind") == "Reservation" for o in pods)):
+    if resv is not None and (resv.book or any(isinstance(o, dict) and o.get("kind") == "Reservation" for o in pods)):
         result["reservations"] = resv.report()
         preemptions += resv.preemptions
     quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
     if quota is not None and cluster.elastic_quotas:
         result.update(quota_report(quota, placements))
     return result
+
+
+def _kind(obj: object) -> str:
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) and kind else "object"
 
 
 def quota_report(quota: ElasticQuota, placements: list[Placement]) -> JSON:

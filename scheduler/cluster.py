@@ -24,7 +24,7 @@ from apis.core import resources as core_resources
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, PODS
-from apis.core.shape import shape_problem
+from apis.core.shape import shape_problem, string_maps_problem
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
 from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
@@ -116,7 +116,7 @@ def _pod_requests(pod: JSON) -> dict[str, int]:
 
 def pod_problem(pod: JSON) -> str | None:
     """Why a pod cannot be scheduled at all (a shape or requests the API server would refuse), or None."""
-    why = shape_problem(pod)
+    why = shape_problem(pod) or string_maps_problem(pod)
     if why is None:
         try:
             pod_requests(pod)
@@ -359,7 +359,9 @@ def load_objects(path: str) -> list[JSON]:
     for f in files:
         with open(f, encoding="utf-8") as fh:
             docs = [json.load(fh)] if f.endswith(".json") else list(yaml.safe_load_all(fh))
-        for doc in docs:
+        for n, doc in enumerate(docs, 1):
+            if doc is not None and not isinstance(doc, dict):  # e.g. a snippet whose indentation was lost
+                raise ValueError(f"{f}: document {n} is not an object (it reads as a {type(doc).__name__})")
             out.extend(_flatten(doc))
     return out
 
@@ -384,7 +386,7 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
     cluster = Cluster()
     objs = []
     for o in objects:
-        why = shape_problem(o)
+        why = shape_problem(o) or string_maps_problem(o) if isinstance(o, dict) else "not an object"
         if why is None:
             objs.append(o)
         else:

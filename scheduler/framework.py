@@ -25,7 +25,7 @@ from typing import TypeVar
 import numpy as np
 
 from apis.core.errors import InvalidInput
-from apis.core.objects import JSON
+from apis.core.objects import JSON, annotate
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.gang.model import pod_priority
@@ -371,7 +371,7 @@ class Cycle:
     def assume(self, node: NodeInfo, annotations: dict[str, str],
                scores: Mapping[str, int] | None = None) -> Placement:
         """The pod is placed: its annotations added, assumed on the node; end_cycle will be told."""
-        self.pod.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+        annotate(self.pod, annotations)
         self.cluster.assume(self.pod, node.name)
         self.placed = Placement(key(self.pod), node.name, annotations, scores={} if scores is None else scores)
         return self.placed

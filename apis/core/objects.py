@@ -21,3 +21,15 @@ def as_object(value: object) -> JSONMapping:
 def as_objects(value: object) -> list[JSONMapping]:
     """The JSON objects of `value` if it is a list (other items left out), else an empty list."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def annotate(obj: JSON, annotations: Mapping[str, str]) -> None:
+    """Add `annotations` to the object's metadata.annotations, made when absent or null (an API server reads a null
+    map as empty)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = obj["metadata"] = {}
+    held = meta.get("annotations")
+    if not isinstance(held, dict):
+        held = meta["annotations"] = {}
+    held.update(annotations)

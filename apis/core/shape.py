@@ -45,3 +45,32 @@ def object_ident(obj: object, unnamed: str = "<unnamed>") -> tuple[str, str]:
         return unnamed, ""
     ns, name = meta.get("namespace"), meta.get("name")
     return (f"{ns}/{name}" if ns else str(name)), str(meta.get("resourceVersion") or "")
+
+
+def string_maps_problem(obj: JSON) -> str | None:
+    """Why `metadata.labels` or `metadata.annotations` is not what an API server holds (a map of strings; null is
+    the empty map), naming the field, or None. A YAML list or number written as an annotation value is refused here
+    as the API server refuses it, instead of reaching a reader that expects the annotation's text."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"metadata.{field} is not a map of strings"
+        for name, text in value.items():
+            if not isinstance(text, str):
+                return f"metadata.{field}[{name!r}] is a {_yaml_kind(text)}, not a string"
+    return None
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "map"
+    if value is None:
+        return "null"
+    return "boolean" if isinstance(value, bool) else "number"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, annotate
 from apis.scheduling.gang import (
     ANNOTATION_BIND_GANG_GROUP_ID,
     ANNOTATION_BIND_GANG_MEMBER_COUNT,
@@ -237,7 +237,7 @@ class Planner:
         """Permit passed for every gang: stamp PreBind's bind-gang annotations on all members at once."""
         for h in held:
             stamp = {ANNOTATION_BIND_GANG_GROUP_ID: group.id, ANNOTATION_BIND_GANG_MEMBER_COUNT: str(len(held))}
-            h.pod.setdefault("metadata", {}).setdefault("annotations", {}).update(stamp)
+            annotate(h.pod, stamp)
             placed = self.results[key(h.pod)]
             placed.annotations = {**placed.annotations, **stamp}
 

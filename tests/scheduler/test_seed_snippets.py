@@ -183,3 +183,106 @@ def test_v16_gpu_topology_scopes(scope: str, count: int, same: Callable[[int], i
     assert placed.node == "n1", placed.reason
     minors = [a["minor"] for a in json.loads(placed.annotations[ALLOCATED])["gpu"]]
     assert len(minors) == count and len({same(m) for m in minors}) == 1 and 0 not in minors
+
+
+GPU8 = {"koordinator.sh/gpu": "800", "koordinator.sh/gpu-core": "800", "koordinator.sh/gpu-memory-ratio": "800"}
+
+
+def test_v16_limits_only_gpu_pods_get_their_gpus() -> None:
+    """v1.6's PCIe and NUMANode pods write limits only: requests default from them as the API server does, so
+    the GPUs are allocated within the scope; the gpu-partition-spec pod's annotation, as printed (a comment and a
+    trailing comma), is not JSON: refused naming the annotation, as upstream's unmarshal fails."""
+    pcie, numa, partition = docs("v16-gpu-limits-only.yaml")
+    for p, count, same in ((pcie, 2, 2), (numa, 4, 4)):
+        cluster = build_cluster([node("n1", 64, extra=GPU8), gpu_topology_device("n1")])
+        (placed,) = simulate(cluster, [p])["placements"]
+        assert placed["node"] == "n1", placed
+        minors = [a["minor"] for a in json.loads(placed["annotations"][ALLOCATED])["gpu"]]
+        assert len(minors) == count and len({m // same for m in minors}) == 1
+    cluster = build_cluster([node("n1", 64, extra=GPU8), gpu_topology_device("n1")])
+    (refused,) = simulate(cluster, [partition])["placements"]
+    assert refused["node"] is None and "scheduling.koordinator.sh/gpu-partition-spec" in refused["reason"]
+
+
+def test_limits_only_pod_too_big_for_the_node_is_refused() -> None:
+    big = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": 8, "memory": "32Gi"}}}]}}
+    (placed,) = simulate(build_cluster([node("small", 2)]), [big])["placements"]
+    assert placed["node"] is None and "Insufficient cpu" in placed["reason"]
+
+
+def run_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+                 cluster: list[dict[str, Any]], pods: Path) -> tuple[int, dict[str, Any] | None, list[str]]:
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(cluster))
+    with caplog.at_level(logging.WARNING):
+        rc = main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(pods), "-o", "json"])
+    out = capsys.readouterr().out
+    return rc, (json.loads(out) if rc == 0 else None), [r.getMessage() for r in caplog.records]
+
+
+def test_snippets_whose_indentation_was_lost_end_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """v1.6's PCIe pod as printed (one-space indentation) is not YAML: exit 2 with one line; a document that reads
+    as a plain string or a flat map is refused naming the document or the field, never a traceback."""
+    rc, _, lines = run_simulate(tmp_path, capsys, caplog, [node("n1")], SEEDS / "v16-pcie-as-printed.yaml")
+    assert rc == 2 and len(lines) == 1 and "v16-pcie-as-printed.yaml" in lines[0]
+    caplog.clear()
+    (tmp_path / "str.yaml").write_text("apiVersion v1 kind Pod\n")
+    rc, _, lines = run_simulate(tmp_path, capsys, caplog, [node("n1")], tmp_path / "str.yaml")
+    assert rc == 2 and lines == [f"simulate: reading the objects: {tmp_path / 'str.yaml'}: document 1 is not an "
+                                 "object (it reads as a str)"]
+    (tmp_path / "flat.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata:\nname: x\nlabels:\n  a: b\n")
+    rc, out, _ = run_simulate(tmp_path, capsys, caplog, [node("n1")], tmp_path / "flat.yaml")
+    assert rc == 0 and out is not None
+    assert [(p["node"], p["reason"]) for p in out["placements"]] == [(None, "invalid Pod: metadata is not an object")]
+
+
+def test_v07_gang_groups_as_a_yaml_list_is_refused_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """v0.7 writes `gang.scheduling.koordinator.sh/groups: [...]`, a YAML list, where an annotation is a string (an
+    API server refuses it): the PodGroup is left out with one line naming it and the field. Written as upstream's
+    parser reads it (a JSON array in a string), the two PodGroups are one GangGroup."""
+    (written,) = docs("v07-gang-groups.yaml")
+    assert isinstance(written["metadata"]["annotations"]["gang.scheduling.koordinator.sh/groups"], list)
+    pg = copy.deepcopy(written)
+    pg["apiVersion"], pg["spec"] = "scheduling.sigs.k8s.io/v1alpha1", {"minMember": 1}
+    members = [pod("a1", "1", group="podGroupA")]
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(members))
+    rc, out, lines = run_simulate(tmp_path, capsys, caplog, [node("n1"), pg], tmp_path / "pods.yaml")
+    assert rc == 0 and out is not None
+    assert any("PodGroup default/podGroupA" in line and
+               "metadata.annotations['gang.scheduling.koordinator.sh/groups'] is a list, not a string" in line
+               for line in lines), lines
+    assert out["placements"][0]["node"] is None  # its PodGroup was refused: no gang to join
+    # the same list as a JSON string, naming this PodGroup and a second one (same namespace, to be placeable)
+    pg["metadata"]["annotations"]["gang.scheduling.koordinator.sh/groups"] = json.dumps(
+        ["default/podGroupA", "default/podGroupB"])
+    pg_b = copy.deepcopy(pg)
+    pg_b["metadata"]["name"] = "podGroupB"
+    members.append(pod("b1", "1", group="podGroupB"))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(members))
+    caplog.clear()
+    rc, out, lines = run_simulate(tmp_path, capsys, caplog, [node("n1"), pg, pg_b], tmp_path / "pods.yaml")
+    assert rc == 0 and out is not None and all(p["node"] == "n1" for p in out["placements"])
+    assert {p["annotations"][GANG_ID] for p in out["placements"]} == {"default/podGroupA,default/podGroupB"}
+
+
+@pytest.mark.parametrize(("where", "value", "kind"), [
+    ("annotations", {"scheduling.koordinator.sh/device-allocate-hint": {"gpu": {}}}, "map"),
+    ("annotations", {"gang.scheduling.koordinator.sh/min-available": 5}, "number"),
+    ("labels", {"pod-group.scheduling.sigs.k8s.io": ["g"]}, "list")])
+def test_a_pod_whose_annotation_or_label_is_not_a_string_is_refused(where: str, value: dict[str, Any],
+                                                                     kind: str) -> None:
+    p = pod("p", "1")
+    p["metadata"][where] = value
+    (placed,) = simulate(build_cluster([node("n1")]), [p])["placements"]
+    (name,) = value
+    assert placed["node"] is None
+    assert placed["reason"] == f"invalid Pod: metadata.{where}[{name!r}] is a {kind}, not a string"
+
+
+def test_null_annotations_are_an_empty_map() -> None:
+    p = pod("p", "1")
+    p["metadata"]["annotations"] = None
+    (placed,) = simulate(build_cluster([node("n1")]), [p])["placements"]
+    assert placed["node"] == "n1"
