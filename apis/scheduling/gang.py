@@ -25,6 +25,16 @@ ANNOTATION_GANG_NETWORK_TOPOLOGY_INDEX = f"{_PREFIX}/network-topology-index"
 ANNOTATION_NETWORK_TOPOLOGY_SELECTOR = "scheduling.koordinator.sh/network-topology-selector"
 ANNOTATION_BIND_GANG_GROUP_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
 ANNOTATION_BIND_GANG_MEMBER_COUNT = "internal.scheduling.koordinator.sh/bind-gang-member-count"
+# Deprecated spellings upstream still writes beside the internal ones at PreBind (and deletes with them).
+DEPRECATED_ANNOTATION_BIND_GANG_GROUP_ID = "scheduling.koordinator.sh/bind-gang-group-id"
+DEPRECATED_ANNOTATION_BIND_GANG_MEMBER_COUNT = "scheduling.koordinator.sh/bind-gang-member-count"
+
+
+def bind_gang_annotations(group_id: str, members: int) -> dict[str, str]:
+    """What Coscheduling's PreBind writes on each member of a gang group: both spellings of the pair."""
+    count = str(members)
+    return {ANNOTATION_BIND_GANG_GROUP_ID: group_id, ANNOTATION_BIND_GANG_MEMBER_COUNT: count,
+            DEPRECATED_ANNOTATION_BIND_GANG_GROUP_ID: group_id, DEPRECATED_ANNOTATION_BIND_GANG_MEMBER_COUNT: count}
 LABEL_JOB_KEY = "scheduling.koordinator.sh/questioned-object-key"
 
 GANG_MODE_STRICT = "Strict"

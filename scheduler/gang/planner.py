@@ -7,14 +7,13 @@ import time
 
 from apis.core.objects import JSON, annotate
 from apis.scheduling.gang import (
-    ANNOTATION_BIND_GANG_GROUP_ID,
-    ANNOTATION_BIND_GANG_MEMBER_COUNT,
     ANNOTATION_GANG_MIN_AVAILABLE,
     ANNOTATION_NETWORK_TOPOLOGY_SELECTOR,
     GANG_MODE_NON_STRICT,
     LABEL_JOB_KEY,
     MATCH_POLICY_ONCE_SATISFIED,
     MATCH_POLICY_ONLY_WAITING,
+    bind_gang_annotations,
 )
 from apis.scheduling.quota import LABEL_QUOTA_PREEMPTIBLE
 from apis.scheduling.reservation import LABEL_POD_PREEMPTIBLE
@@ -236,7 +235,7 @@ class Planner:
     def commit(self, group: GangGroup, held: list[Assumed]) -> None:
         """Permit passed for every gang: stamp PreBind's bind-gang annotations on all members at once."""
         for h in held:
-            stamp = {ANNOTATION_BIND_GANG_GROUP_ID: group.id, ANNOTATION_BIND_GANG_MEMBER_COUNT: str(len(held))}
+            stamp = bind_gang_annotations(group.id, len(held))
             annotate(h.pod, stamp)
             placed = self.results[key(h.pod)]
             placed.annotations = {**placed.annotations, **stamp}

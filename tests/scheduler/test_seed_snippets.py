@@ -129,6 +129,11 @@ def test_v17_ganggroup_of_two_podgroups(validate_crd: Callable[[str, dict[str, A
     assert all(p["node"] for p in whole["placements"])
     assert {p["annotations"][GANG_ID] for p in whole["placements"]} == {
         "default/gang-example1,default/gang-example2"}
+    # upstream's PreBind writes the deprecated pair beside the internal one, with the same values
+    for p in whole["placements"]:
+        assert p["annotations"]["scheduling.koordinator.sh/bind-gang-group-id"] == p["annotations"][GANG_ID]
+        assert p["annotations"]["scheduling.koordinator.sh/bind-gang-member-count"] == p["annotations"][
+            "internal.scheduling.koordinator.sh/bind-gang-member-count"] == "3"
 
 
 def test_network_topology_manual_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
