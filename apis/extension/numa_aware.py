@@ -41,6 +41,9 @@ NRT_TOPOLOGY_POLICIES = {
 LABEL_NUMA_TOPOLOGY_POLICY = "node.koordinator.sh/numa-topology-policy"
 LABEL_CPU_BIND_POLICY = "node.koordinator.sh/cpu-bind-policy"
 LABEL_ENABLE_NUMA_RESERVATION = "node.koordinator.sh/enable-numa-reservation"
+LABEL_NUMA_ALLOCATE_STRATEGY = "node.koordinator.sh/numa-allocate-strategy"
+NUMA_MOST_ALLOCATED, NUMA_LEAST_ALLOCATED = "MostAllocated", "LeastAllocated"
+NUMA_ALLOCATE_STRATEGIES = (NUMA_MOST_ALLOCATED, NUMA_LEAST_ALLOCATED)  # the label's values koord-scheduler honours
 
 # pod annotations koord-sched reads
 ANNOTATION_NUMA_TOPOLOGY_SPEC = "scheduling.koordinator.sh/numa-topology-spec"

@@ -24,6 +24,7 @@ from apis.extension.numa_aware import (
     ANNOTATION_NUMA_TOPOLOGY_SPEC,
     ANNOTATION_RESOURCE_SPEC,
     LABEL_CPU_BIND_POLICY,
+    LABEL_NUMA_ALLOCATE_STRATEGY,
     LABEL_NUMA_TOPOLOGY_POLICY,
 )
 from apis.extension.pod import pod_resource_status
@@ -554,10 +555,11 @@ class NodeNUMAResource:
             got = None
             if not why:
                 free = self._free_cpus(node, topo, mask)
+                strategy = node.labels.get(LABEL_NUMA_ALLOCATE_STRATEGY, "")
                 if prefer:
-                    got = take_cpus(topo.cpus, free & prefer, s.cpu // 1000, bind_policy)
+                    got = take_cpus(topo.cpus, free & prefer, s.cpu // 1000, bind_policy, strategy)
                 if got is None and not (prefer and restricted):
-                    got = take_cpus(topo.cpus, free, s.cpu // 1000, bind_policy)
+                    got = take_cpus(topo.cpus, free, s.cpu // 1000, bind_policy, strategy)
             if got is None:
                 return None
             chosen = got

@@ -388,3 +388,19 @@ def test_the_kubelet_topology_policy_koordlet_reports_is_the_nodes_numa_policy(r
     obj = nrt("n1")
     obj["topologyPolicies"] = [reported]
     assert parse_topology(obj).topology_policy == policy
+
+
+@pytest.mark.parametrize(("busy", "label", "numa"), [
+    ("0,8", "", 0), ("0,8", "MostAllocated", 0), ("0,8", "LeastAllocated", 1),
+    ("4,12", "", 0), ("4,12", "MostAllocated", 1), ("4,12", "LeastAllocated", 0)])
+def test_node_numa_allocate_strategy_label_picks_the_numa_node_of_the_cpuset(busy: str, label: str,
+                                                                             numa: int) -> None:
+    """`node.koordinator.sh/numa-allocate-strategy`: MostAllocated takes the CPUs from the NUMA node with the
+    fewest free CPUs, LeastAllocated from the one with the most; without the label, NUMA node 0 first as before.
+    NUMA 0 holds CPUs 0-3 and 8-11, NUMA 1 4-7 and 12-15; a bound pod holds one core of `busy`'s NUMA node."""
+    spec = {"scheduling.koordinator.sh/resource-spec": '{"preferredCPUBindPolicy":"FullPCPUs"}'}
+    held = pod("held", {"cpu": "2"}, {**spec, STATUS: json.dumps({"cpuset": busy})}, LSR, node_name="n1")
+    labels = {"node.koordinator.sh/numa-allocate-strategy": label} if label else {}
+    [placed] = run([node("n1", 16, "128Gi", labels=labels), nrt("n1"), held], [pod("p", {"cpu": "2"}, spec, LSR)])
+    cpus = resource_status(placed["annotations"]).cpus()
+    assert len(cpus) == 2 and {c % 8 // 4 for c in cpus} == {numa}, cpus
