@@ -404,3 +404,29 @@ def test_node_numa_allocate_strategy_label_picks_the_numa_node_of_the_cpuset(bus
     [placed] = run([node("n1", 16, "128Gi", labels=labels), nrt("n1"), held], [pod("p", {"cpu": "2"}, spec, LSR)])
     cpus = resource_status(placed["annotations"]).cpus()
     assert len(cpus) == 2 and {c % 8 // 4 for c in cpus} == {numa}, cpus
+
+
+def limits_only(p: dict[str, Any]) -> dict[str, Any]:
+    """The pod with its requests dropped: only limits, as the release texts write them."""
+    for c in p["spec"]["containers"]:
+        c["resources"].pop("requests")
+    return p
+
+
+def test_limits_only_pods_get_their_cpuset_and_numa_node() -> None:
+    """Requests default from limits (the API server's rule): a limits-only LSR pod gets its 4 CPUs bound, and
+    v1.6's GPU+CPU+memory pod written with limits only lands on one NUMA node with its GPUs."""
+    p = limits_only(pod("p", {"cpu": "4", "memory": "4Gi"}, {"scheduling.koordinator.sh/resource-spec":
+                                                             '{"preferredCPUBindPolicy":"FullPCPUs"}'}, LSR))
+    [placed] = run([node("n1", 16, "128Gi"), nrt("n1")], [p])
+    assert resource_status(placed["annotations"]).cpuset == "0-1,8-9"
+    numa_pod = limits_only(pod("numa", {"koordinator.sh/gpu": 200, "cpu": 64, "memory": "500Gi"},
+                               {SPEC: '{"numaTopologyPolicy":"Restricted", "singleNUMANodeExclusive":"Preferred"}'}))
+    objs = [node("big", 256, "1200Gi", gpus=8), nrt("big", cores_per_numa=64, mem="600Gi"), device("big")]
+    [placed] = run(objs, [numa_pod])
+    [numa] = resource_status(placed["annotations"]).numa_node_resources
+    gpus = json.loads(placed["annotations"]["scheduling.koordinator.sh/device-allocated"])["gpu"]
+    assert len(gpus) == 2 and {g["minor"] // 4 for g in gpus} == {numa.node} and numa.resources["cpu"] == 64
+    too_big = limits_only(pod("big", {"cpu": "8", "memory": "32Gi"}))
+    [refused] = run([node("small", 2, "8Gi")], [too_big])
+    assert refused["node"] is None and "Insufficient cpu" in refused["reason"]
