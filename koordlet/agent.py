@@ -410,7 +410,8 @@ class Agent:
         state, slo = self.state, self.state.nodeslo()
         return QoSState(self.config.paths, self.backend.version, state.driver(), state.pods(), slo.spec,
                         slo.host_apps if slo.present else [], slo.present, slo.refused,
-                        cache=self.cache, node=state.node(), kubelet_config=state.kubelet_config())
+                        cache=self.cache, node=state.node(), kubelet_config=state.kubelet_config(),
+                        cpu_topology=state.node_info().cpu_topology)
 
     def qos_manager(self, *, dry_run: bool = False, post_event: Post | None = None) -> QoSManager:
         """The QoS reconciler for the enabled gates, writing through one executor (audit under the state dir)."""

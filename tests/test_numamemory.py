@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from koordlet.collectors.numamemory import parse_v1, parse_v2
+from koordlet.collectors.numamemory import FILE, PodNumaMemory, parse_v1, parse_v2
+from koordlet.host.paths import HostPaths
+from koordlet.host.resources import resource_path
+from koordlet.states.model import PodMeta
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # A v1 pod dir (mm/memcontrol-v1.c memcg_numa_stat_show): its own pages first (none: they are its containers'),
@@ -32,3 +36,24 @@ def test_a_file_without_the_anon_line_is_refused() -> None:
         parse_v1(b"total=0 N0=0\n")
     with pytest.raises(ValueError, match="anon"):
         parse_v2(b"file N0=1\n")
+
+
+def test_a_sample_parses_what_the_tick_read_and_reads_only_the_rest(tmp_path: Path) -> None:
+    paths = HostPaths.under(str(tmp_path))
+    pods = [PodMeta(f"u{i}", "ns", f"p{i}", "Burstable", "LS", "", "Running", f"kubepods/pod{i}", (), {})
+            for i in range(2)]
+    on_disk = resource_path(1, paths, FILE, pods[1].cgroup_dir)
+    os.makedirs(os.path.dirname(on_disk))
+    with open(on_disk, "wb") as f:
+        f.write(V1)
+    # pod 0's file exists only as the tick read it (no file on disk): parsed from the tick's bytes
+    ticked = {resource_path(1, paths, FILE, pods[0].cgroup_dir): V1.replace(b"anon=1000 N0=790", b"anon=1010 N0=800")}
+    asked: list[str] = []
+
+    def already_read(name: str) -> dict[str, bytes]:
+        asked.append(name)
+        return ticked
+
+    total = PodNumaMemory(paths, 1).sample(pods, already_read)
+    assert asked == [FILE]
+    assert total == {0: (800 + 10 + 800) * PAGE, 1: (210 + 210) * PAGE}

@@ -129,7 +129,7 @@ class Advisor:
         """System memory per NUMA node = the node's − Σ pods', clamped at 0 (upstream sysresource
         collectSysNUMAResUsed; host applications are not subtracted there either)."""
         assert self.numa_memory is not None
-        pods_numa = self.numa_memory.sample(pods)
+        pods_numa = self.numa_memory.sample(pods, self.cgroups.last_read)
         if pods_numa is None:
             return
         append, key = self.cache.append, self.cache.key

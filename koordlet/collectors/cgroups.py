@@ -85,6 +85,7 @@ class CgroupUsageCollector:
         self._rates = Rates()
         self._tick = 0
         self._logged: dict[tuple[str, str], str] = {}  # (scope, label) → the reason a skip of it was logged for
+        self._last: tuple[_Plan, list[int], list[list[bytes]]] | None = None  # the last tick's rows read, contents
 
     def _plan_for(self, targets: list[Target]) -> _Plan:
         """Built when the target list is replaced (pods came or went), which also closes the descriptors of
@@ -111,6 +112,7 @@ class CgroupUsageCollector:
         tick = self._tick
         plan = self._plan_for(targets)
         got, contents = self._read(plan)
+        self._last = (plan, got, contents)
         stats = self.backend.parse_columns(contents, list(map(plan.paths.__getitem__, got)))
         read = np.array(got, dtype=np.intp)
         cpu_ns, memory, memory_cache = stats.cpu_usage_ns, stats.memory_usage, stats.memory_with_cache
@@ -137,6 +139,18 @@ class CgroupUsageCollector:
         mem, mem_cache = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         mem[read], mem_cache[read] = memory, memory_cache
         return TickUsage(plan.index, was_read, cpu, mem, mem_cache, share)
+
+    def last_read(self, file_name: str) -> dict[str, bytes]:
+        """The contents of the tick's files named `file_name` (e.g. memory.numa_stat) as the last tick read them, by
+        path; empty when the tick reads no such file. Built on demand: a reader every few ticks re-reads nothing."""
+        if self._last is None:
+            return {}
+        plan, got, contents = self._last
+        names = [os.path.basename(p) for p in self.backend.stat_paths("")]
+        if file_name not in names:
+            return {}
+        j = names.index(file_name)
+        return {plan.paths[i][j]: data for i, data in zip(got, contents[j], strict=True)}
 
     def _read(self, plan: _Plan) -> tuple[list[int], list[list[bytes]]]:
         """The rows read and their files' contents, file by file: contents[j][k] is file j of row got[k]."""

@@ -112,8 +112,14 @@ def _query(cache: MetricCache, start_ms: int, end_ms: int, *, last: bool) -> BEW
 
 def _capacity(state: QoSState, standalone: bool) -> int | None:
     if state.node is None:
-        # standalone (no Node object): the host's online CPUs
-        return len(CPUTopology.read(state.paths).cpus) * 1000 if standalone else None
+        # standalone (no Node object): the host's online CPUs, as the node info loop last read them (not sysfs every
+        # round: a file or more per CPU)
+        if not standalone:
+            return None
+        topology = state.cpu_topology
+        if topology is None or not topology.cpus:
+            topology = CPUTopology.read(state.paths)
+        return len(topology.cpus) * 1000
     try:
         return milli_value(_status(state, "capacity").get("cpu"))
     except QuantityError:  # absent or malformed: no capacity, so no eviction this pass

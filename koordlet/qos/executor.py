@@ -398,15 +398,23 @@ class Executor:
             self.health.skip("audit", "unwritable", self.audit_path, str(e))
 
 
+_CHUNK = 65536
+
+
 def _read(path: str) -> str:
+    """The file's text; a read shorter than asked is its end (cgroupfs, resctrl and sysctl files give their whole
+    text to one read), so a value is one read, not two."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = [os.read(fd, 65536)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 65536))
+        data = os.read(fd, _CHUNK)
+        if len(data) == _CHUNK:
+            chunks = [data, os.read(fd, _CHUNK)]
+            while chunks[-1]:
+                chunks.append(os.read(fd, _CHUNK))
+            data = b"".join(chunks)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")
 
 
 def _holds(current: str, w: Write, version: int) -> bool:

@@ -30,8 +30,8 @@ class FeatureResult:
 class Prepared:
     """A feature's facts for this pass, what they say about the host, and the plan they lead to (not yet made).
 
-    The manager compares `facts` with the last pass's (same steady generation): equal facts give the last result
-    again without calling `plan`, since planners are pure functions of (state, facts)."""
+    The manager compares `facts` with the last pass's (same pods and NodeSLO: SteadyFacts.inputs): equal facts give
+    the last result again without calling `plan`, since planners are pure functions of (state, facts)."""
 
     facts: object
     reports: tuple[Report, ...]

@@ -71,7 +71,7 @@ class QoSManager:
         self.health = health
         # facts that change only with pods, NodeSLO or the kernel: re-read on a change or after the executor's window
         self.steady = SteadyFacts(executor.force_seconds, executor.clock)
-        self._last: dict[str, tuple[int, object, FeatureResult]] = {}  # feature -> (steady generation, facts, result)
+        self._last: dict[str, tuple[int, object, FeatureResult]] = {}  # feature -> (steady inputs, facts, result)
         self._retained = -1  # the steady generation the metrics were last pruned at
         # BE CPU suppress's numbers, every pass's last value (koordlet_be_suppress_*): replaced, never changed in
         # place, by the pass that has new ones; the exporter reads it from its own thread
@@ -80,8 +80,9 @@ class QoSManager:
     def plan(self, state: QoSState) -> Plan:
         """Every enabled feature's plan; a feature whose facts or planning fail is skipped (logged once).
 
-        Planners are pure functions of (state, facts), so while the steady facts are kept (same pods and NodeSLO,
-        window not elapsed) a feature whose freshly read facts equal the last pass's gets the last plan again."""
+        Planners are pure functions of (state, facts), so while the pods and NodeSLO are the last pass's a feature
+        whose freshly read facts equal the last pass's gets the last plan again: also when the window had the kept
+        facts read again (they are compared, not trusted); the executor still reads every file once a window."""
         total = Plan(errors=list(state.input_errors))
         if not self.steady.begin(state):  # pods, NodeSLO or the window changed: gone pods' paths may go
             CGROUP_FILES.rotate()
@@ -90,11 +91,11 @@ class QoSManager:
                 prepared = f.prepare(state, self.steady)
                 record(self.health, prepared.reports)  # which kernel mechanism the feature uses
                 last = self._last.get(f.name)
-                if last is not None and last[0] == self.steady.generation and last[1] == prepared.facts:
+                if last is not None and last[0] == self.steady.inputs and last[1] == prepared.facts:
                     result = last[2]
                 else:
                     result = prepared.plan()
-                    self._last[f.name] = (self.steady.generation, prepared.facts, result)
+                    self._last[f.name] = (self.steady.inputs, prepared.facts, result)
                 total.extend(result.plan)
                 if result.suppress is not None:
                     self.suppress = self.suppress.then(result.suppress)

@@ -13,6 +13,7 @@ from koordlet.host.driver import CgroupDriver, K8sQoS, qos_dir
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import resource_path
 from koordlet.metriccache import MetricCache
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 
 
@@ -33,6 +34,8 @@ class QoSState:
     # kubelet's running configuration (/configz) when the cluster link fetched it; else planners that need the CPU
     # manager policy read kubelet's config file themselves
     kubelet_config: JSON | None = field(default=None, compare=False)
+    # the CPU topology the node info loop last read (upstream's node info collector); None: read it from sysfs
+    cpu_topology: CPUTopology | None = field(default=None, compare=False)
 
     def qos_dir(self, qos: K8sQoS) -> str:
         return qos_dir(self.driver, qos)

@@ -25,6 +25,10 @@ class SteadyFacts:
         self.window = window
         self.clock = clock
         self.generation = 0  # bumped whenever the kept facts are dropped
+        # bumped when they are dropped for another reason than the window (pods, NodeSLO or host roots changed, or
+        # drop()): between two passes of one `inputs`, a planner given equal facts plans the same
+        self.inputs = 0
+        self._dropped = True
         self._facts: JSON = {}
         self._since: float | None = None
         self._pods: Sequence[PodMeta] = ()
@@ -36,12 +40,15 @@ class SteadyFacts:
         now = self.clock()
         rest = (state.paths, state.cgroup_version, state.driver, state.nodeslo_present, state.nodeslo,
                 state.host_apps)
-        kept = (self._since is not None and now - self._since < self.window and rest == self._rest
-                and same_pods(state.pods, self._pods))
+        same_inputs = not self._dropped and rest == self._rest and same_pods(state.pods, self._pods)
+        kept = same_inputs and self._since is not None and now - self._since < self.window
         if not kept:
             self._facts.clear()
             self._since = now
             self.generation += 1
+            if not same_inputs:
+                self.inputs += 1
+            self._dropped = False
         self._pods, self._rest = tuple(state.pods), rest  # a copy: a list changed in place must still differ
         return kept
 
@@ -55,9 +62,10 @@ class SteadyFacts:
         return value
 
     def drop(self) -> None:
-        """Forget everything (the next pass reads afresh)."""
+        """Forget everything (the next pass reads and plans afresh)."""
         self._facts.clear()
         self._since = None
+        self._dropped = True
 
 
 def same_pods(a: Sequence[PodMeta], b: Sequence[PodMeta]) -> bool:

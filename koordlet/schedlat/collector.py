@@ -75,6 +75,7 @@ class SchedLatency:
         self.reason = ""  # why bcc is not used, once known
         self.latest: list[PodLatency] = []
         self._before: dict[str, Totals] = {}
+        self._rows: dict[str, PodLatency] = {}  # the last tick's row of each pod: reused while the pod did not wait
         self._read_ms: int | None = None
         self._keys_cache: MetricCache | None = None
         self._keys: dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]] = {}  # pod uid -> its series in the cache
@@ -148,34 +149,44 @@ class SchedLatency:
             return
         self.health.recovered("schedlat", "read-failed", backend.source)
         latest = []
-        before_all = self._before
+        before_all, last_rows = self._before, self._rows
+        rows: dict[str, PodLatency] = {}
         keys = self._keys_for(cache) if cache is not None else {}
+        append = cache.append if cache is not None else None
+        source = backend.source
         for pod in pods:
             uid = pod.uid
             total = totals.get(uid)
             if total is None:
                 continue
             before = before_all.get(uid)
-            # most pods did not wait since the last tick: an equal total needs no subtraction
-            tick = _nothing(total) if total is before or (before is not None and total == before) else \
-                total.minus(before)
-            latest.append(PodLatency(pod, backend.source, total, tick))
-            if cache is not None:
+            if total is before:  # the backend kept the pod's totals: it did not wait since the last tick
+                last, nothing = last_rows.get(uid), _nothing(total)
+                row = last if last is not None and last.pod is pod and last.total is total and \
+                    last.tick is nothing else PodLatency(pod, source, total, nothing)
+            else:  # an equal total needs no subtraction either
+                tick = _nothing(total) if before is not None and total == before else total.minus(before)
+                row = PodLatency(pod, source, total, tick)
+            rows[uid] = row
+            latest.append(row)
+            if append is not None:
+                assert cache is not None
                 k = keys.get(uid)
                 if k is None:
                     k = keys[uid] = (cache.key(KIND_SUM, pod_uid=uid), cache.key(KIND_COUNT, pod_uid=uid),
                                      cache.key(KIND_P99, pod_uid=uid))
-                cache.append(k[0], ts_ms, tick.sum_ns / 1e9)
-                cache.append(k[1], ts_ms, float(tick.count))
+                tick = row.tick
+                append(k[0], ts_ms, tick.sum_ns / 1e9)
+                append(k[1], ts_ms, float(tick.count))
                 if tick.hist is not None and tick.count:
                     p99 = quantile(tick.hist, 0.99)
                     if p99 is not None:
-                        cache.append(k[2], ts_ms, p99)
+                        append(k[2], ts_ms, p99)
         if cache is not None and len(keys) > 2 * len(pods):  # pods come and go: forget the gone ones' keys
             live = {p.uid for p in pods}
             for uid in [u for u in keys if u not in live]:
                 del keys[uid]
-        self._before = totals
+        self._before, self._rows = totals, rows
         self.latest = latest
 
     def _keys_for(self, cache: MetricCache) -> dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from apis.extension.numa_aware import CPUInfo
 from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec, ResourceThresholdStrategy
 from koordlet.health import Health
@@ -17,6 +18,7 @@ from koordlet.metriccache import MetricCache
 from koordlet.qos import cpuevict
 from koordlet.qos.cpuevict import BEWindow, CPUFacts
 from koordlet.qos.state import QoSState
+from koordlet.states.cpupools import CPUTopology
 from koordlet.states.model import PodMeta
 from koordlet.states.pods import pod_meta
 
@@ -192,3 +194,15 @@ def test_facts_from_the_metric_cache() -> None:
     empty = cpuevict.read_facts(state([], slo(**BASE, cpuEvictTimeWindowSeconds=10), cache=MetricCache(
         lambda kind: 3600)), collect_interval=1.0, now_ms=T0)
     assert cpuevict.plan(s, empty).skip == "BE CPU samples not enough (0 in a 10s window)"
+
+
+def test_standalone_capacity_is_the_node_infos_cpus_not_a_sysfs_read_each_round(tmp_path: Path) -> None:
+    host = SimHost(tmp_path / "h", 1, CgroupDriver.CGROUPFS).setup()  # a sysfs with its own CPUs
+    topology = CPUTopology(tuple(CPUInfo(i, i, 0, 0) for i in range(6)))
+    base = QoSState(host.paths, 1, CgroupDriver.CGROUPFS, [], slo(), [], True)
+    on_disk = cpuevict.read_facts(base, collect_interval=1, now_ms=T0, standalone=True).capacity_milli
+    facts = cpuevict.read_facts(replace(base, cpu_topology=topology), collect_interval=1, now_ms=T0, standalone=True)
+    assert facts.capacity_milli == 6000 != on_disk
+    # an empty topology (the node info could not be read) falls back to sysfs
+    empty = replace(base, cpu_topology=CPUTopology(()))
+    assert cpuevict.read_facts(empty, collect_interval=1, now_ms=T0, standalone=True).capacity_milli == on_disk

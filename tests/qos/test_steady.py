@@ -176,3 +176,32 @@ def test_a_kept_plan_is_the_plan_a_fresh_manager_makes(tmp_path: Path) -> None:
     assert node.manager.plan(node.state()) is not kept  # a new Plan each pass, same content
     fresh = QoSManager(node.manager.features, node.manager.executor, node.manager.events, node.health)
     assert fresh.plan(node.state()) == kept == node.manager.plan(node.state())
+
+
+def test_the_window_rereads_facts_but_plans_again_only_when_they_changed(tmp_path: Path) -> None:
+    """Once a window the kept facts are read again and every file is read back (drift repaired), yet equal facts
+    of the same pods and NodeSLO give the last plan without planning; a pod change plans afresh."""
+    node = Node(tmp_path)
+    feature = node.manager.features[0]
+    planned: list[int] = []
+    plan = feature.plan  # type: ignore[attr-defined]
+
+    def counting(state: QoSState, facts: object) -> object:
+        planned.append(1)
+        return plan(state, facts)
+
+    feature.plan = counting  # type: ignore[attr-defined]
+    node.reconcile(node.state())
+    assert len(planned) == 1
+    be = node.pods[0]
+    node.file(be.cgroup_dir, "cpu.idle").write_text("0\n")  # drift behind the agent's back
+    assert node.reconcile(node.state()) == []  # within the window: trusted
+    node.clock.now += WINDOW
+    generation = node.manager.steady.generation
+    assert node.reconcile(node.state()) == [str(node.file(be.cgroup_dir, "cpu.idle"))]  # repaired
+    assert node.manager.steady.generation == generation + 1  # the facts were read again ...
+    assert len(planned) == 1  # ... and, equal, planned nothing
+    node.pods.append(_pod("new", "Burstable", "LS"))
+    node.put(node.pods[-1].cgroup_dir, idle="0", shares="1024")
+    node.reconcile(node.state())
+    assert len(planned) == 2
