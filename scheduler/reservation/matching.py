@@ -109,6 +109,8 @@ class PodView:
     def eligible(self, r: Reservation, pod: JSON) -> bool:
         if r.phase != AVAILABLE or not r.node or r.spec.get("unschedulable") or r.full():
             return False
+        if r.restricted_options[1]:  # upstream: a parse error leaves it unmatchable
+            return False
         if self.name and r.name != self.name:
             return False
         labels = (r.obj.get("metadata") or {}).get("labels") or {}

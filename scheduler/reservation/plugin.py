@@ -29,6 +29,7 @@ from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
 from scheduler.reservation import matching
 from scheduler.reservation.model import (
     AVAILABLE,
+    DEFAULT_POLICY,
     PENDING,
     SUCCEEDED,
     Reservation,
@@ -40,6 +41,8 @@ from scheduler.reservation.model import (
 )
 
 ERR_AFFINITY = "node(s) no reservations match reservation affinity"  # plugin.go ErrReasonReservationAffinity
+ERR_POLICY_CONFLICT = "node(s) reservation allocate policy conflict"  # ErrReasonReservationAllocatePolicyConflict
+ORDERLESS_SCORE = 10  # a serving node without reservation-order beside one with it (see _node_scores)
 
 
 class _Lent:
@@ -85,6 +88,8 @@ class ReservationPlugin:
         self._match_memo: _Matches | None = None
         self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
+        self._scores: dict[str, int] = {}  # node → its score for the pod (see _node_scores)
+        self._conflicts: frozenset[str] = frozenset()  # nodes a reservation being placed may not go to
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
         self._held: JSON = {}
@@ -143,29 +148,65 @@ class ReservationPlugin:
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
         self.bind(cluster)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
-        self._misfit = {}
-        if is_reserve_pod(pod) or not self.book:
+        self._misfit, self._scores, self._conflicts = {}, {}, frozenset()
+        if is_reserve_pod(pod):
+            self._conflicts = self._policy_conflicts(pod)
+            return
+        if not self.book:
             return
         v = self._view = matching.view(pod)
         if v.invalid:
             return
         order, eligible = self._matching(v, pod)
+        fitting: dict[str, list[Reservation]] = {}
+        node_order: dict[str, int] = {}  # node → the smallest non-zero reservation-order of those matched on it
         for r, ok in zip(order, eligible, strict=True):
             if r.phase != AVAILABLE or not r.node or r.pod_key not in cluster.nodes[r.node].pods:
                 continue
             if v.ignored:
                 self._restored.setdefault(r.node, []).append(r)
-            elif ok and r.node not in self._serving:
+            elif ok:
+                if r.order:
+                    node_order[r.node] = min(r.order, node_order.get(r.node, r.order))
                 why = r.restricted_misfit(v.requests) if r.restricted else ""
                 if why:  # upstream filterWithReservations: the node fails unless another reservation fits
                     self._misfit.setdefault(r.node, why)
                     continue
-                self._serving[r.node] = r
-                self._restored.setdefault(r.node, []).append(r)
-        for name in self._serving:
+                fitting.setdefault(r.node, []).append(r)
+        for name, rs in fitting.items():  # upstream NominateReservation: the smallest non-zero order, else by name
+            ordered = [r for r in rs if r.order]
+            serving = self._serving[name] = min(ordered, key=lambda r: r.order) if ordered else rs[0]
+            self._restored.setdefault(name, []).append(serving)
             self._misfit.pop(name, None)
+        self._scores = self._node_scores(node_order)
         for name, restored in self._restored.items():
             self._lend(cluster, cluster.nodes[name], restored)
+
+    def _node_scores(self, node_order: dict[str, int]) -> dict[str, int]:
+        """Score per serving node. Upstream PreScore prefers (1000, normalized to 100) the feasible node whose matched
+        reservations hold the smallest non-zero order, the other nodes scoring their reservation's MostAllocated
+        share (≤ 100, ≤ 10 once normalized beside a preferred one). Scores come before filtering here, so nodes with
+        an order rank by it (100, 99, … down to 11: the feasible smallest wins), the others 10 — 100 when no node
+        has an order (as before)."""
+        if not node_order:
+            return dict.fromkeys(self._serving, 100)
+        scores = dict.fromkeys(self._serving, ORDERLESS_SCORE)
+        ranked = sorted((o, name) for name, o in node_order.items() if name in self._serving)
+        for rank, (_o, name) in enumerate(ranked):
+            scores[name] = max(100 - rank, ORDERLESS_SCORE + 1)
+        return scores
+
+    def _policy_conflicts(self, reserve_pod: JSON) -> frozenset[str]:
+        """Upstream Filter for a reserve pod: a Default-policy reservation (allocatePolicy unset) shares no node with
+        a matchable reservation of another policy, nor another policy's with a Default one."""
+        name = str((reserve_pod.get("metadata") or {}).get("name") or "").removeprefix("reservation/")
+        placing = self.book.get(name)
+        if placing is None:
+            return frozenset()
+        policy = placing.policy
+        return frozenset(str(r.node) for r in self.book.values()
+                         if r is not placing and r.matchable and r.policy != policy
+                         and DEFAULT_POLICY in (policy, r.policy))
 
     def _matching(self, v: matching.PodView, pod: JSON) -> tuple[list[Reservation], list[bool]]:
         """The book by name and whether each may serve the pod, per pod signature (owner after owner of one workload
@@ -227,6 +268,7 @@ class ReservationPlugin:
                 place(r, cluster)
             self._unlend(cluster.nodes[name], restored)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
+        self._scores, self._conflicts = {}, frozenset()
 
     def _unlend(self, node: NodeInfo, restored: list[Reservation]) -> None:
         """The reserve pods are back: when nothing else touched the node in the cycle and they are the very objects
@@ -276,6 +318,8 @@ class ReservationPlugin:
 
     # -- extension points -------------------------------------------------------------------------------------
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        if node.name in self._conflicts:
+            return ERR_POLICY_CONFLICT
         v = self._view
         if v is None:
             return None
@@ -288,6 +332,13 @@ class ReservationPlugin:
         return None
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
+        if self._conflicts:
+            mask = np.ones(len(index), dtype=np.bool_)
+            for name in self._conflicts:
+                i = index.pos.get(name)
+                if i is not None:
+                    mask[i] = False
+            return mask
         v = self._view
         if v is None or not (v.required or self._misfit) or v.invalid:
             return None
@@ -305,7 +356,7 @@ class ReservationPlugin:
         return mask
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        return 100 if node.name in self._serving else 0
+        return self._scores.get(node.name, 0)
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         if not self._serving:
@@ -313,10 +364,10 @@ class ReservationPlugin:
                 self._zeros = np.zeros(len(index), dtype=np.int64)
             return self._zeros  # shared: the framework only reads it
         out = np.zeros(len(index), dtype=np.int64)
-        for name in self._serving:
+        for name, value in self._scores.items():
             i = index.pos.get(name)
             if i is not None:
-                out[i] = 100
+                out[i] = value
         return out
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
