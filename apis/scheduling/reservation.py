@@ -18,6 +18,8 @@ ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"  # marks the po
 LABEL_POD_PREEMPTIBLE = "scheduling.koordinator.sh/preemptible"  # "false": neither preempted nor lent from
 # on the Reservation: among those a pod may use on a node, the smallest non-zero order is preferred
 LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"
+# on the reserve pod (template or Reservation labels): place a spec.preAllocation one only by pre-allocating a pod
+LABEL_PRE_ALLOCATION_REQUIRED = "scheduling.koordinator.sh/pre-allocation-required"
 # on a Restricted Reservation: {"resources": [...]}, which reserved resources the policy restricts
 ANNOTATION_RESERVATION_RESTRICTED_OPTIONS = "scheduling.koordinator.sh/reservation-restricted-options"
 

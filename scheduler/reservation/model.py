@@ -84,6 +84,7 @@ class Reservation:
     placed_requests: dict[str, int] = field(default_factory=dict)
     placed_from: tuple[object, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
     revision: int = 0  # grows with every account/release
+    pre_allocated: list[JSON] = field(default_factory=list)  # running pods made owners at placement, to annotate
 
     @property
     def spec(self) -> JSON:
@@ -120,6 +121,11 @@ class Reservation:
         """(resource-status, CPUs) of the cpuset and NUMA resources still held, or None when it was given none."""
         reserved = self.annotations.get(ANNOTATION_RESOURCE_STATUS)
         return cpus.remaining(reserved, list(self.owner_cpus.values())) if reserved else None
+
+    @property
+    def pre_allocation(self) -> bool:
+        """spec.preAllocation: placed by taking over a running owner's resources (see preallocation)."""
+        return self.spec.get("preAllocation") is True
 
     @property
     def policy(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, annotate
 from apis.scheduling.reservation import (
     ANNOTATION_RESERVATION_ALLOCATED,
     ReservationAllocated,
@@ -26,7 +26,7 @@ from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import pod_priority
 from scheduler.interfaces import Handle, Placement
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
-from scheduler.reservation import matching
+from scheduler.reservation import matching, preallocation
 from scheduler.reservation.model import (
     AVAILABLE,
     DEFAULT_POLICY,
@@ -90,6 +90,12 @@ class ReservationPlugin:
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
         self._scores: dict[str, int] = {}  # node → its score for the pod (see _node_scores)
         self._conflicts: frozenset[str] = frozenset()  # nodes a reservation being placed may not go to
+        # a spec.preAllocation reservation being placed: node → the running pod it would take over (off the node
+        # for the cycle), node → why it cannot go there, and the reason for every other node ("": no objection)
+        self._pre: dict[str, JSON] = {}
+        self._pre_refused: dict[str, str] = {}
+        self._pre_default = ""
+        self._pre_taken: tuple[str, JSON] | None = None  # (node, pod) the placed reserve pod took over
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
         self._held: JSON = {}
@@ -121,6 +127,7 @@ class ReservationPlugin:
         if r.phase != PENDING:
             return None
         pod = r.pod
+        self._pre_taken = None
         if not self.binds_reservations:
             r.reason = ("binding rejected: no bind plugin binds reserve pods (enable Reservation at bind, ahead of "
                         "DefaultBinder)")
@@ -136,6 +143,14 @@ class ReservationPlugin:
         r.node, r.phase, r.reason, r.dirty = placed.node, AVAILABLE, "", True
         r.annotations.update(placed.annotations)
         r.allocatable = {k: v for k, v in pod_requests(pod).items() if v}
+        taken, self._pre_taken = self._pre_taken, None
+        if taken is not None and taken[0] == placed.node:  # pre-allocated: the running pod is its first owner
+            annotate(taken[1], {ANNOTATION_RESERVATION_ALLOCATED: encode_reservation_allocated(
+                ReservationAllocated(r.name, r.uid))})
+            account(r, taken[1])
+            r.pre_allocated.append(taken[1])
+            if r.phase != AVAILABLE:
+                return placed
         place(r, sched.cluster)
         return placed
 
@@ -149,8 +164,14 @@ class ReservationPlugin:
         self.bind(cluster)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
         self._misfit, self._scores, self._conflicts = {}, {}, frozenset()
+        self._pre, self._pre_refused, self._pre_default = {}, {}, ""
         if is_reserve_pod(pod):
-            self._conflicts = self._policy_conflicts(pod)
+            name = str((pod.get("metadata") or {}).get("name") or "").removeprefix("reservation/")
+            placing = self.book.get(name)
+            if placing is not None:
+                self._conflicts = self._policy_conflicts(placing)
+                if placing.pre_allocation:
+                    self._begin_pre_allocation(placing, cluster)
             return
         if not self.book:
             return
@@ -196,13 +217,28 @@ class ReservationPlugin:
             scores[name] = max(100 - rank, ORDERLESS_SCORE + 1)
         return scores
 
-    def _policy_conflicts(self, reserve_pod: JSON) -> frozenset[str]:
+    def _begin_pre_allocation(self, placing: Reservation, cluster: Cluster) -> None:
+        """Upstream PreFilter/Filter/Score of a pre-allocating reserve pod (Restricted only): on each node, the
+        pod it would take over is off the node for the cycle, so the fit plugins see the reservation replace it."""
+        if not placing.restricted:
+            self._pre_default = preallocation.ERR_UNSUPPORTED
+            return
+        required = preallocation.required(placing)
+        for name, pods in preallocation.candidates(placing, cluster).items():
+            node = cluster.nodes[name]
+            got = preallocation.nominate(placing, node, pods)
+            if got is None:
+                if required:
+                    self._pre_refused[name] = preallocation.ERR_NO_POD_FITS
+                continue
+            self._pre[name], self._scores[name] = got
+            node.remove_pod(key(got[0]))
+        if required:
+            self._pre_default = preallocation.ERR_REQUIRED
+
+    def _policy_conflicts(self, placing: Reservation) -> frozenset[str]:
         """Upstream Filter for a reserve pod: a Default-policy reservation (allocatePolicy unset) shares no node with
         a matchable reservation of another policy, nor another policy's with a Default one."""
-        name = str((reserve_pod.get("metadata") or {}).get("name") or "").removeprefix("reservation/")
-        placing = self.book.get(name)
-        if placing is None:
-            return frozenset()
         policy = placing.policy
         return frozenset(str(r.node) for r in self.book.values()
                          if r is not placing and r.matchable and r.policy != policy
@@ -257,6 +293,11 @@ class ReservationPlugin:
         cluster = self._cluster
         if cluster is None:
             return
+        for name, taken in self._pre.items():  # the running pods go back; the placed one is the reservation's
+            cluster.nodes[name].add_pod(taken)
+            if placed is not None and placed.node == name:
+                self._pre_taken = (name, taken)
+        self._pre, self._pre_refused, self._pre_default = {}, {}, ""
         chosen = self._chosen if placed is not None and placed.node is not None else None
         for name, restored in self._restored.items():
             for r in restored:
@@ -317,9 +358,18 @@ class ReservationPlugin:
         return cpus
 
     # -- extension points -------------------------------------------------------------------------------------
-    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
-        if node.name in self._conflicts:
+    def _refused(self, name: str) -> str | None:
+        """Why a reservation being placed may not go to the node (allocate policies, pre-allocation)."""
+        if name in self._conflicts:
             return ERR_POLICY_CONFLICT
+        if name in self._pre:
+            return None
+        return self._pre_refused.get(name) or self._pre_default or None
+
+    def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        why = self._refused(node.name)
+        if why is not None:
+            return why
         v = self._view
         if v is None:
             return None
@@ -332,13 +382,9 @@ class ReservationPlugin:
         return None
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
-        if self._conflicts:
-            mask = np.ones(len(index), dtype=np.bool_)
-            for name in self._conflicts:
-                i = index.pos.get(name)
-                if i is not None:
-                    mask[i] = False
-            return mask
+        if self._conflicts or self._pre_refused or self._pre_default:  # a reserve pod: rare, every node asked
+            return np.fromiter((self._refused(name) is None for name in index.names), dtype=np.bool_,
+                               count=len(index))
         v = self._view
         if v is None or not (v.required or self._misfit) or v.invalid:
             return None
@@ -359,7 +405,7 @@ class ReservationPlugin:
         return self._scores.get(node.name, 0)
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
-        if not self._serving:
+        if not self._scores:
             if len(self._zeros) != len(index):
                 self._zeros = np.zeros(len(index), dtype=np.int64)
             return self._zeros  # shared: the framework only reads it

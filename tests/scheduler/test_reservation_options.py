@@ -165,3 +165,64 @@ def test_a_used_allocate_once_reservation_does_not_conflict() -> None:
     used["status"]["phase"] = "Succeeded"
     placed = place([node("n1"), node("n2"), used, reservation("new", 2)], [])
     assert placed["resv/new"]["node"] == "n1"
+
+
+# ---- spec.preAllocation (transformer.go listPreAllocatableCandidates, plugin.go filterWithPreAllocatablePod) --------
+
+def running(name: str, cpu: int, node_name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    p = owner(name, cpu)
+    p["metadata"]["labels"] = dict(OWNER if labels is None else labels)
+    p["spec"]["nodeName"] = node_name
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+def pre_allocating(name: str, cpu: int, policy: str | None = "Restricted", required: bool = False) -> dict[str, Any]:
+    r = reservation(name, cpu, policy=policy)
+    r["spec"]["preAllocation"] = True
+    if required:
+        r["spec"]["template"]["metadata"] = {"labels": {"scheduling.koordinator.sh/pre-allocation-required": "true"}}
+    return r
+
+
+def test_pre_allocation_takes_over_a_running_owner_on_a_full_node(validate_crd: Any) -> None:
+    r = pre_allocating("r", 6)
+    validate_crd(CRD, r)
+    # n1: 2 cpu free beside the running owner (6); n2: 4 free. Only taking the owner over makes room for 6.
+    objs = [node("n1"), node("n2"), running("p", 6, "n1"), running("other", 4, "n2", labels={}), r]
+    placed = place(objs, [owner("after", 2)])
+    assert placed["resv/r"]["node"] == "n1"
+    assert placed["resv/r"]["owners"] == ["default/p"] and placed["resv/r"]["allocated"] == {"cpu": "6"}
+    assert placed["resv/r"]["phase"] == "Available"  # allocateOnce false: it stays for more owners
+    # the 6 reserved are the running owner's: n1 still has its 2 free cpu for another pod
+    assert placed["default/after"]["node"] in ("n1", "n2")
+    cluster = build_cluster(objs)
+    simulate(cluster, [])
+    pod = cluster.nodes["n1"].pods["default/p"]
+    assert json.loads(pod["metadata"]["annotations"][ANNOTATION_RESERVATION_ALLOCATED]) == {"name": "r", "uid": "uid-r"}
+    assert cluster.nodes["n1"].requested["cpu"] == 6000  # the owner, and nothing left reserved beside it
+
+
+def test_pre_allocation_picks_the_owner_filling_it_most_and_skips_served_ones() -> None:
+    served = running("a-served", 4, "n1")  # first by key: taken on the tie were it not served already
+    served["metadata"]["annotations"] = {ANNOTATION_RESERVATION_ALLOCATED: '{"name":"elsewhere"}'}
+    objs = [node("n1", 12), running("small", 2, "n1"), running("big", 4, "n1"), served, pre_allocating("r", 4)]
+    placed = place(objs, [])
+    assert placed["resv/r"]["node"] == "n1" and placed["resv/r"]["owners"] == ["default/big"]
+
+
+def test_pre_allocation_is_refused_unless_restricted_and_honours_pre_allocation_required() -> None:
+    for policy in (None, "Aligned"):
+        placed = place([node("n1"), running("p", 2, "n1"), pre_allocating("r", 2, policy)], [])
+        assert placed["resv/r"]["phase"] == "Pending"
+        assert "reservation pre allocation is unsupported with current attributes" in placed["resv/r"]["reason"]
+    # no owner to take over: placed from free resources unless pre-allocation is required
+    placed = place([node("n1"), pre_allocating("r", 2)], [])
+    assert placed["resv/r"]["node"] == "n1" and placed["resv/r"]["owners"] == []
+    placed = place([node("n1"), pre_allocating("r", 2, required=True)], [])
+    assert "no pod match reservation with pre allocation required" in placed["resv/r"]["reason"]
+    # required: only the node whose owner qualifies (an owner bigger than the reservation does not)
+    objs = [node("n1"), node("n2"), node("n3"), running("a", 2, "n1"), running("b", 4, "n2"),
+            pre_allocating("r", 3, required=True)]
+    placed = place(objs, [])
+    assert placed["resv/r"]["node"] == "n1" and placed["resv/r"]["owners"] == ["default/a"]
