@@ -13,6 +13,7 @@ from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
 from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
+from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
 from scheduler.binder import Binder, Member, path_of
@@ -176,6 +177,14 @@ class SecondaryScheduler:
         for r in resv.book.values():
             if r.dirty and served.write(self.client, r.name, served.changed_annotations(r), r.status()):
                 r.dirty = False
+            for pod in r.pre_allocated:  # upstream PreBindReservation: the pre-allocated pod names its reservation
+                annotations = (pod.get("metadata") or {}).get("annotations") or {}
+                try:
+                    self.client.patch(path_of(pod), {"metadata": {"annotations": {
+                        ANNOTATION_RESERVATION_ALLOCATED: annotations.get(ANNOTATION_RESERVATION_ALLOCATED)}}})
+                except KoordletError as e:
+                    log.warning("pre-allocating %s to Reservation %s: %s", key(pod), r.name, e)
+            r.pre_allocated.clear()
 
     def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
         if not pods:

@@ -1,8 +1,9 @@
-"""Reservation's names: the pod annotations and labels that bind a pod to a Reservation or keep it out of one."""
+"""Reservation's names: annotations and labels that bind a pod to a Reservation, keep it out of one, or shape one."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from apis.extension.errors import AnnotationError
@@ -15,6 +16,12 @@ ANNOTATION_EXACT_MATCH_RESERVATION = "scheduling.koordinator.sh/exact-match-rese
 LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"
 ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"  # marks the pod that stands for a Reservation
 LABEL_POD_PREEMPTIBLE = "scheduling.koordinator.sh/preemptible"  # "false": neither preempted nor lent from
+# on the Reservation: among those a pod may use on a node, the smallest non-zero order is preferred
+LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"
+# on the reserve pod (template or Reservation labels): place a spec.preAllocation one only by pre-allocating a pod
+LABEL_PRE_ALLOCATION_REQUIRED = "scheduling.koordinator.sh/pre-allocation-required"
+# on a Restricted Reservation: {"resources": [...]}, which reserved resources the policy restricts
+ANNOTATION_RESERVATION_RESTRICTED_OPTIONS = "scheduling.koordinator.sh/reservation-restricted-options"
 
 
 @dataclass(frozen=True)
@@ -39,3 +46,31 @@ def decode_reservation_allocated(text: str) -> ReservationAllocated:
 def encode_reservation_allocated(ref: ReservationAllocated) -> str:
     """The annotation koord-scheduler writes at Reserve: the name, and the uid when the Reservation has one."""
     return json.dumps({"name": ref.name, **({"uid": ref.uid} if ref.uid else {})}, separators=(",", ":"))
+
+
+def decode_reservation_order(text: str | None) -> int:
+    """The reservation-order label as upstream reads it (strconv.ParseInt, base 10, 64 bits): 0 — no preference — when
+    absent, empty or not such an integer."""
+    if not text or re.fullmatch(r"[+-]?[0-9]+", text) is None:
+        return 0
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else 0
+
+
+def decode_restricted_resources(text: str) -> tuple[str, ...]:
+    """The `resources` of reservation-restricted-options (json.Unmarshal into ReservationRestrictedOptions: field names
+    fold, `null` is none); AnnotationError when it is not such an object."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise AnnotationError("", f"invalid JSON: {e}") from None
+    if doc is None:
+        return ()
+    if not isinstance(doc, dict):
+        raise AnnotationError("", "must be a JSON object")
+    names = {k.lower(): v for k, v in doc.items()}.get("resources")
+    if names is None:
+        return ()
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise AnnotationError("resources", "must be a list of resource names")
+    return tuple(names)

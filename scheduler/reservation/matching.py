@@ -81,6 +81,13 @@ def owner_of(r: Reservation, pod: JSON) -> bool:
     return False
 
 
+def selected_by_owner_selector(r: Reservation, pod: JSON) -> bool:
+    """Whether one of the reservation's labelSelector owner terms selects the pod (the pods it may pre-allocate)."""
+    labels = _meta(pod).get("labels") or {}
+    return any(isinstance(o, dict) and o.get("labelSelector") is not None
+               and _selector_matches(o["labelSelector"], labels) for o in r.spec.get("owners") or [])
+
+
 def tolerates(tolerations: list[JSON], taint: JSON) -> bool:
     for t in tolerations:
         if t.get("effect") and t["effect"] != taint.get("effect"):
@@ -108,6 +115,8 @@ class PodView:
 
     def eligible(self, r: Reservation, pod: JSON) -> bool:
         if r.phase != AVAILABLE or not r.node or r.spec.get("unschedulable") or r.full():
+            return False
+        if r.restricted_options[1]:  # upstream: a parse error leaves it unmatchable
             return False
         if self.name and r.name != self.name:
             return False

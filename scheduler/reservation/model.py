@@ -24,9 +24,13 @@ from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from apis.scheduling.reservation import (
     ANNOTATION_EXACT_MATCH_RESERVATION,
     ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
     ANNOTATION_RESERVE_POD,
+    LABEL_RESERVATION_ORDER,
     ReservationAllocated,
     decode_reservation_allocated,
+    decode_reservation_order,
+    decode_restricted_resources,
 )
 from scheduler import malformed
 from scheduler.cluster import Cluster, key, pod_requests
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 
 PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
 RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
+DEFAULT_POLICY = ""  # spec.allocatePolicy unset: Default (deprecated upstream, served as Aligned)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
 
@@ -79,6 +84,7 @@ class Reservation:
     placed_requests: dict[str, int] = field(default_factory=dict)
     placed_from: tuple[object, ...] = ()  # (revision, node, allocatable, annotations) `placed_shape` was computed at
     revision: int = 0  # grows with every account/release
+    pre_allocated: list[JSON] = field(default_factory=list)  # running pods made owners at placement, to annotate
 
     @property
     def spec(self) -> JSON:
@@ -117,14 +123,53 @@ class Reservation:
         return cpus.remaining(reserved, list(self.owner_cpus.values())) if reserved else None
 
     @property
+    def pre_allocation(self) -> bool:
+        """spec.preAllocation: placed by taking over a running owner's resources (see preallocation)."""
+        return self.spec.get("preAllocation") is True
+
+    @property
+    def policy(self) -> str:
+        """spec.allocatePolicy: "" (Default), Aligned or Restricted."""
+        return str(self.spec.get("allocatePolicy") or DEFAULT_POLICY)
+
+    @property
     def restricted(self) -> bool:
         """spec.allocatePolicy Restricted: owners get only what it reserved, for the resources it reserves."""
-        return self.spec.get("allocatePolicy") == RESTRICTED
+        return self.policy == RESTRICTED
+
+    @functools.cached_property
+    def order(self) -> int:
+        """The reservation-order label of the object (0: no preference); the smaller is preferred."""
+        labels = (self.obj.get("metadata") or {}).get("labels") or {}
+        return decode_reservation_order(labels.get(LABEL_RESERVATION_ORDER))
+
+    @functools.cached_property
+    def restricted_options(self) -> tuple[tuple[str, ...], str]:
+        """(names restricted, why the options are invalid): with reservation-restricted-options, the reserved
+        resources it lists (all reserved ones when it lists none of them); read for Restricted ones only, as
+        upstream NewReservationInfo, whose parse error leaves the reservation unmatchable."""
+        raw = ((self.obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RESERVATION_RESTRICTED_OPTIONS)
+        if not self.restricted or not raw:
+            return (), ""
+        try:
+            listed = set(decode_restricted_resources(str(raw)))
+        except InvalidInput as e:
+            why = f"invalid {ANNOTATION_RESERVATION_RESTRICTED_OPTIONS}: {e}"
+            malformed.report("Reservation", self.obj, why, "serves no pod")
+            return (), why
+        return tuple(n for n in sorted(self.allocatable) if n in listed), ""
+
+    @property
+    def matchable(self) -> bool:
+        """Upstream IsMatchable: Available on a node, options readable, not an allocateOnce one already used."""
+        return (self.phase == AVAILABLE and bool(self.node) and not self.restricted_options[1]
+                and not (self.allocate_once and self.owners))
 
     def restricted_misfit(self, requests: dict[str, int]) -> str:
-        """Why a Restricted reservation cannot serve these requests, "" when it can: each resource it reserves
-        that the pod asks must fit in what is left of it (upstream reservation/plugin.go fitsReservation)."""
-        for name in sorted(self.allocatable):
+        """Why a Restricted reservation cannot serve these requests, "" when it can: each resource it restricts
+        (reservation-restricted-options, else all it reserves) that the pod asks must fit in what is left of it
+        (upstream reservation/plugin.go fitsReservation)."""
+        for name in self.restricted_options[0] or sorted(self.allocatable):
             want = requests.get(name, 0)
             if want > 0 and want > self.allocatable[name] - self.allocated.get(name, 0):
                 return f"{REASON_PREFIX}Insufficient {name}"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from apis.core.objects import JSON
+from apis.core.objects import JSON, annotate
 from apis.scheduling.reservation import (
     ANNOTATION_RESERVATION_ALLOCATED,
     ReservationAllocated,
@@ -26,9 +26,10 @@ from scheduler.elasticquota.model import resource_json
 from scheduler.gang.model import pod_priority
 from scheduler.interfaces import Handle, Placement
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, built_index
-from scheduler.reservation import matching
+from scheduler.reservation import matching, preallocation
 from scheduler.reservation.model import (
     AVAILABLE,
+    DEFAULT_POLICY,
     PENDING,
     SUCCEEDED,
     Reservation,
@@ -40,6 +41,8 @@ from scheduler.reservation.model import (
 )
 
 ERR_AFFINITY = "node(s) no reservations match reservation affinity"  # plugin.go ErrReasonReservationAffinity
+ERR_POLICY_CONFLICT = "node(s) reservation allocate policy conflict"  # ErrReasonReservationAllocatePolicyConflict
+ORDERLESS_SCORE = 10  # a serving node without reservation-order beside one with it (see _node_scores)
 
 
 class _Lent:
@@ -85,6 +88,14 @@ class ReservationPlugin:
         self._match_memo: _Matches | None = None
         self._serving: dict[str, Reservation] = {}  # node → the one an owner would be served from
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
+        self._scores: dict[str, int] = {}  # node → its score for the pod (see _node_scores)
+        self._conflicts: frozenset[str] = frozenset()  # nodes a reservation being placed may not go to
+        # a spec.preAllocation reservation being placed: node → the running pod it would take over (off the node
+        # for the cycle), node → why it cannot go there, and the reason for every other node ("": no objection)
+        self._pre: dict[str, JSON] = {}
+        self._pre_refused: dict[str, str] = {}
+        self._pre_default = ""
+        self._pre_taken: tuple[str, JSON] | None = None  # (node, pod) the placed reserve pod took over
         self._chosen: Reservation | None = None
         # node → the devices, "cpus/<node>" → the CPUs the serving reservation holds (this cycle)
         self._held: JSON = {}
@@ -116,6 +127,7 @@ class ReservationPlugin:
         if r.phase != PENDING:
             return None
         pod = r.pod
+        self._pre_taken = None
         if not self.binds_reservations:
             r.reason = ("binding rejected: no bind plugin binds reserve pods (enable Reservation at bind, ahead of "
                         "DefaultBinder)")
@@ -131,6 +143,14 @@ class ReservationPlugin:
         r.node, r.phase, r.reason, r.dirty = placed.node, AVAILABLE, "", True
         r.annotations.update(placed.annotations)
         r.allocatable = {k: v for k, v in pod_requests(pod).items() if v}
+        taken, self._pre_taken = self._pre_taken, None
+        if taken is not None and taken[0] == placed.node:  # pre-allocated: the running pod is its first owner
+            annotate(taken[1], {ANNOTATION_RESERVATION_ALLOCATED: encode_reservation_allocated(
+                ReservationAllocated(r.name, r.uid))})
+            account(r, taken[1])
+            r.pre_allocated.append(taken[1])
+            if r.phase != AVAILABLE:
+                return placed
         place(r, sched.cluster)
         return placed
 
@@ -143,29 +163,86 @@ class ReservationPlugin:
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
         self.bind(cluster)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
-        self._misfit = {}
-        if is_reserve_pod(pod) or not self.book:
+        self._misfit, self._scores, self._conflicts = {}, {}, frozenset()
+        self._pre, self._pre_refused, self._pre_default = {}, {}, ""
+        if is_reserve_pod(pod):
+            name = str((pod.get("metadata") or {}).get("name") or "").removeprefix("reservation/")
+            placing = self.book.get(name)
+            if placing is not None:
+                self._conflicts = self._policy_conflicts(placing)
+                if placing.pre_allocation:
+                    self._begin_pre_allocation(placing, cluster)
+            return
+        if not self.book:
             return
         v = self._view = matching.view(pod)
         if v.invalid:
             return
         order, eligible = self._matching(v, pod)
+        fitting: dict[str, list[Reservation]] = {}
+        node_order: dict[str, int] = {}  # node → the smallest non-zero reservation-order of those matched on it
         for r, ok in zip(order, eligible, strict=True):
             if r.phase != AVAILABLE or not r.node or r.pod_key not in cluster.nodes[r.node].pods:
                 continue
             if v.ignored:
                 self._restored.setdefault(r.node, []).append(r)
-            elif ok and r.node not in self._serving:
+            elif ok:
+                if r.order:
+                    node_order[r.node] = min(r.order, node_order.get(r.node, r.order))
                 why = r.restricted_misfit(v.requests) if r.restricted else ""
                 if why:  # upstream filterWithReservations: the node fails unless another reservation fits
                     self._misfit.setdefault(r.node, why)
                     continue
-                self._serving[r.node] = r
-                self._restored.setdefault(r.node, []).append(r)
-        for name in self._serving:
+                fitting.setdefault(r.node, []).append(r)
+        for name, rs in fitting.items():  # upstream NominateReservation: the smallest non-zero order, else by name
+            ordered = [r for r in rs if r.order]
+            serving = self._serving[name] = min(ordered, key=lambda r: r.order) if ordered else rs[0]
+            self._restored.setdefault(name, []).append(serving)
             self._misfit.pop(name, None)
+        self._scores = self._node_scores(node_order)
         for name, restored in self._restored.items():
             self._lend(cluster, cluster.nodes[name], restored)
+
+    def _node_scores(self, node_order: dict[str, int]) -> dict[str, int]:
+        """Score per serving node. Upstream PreScore prefers (1000, normalized to 100) the feasible node whose matched
+        reservations hold the smallest non-zero order, the other nodes scoring their reservation's MostAllocated
+        share (≤ 100, ≤ 10 once normalized beside a preferred one). Scores come before filtering here, so nodes with
+        an order rank by it (100, 99, … down to 11: the feasible smallest wins), the others 10 — 100 when no node
+        has an order (as before)."""
+        if not node_order:
+            return dict.fromkeys(self._serving, 100)
+        scores = dict.fromkeys(self._serving, ORDERLESS_SCORE)
+        ranked = sorted((o, name) for name, o in node_order.items() if name in self._serving)
+        for rank, (_o, name) in enumerate(ranked):
+            scores[name] = max(100 - rank, ORDERLESS_SCORE + 1)
+        return scores
+
+    def _begin_pre_allocation(self, placing: Reservation, cluster: Cluster) -> None:
+        """Upstream PreFilter/Filter/Score of a pre-allocating reserve pod (Restricted only): on each node, the
+        pod it would take over is off the node for the cycle, so the fit plugins see the reservation replace it."""
+        if not placing.restricted:
+            self._pre_default = preallocation.ERR_UNSUPPORTED
+            return
+        required = preallocation.required(placing)
+        for name, pods in preallocation.candidates(placing, cluster).items():
+            node = cluster.nodes[name]
+            got = preallocation.nominate(placing, node, pods)
+            if got is None:
+                if required:
+                    self._pre_refused[name] = preallocation.ERR_NO_POD_FITS
+                continue
+            self._pre[name], self._scores[name] = got
+            node.remove_pod(key(got[0]))
+        if required:
+            self._pre_default = preallocation.ERR_REQUIRED
+
+    def _policy_conflicts(self, placing: Reservation) -> frozenset[str]:
+        """Upstream Filter for a reserve pod: a Default-policy reservation (allocatePolicy unset) shares no node with
+        a matchable reservation of another policy, nor another policy's with a Default one."""
+        policy = placing.policy
+        return frozenset(str(r.node) for r in self.book.values()
+                         if r is not placing and r.matchable and r.policy != policy
+                         and DEFAULT_POLICY in (policy, r.policy))
 
     def _matching(self, v: matching.PodView, pod: JSON) -> tuple[list[Reservation], list[bool]]:
         """The book by name and whether each may serve the pod, per pod signature (owner after owner of one workload
@@ -216,6 +293,11 @@ class ReservationPlugin:
         cluster = self._cluster
         if cluster is None:
             return
+        for name, taken in self._pre.items():  # the running pods go back; the placed one is the reservation's
+            cluster.nodes[name].add_pod(taken)
+            if placed is not None and placed.node == name:
+                self._pre_taken = (name, taken)
+        self._pre, self._pre_refused, self._pre_default = {}, {}, ""
         chosen = self._chosen if placed is not None and placed.node is not None else None
         for name, restored in self._restored.items():
             for r in restored:
@@ -227,6 +309,7 @@ class ReservationPlugin:
                 place(r, cluster)
             self._unlend(cluster.nodes[name], restored)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
+        self._scores, self._conflicts = {}, frozenset()
 
     def _unlend(self, node: NodeInfo, restored: list[Reservation]) -> None:
         """The reserve pods are back: when nothing else touched the node in the cycle and they are the very objects
@@ -275,7 +358,18 @@ class ReservationPlugin:
         return cpus
 
     # -- extension points -------------------------------------------------------------------------------------
+    def _refused(self, name: str) -> str | None:
+        """Why a reservation being placed may not go to the node (allocate policies, pre-allocation)."""
+        if name in self._conflicts:
+            return ERR_POLICY_CONFLICT
+        if name in self._pre:
+            return None
+        return self._pre_refused.get(name) or self._pre_default or None
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        why = self._refused(node.name)
+        if why is not None:
+            return why
         v = self._view
         if v is None:
             return None
@@ -288,6 +382,9 @@ class ReservationPlugin:
         return None
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
+        if self._conflicts or self._pre_refused or self._pre_default:  # a reserve pod: rare, every node asked
+            return np.fromiter((self._refused(name) is None for name in index.names), dtype=np.bool_,
+                               count=len(index))
         v = self._view
         if v is None or not (v.required or self._misfit) or v.invalid:
             return None
@@ -305,18 +402,18 @@ class ReservationPlugin:
         return mask
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        return 100 if node.name in self._serving else 0
+        return self._scores.get(node.name, 0)
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
-        if not self._serving:
+        if not self._scores:
             if len(self._zeros) != len(index):
                 self._zeros = np.zeros(len(index), dtype=np.int64)
             return self._zeros  # shared: the framework only reads it
         out = np.zeros(len(index), dtype=np.int64)
-        for name in self._serving:
+        for name, value in self._scores.items():
             i = index.pos.get(name)
             if i is not None:
-                out[i] = 100
+                out[i] = value
         return out
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:

@@ -121,3 +121,31 @@ async def test_a_malformed_reservation_is_marked_failed_once(km: kmock.Kubernete
     for _ in range(3):
         await asyncio.to_thread(runner.run_once)
     assert len(patches()) == 1
+
+
+async def test_pre_allocated_pod_is_patched_to_name_its_reservation(km: kmock.KubernetesEmulator) -> None:
+    """spec.preAllocation: the running owner taken over gets `reservation-allocated` (upstream PreBindReservation),
+    so the next cycle still counts it as the reservation's."""
+    r = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+         "metadata": {"name": "r1", "uid": "uid-r1"},
+         "spec": {"template": {"spec": {"schedulerName": NAME, "containers": [
+             {"name": "c", "resources": {"requests": {"cpu": "6"}}}]}}, "allocateOnce": False,
+             "preAllocation": True, "allocatePolicy": "Restricted",
+             "owners": [{"labelSelector": {"matchLabels": {"app": "a"}}}]}}
+    km.objects[RESV, None, "r1"] = r
+    running = owner()
+    running["spec"]["nodeName"] = "n1"
+    running["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "6"
+    running["status"]["phase"] = "Running"
+    km.objects["v1/pods", "default", "owner"] = running
+
+    def make(cluster: Cluster) -> Scheduler:
+        return Scheduler(cluster, profile(None))
+
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
+    await asyncio.to_thread(runner.run_once)
+    status = [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith(
+        "/reservations/r1/status")][-1]["status"]
+    assert status["phase"] == "Available" and status["nodeName"] == "n1" and status["allocated"] == {"cpu": "6"}
+    [patch] = [json.loads(q.body) for q in km if q.method.value == "PATCH" and q.url.path.endswith("/pods/owner")]
+    assert json.loads(patch["metadata"]["annotations"][ALLOCATED]) == {"name": "r1", "uid": "uid-r1"}
