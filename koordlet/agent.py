@@ -14,6 +14,7 @@ from apis.core.errors import HostReadError, InvalidInput, KoordletError, PlanErr
 from apis.core.objects import JSON
 from apis.core.shape import object_ident
 from apis.slo.decode import decode_nodeslo, nodeslo_config
+from koordlet import heap
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
 from koordlet.collectors.cgroups import CgroupUsageCollector
@@ -80,6 +81,7 @@ class Agent:
     def __init__(self, config: Config, health: Health | None = None) -> None:
         self.config = config
         self.health = health or Health()
+        heap.settle()
         paths = config.paths
         self.backend = detect_backend(paths)
         driver, certain = detect_driver(paths, self.backend.version)
@@ -226,7 +228,9 @@ class Agent:
         self.metrics.collected()
 
     def gc(self, now: float | None = None) -> int:
-        return self.cache.gc(int((time.time() if now is None else now) * 1000))
+        dropped = self.cache.gc(int((time.time() if now is None else now) * 1000))
+        heap.trim()  # what the gc and a minute of pod changes freed, given back
+        return dropped
 
     def refresh_node_info(self) -> None:
         """Upstream's node info collector (nodeinfo/node_info_collector.go): the CPU info, then, only when that was

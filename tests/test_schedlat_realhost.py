@@ -159,7 +159,7 @@ def test_busy_pod_waits_idle_pod_does_not_and_exited_tasks_are_reclaimed(node: N
     assert agent.sync_pods()
     agent.collect()
     assert "busy" not in _by_name(agent) and node.uids["busy"] not in backend._slot_of
-    assert backend._free[-1] == slot and backend._read_stats(slot + 1)[slot].sum() == 0
+    assert backend._slots.waiting()[-1] == slot and backend._read_stats(slot + 1)[slot].sum() == 0
     assert HOST_SLOT not in backend._slot_of.values()
     agent.close()
 

@@ -3,7 +3,6 @@ read by fd each tick (bpfsys.py); the agent never imports bcc."""
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import logging
 import os
@@ -18,6 +17,7 @@ from koordlet.schedlat.attribution import PodIndex, cgroup_path, looks_like_pod
 from koordlet.schedlat.hist import SLOTS, Totals
 from koordlet.schedlat.loader import BccUnavailable, Loaded, load
 from koordlet.schedlat.program import MAX_SLOTS, SLOT_STATS_WORDS
+from koordlet.schedlat.slots import SlotPool
 from koordlet.states.model import PodMeta
 
 __all__ = ["HOST_SLOT", "BccUnavailable", "EbpfBackend"]
@@ -64,14 +64,12 @@ class EbpfBackend:
                  else "classic tracepoints", self.attach_reason)
         self._stats_fd = _enable_bpf_stats()
         self._slot_of: dict[str, int] = {}
-        # Freed slots are reused last (FIFO), so a deleted pod's late samples do not land in a new pod at once.
-        self._free = collections.deque(range(1, MAX_SLOTS))
+        self._slots = SlotPool(MAX_SLOTS)  # a freed slot waits before a new pod gets it; the lowest goes first
         self._carry: dict[int, npt.NDArray[np.uint64]] = {}  # user-space adds (waits placed late)
         self._rows: npt.NDArray[np.uint64] = np.zeros((0, 0), dtype=np.uint64)  # the last read's
         self._totals: dict[str, Totals] = {}  # the last read's, by pod uid
         self._pods: list[PodMeta] | None = None
         self._index = PodIndex(())
-        self._high = 1  # slots in use are below this
         ncpus = self._stats.ncpus
         self._keys = ctypes.create_string_buffer(4 * MAX_SLOTS)
         self._values = np.zeros((MAX_SLOTS, ncpus, SLOT_STATS_WORDS), dtype=np.uint64)
@@ -111,7 +109,8 @@ class EbpfBackend:
         if pods is not self._pods:
             self._sync_slots(pods)
         self._place_unknown()
-        rows = self._read_stats(self._high)
+        self._slots.read()
+        rows = self._read_stats(self._slots.high)
         for slot, carry in self._carry.items():
             if slot < len(rows):
                 rows[slot] += carry
@@ -156,15 +155,15 @@ class EbpfBackend:
             for slot in freed:
                 self._stats.update(_U32.pack(slot), self._zero_slot)
                 self._carry.pop(slot, None)
-                self._free.append(slot)
+                self._slots.free(slot)
         for p in pods:
             if p.uid not in self._slot_of:
-                if not self._free:
+                taken = self._slots.take()
+                if taken is None:
                     self.full = True
                     continue
-                slot = self._free.popleft()
-                self._slot_of[p.uid] = slot
-                self._high = max(self._high, slot + 1)
+                self._stats.update(_U32.pack(taken), self._zero_slot)  # waits that came after it was freed
+                self._slot_of[p.uid] = taken
 
     def _unplace(self, slots: set[int]) -> None:
         """Tasks of freed slots back to unplaced. This rewrites their entries, which the program may be updating
