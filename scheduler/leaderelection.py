@@ -15,29 +15,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import Conflict, KoordletError, NotFound
+from apis.core.metatime import micro_time, parse_time
 from apis.core.objects import JSON
 
 log = logging.getLogger(__name__)
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
-
-def micro_time(t: float) -> str:
-    """metav1.MicroTime: RFC 3339 with microseconds."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_micro_time(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def identity() -> str:
@@ -78,7 +64,7 @@ class LeaderElector:
             return self._write(None, now, transitions=0, acquired=now)
         spec: JSON = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
-        renewed = parse_micro_time(spec.get("renewTime")) or 0.0
+        renewed = parse_time(spec.get("renewTime")) or 0.0
         duration = float(spec.get("leaseDurationSeconds") or self.config.lease_duration)
         if holder and holder != self.identity and renewed + duration > now:
             self.leading = False
@@ -87,7 +73,7 @@ class LeaderElector:
         if holder != self.identity:
             return self._write(lease, now, transitions=transitions + 1 if holder else transitions, acquired=now)
         return self._write(lease, now, transitions=transitions,
-                           acquired=parse_micro_time(spec.get("acquireTime")) or now)
+                           acquired=parse_time(spec.get("acquireTime")) or now)
 
     def _write(self, lease: JSON | None, now: float, *, transitions: int, acquired: float) -> bool:
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.config.lease_duration),

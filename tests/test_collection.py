@@ -130,17 +130,23 @@ def test_aggregates_after_warm_up(simhost: SimHost, tmp_path: Path, validate_crd
         "memory"]  # no pods: system memory is node memory, constant over the run
 
 
-def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
-    """The usual deletion race (kubelet removes the cgroup, then the pod leaves its list): counted, logged at
-    debug level as upstream's collector does (V(4)), never a warning per deleted pod."""
-    caplog.set_level(logging.DEBUG, logger="koordlet")
+def _one_pod_collected(simhost: SimHost, tmp_path: Path) -> tuple[Agent, str]:
+    """An agent over one Guaranteed pod with its cgroups, after a first tick; the pod's cgroup dir."""
     pod_a = make_pod("a", UID_A, "Guaranteed")
     agent = _agent(simhost, tmp_path, [pod_a])
     rel, ctrs = _pod_cgroups(simhost, pod_a, K8sQoS.GUARANTEED)
     simhost.write_cgroup(rel, SimCgroup(cpu_ns=0))
     simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=0))
     agent.collect(now=T0, mono_ns=0)
+    return agent, rel
+
+
+def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The usual deletion race (kubelet removes the cgroup, then the pod leaves its list): counted, logged at
+    debug level as upstream's collector does (V(4)), never a warning per deleted pod."""
+    caplog.set_level(logging.DEBUG, logger="koordlet")
+    agent, rel = _one_pod_collected(simhost, tmp_path)
     simhost.remove_cgroup(rel)
     agent.collect(now=T0 + 1, mono_ns=SEC)
     agent.collect(now=T0 + 2, mono_ns=2 * SEC)
@@ -154,12 +160,7 @@ def test_vanished_pod_cgroup_is_skipped_not_fatal(simhost: SimHost, tmp_path: Pa
 def test_a_pod_cgroup_that_is_there_but_unreadable_is_a_warning(simhost: SimHost, tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """Not the deletion race: the cgroup is there and its file cannot be read (here a directory in its place)."""
-    pod_a = make_pod("a", UID_A, "Guaranteed")
-    agent = _agent(simhost, tmp_path, [pod_a])
-    rel, ctrs = _pod_cgroups(simhost, pod_a, K8sQoS.GUARANTEED)
-    simhost.write_cgroup(rel, SimCgroup(cpu_ns=0))
-    simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=0))
-    agent.collect(now=T0, mono_ns=0)
+    agent, rel = _one_pod_collected(simhost, tmp_path)
     root = simhost.cgroup_root()
     usage = root / rel / "cpu.stat" if simhost.version == 2 else root / "cpuacct" / rel / "cpuacct.usage"
     usage.unlink()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.objects import JSON
-from apis.extension.errors import AnnotationError
+from apis.extension.errors import AnnotationError, struct_fields
 
 # Upstream: apis/extension/numa_aware.go, apis/extension/node_reservation.go (enable-numa-reservation).
 
@@ -71,15 +71,8 @@ def cpu_topology_json(cpus: Sequence[CPUInfo]) -> dict[str, Any]:
 def decode_cpu_topology(text: str) -> tuple[CPUInfo, ...]:
     """The cpu-topology annotation's CPUs, as Go's json.Unmarshal into CPUTopology reads it: field names match
     case-insensitively, `null` is the zero value, numbers must be integers; AnnotationError names the bad field."""
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise AnnotationError("", f"invalid JSON: {e}") from None
-    if doc is None:
-        return ()
-    if not isinstance(doc, dict):
-        raise AnnotationError("", "must be a JSON object")
-    detail = {k.lower(): v for k, v in doc.items()}.get("detail")
+    fields = struct_fields(text)
+    detail = fields.get("detail") if fields is not None else None
     if detail is None:
         return ()
     if not isinstance(detail, list):

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from apis.extension.errors import AnnotationError
+from apis.extension.errors import AnnotationError, struct_fields
 
 # Upstream: apis/extension/reservation.go.
 
@@ -60,15 +60,8 @@ def decode_reservation_order(text: str | None) -> int:
 def decode_restricted_resources(text: str) -> tuple[str, ...]:
     """The `resources` of reservation-restricted-options (json.Unmarshal into ReservationRestrictedOptions: field names
     fold, `null` is none); AnnotationError when it is not such an object."""
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise AnnotationError("", f"invalid JSON: {e}") from None
-    if doc is None:
-        return ()
-    if not isinstance(doc, dict):
-        raise AnnotationError("", "must be a JSON object")
-    names = {k.lower(): v for k, v in doc.items()}.get("resources")
+    fields = struct_fields(text)
+    names = fields.get("resources") if fields is not None else None
     if names is None:
         return ()
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

@@ -14,9 +14,9 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from apis.core.errors import InvalidInput
+from apis.core.metatime import parse_time, rfc3339
 from apis.core.objects import JSON
 from apis.core.resources import PODS
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
@@ -46,19 +46,6 @@ RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is t
 DEFAULT_POLICY = ""  # spec.allocatePolicy unset: Default (deprecated upstream, served as Aligned)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
-
-
-def _rfc3339(at: float) -> str:
-    return datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _timestamp(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -203,7 +190,7 @@ class Reservation:
                       "reason": reason}
         if self.reason:
             cond["message"] = self.reason
-        stamp = _rfc3339(time.time() if now is None else now)
+        stamp = rfc3339(time.time() if now is None else now)
         before = next((c for c in (self.obj.get("status") or {}).get("conditions") or []
                        if isinstance(c, dict) and c.get("type") == ctype), {})
         cond["lastProbeTime"] = stamp
@@ -245,10 +232,10 @@ def _pod_limit(obj: JSON) -> int | None:
 def expired(obj: JSON, now: float) -> bool:
     """`expires` first, else creationTimestamp + ttl (default 24h, "0" never)."""
     spec = obj.get("spec") or {}
-    at = _timestamp(spec.get("expires"))
+    at = parse_time(spec.get("expires"))
     if at is not None:
         return now >= at
-    created = _timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
     if created is None:
         return False
     ttl = parse_go_duration(str(spec["ttl"])) if spec.get("ttl") is not None else DEFAULT_TTL

@@ -12,8 +12,9 @@ import kmock
 import pytest
 
 from apis.client.kubeapi import KubeClient, KubeConfig, Unreachable
+from apis.core.metatime import parse_time
 from scheduler.config import ConfigError, parse_config
-from scheduler.leaderelection import LeaderElector, LeaseConfig, parse_micro_time
+from scheduler.leaderelection import LeaderElector, LeaseConfig
 
 from kubedouble import emulate_put
 
@@ -54,7 +55,7 @@ async def test_one_holder_and_a_takeover_only_after_the_lease_expires(km: kmock.
     clock.now += 10  # a is fresh: b stands by; a renews
     assert not await asyncio.to_thread(b.try_acquire_or_renew) and not b.leading
     assert await asyncio.to_thread(a.try_acquire_or_renew)
-    assert parse_micro_time(lease(km)["spec"]["renewTime"]) == pytest.approx(clock.now)
+    assert parse_time(lease(km)["spec"]["renewTime"]) == pytest.approx(clock.now)
     clock.now += 14  # 14 s since a's renewal: still a's
     assert not await asyncio.to_thread(b.try_acquire_or_renew)
     clock.now += 2  # a stopped renewing 16 s ago: b takes over, one transition
