@@ -402,8 +402,10 @@ _CHUNK = 65536
 
 
 def _read(path: str) -> str:
-    """The file's text; a read shorter than asked is its end (cgroupfs, resctrl and sysctl files give their whole
-    text to one read), so a value is one read, not two."""
+    """The file's text; a read shorter than asked is taken as its end, so a value is one read, not two. That holds
+    for what is compared: a cgroup value file, a resctrl schemata and a sysctl are one seq_file record, whole in one
+    read. A multi-record file (`tasks`, `cgroup.procs`) may read short before its end, but it is only written to
+    (task moves), never compared."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         data = os.read(fd, _CHUNK)
