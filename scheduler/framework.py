@@ -34,6 +34,7 @@ from scheduler.interfaces import (
     BindPlugin,
     CyclePlugin,
     FilterPlugin,
+    NormalizeScorePlugin,
     Placement,
     Plugin,
     PostFilterPlugin,
@@ -55,6 +56,31 @@ from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 log = logging.getLogger(__name__)
 
 P = TypeVar("P")
+
+
+_SAID_UNHONOURED: set[str] = set()  # pod keys told about, bounded below
+
+
+def say_unhonoured(pod: JSON) -> None:
+    """Once per pod: the scheduling constraints it asks for that koord-sched does not model (kube's
+    PodTopologySpread and InterPodAffinity); the pod is placed without them, not silently."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else None
+    if spec is None:
+        return
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    asked = [name for name, present in (
+        ("topologySpreadConstraints (PodTopologySpread)", bool(spec.get("topologySpreadConstraints"))),
+        ("podAffinity (InterPodAffinity)", bool(affinity.get("podAffinity"))),
+        ("podAntiAffinity (InterPodAffinity)", bool(affinity.get("podAntiAffinity")))) if present]
+    if not asked:
+        return
+    k = key(pod)
+    if k in _SAID_UNHONOURED:
+        return
+    if len(_SAID_UNHONOURED) >= 10_000:
+        _SAID_UNHONOURED.clear()
+    _SAID_UNHONOURED.add(k)
+    log.warning("%s: %s not honoured by koord-sched; the pod is placed without it", k, ", ".join(asked))
 
 
 def invalid_pod(pod: JSON) -> str | None:
@@ -91,6 +117,7 @@ class Profile:
         # the vector stage, aligned with `filters` and `scorers` (None: the plugin has no vector hook)
         self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
         self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
+        self.normalizers = tuple(s if isinstance(s, NormalizeScorePlugin) else None for s in self.scorers)
         self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
         self.node_narrowers = tuple(p for p in plugins if isinstance(p, PreFilterNodesPlugin))
         self.cycle_hooks = tuple(p for p in plugins if isinstance(p, CyclePlugin))
@@ -242,9 +269,16 @@ class Scheduler:
                 return why
         return None
 
-    def score(self, pod: JSON, node: NodeInfo) -> int:
-        """The weighted total of every Score on one node (each clamped to 0..100)."""
-        return sum(s.weight * max(0, min(100, s.score(pod, node, self.cluster))) for s in self.profile.scorers)
+    def scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> list[int]:
+        """The weighted total of every Score on each of `nodes` (each plugin's scores normalized over these nodes
+        where it normalizes, then clamped to 0..100), as kube-scheduler scores the nodes that passed Filter."""
+        totals = np.zeros(len(nodes), dtype=np.int64)
+        for s, norm in zip(self.profile.scorers, self.profile.normalizers, strict=True):
+            raw = np.fromiter((s.score(pod, n, self.cluster) for n in nodes), dtype=np.int64, count=len(nodes))
+            if norm is not None and len(nodes):
+                raw = norm.normalize(raw, int(raw.max()))
+            totals += s.weight * np.clip(raw, 0, 100)
+        return [int(t) for t in totals]
 
     def reserve(self, pod: JSON, node: NodeInfo) -> dict[str, str]:
         """Every Reserve in order; the annotations they add. When one refuses (Unschedulable, raised on) the ones
@@ -358,9 +392,6 @@ class Cycle:
     def filter(self, node: NodeInfo) -> str | None:
         return self.sched.filter(self.pod, node)
 
-    def score(self, node: NodeInfo) -> int:
-        return self.sched.score(self.pod, node)
-
     def reserve(self, node: NodeInfo) -> dict[str, str]:
         """Reserve on the node (raises Unschedulable, everything unreserved again)."""
         return self.sched.reserve(self.pod, node)
@@ -404,8 +435,8 @@ class Cycle:
         return fits, failed
 
     def scores(self, nodes: list[NodeInfo]) -> dict[str, int]:
-        """Weighted score per node (higher is better)."""
-        return {n.name: self.score(n) for n in nodes}
+        """Weighted score per node (higher is better), normalized over these nodes."""
+        return dict(zip((n.name for n in nodes), self.sched.scores(self.pod, nodes), strict=True))
 
     # -- the whole cycle ----------------------------------------------------------------------------------------
     def run(self, attempt: bool = True) -> Placement:
@@ -430,6 +461,7 @@ class Cycle:
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
+        say_unhonoured(pod)
         clock = _Clock(metrics)
         rejected = self.prefilter()
         clock.point("PreFilter", rejected is None)
@@ -449,13 +481,25 @@ class Cycle:
                 mask &= m
         clock.point("Filter")
         total = np.zeros(n, dtype=np.int64)
+        failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
-        for s, vs in zip(profile.scorers, profile.score_vectors, strict=True):
+        for s, vs, norm in zip(profile.scorers, profile.score_vectors, profile.normalizers, strict=True):
             v = vs.score_vector(pod, index) if vs is not None else None
+            if isinstance(v, int):  # the same for every node: it shifts every total alike
+                if norm is not None:
+                    v = int(norm.normalize(np.array([v], dtype=np.int64), v)[0])
+                clock.plugin(s.name, "Score")
+                same = s.weight * max(0, min(100, v))
+                total += same
+                if per_plugin is not None:
+                    per_plugin.append(np.full(n, same, dtype=np.int64))
+                continue
             if v is None:
                 v = np.zeros(n, dtype=np.int64)
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
+            if norm is not None:
+                v = norm.normalize(v, self._feasible_top(v, mask, failed))
             clock.plugin(s.name, "Score")
             weighted = np.minimum(v, 100)  # a fresh array: v may be a plugin's cached one (np.clip is ~3× slower)
             np.maximum(weighted, 0, out=weighted)
@@ -466,7 +510,8 @@ class Cycle:
                 per_plugin.append(weighted)
         rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
         rank[~mask] = -1
-        failed: dict[int, str] = {}
+        if failed:
+            rank[list(failed)] = -1
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
@@ -504,6 +549,23 @@ class Cycle:
         reasons.update(failed.values())
         return self.sched.unschedulable(pod, reasons)
 
+    def _feasible_top(self, raw: IntArray, mask: BoolArray, failed: dict[int, str]) -> int:
+        """The largest raw score among the nodes Filter passes, as kube normalizes over them: the vector filters
+        may leave a node Filter rejects, so the masked rows are tried from the highest score down (usually one
+        Filter call; the rows found failing are not tried again by the cycle)."""
+        if not raw.any():
+            return 0
+        rows = np.flatnonzero(mask)
+        nodes = node_index(self.cluster).nodes
+        for i in rows[np.argsort(-raw[rows], kind="stable")].tolist():
+            if i in failed:
+                continue
+            why = self.filter(nodes[i])
+            if why is None:
+                return int(raw[i])
+            failed[i] = why
+        return 0
+
     def _log_scores(self, index: NodeIndex, shown: IntArray, total: IntArray, per_plugin: list[IntArray]) -> None:
         rows = [(index.names[i], int(total[i]), [int(v[i]) for v in per_plugin]) for i in shown.tolist()]
         log.info("%s", debug.score_table(key(self.pod), debug.top_n_scores,
@@ -513,7 +575,8 @@ class Cycle:
         """The cycle without the vector stage: every filter on every node (what the vector stage must agree with)."""
         fits, failed = self.feasible()
         reasons: Counter[str] = Counter(failed.values())
-        ranked = sorted(((self.score(n), n.name) for n in fits), key=lambda t: (-t[0], t[1]))
+        ranked = sorted(zip(self.sched.scores(self.pod, fits), (n.name for n in fits), strict=True),
+                        key=lambda t: (-t[0], t[1]))
         for _total, name in ranked:
             node = self.cluster.nodes[name]
             try:

@@ -8,7 +8,8 @@ koord-scheduler's frameworkext additions: the begin/end-cycle transformers and t
 returns annotations to add to the pod (DeviceShare's `device-allocated`) or raises Unschedulable, `unreserve`
 undoes it. Vector hooks: `prefilter_vector(pod, index)` is a numpy bool per node of scheduler.nodeindex.NodeIndex,
 False only where the plugin's `filter` surely fails (None: no opinion); `score_vector(pod, index)` is the exact
-`score` of every node (None: not vectorisable for this pod, `score` is then called per node).
+`score` of every node (None: not vectorisable for this pod, `score` is then called per node; an int: the same
+score for every node, which spares an array per node when a plugin has nothing to tell the nodes apart).
 """
 
 from __future__ import annotations
@@ -114,7 +115,16 @@ class ScorePlugin(Protocol):
 
 @runtime_checkable
 class VectorScorePlugin(Protocol):
-    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None: ...
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int | None: ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Protocol):
+    """ScoreExtensions.NormalizeScore: the plugin's raw scores rescaled to 0..100 against `top`, the largest raw
+    score among the nodes that pass Filter (TaintToleration, NodeAffinity: only the maximum matters); its `score`
+    and `score_vector` give the raw figures."""
+
+    def normalize(self, scores: IntArray, top: int) -> IntArray: ...
 
 
 @runtime_checkable
