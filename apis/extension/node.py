@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,26 @@ def decode_amplification_ratios(text: str) -> dict[str, float]:
             raise AnnotationError(name, f"{ratio!r} is out of range")
         out[name] = value
     return out
+
+
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
+
+
+def cpu_normalization_ratio(node: JSON | None) -> tuple[float | None, str | None]:
+    """GetCPUNormalizationRatio: (the annotation as a float, None) when valid; (None, None) without a node or the
+    annotation; (None, why) when it does not parse or is <= 0."""
+    if node is None:
+        return None, None
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO) if isinstance(annotations, dict) else None
+    if text is None:
+        return None, None
+    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
+        return None, f"{text!r} is not a number"
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        return None, f"illegal cpu normalization ratio: {text}"
+    return value, None
 
 
 def _load(text: str) -> Any:
