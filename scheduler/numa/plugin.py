@@ -578,9 +578,12 @@ class NodeNUMAResource:
         cpuset-bound CPUs amplified)."""
         changed = self._flags_tracker.changes(index)
         if changed is None:
-            self._policy_set = {i for i, nd in enumerate(index.nodes)
-                                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY)}
-            self._amplified_set = {i for i, nd in enumerate(index.nodes) if ratio_text(nd.obj) is not None}
+            self._policy_set, self._amplified_set = set(), set()
+            for i, nd in enumerate(index.nodes):  # one pass: a cold start's cost
+                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
+                    self._policy_set.add(i)
+                if ratio_text(nd.obj) is not None:
+                    self._amplified_set.add(i)
         else:
             moved = _flag_rows(self._policy_set, changed, lambda i: bool(
                 index.nodes[i].labels.get(LABEL_NUMA_TOPOLOGY_POLICY)))
