@@ -31,7 +31,7 @@ from scheduler.interfaces import Placement
 from scheduler.leaderelection import LeaderElector, LeaseConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.noderesource import cli as noderesource_cli
-from scheduler.noderesource.fill import config_of, fill_missing
+from scheduler.noderesource.fill import config_of, fill_amplification, fill_missing
 from scheduler.registry import build
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.reservation.plugin import ReservationPlugin
@@ -313,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
+    fill_amplification(cluster, objects)
     pods = [o for o in given if o.get("kind", "Pod") in ("Pod", "Reservation")]
     # the PodGroups and PriorityClasses given with the pods join the cluster's, read as build_cluster reads them
     catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])
