@@ -29,7 +29,7 @@ from apis.core.objects import JSON, annotate
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.gang.model import pod_priority
-from scheduler.gang.queuesort import priority_order
+from scheduler.gang.queuesort import QueueState, priority_order
 from scheduler.interfaces import (
     BindPlugin,
     CyclePlugin,
@@ -177,12 +177,12 @@ class Scheduler:
         return Cycle(self, pod)
 
     # -- extension points outside a cycle (the queue, informer events, PreBind, Bind) ------------------------------
-    def order(self, pods: list[JSON]) -> list[JSON]:
+    def order(self, pods: list[JSON], state: QueueState | None = None) -> list[JSON]:
         """The pending pods in the queueSort plugin's order (PrioritySort's for a profile made without one)."""
         qs = self.profile.queue_sort
         if qs is None:
-            return priority_order(pods, lambda p: pod_priority(p, self.cluster))
-        return qs.order(pods, self.cluster)
+            return priority_order(pods, lambda p: pod_priority(p, self.cluster), state)
+        return qs.order(pods, self.cluster, state)
 
     def binder(self, pod: JSON) -> str | None:
         """The bind plugin that binds the pod: the first not to Skip it (None: every one skipped; a profile made

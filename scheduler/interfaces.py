@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
+from scheduler.gang.queuesort import QueueState
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 
 
@@ -74,11 +75,12 @@ class PreFilterNodesPlugin(Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Protocol):
-    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less)."""
+    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less); `state` is the queue's
+    memory of the pods (scheduler.gang.queuesort.QueueState), None in `simulate`."""
 
     name: str
 
-    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]: ...
+    def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]: ...
 
 
 @runtime_checkable

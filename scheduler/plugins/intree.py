@@ -5,7 +5,7 @@ from __future__ import annotations
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster
 from scheduler.gang.model import pod_priority
-from scheduler.gang.queuesort import priority_order
+from scheduler.gang.queuesort import QueueState, priority_order
 
 
 class PrioritySort:
@@ -13,8 +13,8 @@ class PrioritySort:
 
     name = "PrioritySort"
 
-    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]:
-        return priority_order(pods, lambda p: pod_priority(p, cluster))
+    def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]:
+        return priority_order(pods, lambda p: pod_priority(p, cluster), state)
 
 
 class DefaultBinder:
