@@ -216,10 +216,15 @@ class Scheduler:
     # -- the plugins of one extension point (a cycle's steps; the gang planner's dry runs call filter alone) ------
     def prefilter(self, pod: JSON) -> str | None:
         """The first PreFilter rejection (a node-independent reason), or None."""
+        got = self.prefilter_by(pod)
+        return None if got is None else got[1]
+
+    def prefilter_by(self, pod: JSON) -> tuple[str, str] | None:
+        """The first PreFilter rejection as (plugin, reason), or None."""
         for p in self.profile.prefilters:
             why = p.prefilter(pod, self.cluster)
             if why is not None:
-                return str(why)
+                return p.name, str(why)
         return None
 
     def prefilter_nodes(self, pod: JSON) -> frozenset[str] | None:
@@ -233,13 +238,18 @@ class Scheduler:
 
     def filter(self, pod: JSON, node: NodeInfo) -> str | None:
         """Every Filter on one node: the first reason it fails, or None."""
+        got = self.filter_by(pod, node)
+        return None if got is None else got[1]
+
+    def filter_by(self, pod: JSON, node: NodeInfo) -> tuple[str, str] | None:
+        """Every Filter on one node: (plugin, reason) of the first that fails, or None."""
         for f in self.profile.filters:
             try:
                 why = f.filter(pod, node, self.cluster)
             except Unschedulable as e:
                 why = str(e)
             if why is not None:
-                return why
+                return f.name, why
         return None
 
     def score(self, pod: JSON, node: NodeInfo) -> int:
@@ -317,11 +327,12 @@ class Scheduler:
                     return got
         return placed
 
-    def unschedulable(self, pod: JSON, reasons: Mapping[str, int]) -> Placement:
-        """kube-scheduler's FitError: the reasons by how many nodes gave each."""
+    def unschedulable(self, pod: JSON, reasons: Mapping[str, int], plugins: Iterable[str] = ()) -> Placement:
+        """kube-scheduler's FitError: the reasons by how many nodes gave each; `plugins` the ones that gave them."""
         summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {summary}."
-                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.")
+                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.",
+                         plugins=frozenset(plugins))
 
 
 class Cycle:
@@ -431,10 +442,11 @@ class Cycle:
         if problem:
             return Placement(key(pod), None, reason=problem)
         clock = _Clock(metrics)
-        rejected = self.prefilter()
+        rejected = self.sched.prefilter_by(pod)
         clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
-            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
+            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: "
+                             f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
@@ -467,6 +479,7 @@ class Cycle:
         rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
         rank[~mask] = -1
         failed: dict[int, str] = {}
+        blamed: set[str] = set()
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
@@ -475,10 +488,11 @@ class Cycle:
                 break
             rank[i] = -1
             node = index.nodes[i]
-            why = self.filter(node)
-            clock.point("Filter", why is None)
-            if why is not None:
-                failed[i] = why
+            got = self.sched.filter_by(pod, node)
+            clock.point("Filter", got is None)
+            if got is not None:
+                blamed.add(got[0])
+                failed[i] = got[1]
                 continue
             try:
                 annotations = self.reserve(node)
@@ -496,13 +510,14 @@ class Cycle:
             return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
-            why = self.filter(index.nodes[i])
-            if why is None:  # a prefilter was wrong; never for the built-in plugins
+            got = self.sched.filter_by(pod, index.nodes[i])
+            if got is None:  # a prefilter was wrong; never for the built-in plugins
                 log.warning("%s: a vector prefilter ruled out node %s that fits", key(pod), index.names[i])
                 return self.run_each()
-            failed[i] = why
+            blamed.add(got[0])
+            failed[i] = got[1]
         reasons.update(failed.values())
-        return self.sched.unschedulable(pod, reasons)
+        return self.sched.unschedulable(pod, reasons, blamed)
 
     def _log_scores(self, index: NodeIndex, shown: IntArray, total: IntArray, per_plugin: list[IntArray]) -> None:
         rows = [(index.names[i], int(total[i]), [int(v[i]) for v in per_plugin]) for i in shown.tolist()]

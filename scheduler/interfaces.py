@@ -36,6 +36,9 @@ class Placement:
     annotations: dict[str, str] = field(default_factory=dict)
     reason: str = ""
     scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
+    # not placed: the plugins that rejected it at PreFilter/Filter (kube-scheduler's UnschedulablePlugins, which
+    # pick the cluster events that requeue it: scheduler.queue); empty when none is to blame (any event)
+    plugins: frozenset[str] = frozenset()
 
     def as_json(self) -> JSON:
         return {"pod": self.pod, "node": self.node, "annotations": self.annotations,

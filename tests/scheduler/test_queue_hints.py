@@ -1,0 +1,198 @@
+"""`run`'s scheduling queue (scheduler.queue): a pod that failed is retried on the cluster events its rejecting
+plugins registered upstream (EventsToRegister), on its own update, on its gang's activation and on the periodic
+flush (podMaxInUnschedulablePodsDuration), not every cycle; a failed unit gets a new queue timestamp (fair
+queuing). The table follows the profile: v1.5/v1.6's Coscheduling (queueSort) registers events v1.7's does not."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+
+from apis.client.kubeapi import KubeClient, KubeConfig
+from scheduler.cli import profile
+from scheduler.cluster import build_cluster
+from scheduler.config import load_config
+from scheduler.framework import Scheduler
+from scheduler.gang.plugin import Coscheduling
+from scheduler.interfaces import Placement
+from scheduler.queue.hints import ClusterEvent, table
+from scheduler.queue.pending import SchedulingQueue
+from scheduler.runner import SecondaryScheduler
+
+from gpu_cluster import node, seed
+from kubedouble import driver_client
+
+NAME = "koord-py"
+CHART = Path(__file__).parent / "seeds" / "chart"
+KINDS = {"Node": "Node", "Pod": "Pod", "PendingPod": "Pod", "Reservation": "Reservation", "Device": "Device",
+         "ElasticQuota": "ElasticQuota", "ConfigMap": "ConfigMap", "PodGroup": "PodGroup"}
+
+
+def obj(name: str, rv: str = "1", ns: str | None = "default", **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": rv, **({"namespace": ns} if ns else {})}
+    return {"metadata": meta, **extra}
+
+
+def pending(name: str, rv: str = "1", gang: str = "", **spec: Any) -> dict[str, Any]:
+    p = obj(name, rv, spec={"schedulerName": NAME, **spec})
+    if gang:
+        p["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/name": gang}
+    return p
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stores(**objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    return {store: list(objects.get(store, [])) for store in KINDS}
+
+
+def queue(clock: Clock, coscheduling_sorts: bool = False) -> SchedulingQueue:
+    return SchedulingQueue(table(coscheduling_sorts), KINDS, "PendingPod", "Pod", clock=clock, wall=lambda: 0.0)
+
+
+def failed(q: SchedulingQueue, pods: list[dict[str, Any]], plugins: dict[str, frozenset[str]]) -> None:
+    """One cycle: every pod tried and not placed, put down to the given plugins."""
+    due = q.due(pods, by_name)
+    q.record([Placement(f"default/{by_name(p)}", None, reason="no", plugins=plugins[by_name(p)]) for p in due],
+             set(), by_name, {})
+
+
+def by_name(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def names(pods: list[dict[str, Any]]) -> list[str]:
+    return [p["metadata"]["name"] for p in pods]
+
+
+def test_each_plugin_is_retried_on_its_own_events_only() -> None:
+    clock = Clock()
+    q = queue(clock)
+    pods = [pending("fit"), pending("resv"), pending("quota"), pending("dev"), pending("any")]
+    q.observe(stores(PendingPod=pods, Node=[obj("n1", ns=None)]))
+    failed(q, pods, {"fit": frozenset({"NodeResourcesFit"}), "resv": frozenset({"Reservation"}),
+                     "quota": frozenset({"ElasticQuota"}), "dev": frozenset({"DeviceShare"}), "any": frozenset()})
+    q.observe(stores(PendingPod=pods, Node=[obj("n1", ns=None)]))
+    assert q.due(pods, by_name) == []  # nothing happened: nobody is retried
+    # a ConfigMap changes: none of these plugins registered it, but a pod no plugin is blamed for goes
+    q.observe(stores(PendingPod=pods, Node=[obj("n1", ns=None)], ConfigMap=[obj("cm")]))
+    assert names(q.due(pods, by_name)) == ["any"]
+    failed(q, [pods[4]], {"any": frozenset()})
+    q.observe(stores(PendingPod=pods, Node=[obj("n1", ns=None)], ConfigMap=[obj("cm")],
+                     Reservation=[obj("r", ns=None)]))
+    assert names(q.due(pods, by_name)) == ["resv", "any"]
+    failed(q, [pods[1], pods[4]], {"resv": frozenset({"Reservation"}), "any": frozenset()})
+    q.observe(stores(PendingPod=pods, Node=[obj("n1", "2", ns=None)], ConfigMap=[obj("cm")],
+                     Reservation=[obj("r", ns=None)], ElasticQuota=[obj("q", "7")]))
+    assert names(q.due(pods, by_name)) == ["fit", "quota", "any"]  # a Node update; an ElasticQuota added
+
+
+def test_an_assigned_pod_going_frees_room_for_every_plugin_that_registered_it() -> None:
+    clock = Clock()
+    q = queue(clock)
+    pods = [pending("fit"), pending("dev"), pending("numa")]
+    running = obj("running", spec={"nodeName": "n1"})
+    q.observe(stores(PendingPod=pods, Pod=[running]))
+    failed(q, pods, {"fit": frozenset({"NodeResourcesFit"}), "dev": frozenset({"DeviceShare"}),
+                     "numa": frozenset({"Coscheduling"})})
+    # an assigned pod added (AssignedPodAdd) requeues only pods with pod affinity terms: none here
+    q.observe(stores(PendingPod=pods, Pod=[running, obj("other", spec={"nodeName": "n1"})]))
+    assert q.due(pods, by_name) == []
+    q.observe(stores(PendingPod=pods, Pod=[obj("other", spec={"nodeName": "n1"})]))  # "running" deleted
+    assert names(q.due(pods, by_name)) == ["fit", "dev"]  # v1.7 Coscheduling: none
+
+
+def test_update_gang_activation_and_the_periodic_flush() -> None:
+    clock = Clock()
+    q = queue(clock)
+    solo, g0, g1 = pending("solo"), pending("g0", gang="train"), pending("g1", gang="train")
+    pods = [solo, g0, g1]
+    q.observe(stores(PendingPod=pods))
+    failed(q, pods, {"solo": frozenset({"NodeResourcesFit"}), "g0": frozenset({"Coscheduling"}),
+                     "g1": frozenset({"Coscheduling"})})
+    # our own PodScheduled condition (a new resourceVersion, a status) is no update of the pod
+    written = {**solo, "metadata": {**solo["metadata"], "resourceVersion": "9"}, "status": {"conditions": [{}]}}
+    q.observe(stores(PendingPod=[written, g0, g1]))
+    assert q.due(pods, by_name) == []
+    changed = pending("solo", "10", nodeSelector={"zone": "a"})  # the user changes the pod: retried
+    q.observe(stores(PendingPod=[changed, g0, g1]))
+    assert names(q.due([changed, g0, g1], by_name)) == ["solo"]
+    failed(q, [changed], {"solo": frozenset({"NodeResourcesFit"})})
+    g2 = pending("g2", gang="train")  # a member created: the gang cache activates the gang (v1.7 onPodAdd)
+    q.observe(stores(PendingPod=[changed, g0, g1, g2]))
+    assert names(q.due([changed, g0, g1, g2], by_name)) == ["g0", "g1", "g2"]
+    failed(q, [g0, g1, g2], dict.fromkeys(("g0", "g1", "g2"), frozenset({"Coscheduling"})))
+    clock.now += 299
+    q.observe(stores(PendingPod=[changed, g0, g1, g2]))
+    assert q.due([changed, g0, g1, g2], by_name) == []
+    clock.now += 1  # podMaxInUnschedulablePodsDuration (5 min) since they failed
+    assert names(q.due([changed, g0, g1, g2], by_name)) == ["solo", "g0", "g1", "g2"]
+
+
+def test_a_unit_is_tried_whole_and_a_failure_stamps_its_queue_time() -> None:
+    clock = Clock()
+    q = SchedulingQueue(table(True), KINDS, "PendingPod", "Pod", clock=clock, wall=lambda: 86400.0)
+    g0, g1, solo = pending("g0", gang="train"), pending("g1", gang="train"), pending("solo")
+    q.observe(stores(PendingPod=[g0, g1, solo]))
+
+    def unit(p: dict[str, Any]) -> str:
+        return "default/train" if p["metadata"].get("annotations") else by_name(p)
+
+    q.record([Placement("default/g0", None, plugins=frozenset({"DeviceShare"})),
+              Placement("default/g1", None), Placement("default/solo", "n1")], set(), unit,
+             {"default/g0": g0, "default/g1": g1})
+    assert q.state.timestamps == {"default/g0": "1970-01-02T00:00:00Z", "default/g1": "1970-01-02T00:00:00Z"}
+    assert q.state.group_times == {"default/train": "1970-01-02T00:00:00Z"}
+    q.observe(stores(PendingPod=[g0, g1], Device=[obj("n1", ns=None)]))
+    assert names(q.due([g0, g1], unit)) == ["g0", "g1"]  # g0's event brings g1 along
+    # v1.5/v1.6's Coscheduling registered PodGroup events
+    assert ClusterEvent("PodGroup", "Update") in q.hints["Coscheduling"]
+
+
+@pytest.mark.parametrize(("version", "sorts"), [("1.5.0", True), ("1.6.0", True), ("1.7.0", False)])
+def test_the_charts_pick_their_coscheduling_row(version: str, sorts: bool) -> None:
+    cfg = load_config(str(CHART / f"koord-scheduler-config-v{version}.yaml"))
+    from_profile = isinstance(Scheduler(build_cluster([]),
+                                        profile(cfg)).profile.queue_sort, Coscheduling)
+    assert from_profile == sorts
+    assert bool(table(from_profile)["Coscheduling"]) == sorts
+
+
+@pytest.fixture
+def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    seed(kmock, ())
+
+    def status(request: kmock.Request) -> Any:
+        return kmock.objects["v1/pods", request.namespace, str(request.name)].raw
+
+    kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")] << status
+    return kmock
+
+
+async def test_run_retries_an_unschedulable_pod_when_a_node_arrives(km: kmock.KubernetesEmulator) -> None:
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME,
+                                lambda c: Scheduler(c, profile(None)), write_topology_status=False)
+    huge = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "huge", "namespace": "default", "uid": "uid-huge",
+                         "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"schedulerName": NAME, "containers": [{"name": "c", "resources": {"requests": {"cpu": "400"}}}]},
+            "status": {"phase": "Pending"}}
+    km.objects["v1/pods", "default", "huge"] = huge
+    first = await asyncio.to_thread(runner.run_once)
+    assert [(p.pod, p.node) for p in first] == [("default/huge", None)] and "NodeResourcesFit" in first[0].plugins
+    assert await asyncio.to_thread(runner.run_once) == []  # nothing changed: not retried
+    big = node("big", 0) | {"kind": "Node"}
+    big["status"]["allocatable"]["cpu"] = "500"
+    await asyncio.to_thread(driver_client(km).post, "/api/v1/nodes", big)
+    again = await asyncio.to_thread(runner.run_once)
+    assert [(p.pod, p.node) for p in again] == [("default/huge", "big")]
