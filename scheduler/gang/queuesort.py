@@ -59,19 +59,24 @@ def _group_ids(pods: Iterable[JSON], groups: Callable[[JSON], str] | None) -> di
 
 
 def priority_order(pods: list[JSON], priority: Callable[[JSON], int] | None = None,
-                   state: QueueState | None = None) -> list[JSON]:
+                   state: QueueState | None = None, gangs_together: bool = True) -> list[JSON]:
     """PrioritySort's Less (higher priority, then the earlier queue timestamp) over units: a lone pod, or a gang's
     members together at the place of its representative (the member first in that order: v1.7 Coscheduling's
-    PreEnqueue lets one member per gang into the queue and NextPod hands out the rest right after it)."""
+    PreEnqueue lets one member per gang into the queue and NextPod hands out the rest right after it). Without
+    Coscheduling in the profile (`gangs_together` False) there is no NextPod: every pod is a unit of its own."""
     st = state or QueueState()
+
+    def unit_of(p: JSON) -> str:
+        return (gang_id_of(p) if gangs_together else None) or key(p)
+
     first: dict[str, tuple[int, str]] = {}
     for p in pods:
-        unit = gang_id_of(p) or key(p)
+        unit = unit_of(p)
         mine = (-(priority(p) if priority else 0), st.timestamp(p))
         first[unit] = min(first.get(unit, mine), mine)
 
     def rank(p: JSON) -> tuple[int, str, str, str, str]:
-        unit = gang_id_of(p) or key(p)
+        unit = unit_of(p)
         return first[unit][0], first[unit][1], unit, st.timestamp(p), key(p)
 
     return sorted(pods, key=rank)

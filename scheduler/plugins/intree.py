@@ -9,12 +9,16 @@ from scheduler.gang.queuesort import QueueState, priority_order
 
 
 class PrioritySort:
-    """Pending pods by priority, then age; a gang's members together (scheduler.gang.queuesort)."""
+    """Pending pods by priority, then queue time; a gang's members together when Coscheduling is in the profile
+    (its NextPod: scheduler.gang.queuesort)."""
 
     name = "PrioritySort"
 
+    def __init__(self, gangs_together: bool = True) -> None:
+        self.gangs_together = gangs_together
+
     def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]:
-        return priority_order(pods, lambda p: pod_priority(p, cluster), state)
+        return priority_order(pods, lambda p: pod_priority(p, cluster), state, self.gangs_together)
 
 
 class DefaultBinder:

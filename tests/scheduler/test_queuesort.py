@@ -5,9 +5,13 @@ upstream's queue and gang cache remember (queue timestamps, GangGroup LastSchedu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from scheduler.cli import profile
 from scheduler.cluster import build_cluster
+from scheduler.config import load_config, parse_config
+from scheduler.framework import Scheduler
 from scheduler.gang.plugin import Coscheduling
 from scheduler.gang.queuesort import QueueState, coscheduling_order, priority_order
 
@@ -100,3 +104,16 @@ def test_priority_sort_takes_a_gang_at_its_representative() -> None:
     got = [p["metadata"]["name"] for p in priority_order(pods, lambda p: 0, failed)]
     assert got == ["lone", "late", "g-0", "g-1"]
     assert [p["metadata"]["name"] for p in coscheduling_order(pods, lambda p: 0, failed)][:2] == ["lone", "late"]
+
+
+def test_next_pod_keeps_gangs_together_only_with_coscheduling_in_the_profile() -> None:
+    """koord-scheduler registers Coscheduling's NextPod whenever the profile names the plugin (the v1.7 chart does,
+    at preEnqueue and on); with Coscheduling disabled PrioritySort orders each pod on its own."""
+    chart = load_config(str(Path(__file__).parent / "seeds" / "chart" / "koord-scheduler-config-v1.7.0.yaml"))
+    without = parse_config({"profiles": [{"schedulerName": "x", "plugins": {
+        "multiPoint": {"disabled": [{"name": "Coscheduling"}]}}}]})
+    pods = [pod("g-0", gang="g", created="2024-01-01T00:00:01Z"), pod("lone", created="2024-01-01T00:00:02Z"),
+            pod("g-1", gang="g", created="2024-01-01T00:00:03Z")]
+    cluster = build_cluster([])
+    assert [p["metadata"]["name"] for p in Scheduler(cluster, profile(chart)).order(pods)] == ["g-0", "g-1", "lone"]
+    assert [p["metadata"]["name"] for p in Scheduler(cluster, profile(without)).order(pods)] == ["g-0", "lone", "g-1"]
