@@ -5,6 +5,7 @@ queuing). The table follows the profile: v1.5/v1.6's Coscheduling (queueSort) re
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import kmock
 import pytest
 
 from apis.client.kubeapi import KubeClient, KubeConfig
+from scheduler import kubeflags
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.config import load_config
@@ -196,3 +198,14 @@ async def test_run_retries_an_unschedulable_pod_when_a_node_arrives(km: kmock.Ku
     await asyncio.to_thread(driver_client(km).post, "/api/v1/nodes", big)
     again = await asyncio.to_thread(runner.run_once)
     assert [(p.pod, p.node) for p in again] == [("default/huge", "big")]
+
+
+def test_the_flush_period_flag_as_kube_scheduler_spells_it(capsys: pytest.CaptureFixture[str]) -> None:
+    p = argparse.ArgumentParser()
+    kubeflags.add_flags(p)
+    assert p.parse_args(["--pod-max-in-unschedulable-pods-duration=90s"]).pod_max_in_unschedulable == 90.0
+    assert p.parse_args([]).pod_max_in_unschedulable is None  # run then waits kube-scheduler's 5 minutes
+    with pytest.raises(SystemExit) as exited:
+        p.parse_args(["--pod-max-in-unschedulable-pods-duration=soon"])
+    assert exited.value.code == 2
+    assert "invalid duration 'soon'" in capsys.readouterr().err
