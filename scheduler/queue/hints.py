@@ -21,7 +21,9 @@ by no plugin in particular (Reserve, a member's group failing with it) is requeu
 | InterPodAffinity | Pod, every action; Node Add/Update |
 
 An assigned pod's Add or Update requeues only pods with pod (anti-)affinity terms (kube-scheduler v1.28's
-AssignedPodAdded/AssignedPodUpdated); a Pod Delete, any pod.
+AssignedPodAdded/AssignedPodUpdated); a Pod Delete, any pod. A Reservation with a node deleted is also a Pod Delete
+(koord-scheduler's reservation handler takes its reserve pod out of the cache that way). v1.8 adds QueueingHintFns
+to ElasticQuota behind `enableQueueHint`; the charts here (v1.5–v1.7) have none.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ class SchedulingQueue:
         self._pending: dict[str, str] = {}  # pending pod key → fingerprint
         self._gangs: dict[str, str | None] = {}  # pending pod key → gang id
         self._affinity: dict[str, bool] = {}  # pending pod key → has pod (anti-)affinity terms
+        self._placed_reservations: set[str] = set()  # keys of the Reservations with a node, of the last cycle
 
     # -- events ---------------------------------------------------------------------------------------------------
     def observe(self, by_store: Mapping[str, list[JSON]]) -> list[ClusterEvent]:
@@ -81,33 +82,38 @@ class SchedulingQueue:
         seen = {store: {key(o): _version(o) for o in objects} for store, objects in by_store.items()
                 if store != self.pending_store}
         before, self._seen = self._seen, seen
+        placed_before, self._placed_reservations = self._placed_reservations, {
+            key(r) for store, objects in by_store.items() if self.kinds.get(store) == "Reservation"
+            for r in objects if (r.get("status") or {}).get("nodeName")}
         self._observe_pending(by_store.get(self.pending_store, []), first=before is None)
         if before is None:
             return []
-        events: list[ClusterEvent] = []
+        events: dict[ClusterEvent, None] = {}  # each kind of change once, in the order first seen
         for store, now in seen.items():
             kind = self.kinds.get(store, store)
             old = before.get(store, {})
-            objects = {key(o): o for o in by_store[store]}
             for k, version in now.items():
-                if k not in old:
-                    events.append(self._event(kind, ADD, objects[k]))
-                elif old[k] != version:
-                    events.append(self._event(kind, UPDATE, objects[k]))
-            events.extend(self._event(kind, DELETE, None) for _ in old.keys() - now.keys())
-        return events
+                if k not in old or old[k] != version:
+                    events[ClusterEvent(kind, ADD if k not in old else UPDATE)] = None
+                    if kind == "PodGroup":
+                        self._activate(k)  # the gang cache's onPodGroupAdd/Update
+            for k in old.keys() - now.keys():
+                events[ClusterEvent(kind, DELETE)] = None
+                if kind == "Reservation" and k in placed_before:
+                    # its reserve pod leaves the scheduler's cache: an assigned pod deleted for every plugin
+                    # (frameworkext/eventhandlers/reservation_handler.go deleteReservationFromSchedulerCache)
+                    events[ClusterEvent("Pod", DELETE)] = None
+        for event in events:
+            self._move(event)
+        return list(events)
 
-    def _event(self, kind: str, action: str, obj: JSON | None) -> ClusterEvent:
-        event = ClusterEvent(kind, action)
-        if kind == "PodGroup" and obj is not None:
-            self._activate(key(obj))  # the gang cache's onPodGroupAdd/Update
-        affinity_only = kind == "Pod" and action in (ADD, UPDATE)  # AssignedPodAdded / AssignedPodUpdated
+    def _move(self, event: ClusterEvent) -> None:
+        affinity_only = event.resource == "Pod" and event.action in (ADD, UPDATE)  # AssignedPodAdded/-Updated
         for k, w in self.waiting.items():
             if w.moved or (affinity_only and not self._affinity.get(k, False)):
                 continue
             if requeues(w.plugins, event, self.hints):
                 w.moved = True
-        return event
 
     def _observe_pending(self, pods: list[JSON], first: bool) -> None:
         now = {key(p): _pod_fingerprint(p) for p in pods}

@@ -209,3 +209,20 @@ def test_the_flush_period_flag_as_kube_scheduler_spells_it(capsys: pytest.Captur
         p.parse_args(["--pod-max-in-unschedulable-pods-duration=soon"])
     assert exited.value.code == 2
     assert "invalid duration 'soon'" in capsys.readouterr().err
+
+
+def test_a_placed_reservation_deleted_counts_as_an_assigned_pod_deleted() -> None:
+    """koord-scheduler's reservation handler removes the reserve pod from its cache and moves the queue as for an
+    assigned pod deleted: a pod NodeResourcesFit rejected is retried; a Reservation that never had a node is not
+    a pod leaving."""
+    clock = Clock()
+    q = queue(clock)
+    fit = pending("fit")
+    placed = obj("r-placed", ns=None, status={"nodeName": "n1"})
+    waiting = obj("r-waiting", ns=None, status={})
+    q.observe(stores(PendingPod=[fit], Reservation=[placed, waiting]))
+    failed(q, [fit], {"fit": frozenset({"NodeResourcesFit"})})
+    assert q.observe(stores(PendingPod=[fit], Reservation=[placed])) == [ClusterEvent("Reservation", "Delete")]
+    assert q.due([fit], by_name) == []
+    assert ClusterEvent("Pod", "Delete") in q.observe(stores(PendingPod=[fit]))
+    assert names(q.due([fit], by_name)) == ["fit"]
