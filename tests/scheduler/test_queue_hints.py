@@ -226,3 +226,34 @@ def test_a_placed_reservation_deleted_counts_as_an_assigned_pod_deleted() -> Non
     assert q.due([fit], by_name) == []
     assert ClusterEvent("Pod", "Delete") in q.observe(stores(PendingPod=[fit]))
     assert names(q.due([fit], by_name)) == ["fit"]
+
+
+async def test_run_retries_a_pod_over_its_quota_when_the_quota_changes(kmock: kmock.KubernetesEmulator) -> None:
+    """ElasticQuota's row: a node added does not help a pod its quota refused; the quota raised does."""
+    quotas = "scheduling.sigs.k8s.io/v1alpha1/elasticquotas"
+    seed(kmock, (quotas,))
+    kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")] << (
+        lambda r: kmock.objects["v1/pods", r.namespace, str(r.name)].raw)
+    kmock.objects[quotas, "default", "team"] = {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": "team", "namespace": "default"},
+        "spec": {"max": {"cpu": 2, "memory": "8Gi"}, "min": {"cpu": 2, "memory": "8Gi"}}}
+    kmock.objects["v1/pods", "default", "job"] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "job", "namespace": "default", "uid": "uid-job",
+                     "labels": {"quota.scheduling.koordinator.sh/name": "team"},
+                     "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"schedulerName": NAME, "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]},
+        "status": {"phase": "Pending"}}
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(kmock.url))), NAME,
+                                lambda c: Scheduler(c, profile(None)), write_topology_status=False,
+                                write_quota_status=False)  # our own status write is an ElasticQuota update too
+    first = await asyncio.to_thread(runner.run_once)
+    assert first[0].node is None and first[0].plugins == frozenset({"ElasticQuota"})
+    assert await asyncio.to_thread(runner.run_once) == []
+    api = driver_client(kmock)
+    await asyncio.to_thread(api.post, "/api/v1/nodes", node("extra", 0) | {"kind": "Node"})
+    assert await asyncio.to_thread(runner.run_once) == []  # NodeResourcesFit's event, not ElasticQuota's
+    kmock.objects[quotas, "default", "team"].patch({"spec": {"max": {"cpu": 8, "memory": "8Gi"}}})
+    again = await asyncio.to_thread(runner.run_once)
+    assert [p.pod for p in again] == ["default/job"] and again[0].node is not None
