@@ -20,12 +20,14 @@ from scheduler.cluster import build_cluster
 from scheduler.config import load_config
 from scheduler.framework import Scheduler
 from scheduler.gang.plugin import Coscheduling
+from scheduler.gang.queuesort import priority_order
 from scheduler.interfaces import Placement
 from scheduler.queue.hints import ClusterEvent, table
 from scheduler.queue.pending import SchedulingQueue
 from scheduler.runner import SecondaryScheduler
 
 from gpu_cluster import node, seed
+from gpu_cluster import pod as gpu_pod
 from kubedouble import driver_client
 
 NAME = "koord-py"
@@ -257,3 +259,29 @@ async def test_run_retries_a_pod_over_its_quota_when_the_quota_changes(kmock: km
     kmock.objects[quotas, "default", "team"].patch({"spec": {"max": {"cpu": 8, "memory": "8Gi"}}})
     again = await asyncio.to_thread(runner.run_once)
     assert [p.pod for p in again] == ["default/job"] and again[0].node is not None
+
+
+async def test_run_puts_a_pod_that_failed_behind_one_that_has_waited_since(km: kmock.KubernetesEmulator) -> None:
+    """Fair queuing in `run`: X (the older pod) failed and came back with a new queue timestamp; when room for one
+    pod opens, Y — created before X came back — goes first, where creation order alone would have put X."""
+    for name in ("gpu-a", "gpu-b", "cpu-only"):
+        km.objects["v1/nodes", None, name].patch({"status": {"allocatable": {"cpu": "4" if name == "gpu-a" else "1"}}})
+
+    def cpu_pod(name: str, created: str, node_name: str = "") -> dict[str, Any]:
+        p = gpu_pod(name, {"cpu": "4"}, node_name)
+        p["metadata"]["creationTimestamp"] = created
+        p["spec"]["schedulerName"] = NAME
+        return p
+
+    km.objects["v1/pods", "default", "r"] = cpu_pod("r", "2022-01-01T00:00:00Z", "gpu-a")
+    km.objects["v1/pods", "default", "x"] = cpu_pod("x", "2023-01-01T00:00:00Z")
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME,
+                                lambda c: Scheduler(c, profile(None)), write_topology_status=False)
+    assert [(p.pod, p.node) for p in await asyncio.to_thread(runner.run_once)] == [("default/x", None)]
+    y = cpu_pod("y", "2024-01-01T00:00:00Z")
+    km.objects["v1/pods", "default", "y"] = y
+    km.objects["v1/pods", "default", "r"].delete()  # room for one: x is moved (Pod Delete), y is new
+    placed = {p.pod: p.node for p in await asyncio.to_thread(runner.run_once)}
+    assert placed == {"default/y": "gpu-a", "default/x": None}
+    x = km.objects["v1/pods", "default", "x"].raw
+    assert [p["metadata"]["name"] for p in priority_order([x, y])] == ["x", "y"]  # creation order alone
