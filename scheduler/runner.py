@@ -73,11 +73,11 @@ class BindFailure:
 
 class SecondaryScheduler:
     """Snapshot → the pending pods due this cycle, in queueSort order (scheduler.queue: a pod that failed waits
-    for an event that can help it) → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit. With
-    `watch` the
-    cluster cache is fed by list + watch and a steady cycle makes no list request; what a cycle bound stays
-    assumed in the cache until the watch shows it (docs/decisions.md, "schedcache"). Without it every cycle
-    re-lists the cache first (tests that change the API double between cycles and expect the next to see it)."""
+    for an event that can help it) → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit.
+    With `watch` the cluster cache is fed by list + watch and a steady cycle makes no list request; what a cycle
+    bound stays assumed in the cache until the watch shows it (docs/decisions.md, "schedcache"). Without it every
+    cycle re-lists the cache first (tests that change the API double between cycles and expect the next to see
+    it)."""
 
     def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
