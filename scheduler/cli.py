@@ -32,6 +32,7 @@ from scheduler.leaderelection import LeaderElector, LeaseConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.noderesource import cli as noderesource_cli
 from scheduler.noderesource.fill import config_of, fill_amplification, fill_missing
+from scheduler.queue.pending import MAX_IN_UNSCHEDULABLE_SECONDS
 from scheduler.registry import build
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.reservation.plugin import ReservationPlugin
@@ -189,7 +190,8 @@ def run(ns: argparse.Namespace) -> int:
         topology = ns.enable_network_topology_manager
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
-                                    watch=not ns.once, write_topology_status=topology is not False)
+                                    watch=not ns.once, write_topology_status=topology is not False,
+                                    max_unschedulable=ns.pod_max_in_unschedulable or MAX_IN_UNSCHEDULABLE_SECONDS)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             if ns.elect:

@@ -29,7 +29,7 @@ from apis.core.objects import JSON, annotate
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.gang.model import pod_priority
-from scheduler.gang.queuesort import priority_order
+from scheduler.gang.queuesort import QueueState, priority_order
 from scheduler.interfaces import (
     BindPlugin,
     CyclePlugin,
@@ -204,12 +204,12 @@ class Scheduler:
         return Cycle(self, pod)
 
     # -- extension points outside a cycle (the queue, informer events, PreBind, Bind) ------------------------------
-    def order(self, pods: list[JSON]) -> list[JSON]:
+    def order(self, pods: list[JSON], state: QueueState | None = None) -> list[JSON]:
         """The pending pods in the queueSort plugin's order (PrioritySort's for a profile made without one)."""
         qs = self.profile.queue_sort
         if qs is None:
-            return priority_order(pods, lambda p: pod_priority(p, self.cluster))
-        return qs.order(pods, self.cluster)
+            return priority_order(pods, lambda p: pod_priority(p, self.cluster), state)
+        return qs.order(pods, self.cluster, state)
 
     def binder(self, pod: JSON) -> str | None:
         """The bind plugin that binds the pod: the first not to Skip it (None: every one skipped; a profile made
@@ -243,10 +243,15 @@ class Scheduler:
     # -- the plugins of one extension point (a cycle's steps; the gang planner's dry runs call filter alone) ------
     def prefilter(self, pod: JSON) -> str | None:
         """The first PreFilter rejection (a node-independent reason), or None."""
+        got = self.prefilter_by(pod)
+        return None if got is None else got[1]
+
+    def prefilter_by(self, pod: JSON) -> tuple[str, str] | None:
+        """The first PreFilter rejection as (plugin, reason), or None."""
         for p in self.profile.prefilters:
             why = p.prefilter(pod, self.cluster)
             if why is not None:
-                return str(why)
+                return p.name, str(why)
         return None
 
     def prefilter_nodes(self, pod: JSON) -> frozenset[str] | None:
@@ -260,13 +265,18 @@ class Scheduler:
 
     def filter(self, pod: JSON, node: NodeInfo) -> str | None:
         """Every Filter on one node: the first reason it fails, or None."""
+        got = self.filter_by(pod, node)
+        return None if got is None else got[1]
+
+    def filter_by(self, pod: JSON, node: NodeInfo) -> tuple[str, str] | None:
+        """Every Filter on one node: (plugin, reason) of the first that fails, or None."""
         for f in self.profile.filters:
             try:
                 why = f.filter(pod, node, self.cluster)
             except Unschedulable as e:
                 why = str(e)
             if why is not None:
-                return why
+                return f.name, why
         return None
 
     def scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> list[int]:
@@ -351,11 +361,12 @@ class Scheduler:
                     return got
         return placed
 
-    def unschedulable(self, pod: JSON, reasons: Mapping[str, int]) -> Placement:
-        """kube-scheduler's FitError: the reasons by how many nodes gave each."""
+    def unschedulable(self, pod: JSON, reasons: Mapping[str, int], plugins: Iterable[str] = ()) -> Placement:
+        """kube-scheduler's FitError: the reasons by how many nodes gave each; `plugins` the ones that gave them."""
         summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {summary}."
-                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.")
+                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.",
+                         plugins=frozenset(plugins))
 
 
 class Cycle:
@@ -463,10 +474,11 @@ class Cycle:
             return Placement(key(pod), None, reason=problem)
         say_unhonoured(pod)
         clock = _Clock(metrics)
-        rejected = self.prefilter()
+        rejected = self.sched.prefilter_by(pod)
         clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
-            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
+            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: "
+                             f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
@@ -482,6 +494,7 @@ class Cycle:
         clock.point("Filter")
         total = np.zeros(n, dtype=np.int64)
         failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
+        blamed: set[str] = set()  # the plugins whose Filter failed a node
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
         for s, vs, norm in zip(profile.scorers, profile.score_vectors, profile.normalizers, strict=True):
             v = vs.score_vector(pod, index) if vs is not None else None
@@ -499,7 +512,7 @@ class Cycle:
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
             if norm is not None:
-                v = norm.normalize(v, self._feasible_top(v, mask, failed))
+                v = norm.normalize(v, self._feasible_top(v, mask, failed, blamed))
             clock.plugin(s.name, "Score")
             weighted = np.minimum(v, 100)  # a fresh array: v may be a plugin's cached one (np.clip is ~3× slower)
             np.maximum(weighted, 0, out=weighted)
@@ -520,10 +533,11 @@ class Cycle:
                 break
             rank[i] = -1
             node = index.nodes[i]
-            why = self.filter(node)
-            clock.point("Filter", why is None)
-            if why is not None:
-                failed[i] = why
+            got = self.sched.filter_by(pod, node)
+            clock.point("Filter", got is None)
+            if got is not None:
+                blamed.add(got[0])
+                failed[i] = got[1]
                 continue
             try:
                 annotations = self.reserve(node)
@@ -541,15 +555,16 @@ class Cycle:
             return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
-            why = self.filter(index.nodes[i])
-            if why is None:  # a prefilter was wrong; never for the built-in plugins
+            got = self.sched.filter_by(pod, index.nodes[i])
+            if got is None:  # a prefilter was wrong; never for the built-in plugins
                 log.warning("%s: a vector prefilter ruled out node %s that fits", key(pod), index.names[i])
                 return self.run_each()
-            failed[i] = why
+            blamed.add(got[0])
+            failed[i] = got[1]
         reasons.update(failed.values())
-        return self.sched.unschedulable(pod, reasons)
+        return self.sched.unschedulable(pod, reasons, blamed)
 
-    def _feasible_top(self, raw: IntArray, mask: BoolArray, failed: dict[int, str]) -> int:
+    def _feasible_top(self, raw: IntArray, mask: BoolArray, failed: dict[int, str], blamed: set[str]) -> int:
         """The largest raw score among the nodes Filter passes, as kube normalizes over them: the vector filters
         may leave a node Filter rejects, so the masked rows are tried from the highest score down (usually one
         Filter call; the rows found failing are not tried again by the cycle)."""
@@ -560,10 +575,11 @@ class Cycle:
         for i in rows[np.argsort(-raw[rows], kind="stable")].tolist():
             if i in failed:
                 continue
-            why = self.filter(nodes[i])
-            if why is None:
+            got = self.sched.filter_by(self.pod, nodes[i])
+            if got is None:
                 return int(raw[i])
-            failed[i] = why
+            blamed.add(got[0])
+            failed[i] = got[1]
         return 0
 
     def _log_scores(self, index: NodeIndex, shown: IntArray, total: IntArray, per_plugin: list[IntArray]) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
+from scheduler.gang.queuesort import QueueState
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 
 
@@ -36,6 +37,9 @@ class Placement:
     annotations: dict[str, str] = field(default_factory=dict)
     reason: str = ""
     scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
+    # not placed: the plugins that rejected it at PreFilter/Filter (kube-scheduler's UnschedulablePlugins, which
+    # pick the cluster events that requeue it: scheduler.queue); empty when none is to blame (any event)
+    plugins: frozenset[str] = frozenset()
 
     def as_json(self) -> JSON:
         return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
@@ -75,11 +79,12 @@ class PreFilterNodesPlugin(Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Protocol):
-    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less)."""
+    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less); `state` is the queue's
+    memory of the pods (scheduler.gang.queuesort.QueueState), None in `simulate`."""
 
     name: str
 
-    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]: ...
+    def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]: ...
 
 
 @runtime_checkable

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from scheduler.gang.model import parse_go_duration
+
 TRUE, FALSE = ("true", "t", "1", "yes"), ("false", "f", "0", "no")
 
 
@@ -22,6 +24,14 @@ def go_bool(text: str) -> bool:
     if low in FALSE:
         return False
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (want true or false)")
+
+
+def go_duration(text: str) -> float:
+    """A Go duration flag (`5m`, `90s`) in seconds."""
+    got = parse_go_duration(text)
+    if got is None or got < 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (want a Go duration such as 5m or 30s)")
+    return got
 
 
 # flags koord-sched accepts as kube-scheduler does and does not act on: name → why
@@ -49,6 +59,10 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    help=argparse.SUPPRESS)
     p.add_argument("--authentication-kubeconfig", default=None, help=argparse.SUPPRESS)
     p.add_argument("--authorization-kubeconfig", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--pod-max-in-unschedulable-pods-duration", type=go_duration, default=None,
+                   dest="pod_max_in_unschedulable",
+                   help="how long an unschedulable pod waits for an event before it is tried again anyway (default "
+                        "5m, kube-scheduler's)")
     p.add_argument("--feature-gates", default=None, help="accepted; koord-sched has no feature gates")
     p.add_argument("--bind-address", default=None, help="accepted; the secure port is not served")
     p.add_argument("--secure-port", type=int, default=None, help="accepted; the secure port is not served")

@@ -130,7 +130,9 @@ def _coscheduling(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -
 
 
 def _priority_sort(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
-    return PrioritySort()
+    # koord-scheduler takes any plugin with a NextPod as the queue's (frameworkext PluginFactoryProxy): Coscheduling
+    # has one from v1.7 on whenever the profile names it at some point; no feature gate or arg turns it on or off
+    return PrioritySort(gangs_together=any("Coscheduling" in names for names in cfg.points.values()))
 
 
 def _default_binder(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
