@@ -236,13 +236,14 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def start_servers(ns: argparse.Namespace, runner: SecondaryScheduler, elector: LeaderElector | None) -> None:
+def start_servers(ns: argparse.Namespace, runner: SecondaryScheduler, elector: LeaderElector | None
+                  ) -> list[DiagnosisServer]:
     """kube-scheduler's ports on `run`: --port (healthz, metrics, debug flags, the plugin services), the secure port
     (the same over TLS, when a certificate is given) and the plugin services alone on --services-port (v0.7's
     10252). The services answer on the leader only (upstream's handler: 503 on a candidate)."""
     is_leader = (lambda: elector.leading) if elector is not None else None
     tls: ssl.SSLContext | None = ns.tls
-    servers = []
+    servers: list[DiagnosisServer] = []
     addr = kubeflags.diagnosis_addr(ns)
     if addr:
         servers.append(DiagnosisServer(parse_addr(addr), DiagnosisAPI(runner.state, runner.metrics, is_leader)))
@@ -259,6 +260,7 @@ def start_servers(ns: argparse.Namespace, runner: SecondaryScheduler, elector: L
         server.start()
         what = "plugin services" if server.api.services_only else "healthz, metrics, debug flags, plugin services"
         log.info("%s on %s://%s:%s", what, server.scheme, *server.server_address[:2])
+    return servers
 
 
 def start_run(ns: argparse.Namespace, cfg: SchedulerConfig) -> int:
