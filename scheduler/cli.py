@@ -190,7 +190,8 @@ def run(ns: argparse.Namespace) -> int:
         topology = ns.enable_network_topology_manager
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
-                                    watch=not ns.once, write_topology_status=topology is not False)
+                                    watch=not ns.once, write_topology_status=topology is not False,
+                                    record_events=True)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             if ns.elect:
