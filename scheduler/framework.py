@@ -239,6 +239,9 @@ class Scheduler:
             except Unschedulable as e:
                 why = str(e)
             if why is not None:
+                if debug.filter_failure:  # frameworkext's debugFilterFailure line
+                    log.info('Failed to filter for Pod "%s" on Node "%s", failedPlugin: %s, reason: %s', key(pod),
+                             node.name, f.name, why)
                 return why
         return None
 

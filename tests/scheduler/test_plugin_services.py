@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import ssl
 import urllib.error
@@ -181,3 +182,33 @@ def check_leader_gate(elector: LeaderElector, servers: list[DiagnosisServer], ce
     for url in urls:
         status, body = get(f"{url}{PLUGINS}/NodeNUMAResources/cpuTopologyOptions/n1", ctx=ctx)
         assert status == 200 and body["cpuTopology"]["numCPUs"] == 16
+
+
+async def test_debug_flag_f_logs_each_filter_failure(km: kmock.KubernetesEmulator,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """PUT /debug/flags/f (frameworkext's DebugFiltersSetter, a Go bool): each node a Filter refuses is logged with
+    the plugin and its reason."""
+    km.objects["v1/pods", "default", "big"] = pending("big", "64")
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME,
+                                lambda c: Scheduler(c, profile(None)))
+    servers = servers_of(runner, None)
+    health = f"http://127.0.0.1:{servers[0].server_address[1]}"
+    try:
+        listed = await asyncio.to_thread(get, f"{health}/debug/flags")
+        assert listed == (200, "/debug/flags/\nflags:\nf\ns\nv\n")
+        assert await asyncio.to_thread(get, f"{health}/debug/flags/f", "PUT", b"maybe") == (
+            400, 'failed set debugFilterFailure maybe: strconv.ParseBool: parsing "maybe": invalid syntax\n')
+        with caplog.at_level(logging.INFO, logger="scheduler.framework"):
+            await asyncio.to_thread(runner.run_once)  # off: nothing said
+            assert not [r for r in caplog.records if r.getMessage().startswith("Failed to filter")]
+            assert await asyncio.to_thread(get, f"{health}/debug/flags/f", "PUT", b"true") == (
+                200, "successfully set debugFilterFailure to true\n")
+            await asyncio.to_thread(runner.run_once)
+        [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Failed to filter")]
+        assert line.startswith('Failed to filter for Pod "default/big" on Node "n1", failedPlugin: NodeResourcesFit,')
+        assert "Insufficient cpu" in line
+    finally:
+        debug.filter_failure = False
+        for s in servers:
+            s.shutdown()
+            s.server_close()
