@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from test_deploy_chart import CHART, CHART_OBJECTS, VERSIONS, _validate, chart_render, kubectl
 
+from koordlet import __version__
 from scheduler import kubeflags
 from scheduler.cli import parser
 from scheduler.config import load_config
@@ -53,6 +54,11 @@ def test_renders_valid_objects_in_the_namespace_none_with_a_chart_name() -> None
         _validate(obj)
     kust = yaml.safe_load((SCHED / "kustomization.yaml").read_text())
     assert sorted(kust["resources"]) == sorted(p.name for p in SCHED.glob("*.yaml") if p.name != "kustomization.yaml")
+    # the image `make image` tags, the one deploy/ runs the agent from
+    [image] = kust["images"]
+    [ctr] = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert ctr["image"] == f"{image['name']}:{image['newTag']}" and image["newTag"] == __version__
+    assert image == yaml.safe_load((ROOT / "deploy" / "kustomization.yaml").read_text())["images"][0]
 
 
 def test_the_configmap_is_the_charts_v1_7_data_unchanged() -> None:
