@@ -50,7 +50,7 @@ from scheduler.interfaces import (
     VectorFilterPlugin,
     VectorScorePlugin,
 )
-from scheduler.metrics import SchedulerMetrics
+from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 
 log = logging.getLogger(__name__)
@@ -276,6 +276,9 @@ class Scheduler:
             except Unschedulable as e:
                 why = str(e)
             if why is not None:
+                if debug.filter_failure:  # frameworkext's debugFilterFailure line
+                    log.info('Failed to filter for Pod "%s" on Node "%s", failedPlugin: %s, reason: %s', key(pod),
+                             node.name, f.name, why)
                 return f.name, why
         return None
 
@@ -390,8 +393,23 @@ class Cycle:
         self.end()
 
     def begin(self) -> None:
-        for h in self.sched.profile.cycle_hooks:
-            h.begin_cycle(self.pod, self.cluster)
+        hooks, metrics = self.sched.profile.cycle_hooks, self.sched.metrics
+        if metrics is None:
+            for h in hooks:
+                h.begin_cycle(self.pod, self.cluster)
+            for h in hooks:
+                h.after_prefilter(self.pod, self.cluster)
+            return
+        # frameworkext's RunPreFilterPlugins times each transformer under its point's name (v1.6)
+        for point in ("BeforePreFilter", "AfterPreFilter"):
+            for h in hooks:
+                start = time.perf_counter()
+                try:
+                    (h.begin_cycle if point == "BeforePreFilter" else h.after_prefilter)(self.pod, self.cluster)
+                except Exception:
+                    metrics.plugin_run(h.name, point, time.perf_counter() - start, status=ERROR_STATUS)
+                    raise
+                metrics.plugin_run(h.name, point, time.perf_counter() - start)
 
     def end(self) -> None:
         for h in self.sched.profile.cycle_hooks:

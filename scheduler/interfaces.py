@@ -143,10 +143,15 @@ class ReservePlugin(Protocol):
 
 @runtime_checkable
 class CyclePlugin(Protocol):
-    """Told around every cycle (koord-scheduler's BeforePreFilter/AfterPreFilter transformers: the Reservation
-    plugin lends an owner its matched reservations' resources there)."""
+    """Told around every cycle (koord-scheduler's PreFilter transformers): begin_cycle is BeforePreFilter (the
+    Reservation plugin matches an owner's reservations there), after_prefilter is AfterPreFilter's work (it lends
+    their resources to their nodes); both run before PreFilter, which reads no node (docs/decisions.md)."""
+
+    name: str
 
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None: ...
+
+    def after_prefilter(self, pod: JSON, cluster: Cluster) -> None: ...
 
     def end_cycle(self, pod: JSON, placed: Placement | None) -> None: ...
 

@@ -3,7 +3,8 @@
 `--enable-network-topology-manager=true`), plus `--leader-elect`, `--bind-address` and `--secure-port`.
 
 Each flag is either acted on (`--port` is the diagnosis/metrics port, `--v` the log level, the topology manager
-switch) or named once at start as accepted and not acted on; nothing given is silently ignored.
+switch, `--bind-address` the address of the secure and services ports, `--secure-port` with a --tls-cert-file) or
+named once at start as accepted and not acted on; nothing given is silently ignored.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ NOT_ACTED_ON = {
     "authentication_kubeconfig": "--authentication-kubeconfig",
     "authorization_kubeconfig": "--authorization-kubeconfig",
     "feature_gates": "--feature-gates",
-    "bind_address": "--bind-address",
-    "secure_port": "--secure-port",
 }
+# served only with a certificate (--tls-cert-file): koord-sched makes no self-signed one as kube-scheduler does
+SECURE_SERVING = {"secure_port": "--secure-port"}
+SECURE_PORT = 10259  # kube-scheduler's default secure port
+SERVICES_PORT = 10252  # the plugin services' own port in v0.7's release text
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -64,8 +67,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    help="how long an unschedulable pod waits for an event before it is tried again anyway (default "
                         "5m, kube-scheduler's)")
     p.add_argument("--feature-gates", default=None, help="accepted; koord-sched has no feature gates")
-    p.add_argument("--bind-address", default=None, help="accepted; the secure port is not served")
-    p.add_argument("--secure-port", type=int, default=None, help="accepted; the secure port is not served")
+    p.add_argument("--bind-address", default=None,
+                   help="address of --secure-port and --services-port (default: all interfaces)")
+    p.add_argument("--secure-port", type=int, default=None,
+                   help=f"with --tls-cert-file: what --port serves, over HTTPS on this port (default {SECURE_PORT})")
+    p.add_argument("--services-port", type=int, default=None,
+                   help=f"the plugin services (/apis/v1/) alone on this port (default {SERVICES_PORT}; 0: none)")
 
 
 def log_level(ns: argparse.Namespace) -> int:
@@ -82,10 +89,22 @@ def diagnosis_addr(ns: argparse.Namespace) -> str:
     return ":10251"
 
 
+def secure_port(ns: argparse.Namespace) -> int:
+    return SECURE_PORT if ns.secure_port is None else int(ns.secure_port)
+
+
+def services_port(ns: argparse.Namespace) -> int:
+    """--services-port, else 10252; 0 means none."""
+    return SERVICES_PORT if ns.services_port is None else max(int(ns.services_port), 0)
+
+
 def not_acted_on(ns: argparse.Namespace) -> list[str]:
     """The flags given that koord-sched accepts and does nothing with, as `--flag=value`."""
     out = []
-    for attr, flag in NOT_ACTED_ON.items():
+    unused = dict(NOT_ACTED_ON)
+    if not getattr(ns, "tls_cert_file", None):
+        unused.update(SECURE_SERVING)
+    for attr, flag in unused.items():
         value = getattr(ns, attr, None)
         if value is not None:
             shown = str(value).lower() if isinstance(value, bool) else value

@@ -22,6 +22,7 @@ from scheduler.cluster import Cluster, build_cluster, is_active, key, pod_proble
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.elasticquota.status import status_patch
+from scheduler.events import SchedulingEvents
 from scheduler.eviction import Evictor
 from scheduler.extender import CONFIGMAPS, SOURCES
 from scheduler.framework import Assumed, Scheduler
@@ -83,7 +84,7 @@ class SecondaryScheduler:
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
                  enable_preemption: bool = False, write_quota_status: bool = True,
                  write_topology_status: bool = True, watch: bool = False, queueing_hints: bool = True,
-                 max_unschedulable: float = MAX_IN_UNSCHEDULABLE_SECONDS) -> None:
+                 max_unschedulable: float = MAX_IN_UNSCHEDULABLE_SECONDS, record_events: bool = False) -> None:
         self.client = client
         self.watch = watch
         self.write_topology_status = write_topology_status
@@ -99,6 +100,7 @@ class SecondaryScheduler:
         self.profile_factory = profile_factory
         self.default_timeout = default_timeout
         self.set_conditions = set_conditions
+        self.events = SchedulingEvents(client, scheduler_name) if record_events else None
         self.cache = ClusterCache(client, run_sources(scheduler_name))
         self.scheduler: Scheduler | None = None  # of the last cycle, with what it bound assumed
         self.failures: list[BindFailure] = []  # of the last cycle
@@ -320,6 +322,8 @@ class SecondaryScheduler:
         result = self.binder.bind(sched, targets, sched.release)
         for m in result.bound:  # counted on their node by the next cycles until the watch shows them there
             self.cache.assume(m.assumed.pod, m.assumed.node, m.assumed.annotations)
+            if self.events is not None:
+                self.events.scheduled(m.assumed.pod, m.assumed.node)
         if not result.error:
             return
         undone = {m.key for m in result.rolled_back}
@@ -338,9 +342,11 @@ class SecondaryScheduler:
 
     def _unschedulable(self, pod: JSON, reason: str) -> None:
         k = key(pod)
-        if self._reported.get(k) != reason:
+        if self._reported.get(k) != reason:  # one Event per reason, not one per cycle (docs/decisions.md)
             self._reported[k] = reason
             log.info("%s unschedulable: %s", k, reason)
+            if self.events is not None:
+                self.events.failed(pod, reason)
         if not self.set_conditions:
             return
         conditions = (pod.get("status") or {}).get("conditions") or []

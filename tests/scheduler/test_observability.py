@@ -138,6 +138,11 @@ async def test_metrics_on_the_http_port(km: kmock.KubernetesEmulator, runner: Se
                   status="Success", profile=NAME) == 2
     assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="DeviceShare",
                   extension_point="Score", status="Success") == 3  # every attempt scores (vector stage)
+    # koord-scheduler v1.6's transformer latencies: each attempt's cycle runs Reservation's BeforePreFilter and
+    # AfterPreFilter once
+    for point in ("BeforePreFilter", "AfterPreFilter"):
+        assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                      extension_point=point, status="Success") == 3
     assert sample(text, "scheduler_pending_pods", queue="unschedulable") == 1
     assert sample(text, "scheduler_pending_pods", queue="gated") == 1
     assert sample(text, "scheduler_device_allocations_total", device_type="gpu") == 2
@@ -198,3 +203,23 @@ async def test_gang_pods_failing_every_cycle_count_unschedulable_attempts(km: km
     text = runner.metrics.exposition()
     assert sample(text, "scheduler_schedule_attempts_total", result="unschedulable", profile=NAME) == 2
     assert sample(text, "scheduler_schedule_attempts_total", result="scheduled", profile=NAME) == 0
+
+
+def test_a_transformer_that_fails_is_timed_with_status_error() -> None:
+    """frameworkext records a failing BeforePreFilter/AfterPreFilter with its status code's name."""
+    sched = Scheduler(Cluster(), profile(None))
+    sched.metrics = metrics = SchedulerMetrics(NAME)
+    [hook] = sched.profile.cycle_hooks
+
+    def broken(pod: dict[str, Any], cluster: Cluster) -> None:
+        raise RuntimeError("lost")
+
+    object.__setattr__(hook, "after_prefilter", broken)
+    p = _pod("p", {"cpu": "1"})
+    with pytest.raises(RuntimeError), sched.cycle(p):
+        pass
+    text = metrics.exposition()
+    assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                  extension_point="BeforePreFilter", status="Success") == 1
+    assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                  extension_point="AfterPreFilter", status="Error") == 1
