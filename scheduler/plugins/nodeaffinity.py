@@ -21,8 +21,9 @@ _CACHED_MASKS = 64  # distinct pod affinities whose node masks are kept (a Deplo
 
 
 def _labels(node: NodeInfo) -> Mapping[str, str]:
+    """A copy: NodeFacts tells a change by comparing with the last one, which a dict edited in place would defeat."""
     labels = (node.obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+    return dict(labels) if isinstance(labels, dict) else {}
 
 
 class NodeAffinity:

@@ -209,3 +209,19 @@ def test_constraints_not_modelled_are_said_once_per_pod(caplog: pytest.LogCaptur
     said = [r.getMessage() for r in caplog.records if "not honoured" in r.getMessage()]
     assert said == ["default/spread: topologySpreadConstraints (PodTopologySpread), podAntiAffinity "
                     "(InterPodAffinity) not honoured by koord-sched; the pod is placed without it"]
+
+
+def test_node_changes_reach_the_kept_facts() -> None:
+    """Labels, taints and cordons are kept per node between cycles: a node updated in place or replaced is seen."""
+    sched = Scheduler(build_cluster([node("a", {"zone": "a"}), node("b", {"zone": "a"})]), profile(None))
+    wants_b = pod("p", nodeSelector={"zone": "b"})
+    assert sched.schedule(copy.deepcopy(wants_b)).node is None
+    a = sched.cluster.nodes["a"]
+    a.obj["metadata"]["labels"]["zone"] = "b"  # edited in place, then reported (as the informer's update does)
+    a.changed()
+    assert sched.schedule(copy.deepcopy(wants_b)).node == "a"
+    a.obj = {**a.obj, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
+    got = sched.schedule(copy.deepcopy(wants_b))
+    assert got.node is None and "node(s) had untolerated taint {k: }" in got.reason
+    sched.cluster.nodes["b"].obj = {**sched.cluster.nodes["b"].obj, "spec": {"unschedulable": True}}
+    assert "node(s) were unschedulable" in sched.schedule(pod("q")).reason
