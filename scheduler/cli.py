@@ -114,9 +114,12 @@ def quota_report(quota: ElasticQuota, placements: list[Placement]) -> JSON:
         if name in ("koordinator-system-quota", "koordinator-default-quota") and not s["used"] and not refused.get(
                 name):
             continue
-        rows.append({"name": name, "parent": s["parentName"], "min": s["min"], "max": s["max"],
-                     "runtime": s["runtime"], "used": s["used"], "request": s["request"],
-                     "refused": sorted(refused.get(name, []))})
+        row = {"name": name, "parent": s["parentName"], "min": s["min"], "max": s["max"],
+               "runtime": s["runtime"], "used": s["used"], "request": s["request"],
+               "refused": sorted(refused.get(name, []))}
+        if s["tree"]:
+            row["tree"] = s["tree"]
+        rows.append(row)
     return {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
 
 

@@ -267,11 +267,11 @@ class SecondaryScheduler:
         if quota is None or not self.write_quota_status or not sched.cluster.elastic_quotas:
             return
         quota.bind(sched.cluster)
-        quota.manager.refresh_all()
+        quota.forest.refresh_all()
         for obj in sched.cluster.elastic_quotas:
             meta = obj.get("metadata") or {}
             name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
-            info = quota.manager.quotas.get(name)
+            info = quota.info(name)
             if info is None or (info.namespace and info.namespace != ns):
                 continue  # left out by validation, or another namespace's quota of the same name
             patch = status_patch(obj, quota.summary(name) or {})

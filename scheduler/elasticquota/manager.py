@@ -58,11 +58,11 @@ class QuotaInfo:
         """getLimitRequestNoLock: request capped at max where max names the resource."""
         return {k: min(v, self.max[k]) if k in self.max else v for k, v in self.request.items()}
 
-    def summary(self, include_pods: bool = False) -> JSON:
+    def summary(self, include_pods: bool = False, tree: str = "") -> JSON:
         """QuotaInfoSummary as the ElasticQuota plugin serves it (core/quota_summary.go field names)."""
         out: JSON = {
             "name": self.name, "parentName": self.parent, "isParent": self.is_parent,
-            "runtimeVersion": self.runtime_version, "allowLentResource": self.allow_lent, "tree": "",
+            "runtimeVersion": self.runtime_version, "allowLentResource": self.allow_lent, "tree": tree,
             "max": resource_json(self.max), "min": resource_json(self.min),
             "autoScaleMin": resource_json(self.auto_min), "used": resource_json(self.used),
             "nonPreemptibleUsed": resource_json(self.non_preemptible_used),
@@ -86,10 +86,12 @@ class _Pod:
 
 
 class GroupQuotaManager:
-    """One quota tree (the default tree; MultiQuotaTree is an alpha gate, off by default, and not supported)."""
+    """One quota tree: the default tree (tree id "") holds the system and default quotas; another tree (label
+    tree-id) has only its root and the quotas below its root quota (core/group_quota_manager.go)."""
 
     def __init__(self, enable_min_scale: bool = True, system_max: Mapping[str, int] | None = None,
-                 default_max: Mapping[str, int] | None = None) -> None:
+                 default_max: Mapping[str, int] | None = None, tree_id: str = "") -> None:
+        self.tree_id = tree_id
         self.enable_min_scale = enable_min_scale
         self.total: Resources = {}
         self.total_except: Resources = {}  # without the system and default quotas' used
@@ -98,6 +100,8 @@ class GroupQuotaManager:
         self.children: dict[str, set[str]] = {ROOT_QUOTA: set()}
         self._min_sum: dict[str, Resources] = {}  # parent → Σ children's original min (ScaleMinQuotaManager)
         self.quotas[ROOT_QUOTA] = QuotaInfo(ROOT_QUOTA, "", True, False)
+        if tree_id:
+            return
         for name, mx in ((SYSTEM_QUOTA, system_max), (DEFAULT_QUOTA, default_max)):
             self.quotas[name] = QuotaInfo(name, ROOT_QUOTA, False, True, max=dict(mx or DEFAULT_GROUP_MAX))
 
@@ -106,6 +110,8 @@ class GroupQuotaManager:
         """Load validated quotas (parents before children) into an empty tree."""
         for s in specs:
             if s.name in (SYSTEM_QUOTA, DEFAULT_QUOTA):
+                if s.name not in self.quotas:
+                    continue
                 q = self.quotas[s.name]
                 q.max, q.min, q.namespace = dict(s.max) or q.max, dict(s.min), s.namespace
                 q.shared_weight = dict(s.shared_weight)
@@ -154,7 +160,10 @@ class GroupQuotaManager:
         self._update_total_except()
 
     def _update_total_except(self) -> None:
-        used = add(self.quotas[DEFAULT_QUOTA].used, self.quotas[SYSTEM_QUOTA].used)
+        used: Resources = {}
+        for name in (DEFAULT_QUOTA, SYSTEM_QUOTA):
+            if name in self.quotas:
+                used = add(used, self.quotas[name].used)
         total = sub(self.total, used)
         if not equal(total, self.total_except) or total.keys() != self.total_except.keys():
             self.total_except = total

@@ -15,7 +15,8 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA
 from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
-from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager
+from scheduler.elasticquota.forest import QuotaForest
+from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager, QuotaInfo
 from scheduler.elasticquota.model import (
     SPECIAL,
     Resources,
@@ -80,7 +81,7 @@ class ElasticQuota:
     def __init__(self, args: ElasticQuotaArgs | None = None, *, check: bool = True, account: bool = True) -> None:
         self.args = args or ElasticQuotaArgs()
         self.check, self.account = check, account  # enabled at preFilter / at reserve (scheduler.config)
-        self.manager = GroupQuotaManager()
+        self.forest = QuotaForest()
         self.rejected: list[tuple[str, str]] = []  # ElasticQuota objects left out, with the reason
         self.refused: dict[str, str] = {}  # pod key → the PreFilter reason of its last refusal
         self._cluster: Cluster | None = None
@@ -97,10 +98,10 @@ class ElasticQuota:
             self._sync_total(cluster)
             return
         self._cluster, self._signature = cluster, quota_signature(cluster.elastic_quotas)
-        self.manager = GroupQuotaManager(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
-                                         self.args.default_quota_group_max)
+        self.forest = QuotaForest(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
+                                  self.args.default_quota_group_max)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
-        self.manager.set_quotas(specs)
+        self.forest.set_quotas(specs)
         self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}
         self._by_annotation = {}
         for s in specs:
@@ -121,7 +122,7 @@ class ElasticQuota:
             quota = self._pod_quota[k] = self.quota_of(pod)
             batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
         for quota, pods in batch.items():
-            self.manager.on_pods_add(quota, pods)
+            self.forest.manager_of(quota).on_pods_add(quota, pods)
         self.add_pending(cluster.pending, cluster)
 
     def reload(self, cluster: Cluster) -> None:
@@ -145,7 +146,7 @@ class ElasticQuota:
         total: Resources = {}
         for n in cluster.nodes.values():
             total = add(total, n.allocatable)
-        self.manager.set_cluster_total(total)
+        self.forest.set_nodes_total(total)
         self._nodes_version = version
 
     def add_pending(self, pods: Iterable[JSON], cluster: Cluster) -> None:
@@ -168,25 +169,26 @@ class ElasticQuota:
         except InvalidInput:
             return quota
         self._pod_quota[k] = quota
-        self.manager.on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
+        self.forest.manager_of(quota).on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
         return quota
 
     def quota_of(self, pod: JSON) -> str:
         """The label quota.scheduling.koordinator.sh/name, else the quota named after the pod's namespace (or
-        listing it in its namespaces annotation), else the default quota; an unknown name means the default."""
+        listing it in its namespaces annotation), else the default quota; an unknown name means the default.
+        A quota name is cluster-wide, so it also names the pod's tree."""
         meta = pod.get("metadata") or {}
         name = str((meta.get("labels") or {}).get(LABEL_QUOTA_NAME) or "")
         if not name:
             ns = str(meta.get("namespace") or "default")
             name = self._by_namespace.get(ns) or self._by_annotation.get(ns) or DEFAULT_QUOTA
-        return name if name in self.manager.quotas and name != ROOT_QUOTA else DEFAULT_QUOTA
+        return name if self.forest.knows(name) and name != ROOT_QUOTA else DEFAULT_QUOTA
 
     def forget(self, pod: JSON) -> None:
         """The pod is gone (deleted or evicted): its request and used leave its quota."""
         k = key(pod)
         quota = self._pod_quota.pop(k, None)
         if quota is not None:
-            self.manager.on_pod_delete(quota, k)
+            self.forest.manager_of(quota).on_pod_delete(quota, k)
 
     # -- extension points ------------------------------------------------------------------------------------
     def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
@@ -194,7 +196,7 @@ class ElasticQuota:
             return None
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
-        mgr = self.manager
+        mgr = self.forest.manager_of(quota)
         if self.args.enable_runtime_quota:
             mgr.refresh_runtime(quota)
         info = mgr.quotas[quota]
@@ -215,19 +217,19 @@ class ElasticQuota:
                                          f"{print_resources(info.non_preemptible_used)}, pod's request: "
                                          f"{print_resources(request)}, exceedDimensions: {go_list(over)}")
         if self.args.enable_check_parent_quota:
-            why = self._check_parents(info.parent, [info.parent, quota], request)
+            why = self._check_parents(mgr, info.parent, [info.parent, quota], request)
             if why:
                 return self._refuse(pod, why)
         self.refused.pop(key(pod), None)
         return None
 
-    def _check_parents(self, name: str, topo: list[str], request: Resources) -> str | None:
-        """checkQuotaRecursive: every ancestor's used + request within its runtime."""
+    def _check_parents(self, mgr: GroupQuotaManager, name: str, topo: list[str], request: Resources) -> str | None:
+        """checkQuotaRecursive: every ancestor's used + request within its runtime (within the quota's tree)."""
         while name != ROOT_QUOTA:
-            info = self.manager.quotas.get(name)
+            info = mgr.quotas.get(name)
             if info is None:
                 return f"Could not find the elasticQuota {name}, quotaNameTopo: {go_list(topo)}"
-            limit = self.manager.refresh_runtime(name) if self.args.enable_runtime_quota else info.max
+            limit = mgr.refresh_runtime(name) if self.args.enable_runtime_quota else info.max
             used = mask(add(request, info.used), request)
             if over := exceeded(used, limit):
                 return (f"Insufficient quotas, quotaNameTopo: {go_list(topo)}, runtime: {print_resources(limit)}, "
@@ -249,13 +251,13 @@ class ElasticQuota:
             return {}
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
-        self.manager.reserve(quota, key(pod))
+        self.forest.manager_of(quota).reserve(quota, key(pod))
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         quota = self._pod_quota.get(key(pod))
         if quota is not None:
-            self.manager.unreserve(quota, key(pod))
+            self.forest.manager_of(quota).unreserve(quota, key(pod))
 
     # -- preemption ------------------------------------------------------------------------------------------
     def can_preempt(self, preemptor_quota: str, job_request: Resources, victim: JSON) -> bool:
@@ -271,8 +273,10 @@ class ElasticQuota:
             return True
         if vq == DEFAULT_QUOTA and self.args.disable_default_quota_preemption:
             return False
-        mine = self.manager.quotas.get(preemptor_quota)
-        theirs = self.manager.quotas.get(vq)
+        if self.forest.tree_of.get(vq, "") != self.forest.tree_of.get(preemptor_quota, ""):
+            return False  # trees do not lend to one another, so another tree's pods free nothing for this one
+        mine = self.forest.info(preemptor_quota)
+        theirs = self.forest.info(vq)
         if mine is None or theirs is None or preemptor_quota in SPECIAL:
             return False
         guaranteed = [k for k in mine.min if mine.min[k] > 0]
@@ -288,17 +292,33 @@ class ElasticQuota:
         return self.quota_of(pods[0]), total
 
     # -- reporting -------------------------------------------------------------------------------------------
+    @property
+    def manager(self) -> GroupQuotaManager:
+        """The default tree's manager."""
+        return self.forest.default
+
+    def info(self, name: str) -> QuotaInfo | None:
+        """The quota's state in its tree, None for a quota the scheduler does not know."""
+        return self.forest.info(name)
+
     def summary(self, name: str, include_pods: bool = False) -> JSON | None:
-        info = self.manager.quotas.get(name)
-        if info is None:
+        mgr = self.forest.manager_of(name)
+        info = mgr.quotas.get(name)
+        if info is None or name == ROOT_QUOTA:
             return None
         if name not in SPECIAL:
-            self.manager.refresh_runtime(name)
-        return info.summary(include_pods)
+            mgr.refresh_runtime(name)
+        return info.summary(include_pods, mgr.tree_id)
 
-    def summaries(self, include_pods: bool = False) -> dict[str, JSON]:
-        self.manager.refresh_all()
-        return {n: q.summary(include_pods) for n, q in sorted(self.manager.quotas.items()) if n != ROOT_QUOTA}
+    def summaries(self, include_pods: bool = False, tree: str | None = None) -> dict[str, JSON]:
+        """Every quota's summary, or those of one tree (GetQuotaSummaries; "" is the default tree)."""
+        out: dict[str, JSON] = {}
+        for tree_id, mgr in self.forest.trees.items():
+            if tree is not None and tree_id != tree:
+                continue
+            mgr.refresh_all()
+            out.update({n: q.summary(include_pods, tree_id) for n, q in mgr.quotas.items() if n != ROOT_QUOTA})
+        return dict(sorted(out.items()))
 
 
 def _non_preemptible(pod: JSON) -> bool:

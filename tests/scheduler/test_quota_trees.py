@@ -1,0 +1,160 @@
+"""ElasticQuota trees by tree-id (upstream quota_handler_test.go tree cases, restated): each tree its own manager,
+total and runtime; pods resolve within their quota's tree; nothing is lent across trees."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scheduler.cli import simulate
+from scheduler.cluster import build_cluster
+from scheduler.elasticquota.forest import QuotaForest
+from scheduler.elasticquota.model import validate_quotas
+from scheduler.elasticquota.plugin import ElasticQuota
+
+TREE = "quota.scheduling.koordinator.sh/tree-id"
+PARENT = "quota.scheduling.koordinator.sh/parent"
+IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
+IS_ROOT = "quota.scheduling.koordinator.sh/is-root"
+TOTAL = "quota.scheduling.koordinator.sh/total-resource"
+IGNORE_DEFAULT = "quota.scheduling.koordinator.sh/ignore-default-tree"
+GI = 1 << 30
+
+
+def eq(name: str, mx: dict[str, Any], mn: dict[str, Any], tree: str = "", parent: str = "", is_parent: bool = False,
+       root_total: dict[str, str] | None = None, ignore_default: bool = False) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if tree:
+        labels[TREE] = tree
+    if parent:
+        labels[PARENT] = parent
+    if is_parent:
+        labels[IS_PARENT] = "true"
+    if root_total is not None:
+        labels[IS_ROOT] = "true"
+        annotations[TOTAL] = json.dumps(root_total)
+    if ignore_default:
+        labels[IGNORE_DEFAULT] = "true"
+    return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": "default", "labels": labels, "annotations": annotations},
+            "spec": {"max": mx, "min": mn}}
+
+
+def node(name: str, cpu: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": str(cpu), "memory": "64Gi", "pods": "110"}}}
+
+
+def pod(name: str, cpu: float, quota: str, node_name: str = "") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"quota.scheduling.koordinator.sh/name": quota}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {
+                "cpu": str(cpu), "memory": "1Gi"}}}]},
+            "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+def res(cpu: int, mem_gi: int) -> dict[str, int]:
+    return {"cpu": cpu * 1000, "memory": mem_gi * GI}
+
+
+def q(cpu: int, mem_gi: int) -> dict[str, str]:
+    return {"cpu": str(cpu), "memory": f"{mem_gi}Gi"}
+
+
+def test_quotas_land_in_the_manager_of_their_tree() -> None:
+    # OnQuotaAddWithTreeID: "3" in tree-a, "4" in tree-b, "1" in the default tree; none in another's
+    specs, rejected = validate_quotas([eq("1", {}, {}), eq("3", {}, {}, "tree-a"), eq("4", {}, {}, "tree-b")])
+    assert rejected == []
+    forest = QuotaForest()
+    forest.set_quotas(specs)
+    assert set(forest.trees) == {"", "tree-a", "tree-b"}
+    assert "3" in forest.trees["tree-a"].quotas and "4" not in forest.trees["tree-a"].quotas
+    assert "4" in forest.trees["tree-b"].quotas and "3" not in forest.trees["tree-b"].quotas
+    assert "3" not in forest.default.quotas and "1" in forest.default.quotas
+    # only the default tree has the system and default quotas
+    assert "koordinator-default-quota" in forest.default.quotas
+    assert "koordinator-default-quota" not in forest.trees["tree-a"].quotas
+
+
+def tree_cluster(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+    # OnQuotaUpdateAndDeleteWithTreeID: tree-a test1 > {test1-a > a-123, test1-b > b-123}, tree-b test2 > test2-a
+    return [
+        eq("test1", q(100, 200), q(100, 160), "tree-a", is_parent=True, root_total=q(100, 200)),
+        eq("test1-a", q(100, 200), q(50, 80), "tree-a", "test1", True),
+        eq("a-123", q(100, 200), q(50, 80), "tree-a", "test1-a"),
+        eq("test1-b", q(100, 200), q(50, 80), "tree-a", "test1", True),
+        eq("b-123", q(100, 200), q(50, 80), "tree-a", "test1-b"),
+        eq("test2", q(100, 200), q(100, 160), "tree-b", is_parent=True, root_total=q(100, 200)),
+        eq("test2-a", q(100, 200), q(50, 80), "tree-b", "test2"),
+        *extra,
+    ]
+
+
+def test_runtime_is_computed_per_tree_from_the_pods_of_that_tree() -> None:
+    plugin = ElasticQuota()
+    cluster = build_cluster([node("n1", 300), *tree_cluster()])
+    plugin.bind(cluster)
+    a = plugin.forest.trees["tree-a"]
+    b = plugin.forest.trees["tree-b"]
+    plugin.add_pending([pod("p1", 40, "a-123")], cluster)
+    assert plugin.forest.manager_of("a-123") is a
+    assert a.refresh_runtime("a-123") == res(40, 1)
+    assert a.refresh_runtime("test1-a") == res(40, 1) and a.refresh_runtime("test1") == res(40, 1)
+    plugin.add_pending([pod("p2", 40, "b-123")], cluster)
+    assert a.refresh_runtime("b-123") == res(40, 1) and a.refresh_runtime("test1-b") == res(40, 1)
+    assert a.refresh_runtime("test1") == res(80, 2)
+    plugin.add_pending([pod("p3", 20, "test2-a")], cluster)
+    assert b.refresh_runtime("test2-a") == res(20, 1) and b.refresh_runtime("test2") == res(20, 1)
+    # tree-b's request does not touch tree-a's numbers, nor the default tree's root
+    assert a.refresh_runtime("test1") == res(80, 2)
+    assert plugin.forest.default.quotas["koordinator-root-quota"].request == {}
+    summaries = plugin.summaries(tree="tree-b")
+    assert sorted(summaries) == ["test2", "test2-a"] and summaries["test2-a"]["tree"] == "tree-b"
+    assert set(plugin.summaries()) >= {"test1", "test2-a", "koordinator-default-quota"}
+
+
+def test_tree_totals_come_from_the_root_annotation_and_leave_the_default_tree() -> None:
+    plugin = ElasticQuota()
+    cluster = build_cluster([node("n1", 300), node("n2", 100),
+                             *tree_cluster(eq("ignored", q(50, 50), {}, "tree-c", is_parent=True,
+                                              root_total=q(50, 50), ignore_default=True))])
+    plugin.bind(cluster)
+    assert plugin.forest.trees["tree-a"].total == res(100, 200)
+    assert plugin.forest.trees["tree-c"].total == res(50, 50)
+    # 400 cpu of nodes less tree-a's and tree-b's 100 each; tree-c is labelled ignore-default-tree
+    assert plugin.forest.default.total["cpu"] == 200_000
+
+
+def test_a_tree_does_not_lend_to_another() -> None:
+    # tree-a's 100 cpu are idle; a tree-b pod asking beyond tree-b's 100 is refused, while the default tree,
+    # with the nodes' 100 cpu left, places a default-quota pod
+    objs = [node("n1", 150), node("n2", 150), *tree_cluster()]
+    result = simulate(build_cluster(objs), [pod("big", 120, "test2-a"), pod("fits", 90, "test2-a"),
+                                             pod("plain", 90, "koordinator-default-quota")])
+    by = {p["pod"]: p for p in result["placements"]}
+    assert "Insufficient quotas, quotaName: test2-a" in by["default/big"]["reason"]
+    assert "runtime: cpu:100" in by["default/big"]["reason"]
+    assert by["default/fits"]["node"] and by["default/plain"]["node"]
+    rows = {r["name"]: r for r in result["quotas"]}
+    assert rows["test2-a"]["tree"] == "tree-b" and rows["test2-a"]["refused"] == ["default/big"]
+    assert "tree" not in rows["koordinator-default-quota"]
+
+
+def test_a_child_in_another_tree_than_its_parent_is_left_out() -> None:
+    specs, rejected = validate_quotas([eq("p", q(10, 10), q(5, 5), "tree-a", is_parent=True, root_total=q(10, 10)),
+                                       eq("c", q(10, 10), q(1, 1), "tree-b", "p")])
+    assert [s.name for s in specs] == ["p"]
+    assert dict(rejected)["default/c"] == "c is in quota tree 'tree-b' but its parent p is in tree 'tree-a'"
+
+
+def test_parent_check_stays_within_the_tree() -> None:
+    # enableCheckParentQuota walks test2-a's ancestors of tree-b only
+    cfg_plugin = ElasticQuota()
+    cfg_plugin.args.enable_check_parent_quota = True
+    cluster = build_cluster([node("n1", 400), *tree_cluster()])
+    cfg_plugin.bind(cluster)
+    assert cfg_plugin.prefilter(pod("x", 60, "test2-a"), cluster) is None
+    assert cfg_plugin.quota_of(pod("y", 1, "test1")) == "test1"
+    assert cfg_plugin.quota_of(pod("z", 1, "nope")) == "koordinator-default-quota"
