@@ -120,7 +120,10 @@ def quota_report(quota: ElasticQuota, placements: list[Placement]) -> JSON:
         if s["tree"]:
             row["tree"] = s["tree"]
         rows.append(row)
-    return {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
+    out: JSON = {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
+    if quota.revokes:
+        out["revocations"] = quota.revocations()
+    return out
 
 
 def table(result: JSON) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from scheduler.cache import ClusterCache, Source
 from scheduler.cluster import Cluster, build_cluster, is_active, key, pod_problem
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.elasticquota.revoke import OverUseMonitor
 from scheduler.elasticquota.status import status_patch
 from scheduler.eviction import Evictor
 from scheduler.extender import CONFIGMAPS, SOURCES
@@ -99,6 +101,10 @@ class SecondaryScheduler:
         self._reported: dict[str, str] = {}  # pod key → last unschedulable reason logged
         self.metrics: SchedulerMetrics | None = None  # set to record (cli `run`)
         self.gated = 0  # pods of ours held back by schedulingGates in the last list
+        self.clock: Callable[[], float] = time.monotonic  # the over-use revoke controller's
+        self.revoke_monitor: OverUseMonitor | None = None  # kept across cycles (each cycle builds a new plugin)
+        self._last_revoke = -math.inf
+        self.revoked: list[tuple[str, str]] = []  # (quota, pod) evicted for over-use in the last cycle
 
     # -- the cluster ------------------------------------------------------------------------------------------
     def pending(self, pods: list[JSON]) -> list[JSON]:
@@ -189,6 +195,7 @@ class SecondaryScheduler:
     def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
         if not pods:
             self._write_quota_status(sched)
+            self._revoke_over_use(sched)
             self._record(0, 0)
             return []
         pods = sched.order(pods)  # the profile's queueSort
@@ -209,6 +216,7 @@ class SecondaryScheduler:
             else:
                 self._reported.pop(p.pod, None)
         self._write_quota_status(sched)
+        self._revoke_over_use(sched)
         self._record(sum(1 for p in placements if p.node is None), planner.rejected_groups)
         return placements
 
@@ -281,6 +289,28 @@ class SecondaryScheduler:
                 self.client.patch(QUOTAS.format(namespace=ns, name=name), patch)
             except KoordletError as e:
                 log.warning("updating ElasticQuota %s/%s: %s", ns, name, e)
+
+    def _revoke_over_use(self, sched: Scheduler) -> None:
+        """QuotaOverUsedRevokeController, every revokePodInterval: evict the pods of each quota whose used has
+        stayed above its runtime for longer than delayEvictTime (revoke.py's order)."""
+        self.revoked = []
+        quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
+        if quota is None or not quota.revokes or not sched.cluster.elastic_quotas:
+            return
+        now = self.clock()
+        if now - self._last_revoke < quota.args.revoke_pod_interval:
+            return
+        self._last_revoke = now
+        if self.revoke_monitor is None or self.revoke_monitor.delay != quota.args.delay_evict_time:
+            self.revoke_monitor = OverUseMonitor(quota.args.delay_evict_time, self.clock)
+        quota.bind(sched.cluster)
+        for name in self.revoke_monitor.due(quota.usage()):
+            for pod in quota.to_revoke(name):
+                why = self.evictor.revoke(pod, name)
+                if why is not None:
+                    log.warning("revoking %s of over-used quota %s: %s", key(pod), name, why)
+                    continue
+                self.revoked.append((name, key(pod)))
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
         """Bind a unit's members (scheduler.binder); the members rolled back get the failure as their reason."""

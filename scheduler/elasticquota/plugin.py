@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA
+from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA, SYSTEM_QUOTA
 from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
 from scheduler.elasticquota.forest import QuotaForest
 from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager, QuotaInfo
@@ -29,6 +29,7 @@ from scheduler.elasticquota.model import (
     quota_signature,
     validate_quotas,
 )
+from scheduler.elasticquota.revoke import pods_to_revoke
 from scheduler.nodeindex import NodeIndex
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ NAME = "ElasticQuota"
 
 @dataclass
 class ElasticQuotaArgs:
-    """ElasticQuotaArgs (pkg/scheduler/apis/config/types.go) with upstream's defaults; the revoke controller,
-    queue hints, hook plugins and multi-tree settings are accepted and have no effect here."""
+    """ElasticQuotaArgs (pkg/scheduler/apis/config/types.go) with upstream's defaults; queue hints and the
+    snapshot interval are accepted and have no effect here."""
 
     enable_runtime_quota: bool = True
     enable_check_parent_quota: bool = False
@@ -47,10 +48,11 @@ class ElasticQuotaArgs:
     quota_group_namespace: str = "koordinator-system"
     default_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
     system_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
-    # parsed with upstream's defaults, no effect here (no revoke controller, queue hints or hook plugins)
+    # the over-use revoke controller (revoke.py): runs with monitorAllQuotas and enableRuntimeQuota
     delay_evict_time: float = 120.0
     revoke_pod_interval: float = 1.0
     monitor_all_quotas: bool = False
+    # accepted, no effect here
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
     hook_plugins: list[JSON] = field(default_factory=list)
@@ -61,7 +63,8 @@ class ElasticQuotaArgs:
         for camel, attr in (("enableRuntimeQuota", "enable_runtime_quota"),
                             ("enableCheckParentQuota", "enable_check_parent_quota"),
                             ("enableMinQuotaScale", "enable_min_quota_scale"),
-                            ("disableDefaultQuotaPreemption", "disable_default_quota_preemption")):
+                            ("disableDefaultQuotaPreemption", "disable_default_quota_preemption"),
+                            ("monitorAllQuotas", "monitor_all_quotas")):
             if args.get(camel) is not None:
                 if not isinstance(args[camel], bool):
                     raise InvalidInput(f"ElasticQuotaArgs.{camel} must be true or false")
@@ -88,6 +91,7 @@ class ElasticQuota:
         self._by_namespace: dict[str, str] = {}  # namespace → quota named after it (in that namespace)
         self._by_annotation: dict[str, str] = {}  # namespace → quota listing it in its namespaces annotation
         self._pod_quota: dict[str, str] = {}  # pod key → quota it was accounted to
+        self._pod_objs: dict[str, JSON] = {}  # pod key → the pod accounted (over-use revoke orders them)
         self._nodes_version = -1
         self._signature = ""
 
@@ -107,7 +111,7 @@ class ElasticQuota:
         for s in specs:
             for ns in s.namespaces:
                 self._by_annotation.setdefault(ns, s.name)
-        self._pod_quota = {}
+        self._pod_quota, self._pod_objs = {}, {}
         self._nodes_version = -1
         self._sync_total(cluster)
         batch: dict[str, list[tuple[str, Mapping[str, int], bool, bool]]] = {}
@@ -120,6 +124,7 @@ class ElasticQuota:
             except InvalidInput:
                 continue
             quota = self._pod_quota[k] = self.quota_of(pod)
+            self._pod_objs[k] = pod
             batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
         for quota, pods in batch.items():
             self.forest.manager_of(quota).on_pods_add(quota, pods)
@@ -169,6 +174,7 @@ class ElasticQuota:
         except InvalidInput:
             return quota
         self._pod_quota[k] = quota
+        self._pod_objs[k] = pod
         self.forest.manager_of(quota).on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
         return quota
 
@@ -187,6 +193,7 @@ class ElasticQuota:
         """The pod is gone (deleted or evicted): its request and used leave its quota."""
         k = key(pod)
         quota = self._pod_quota.pop(k, None)
+        self._pod_objs.pop(k, None)
         if quota is not None:
             self.forest.manager_of(quota).on_pod_delete(quota, k)
 
@@ -290,6 +297,46 @@ class ElasticQuota:
         for p in pods:
             total = add(total, pod_requests(p))
         return self.quota_of(pods[0]), total
+
+    # -- over-use revoke ------------------------------------------------------------------------------------------
+    @property
+    def revokes(self) -> bool:
+        """The revoke controller runs (Start: monitorAllQuotas and enableRuntimeQuota)."""
+        return self.args.monitor_all_quotas and self.args.enable_runtime_quota
+
+    def usage(self) -> dict[str, tuple[Resources, Resources]]:
+        """quota → (used, runtime) for every quota the revoke controller watches: all trees' but the root and the
+        system quota. **[decision]** the default quota's runtime is its max (as its PreFilter check)."""
+        out: dict[str, tuple[Resources, Resources]] = {}
+        for mgr in self.forest.trees.values():
+            for name, info in mgr.quotas.items():
+                if name in (ROOT_QUOTA, SYSTEM_QUOTA):
+                    continue
+                runtime = dict(info.max) if name in SPECIAL else mgr.refresh_runtime(name)
+                out[name] = (dict(info.used), runtime)
+        return out
+
+    def to_revoke(self, quota: str) -> list[JSON]:
+        """The quota's assigned pods to evict so its used fits its runtime (getToRevokePodList)."""
+        info = self.forest.info(quota)
+        if info is None or self._cluster is None:
+            return []
+        used, runtime = self.usage().get(quota, ({}, {}))
+        pods = [self._pod_objs[k] for k, p in info.pods.items() if p.assigned and k in self._pod_objs]
+        return pods_to_revoke(used, runtime, pods, self._cluster, _non_preemptible)
+
+    def revocations(self) -> list[JSON]:
+        """Per quota over its runtime now, the pods the revoke controller would evict once delayEvictTime has
+        passed (simulate's report: a simulation is one instant)."""
+        rows: list[JSON] = []
+        usage = self.usage()
+        for name in sorted(usage):
+            pods = self.to_revoke(name)
+            if pods:
+                used, runtime = usage[name]
+                rows.append({"quota": name, "used": print_resources(used), "runtime": print_resources(runtime),
+                             "pods": [key(p) for p in pods]})
+        return rows
 
     # -- reporting -------------------------------------------------------------------------------------------
     @property
