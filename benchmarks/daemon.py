@@ -28,7 +28,7 @@ from typing import IO
 import psutil
 import yaml
 
-from benchmarks import chart
+from benchmarks import calibration, chart
 from benchmarks.collection import bench_node, have_real_cgroups, print_table
 from koordlet.collectors.cgroups import pod_targets
 from koordlet.health import Health
@@ -124,6 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     if not have_real_cgroups():
         return 2
+    print(calibration.line())
     measured: dict[str, tuple[float, float]] = {}
     if args.config in ("both", "today"):
         print("today's configuration: upstream's default gates, no NodeSLO")

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+from benchmarks import calibration
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
@@ -224,12 +225,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per kind and size (median shown)")
     ap.add_argument("--gang-nodes", type=int, default=1024)
     ap.add_argument("--gang-pods", type=int, default=256, help="members of the MustGather job")
-    ap.add_argument("--gang-runs", type=int, default=3)
+    ap.add_argument("--gang-runs", type=int, default=3, help="0 leaves the gang planning out")
     args = ap.parse_args()
+    if min(args.running, args.pods, args.repeat, args.gang_nodes, args.gang_pods, args.gang_runs) < 0 or (
+            args.pods < 1 or args.repeat < 1):
+        ap.error("--pods and --repeat take a positive count; the others a count of 0 or more")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    print(calibration.line())
     for nodes in (int(n) for n in args.nodes.split(",") if n):
         placement_table(nodes, args.running * nodes, args.pods, args.repeat)
-    gang_bench(args.gang_nodes, args.gang_pods, args.gang_runs)
+    if args.gang_runs > 0:
+        gang_bench(args.gang_nodes, args.gang_pods, args.gang_runs)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0

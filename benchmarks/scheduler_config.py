@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import calibration
 from benchmarks.scheduler import _node, _pod
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
@@ -67,6 +68,7 @@ def main() -> int:
                 r = run(objects, cfg, kind, args.pods)
                 if (label, kind) not in best or r[1] > best[label, kind][1]:
                     best[label, kind] = r
+    print(calibration.line())
     print(f"{args.nodes} nodes x 8 GPUs, {args.running} running pods; full config: {args.config}")
     print(f"  score plugins (weight): {', '.join(f'{n} ({full.weight(n)})' for n in full.points['score'])}")
     print(f"  reading and checking the file: {load_ms:.2f} ms")

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 
 from apis.core.errors import PlanError
 from apis.core.objects import JSON
+from apis.extension.node import cpu_normalization_ratio
 from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
 from koordlet.collectors.hostapps import HostApp
 from koordlet.devices.model import DeviceSet
 from koordlet.health import Health
 from koordlet.host.driver import CgroupDriver
-from koordlet.qos.batchresource import normalization_ratio
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.reporters.nodemetric import CollectPolicy, collect_policy, merge_spec
 from koordlet.states.cpuinfo import CPUBasicInfo, NumaMemory
@@ -96,7 +96,7 @@ class NodeObject:
 
     @classmethod
     def of(cls, obj: JSON) -> NodeObject:
-        return cls(obj, normalization_ratio(obj)[0])
+        return cls(obj, cpu_normalization_ratio(obj)[0])
 
 
 class NodeState:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
 from apis.core.shape import object_ident
-from scheduler import kubeflags
+from scheduler import kubeflags, tlsserve
 from scheduler.cluster import Cluster, build_cluster, key, load_objects, pod_problem
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
@@ -31,7 +32,8 @@ from scheduler.interfaces import Placement
 from scheduler.leaderelection import LeaderElector, LeaseConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.noderesource import cli as noderesource_cli
-from scheduler.noderesource.fill import config_of, fill_missing
+from scheduler.noderesource.fill import config_of, fill_amplification, fill_missing
+from scheduler.queue.pending import MAX_IN_UNSCHEDULABLE_SECONDS
 from scheduler.registry import build
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.reservation.plugin import ReservationPlugin
@@ -166,7 +168,7 @@ def extender(ns: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())  # kubelet's stop: close cleanly, exit 0
         ext.refresh()
         if not stop.is_set():
-            serve(ext, ns.addr, ns.prefix, ns.resync, stop=stop)
+            serve(ext, ns.addr, ns.prefix, ns.resync, stop=stop, tls=ns.tls)
     except (KoordletError, OSError, ValueError) as e:
         log.error("extender: %s", e)
         return 1
@@ -195,7 +197,9 @@ def run(ns: argparse.Namespace) -> int:
         topology = ns.enable_network_topology_manager
         runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
-                                    watch=not ns.once, write_topology_status=topology is not False)
+                                    watch=not ns.once, write_topology_status=topology is not False,
+                                    max_unschedulable=ns.pod_max_in_unschedulable or MAX_IN_UNSCHEDULABLE_SECONDS,
+                                    record_events=True)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
         if ns.once:
             if ns.elect:
@@ -211,16 +215,12 @@ def run(ns: argparse.Namespace) -> int:
             except ValueError as e:  # a bad --noderesource-* flag
                 log.error("run: %s", e)
                 return 2
-        addr = kubeflags.diagnosis_addr(ns)
-        if addr:
-            server = DiagnosisServer(parse_addr(addr), DiagnosisAPI(runner.state, runner.metrics))
-            server.start()
-            log.info("diagnosis API and metrics on %s:%s (/apis/v1/__services__, /metrics, PUT /debug/flags/s)",
-                     *server.server_address[:2])
         elector = None
         if ns.elect:
             le = LeaseConfig(cfg.lease_namespace, cfg.lease_name, *cfg.lease_timing)
             elector = LeaderElector(KubeClient(kube), le)
+        start_servers(ns, runner, elector)
+        if elector is not None:
             if not elector.acquire(stop):
                 return 0
             lost = threading.Event()
@@ -245,6 +245,33 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def start_servers(ns: argparse.Namespace, runner: SecondaryScheduler, elector: LeaderElector | None
+                  ) -> list[DiagnosisServer]:
+    """kube-scheduler's ports on `run`: --port (healthz, metrics, debug flags, the plugin services), the secure port
+    (the same over TLS, when a certificate is given) and the plugin services alone on --services-port (v0.7's
+    10252). The services answer on the leader only (upstream's handler: 503 on a candidate)."""
+    is_leader = (lambda: elector.leading) if elector is not None else None
+    tls: ssl.SSLContext | None = ns.tls
+    servers: list[DiagnosisServer] = []
+    addr = kubeflags.diagnosis_addr(ns)
+    if addr:
+        servers.append(DiagnosisServer(parse_addr(addr), DiagnosisAPI(runner.state, runner.metrics, is_leader)))
+    if tls is not None and kubeflags.secure_port(ns) > 0:
+        secure = DiagnosisServer((ns.bind_address or "", kubeflags.secure_port(ns)),
+                                 DiagnosisAPI(runner.state, runner.metrics, is_leader))
+        secure.tls = tls
+        servers.append(secure)
+    port = kubeflags.services_port(ns)
+    if port:
+        servers.append(DiagnosisServer((ns.bind_address or "", port),
+                                       DiagnosisAPI(runner.state, None, is_leader, services_only=True)))
+    for server in servers:
+        server.start()
+        what = "plugin services" if server.api.services_only else "healthz, metrics, debug flags, plugin services"
+        log.info("%s on %s://%s:%s", what, server.scheme, *server.server_address[:2])
+    return servers
+
+
 def start_run(ns: argparse.Namespace, cfg: SchedulerConfig) -> int:
     """`run` with kube-scheduler's command line: the scheduler name from the profile unless given, the flags that
     are accepted and not acted on said once."""
@@ -262,7 +289,8 @@ def start_run(ns: argparse.Namespace, cfg: SchedulerConfig) -> int:
     return run(ns)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """koord-sched's command line (`simulate`, `extender`, `run`, `noderesource`)."""
     ap = argparse.ArgumentParser(prog="koord-sched", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="place pods on a cluster described by files")
@@ -276,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ext.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube)")
     ext.add_argument("--prefix", default="", help="URL path prefix, e.g. /extender for urlPrefix .../extender")
     ext.add_argument("--resync", type=float, default=30.0, help="re-list the cluster every N seconds (0: never)")
+    tlsserve.add_flags(ext)
     run_p = sub.add_parser("run", help="secondary scheduler for gang and topology jobs (binds whole gangs)")
     run_p.add_argument("--scheduler-name", default=None,
                        help="schedule pods with this spec.schedulerName (default: the --config profile's)")
@@ -286,11 +315,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_p.add_argument("--addr", default=None,
                        help="diagnosis API and /debug/flags listen address (default :--port, else :10251; '' for none)")
     kubeflags.add_flags(run_p)
+    tlsserve.add_flags(run_p)
     run_p.add_argument("--with-noderesource", action="store_true",
                        help="also run the noderesource loop (node allocatable for devices, batch and mid)")
     noderesource_cli.add_flags(run_p, prefix="noderesource-")
     noderesource_cli.add_parser(sub)
-    ns = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
     logging.basicConfig(level=kubeflags.log_level(ns), stream=sys.stderr,
                         format="%(levelname).1s %(name)s: %(message)s")
     if ns.command == "noderesource":  # no scheduler configuration: koord-manager's part
@@ -300,6 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid --config: %s", e)
         return 2
+    if ns.command in ("extender", "run"):
+        try:
+            ns.tls = tlsserve.server_context(ns)
+        except ValueError as e:
+            log.error("%s: %s", ns.command, e)
+            return 2
     if ns.command == "extender":
         return extender(ns)
     if ns.command == "run":
@@ -319,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cluster = build_cluster(objects)
     fill_missing(cluster, config_of(objects))
+    fill_amplification(cluster, objects)
     pods = [o for o in given if o.get("kind", "Pod") in ("Pod", "Reservation")]
     # the PodGroups and PriorityClasses given with the pods join the cluster's, read as build_cluster reads them
     catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])

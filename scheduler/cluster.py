@@ -28,6 +28,7 @@ from apis.core.shape import shape_problem, string_maps_problem
 from apis.extension.resources import DEPRECATED_DEVICE_RESOURCES, MISSPELLED_DEVICE_RESOURCES
 from apis.scheduling.reservation import ANNOTATION_RESERVE_POD
 from scheduler import malformed
+from scheduler.amplification import amplified_allocatable
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -65,8 +66,9 @@ def resource_list(obj: object) -> dict[str, int]:
 
 
 def node_allocatable(obj: JSON) -> dict[str, int]:
-    """A node's allocatable (capacity when absent); an entry that does not parse is left out (reported once per
-    node version), the rest still count."""
+    """A node's allocatable (capacity when absent), cpu and memory amplified as koord-manager's node webhook does
+    (scheduler.amplification); an entry that does not parse is left out (reported once per node version), the rest
+    still count."""
     status = obj.get("status") or {}
     out: dict[str, int] = {}
     bad: list[str] = []
@@ -78,7 +80,7 @@ def node_allocatable(obj: JSON) -> dict[str, int]:
             bad.append(f"{k}: {e}")
     if bad:
         malformed.report("Node", obj, "; ".join(bad), "allocatable left out")
-    return out
+    return amplified_allocatable(obj, out)
 
 
 _cycle_requests: tuple[JSON | None, dict[str, int]] = (None, {})

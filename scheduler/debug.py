@@ -8,6 +8,8 @@ from collections.abc import Sequence
 log = logging.getLogger("koord-sched")
 
 top_n_scores = 0  # debugTopNScores: log the per-plugin score table of the best N nodes of every scheduled pod
+filter_failure = False  # debugFilterFailure: log each node a Filter refuses, with the plugin and its reason
+_GO_TRUE, _GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
 
 
 def set_scores(value: str) -> str:
@@ -22,6 +24,17 @@ def set_scores(value: str) -> str:
     return f"successfully set debugTopNScores to {value}"
 
 
+def set_filters(value: str) -> str:
+    """DebugFiltersSetter: a Go ParseBool value; raises ValueError with upstream's message."""
+    global filter_failure
+    text = value.strip()
+    if text not in _GO_TRUE + _GO_FALSE:
+        raise ValueError(f'failed set debugFilterFailure {value}: strconv.ParseBool: parsing "{value}": '
+                         f"invalid syntax")
+    filter_failure = text in _GO_TRUE
+    return f"successfully set debugFilterFailure to {value}"
+
+
 def set_verbosity(value: str) -> str:
     """GlogSetter: klog verbosity ≥ 4 turns on debug logging here."""
     try:
@@ -33,7 +46,7 @@ def set_verbosity(value: str) -> str:
     return f"successfully set klog.logging.verbosity to {value}"
 
 
-SETTERS = {"s": set_scores, "v": set_verbosity}
+SETTERS = {"f": set_filters, "s": set_scores, "v": set_verbosity}
 
 
 def score_table(pod: str, top_n: int, plugins: Sequence[str], rows: Sequence[tuple[str, int, Sequence[int]]],

@@ -6,12 +6,13 @@ import contextlib
 import json
 import logging
 import math
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from apis.client.backoff import REFLECTOR, BackoffPolicy
@@ -44,6 +45,7 @@ from scheduler.framework import Assumed, Scheduler
 from scheduler.interfaces import Unschedulable
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.services import DiagnosisAPI, send
+from scheduler.tlsserve import TLSHTTPServer
 
 log = logging.getLogger(__name__)
 
@@ -557,9 +559,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
 
-class ExtenderServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class ExtenderServer(TLSHTTPServer):
     def __init__(self, address: tuple[str, int], extender: Extender, prefix: str = "") -> None:
         super().__init__(address, _Handler)
         self.extender = extender
@@ -586,11 +586,12 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 
 def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, watch: bool = True,
-          stop: threading.Event | None = None) -> None:
-    """Serve until `stop` is set (or interrupted); watch the cluster (when `watch`) and re-list it every `resync`
-    seconds when positive, a safety net for anything the watches missed. On the way out the watches are stopped
-    and the server closed."""
+          stop: threading.Event | None = None, tls: ssl.SSLContext | None = None) -> None:
+    """Serve until `stop` is set (or interrupted), over HTTPS when `tls` is given; watch the cluster (when `watch`)
+    and re-list it every `resync` seconds when positive, a safety net for anything the watches missed. On the way
+    out the watches are stopped and the server closed."""
     server = ExtenderServer(parse_addr(addr), extender, prefix)
+    server.tls = tls
     stop = stop if stop is not None else threading.Event()
     watches = extender.start_watches() if watch else []
 
@@ -609,7 +610,7 @@ def serve(extender: Extender, addr: str, prefix: str = "", resync: float = 0.0, 
         threading.Thread(target=resync_loop, name="resync", daemon=True).start()
     threading.Thread(target=stopper, name="stopper", daemon=True).start()
     host, port = server.server_address[:2]
-    log.info("extender listening on %s:%s%s/{filter,prioritize,bind}", host, port, server.prefix)
+    log.info("extender listening on %s://%s:%s%s/{filter,prioritize,bind}", server.scheme, host, port, server.prefix)
     try:
         server.serve_forever(poll_interval=0.1)
     finally:

@@ -29,11 +29,12 @@ from apis.core.objects import JSON, annotate
 from scheduler import debug
 from scheduler.cluster import Cluster, NodeInfo, cycle_requests, key, pod_requests
 from scheduler.gang.model import pod_priority
-from scheduler.gang.queuesort import priority_order
+from scheduler.gang.queuesort import QueueState, priority_order
 from scheduler.interfaces import (
     BindPlugin,
     CyclePlugin,
     FilterPlugin,
+    NormalizeScorePlugin,
     Placement,
     Plugin,
     PostFilterPlugin,
@@ -49,12 +50,37 @@ from scheduler.interfaces import (
     VectorFilterPlugin,
     VectorScorePlugin,
 )
-from scheduler.metrics import SchedulerMetrics
+from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 
 log = logging.getLogger(__name__)
 
 P = TypeVar("P")
+
+
+_SAID_UNHONOURED: set[str] = set()  # pod keys told about, bounded below
+
+
+def say_unhonoured(pod: JSON) -> None:
+    """Once per pod: the scheduling constraints it asks for that koord-sched does not model (kube's
+    PodTopologySpread and InterPodAffinity); the pod is placed without them, not silently."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else None
+    if spec is None:
+        return
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    asked = [name for name, present in (
+        ("topologySpreadConstraints (PodTopologySpread)", bool(spec.get("topologySpreadConstraints"))),
+        ("podAffinity (InterPodAffinity)", bool(affinity.get("podAffinity"))),
+        ("podAntiAffinity (InterPodAffinity)", bool(affinity.get("podAntiAffinity")))) if present]
+    if not asked:
+        return
+    k = key(pod)
+    if k in _SAID_UNHONOURED:
+        return
+    if len(_SAID_UNHONOURED) >= 10_000:
+        _SAID_UNHONOURED.clear()
+    _SAID_UNHONOURED.add(k)
+    log.warning("%s: %s not honoured by koord-sched; the pod is placed without it", k, ", ".join(asked))
 
 
 def invalid_pod(pod: JSON) -> str | None:
@@ -91,6 +117,7 @@ class Profile:
         # the vector stage, aligned with `filters` and `scorers` (None: the plugin has no vector hook)
         self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
         self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
+        self.normalizers = tuple(s if isinstance(s, NormalizeScorePlugin) else None for s in self.scorers)
         self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
         self.node_narrowers = tuple(p for p in plugins if isinstance(p, PreFilterNodesPlugin))
         self.cycle_hooks = tuple(p for p in plugins if isinstance(p, CyclePlugin))
@@ -177,12 +204,12 @@ class Scheduler:
         return Cycle(self, pod)
 
     # -- extension points outside a cycle (the queue, informer events, PreBind, Bind) ------------------------------
-    def order(self, pods: list[JSON]) -> list[JSON]:
+    def order(self, pods: list[JSON], state: QueueState | None = None) -> list[JSON]:
         """The pending pods in the queueSort plugin's order (PrioritySort's for a profile made without one)."""
         qs = self.profile.queue_sort
         if qs is None:
-            return priority_order(pods, lambda p: pod_priority(p, self.cluster))
-        return qs.order(pods, self.cluster)
+            return priority_order(pods, lambda p: pod_priority(p, self.cluster), state)
+        return qs.order(pods, self.cluster, state)
 
     def binder(self, pod: JSON) -> str | None:
         """The bind plugin that binds the pod: the first not to Skip it (None: every one skipped; a profile made
@@ -216,10 +243,15 @@ class Scheduler:
     # -- the plugins of one extension point (a cycle's steps; the gang planner's dry runs call filter alone) ------
     def prefilter(self, pod: JSON) -> str | None:
         """The first PreFilter rejection (a node-independent reason), or None."""
+        got = self.prefilter_by(pod)
+        return None if got is None else got[1]
+
+    def prefilter_by(self, pod: JSON) -> tuple[str, str] | None:
+        """The first PreFilter rejection as (plugin, reason), or None."""
         for p in self.profile.prefilters:
             why = p.prefilter(pod, self.cluster)
             if why is not None:
-                return str(why)
+                return p.name, str(why)
         return None
 
     def prefilter_nodes(self, pod: JSON) -> frozenset[str] | None:
@@ -233,18 +265,33 @@ class Scheduler:
 
     def filter(self, pod: JSON, node: NodeInfo) -> str | None:
         """Every Filter on one node: the first reason it fails, or None."""
+        got = self.filter_by(pod, node)
+        return None if got is None else got[1]
+
+    def filter_by(self, pod: JSON, node: NodeInfo) -> tuple[str, str] | None:
+        """Every Filter on one node: (plugin, reason) of the first that fails, or None."""
         for f in self.profile.filters:
             try:
                 why = f.filter(pod, node, self.cluster)
             except Unschedulable as e:
                 why = str(e)
             if why is not None:
-                return why
+                if debug.filter_failure:  # frameworkext's debugFilterFailure line
+                    log.info('Failed to filter for Pod "%s" on Node "%s", failedPlugin: %s, reason: %s', key(pod),
+                             node.name, f.name, why)
+                return f.name, why
         return None
 
-    def score(self, pod: JSON, node: NodeInfo) -> int:
-        """The weighted total of every Score on one node (each clamped to 0..100)."""
-        return sum(s.weight * max(0, min(100, s.score(pod, node, self.cluster))) for s in self.profile.scorers)
+    def scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> list[int]:
+        """The weighted total of every Score on each of `nodes` (each plugin's scores normalized over these nodes
+        where it normalizes, then clamped to 0..100), as kube-scheduler scores the nodes that passed Filter."""
+        totals = np.zeros(len(nodes), dtype=np.int64)
+        for s, norm in zip(self.profile.scorers, self.profile.normalizers, strict=True):
+            raw = np.fromiter((s.score(pod, n, self.cluster) for n in nodes), dtype=np.int64, count=len(nodes))
+            if norm is not None and len(nodes):
+                raw = norm.normalize(raw, int(raw.max()))
+            totals += s.weight * np.clip(raw, 0, 100)
+        return [int(t) for t in totals]
 
     def reserve(self, pod: JSON, node: NodeInfo) -> dict[str, str]:
         """Every Reserve in order; the annotations they add. When one refuses (Unschedulable, raised on) the ones
@@ -317,11 +364,12 @@ class Scheduler:
                     return got
         return placed
 
-    def unschedulable(self, pod: JSON, reasons: Mapping[str, int]) -> Placement:
-        """kube-scheduler's FitError: the reasons by how many nodes gave each."""
+    def unschedulable(self, pod: JSON, reasons: Mapping[str, int], plugins: Iterable[str] = ()) -> Placement:
+        """kube-scheduler's FitError: the reasons by how many nodes gave each; `plugins` the ones that gave them."""
         summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {summary}."
-                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.")
+                         if summary else f"0/{len(self.cluster.nodes)} nodes are available.",
+                         plugins=frozenset(plugins))
 
 
 class Cycle:
@@ -345,8 +393,23 @@ class Cycle:
         self.end()
 
     def begin(self) -> None:
-        for h in self.sched.profile.cycle_hooks:
-            h.begin_cycle(self.pod, self.cluster)
+        hooks, metrics = self.sched.profile.cycle_hooks, self.sched.metrics
+        if metrics is None:
+            for h in hooks:
+                h.begin_cycle(self.pod, self.cluster)
+            for h in hooks:
+                h.after_prefilter(self.pod, self.cluster)
+            return
+        # frameworkext's RunPreFilterPlugins times each transformer under its point's name (v1.6)
+        for point in ("BeforePreFilter", "AfterPreFilter"):
+            for h in hooks:
+                start = time.perf_counter()
+                try:
+                    (h.begin_cycle if point == "BeforePreFilter" else h.after_prefilter)(self.pod, self.cluster)
+                except Exception:
+                    metrics.plugin_run(h.name, point, time.perf_counter() - start, status=ERROR_STATUS)
+                    raise
+                metrics.plugin_run(h.name, point, time.perf_counter() - start)
 
     def end(self) -> None:
         for h in self.sched.profile.cycle_hooks:
@@ -357,9 +420,6 @@ class Cycle:
 
     def filter(self, node: NodeInfo) -> str | None:
         return self.sched.filter(self.pod, node)
-
-    def score(self, node: NodeInfo) -> int:
-        return self.sched.score(self.pod, node)
 
     def reserve(self, node: NodeInfo) -> dict[str, str]:
         """Reserve on the node (raises Unschedulable, everything unreserved again)."""
@@ -404,8 +464,8 @@ class Cycle:
         return fits, failed
 
     def scores(self, nodes: list[NodeInfo]) -> dict[str, int]:
-        """Weighted score per node (higher is better)."""
-        return {n.name: self.score(n) for n in nodes}
+        """Weighted score per node (higher is better), normalized over these nodes."""
+        return dict(zip((n.name for n in nodes), self.sched.scores(self.pod, nodes), strict=True))
 
     # -- the whole cycle ----------------------------------------------------------------------------------------
     def run(self, attempt: bool = True) -> Placement:
@@ -430,11 +490,13 @@ class Cycle:
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
+        say_unhonoured(pod)
         clock = _Clock(metrics)
-        rejected = self.prefilter()
+        rejected = self.sched.prefilter_by(pod)
         clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
-            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: {rejected}.")
+            return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: "
+                             f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
         index = node_index(self.cluster)
         n = len(index)
         mask = np.ones(n, dtype=np.bool_)
@@ -449,13 +511,26 @@ class Cycle:
                 mask &= m
         clock.point("Filter")
         total = np.zeros(n, dtype=np.int64)
+        failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
+        blamed: set[str] = set()  # the plugins whose Filter failed a node
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
-        for s, vs in zip(profile.scorers, profile.score_vectors, strict=True):
+        for s, vs, norm in zip(profile.scorers, profile.score_vectors, profile.normalizers, strict=True):
             v = vs.score_vector(pod, index) if vs is not None else None
+            if isinstance(v, int):  # the same for every node: it shifts every total alike
+                if norm is not None:
+                    v = int(norm.normalize(np.array([v], dtype=np.int64), v)[0])
+                clock.plugin(s.name, "Score")
+                same = s.weight * max(0, min(100, v))
+                total += same
+                if per_plugin is not None:
+                    per_plugin.append(np.full(n, same, dtype=np.int64))
+                continue
             if v is None:
                 v = np.zeros(n, dtype=np.int64)
                 for i in np.flatnonzero(mask).tolist():
                     v[i] = s.score(pod, index.nodes[i], self.cluster)
+            if norm is not None:
+                v = norm.normalize(v, self._feasible_top(v, mask, failed, blamed))
             clock.plugin(s.name, "Score")
             weighted = np.minimum(v, 100)  # a fresh array: v may be a plugin's cached one (np.clip is ~3× slower)
             np.maximum(weighted, 0, out=weighted)
@@ -466,7 +541,8 @@ class Cycle:
                 per_plugin.append(weighted)
         rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
         rank[~mask] = -1
-        failed: dict[int, str] = {}
+        if failed:
+            rank[list(failed)] = -1
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
@@ -475,10 +551,11 @@ class Cycle:
                 break
             rank[i] = -1
             node = index.nodes[i]
-            why = self.filter(node)
-            clock.point("Filter", why is None)
-            if why is not None:
-                failed[i] = why
+            got = self.sched.filter_by(pod, node)
+            clock.point("Filter", got is None)
+            if got is not None:
+                blamed.add(got[0])
+                failed[i] = got[1]
                 continue
             try:
                 annotations = self.reserve(node)
@@ -496,13 +573,32 @@ class Cycle:
             return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
-            why = self.filter(index.nodes[i])
-            if why is None:  # a prefilter was wrong; never for the built-in plugins
+            got = self.sched.filter_by(pod, index.nodes[i])
+            if got is None:  # a prefilter was wrong; never for the built-in plugins
                 log.warning("%s: a vector prefilter ruled out node %s that fits", key(pod), index.names[i])
                 return self.run_each()
-            failed[i] = why
+            blamed.add(got[0])
+            failed[i] = got[1]
         reasons.update(failed.values())
-        return self.sched.unschedulable(pod, reasons)
+        return self.sched.unschedulable(pod, reasons, blamed)
+
+    def _feasible_top(self, raw: IntArray, mask: BoolArray, failed: dict[int, str], blamed: set[str]) -> int:
+        """The largest raw score among the nodes Filter passes, as kube normalizes over them: the vector filters
+        may leave a node Filter rejects, so the masked rows are tried from the highest score down (usually one
+        Filter call; the rows found failing are not tried again by the cycle)."""
+        if not raw.any():
+            return 0
+        rows = np.flatnonzero(mask)
+        nodes = node_index(self.cluster).nodes
+        for i in rows[np.argsort(-raw[rows], kind="stable")].tolist():
+            if i in failed:
+                continue
+            got = self.sched.filter_by(self.pod, nodes[i])
+            if got is None:
+                return int(raw[i])
+            blamed.add(got[0])
+            failed[i] = got[1]
+        return 0
 
     def _log_scores(self, index: NodeIndex, shown: IntArray, total: IntArray, per_plugin: list[IntArray]) -> None:
         rows = [(index.names[i], int(total[i]), [int(v[i]) for v in per_plugin]) for i in shown.tolist()]
@@ -513,7 +609,8 @@ class Cycle:
         """The cycle without the vector stage: every filter on every node (what the vector stage must agree with)."""
         fits, failed = self.feasible()
         reasons: Counter[str] = Counter(failed.values())
-        ranked = sorted(((self.score(n), n.name) for n in fits), key=lambda t: (-t[0], t[1]))
+        ranked = sorted(zip(self.sched.scores(self.pod, fits), (n.name for n in fits), strict=True),
+                        key=lambda t: (-t[0], t[1]))
         for _total, name in ranked:
             node = self.cluster.nodes[name]
             try:

@@ -8,7 +8,8 @@ koord-scheduler's frameworkext additions: the begin/end-cycle transformers and t
 returns annotations to add to the pod (DeviceShare's `device-allocated`) or raises Unschedulable, `unreserve`
 undoes it. Vector hooks: `prefilter_vector(pod, index)` is a numpy bool per node of scheduler.nodeindex.NodeIndex,
 False only where the plugin's `filter` surely fails (None: no opinion); `score_vector(pod, index)` is the exact
-`score` of every node (None: not vectorisable for this pod, `score` is then called per node).
+`score` of every node (None: not vectorisable for this pod, `score` is then called per node; an int: the same
+score for every node, which spares an array per node when a plugin has nothing to tell the nodes apart).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
+from scheduler.gang.queuesort import QueueState
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
 
 
@@ -35,6 +37,9 @@ class Placement:
     annotations: dict[str, str] = field(default_factory=dict)
     reason: str = ""
     scores: Mapping[str, int] = field(default_factory=dict)  # node → total, for explanations
+    # not placed: the plugins that rejected it at PreFilter/Filter (kube-scheduler's UnschedulablePlugins, which
+    # pick the cluster events that requeue it: scheduler.queue); empty when none is to blame (any event)
+    plugins: frozenset[str] = frozenset()
 
     def as_json(self) -> JSON:
         return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
@@ -74,11 +79,12 @@ class PreFilterNodesPlugin(Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Protocol):
-    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less)."""
+    """queueSort: the order pending pods are taken in (the queue sorted by the plugin's Less); `state` is the queue's
+    memory of the pods (scheduler.gang.queuesort.QueueState), None in `simulate`."""
 
     name: str
 
-    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]: ...
+    def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]: ...
 
 
 @runtime_checkable
@@ -114,7 +120,16 @@ class ScorePlugin(Protocol):
 
 @runtime_checkable
 class VectorScorePlugin(Protocol):
-    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | None: ...
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int | None: ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Protocol):
+    """ScoreExtensions.NormalizeScore: the plugin's raw scores rescaled to 0..100 against `top`, the largest raw
+    score among the nodes that pass Filter (TaintToleration, NodeAffinity: only the maximum matters); its `score`
+    and `score_vector` give the raw figures."""
+
+    def normalize(self, scores: IntArray, top: int) -> IntArray: ...
 
 
 @runtime_checkable
@@ -128,10 +143,15 @@ class ReservePlugin(Protocol):
 
 @runtime_checkable
 class CyclePlugin(Protocol):
-    """Told around every cycle (koord-scheduler's BeforePreFilter/AfterPreFilter transformers: the Reservation
-    plugin lends an owner its matched reservations' resources there)."""
+    """Told around every cycle (koord-scheduler's PreFilter transformers): begin_cycle is BeforePreFilter (the
+    Reservation plugin matches an owner's reservations there), after_prefilter is AfterPreFilter's work (it lends
+    their resources to their nodes); both run before PreFilter, which reads no node (docs/decisions.md)."""
+
+    name: str
 
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None: ...
+
+    def after_prefilter(self, pod: JSON, cluster: Cluster) -> None: ...
 
     def end_cycle(self, pod: JSON, placed: Placement | None) -> None: ...
 

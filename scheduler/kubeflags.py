@@ -3,13 +3,16 @@
 `--enable-network-topology-manager=true`), plus `--leader-elect`, `--bind-address` and `--secure-port`.
 
 Each flag is either acted on (`--port` is the diagnosis/metrics port, `--v` the log level, the topology manager
-switch) or named once at start as accepted and not acted on; nothing given is silently ignored.
+switch, `--bind-address` the address of the secure and services ports, `--secure-port` with a --tls-cert-file) or
+named once at start as accepted and not acted on; nothing given is silently ignored.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+
+from scheduler.gang.model import parse_go_duration
 
 TRUE, FALSE = ("true", "t", "1", "yes"), ("false", "f", "0", "no")
 
@@ -24,15 +27,25 @@ def go_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (want true or false)")
 
 
+def go_duration(text: str) -> float:
+    """A Go duration flag (`5m`, `90s`) in seconds."""
+    got = parse_go_duration(text)
+    if got is None or got < 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (want a Go duration such as 5m or 30s)")
+    return got
+
+
 # flags koord-sched accepts as kube-scheduler does and does not act on: name → why
 NOT_ACTED_ON = {
     "authentication_skip_lookup": "--authentication-skip-lookup",
     "authentication_kubeconfig": "--authentication-kubeconfig",
     "authorization_kubeconfig": "--authorization-kubeconfig",
     "feature_gates": "--feature-gates",
-    "bind_address": "--bind-address",
-    "secure_port": "--secure-port",
 }
+# served only with a certificate (--tls-cert-file): koord-sched makes no self-signed one as kube-scheduler does
+SECURE_SERVING = {"secure_port": "--secure-port"}
+SECURE_PORT = 10259  # kube-scheduler's default secure port
+SERVICES_PORT = 10252  # the plugin services' own port in v0.7's release text
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -49,9 +62,17 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    help=argparse.SUPPRESS)
     p.add_argument("--authentication-kubeconfig", default=None, help=argparse.SUPPRESS)
     p.add_argument("--authorization-kubeconfig", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--pod-max-in-unschedulable-pods-duration", type=go_duration, default=None,
+                   dest="pod_max_in_unschedulable",
+                   help="how long an unschedulable pod waits for an event before it is tried again anyway (default "
+                        "5m, kube-scheduler's)")
     p.add_argument("--feature-gates", default=None, help="accepted; koord-sched has no feature gates")
-    p.add_argument("--bind-address", default=None, help="accepted; the secure port is not served")
-    p.add_argument("--secure-port", type=int, default=None, help="accepted; the secure port is not served")
+    p.add_argument("--bind-address", default=None,
+                   help="address of --secure-port and --services-port (default: all interfaces)")
+    p.add_argument("--secure-port", type=int, default=None,
+                   help=f"with --tls-cert-file: what --port serves, over HTTPS on this port (default {SECURE_PORT})")
+    p.add_argument("--services-port", type=int, default=None,
+                   help=f"the plugin services (/apis/v1/) alone on this port (default {SERVICES_PORT}; 0: none)")
 
 
 def log_level(ns: argparse.Namespace) -> int:
@@ -68,10 +89,22 @@ def diagnosis_addr(ns: argparse.Namespace) -> str:
     return ":10251"
 
 
+def secure_port(ns: argparse.Namespace) -> int:
+    return SECURE_PORT if ns.secure_port is None else int(ns.secure_port)
+
+
+def services_port(ns: argparse.Namespace) -> int:
+    """--services-port, else 10252; 0 means none."""
+    return SERVICES_PORT if ns.services_port is None else max(int(ns.services_port), 0)
+
+
 def not_acted_on(ns: argparse.Namespace) -> list[str]:
     """The flags given that koord-sched accepts and does nothing with, as `--flag=value`."""
     out = []
-    for attr, flag in NOT_ACTED_ON.items():
+    unused = dict(NOT_ACTED_ON)
+    if not getattr(ns, "tls_cert_file", None):
+        unused.update(SECURE_SERVING)
+    for attr, flag in unused.items():
         value = getattr(ns, attr, None)
         if value is not None:
             shown = str(value).lower() if isinstance(value, bool) else value

@@ -3,9 +3,10 @@
 
 kube-scheduler (`pkg/scheduler/metrics/metrics.go`): scheduler_framework_extension_point_duration_seconds,
 scheduler_plugin_execution_duration_seconds, scheduler_schedule_attempts_total, scheduler_pending_pods,
-scheduler_scheduling_attempt_duration_seconds — same labels and buckets. koord-scheduler
-(`pkg/scheduler/metrics/metrics.go`): scheduler_waiting_gang_group_number. Ours (no upstream equivalent):
-scheduler_gang_groups_total{result}, scheduler_device_allocations_total{device_type} and
+scheduler_scheduling_attempt_duration_seconds — same labels and buckets. As koord-scheduler v1.6's frameworkext,
+the plugin histogram also times the PreFilter transformers at extension_point BeforePreFilter and AfterPreFilter.
+koord-scheduler (`pkg/scheduler/metrics/metrics.go`): scheduler_waiting_gang_group_number. Ours (no upstream
+equivalent): scheduler_gang_groups_total{result}, scheduler_device_allocations_total{device_type} and
 scheduler_malformed_objects_total{kind} (API object versions skipped or counted conservatively as malformed).
 A Scheduler records only when its `metrics` is set (run and extender set it), so simulate and benchmarks pay
 nothing.
@@ -26,6 +27,7 @@ from scheduler import malformed
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROFILE = "default-scheduler"
 SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
+ERROR_STATUS = "Error"  # framework.Code Error's name, the status label of a plugin that failed with an error
 
 
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -88,8 +90,11 @@ class SchedulerMetrics:
         self.extension_point.labels(extension_point, "Success" if ok else "Unschedulable",
                                     self.profile).observe(seconds)
 
-    def plugin_run(self, plugin: str, extension_point: str, seconds: float, ok: bool = True) -> None:
-        self.plugin.labels(plugin, extension_point, "Success" if ok else "Unschedulable").observe(seconds)
+    def plugin_run(self, plugin: str, extension_point: str, seconds: float, ok: bool = True,
+                   status: str | None = None) -> None:
+        """`status` (a framework Code's name, e.g. "Error") overrides what `ok` says."""
+        label = status or ("Success" if ok else "Unschedulable")
+        self.plugin.labels(plugin, extension_point, label).observe(seconds)
 
     def attempt(self, result: str, seconds: float) -> None:
         self.attempts.labels(result, self.profile).inc()

@@ -35,7 +35,11 @@ from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.hint import SchedulingHint
 from scheduler.plugins.intree import DefaultBinder, PrioritySort
 from scheduler.plugins.loadaware import LoadAware
+from scheduler.plugins.nodeaffinity import NodeAffinity
+from scheduler.plugins.nodeports import NodePorts
+from scheduler.plugins.nodeunschedulable import NodeUnschedulable
 from scheduler.plugins.scarce import ScarceResourceAvoidance
+from scheduler.plugins.tainttoleration import TaintToleration
 from scheduler.reservation.plugin import ReservationPlugin
 
 P = TypeVar("P")
@@ -126,7 +130,9 @@ def _coscheduling(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -
 
 
 def _priority_sort(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
-    return PrioritySort()
+    # koord-scheduler takes any plugin with a NextPod as the queue's (frameworkext PluginFactoryProxy): Coscheduling
+    # has one from v1.7 on whenever the profile names it at some point; no feature gate or arg turns it on or off
+    return PrioritySort(gangs_together=any("Coscheduling" in names for names in cfg.points.values()))
 
 
 def _default_binder(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
@@ -135,6 +141,23 @@ def _default_binder(cfg: SchedulerConfig, name: str, made: Made, simulate: bool)
 
 def _hint(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
     return SchedulingHint()
+
+
+def _unschedulable(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return NodeUnschedulable()
+
+
+def _taints(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return TaintToleration(cfg.weight(name))
+
+
+def _node_affinity(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    a = cfg.plugin_args(name)
+    return NodeAffinity(a.added_required, a.added_preferred, cfg.weight(name))
+
+
+def _node_ports(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return NodePorts()
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,10 @@ class Entry:
 
 # In build order: a factory may use the plugins made before it.
 REGISTRY: dict[str, Entry] = {
+    "NodeUnschedulable": Entry(_unschedulable),
+    "TaintToleration": Entry(_taints),
+    "NodeAffinity": Entry(_node_affinity),
+    "NodePorts": Entry(_node_ports),
     "Reservation": Entry(_reservation),
     "DeviceShare": Entry(_deviceshare),
     "NodeNUMAResource": Entry(_numa),

@@ -24,14 +24,18 @@ from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.elasticquota.revoke import OverUseMonitor
 from scheduler.elasticquota.status import status_patch
+from scheduler.events import SchedulingEvents
 from scheduler.eviction import Evictor
 from scheduler.extender import CONFIGMAPS, SOURCES
 from scheduler.framework import Assumed, Scheduler
-from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS
+from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, collect_gangs, gang_groups, gang_id_of
 from scheduler.gang.planner import plan_jobs_detail
+from scheduler.gang.plugin import Coscheduling
 from scheduler.gang.topology import cluster_tree
 from scheduler.interfaces import Placement
 from scheduler.metrics import SchedulerMetrics
+from scheduler.queue.hints import table
+from scheduler.queue.pending import MAX_IN_UNSCHEDULABLE_SECONDS, SchedulingQueue
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.reservation.plugin import ReservationPlugin
 
@@ -71,15 +75,18 @@ class BindFailure:
 
 
 class SecondaryScheduler:
-    """Snapshot → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit. With `watch` the
-    cluster cache is fed by list + watch and a steady cycle makes no list request; what a cycle bound stays
-    assumed in the cache until the watch shows it (docs/decisions.md, "schedcache"). Without it every cycle
-    re-lists the cache first (tests that change the API double between cycles and expect the next to see it)."""
+    """Snapshot → the pending pods due this cycle, in queueSort order (scheduler.queue: a pod that failed waits
+    for an event that can help it) → plan (plan_jobs: all-or-nothing gangs, topology plans) → bind each unit.
+    With `watch` the cluster cache is fed by list + watch and a steady cycle makes no list request; what a cycle
+    bound stays assumed in the cache until the watch shows it (docs/decisions.md, "schedcache"). Without it every
+    cycle re-lists the cache first (tests that change the API double between cycles and expect the next to see
+    it)."""
 
     def __init__(self, client: KubeClient, scheduler_name: str, profile_factory: Callable[[Cluster], Scheduler], *,
                  default_timeout: float = DEFAULT_TIMEOUT_SECONDS, set_conditions: bool = True,
                  enable_preemption: bool = False, write_quota_status: bool = True,
-                 write_topology_status: bool = True, watch: bool = False) -> None:
+                 write_topology_status: bool = True, watch: bool = False, queueing_hints: bool = True,
+                 max_unschedulable: float = MAX_IN_UNSCHEDULABLE_SECONDS, record_events: bool = False) -> None:
         self.client = client
         self.watch = watch
         self.write_topology_status = write_topology_status
@@ -95,6 +102,7 @@ class SecondaryScheduler:
         self.profile_factory = profile_factory
         self.default_timeout = default_timeout
         self.set_conditions = set_conditions
+        self.events = SchedulingEvents(client, scheduler_name) if record_events else None
         self.cache = ClusterCache(client, run_sources(scheduler_name))
         self.scheduler: Scheduler | None = None  # of the last cycle, with what it bound assumed
         self.failures: list[BindFailure] = []  # of the last cycle
@@ -105,6 +113,10 @@ class SecondaryScheduler:
         self.revoke_monitor: OverUseMonitor | None = None  # kept across cycles (each cycle builds a new plugin)
         self._last_revoke = -math.inf
         self.revoked: list[tuple[str, str]] = []  # (quota, pod) evicted for over-use in the last cycle
+        # the pending queue across cycles (scheduler.queue): None tries every pending pod every cycle
+        self.queue = SchedulingQueue(table(False), {s.store: s.kind for s in self.cache.sources}, PENDING,
+                                     next(s.store for s in self.cache.sources if s.assigned_only),
+                                     max_unschedulable=max_unschedulable) if queueing_hints else None
 
     # -- the cluster ------------------------------------------------------------------------------------------
     def pending(self, pods: list[JSON]) -> list[JSON]:
@@ -136,6 +148,8 @@ class SecondaryScheduler:
         if self.watch and not self.cache.wait_synced():
             raise KoordletError("the cluster cache has not listed every collection yet")
         _, by_store = self.cache.snapshot()
+        if self.queue is not None:
+            self.queue.observe(by_store)
         pods = self.pending(by_store.pop(PENDING))
         cluster = build_cluster(o for objects in by_store.values() for o in objects)
         bound = {k for n in cluster.nodes.values() for k in n.pods}
@@ -163,6 +177,8 @@ class SecondaryScheduler:
         self.failures, self.preempted, self.preemption_errors = [], [], []
         sched = self.profile_factory(cluster)
         sched.metrics = self.metrics
+        if self.queue is not None:  # v1.5/v1.6's Coscheduling (the queueSort) registers events v1.7's does not
+            self.queue.hints = table(isinstance(sched.profile.queue_sort, Coscheduling))
         self.scheduler, self.pending_pods = sched, pods
         self._write_topology_status(cluster)
         resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
@@ -192,13 +208,17 @@ class SecondaryScheduler:
                     log.warning("pre-allocating %s to Reservation %s: %s", key(pod), r.name, e)
             r.pre_allocated.clear()
 
-    def _pods(self, sched: Scheduler, cluster: Cluster, pods: list[JSON]) -> list[Placement]:
+    def _pods(self, sched: Scheduler, cluster: Cluster, pending: list[JSON]) -> list[Placement]:
+        pods, unit_of = pending, self._units(pending, cluster)
+        if self.queue is not None:
+            sched.admit_pending(pending)  # every pending pod counts in its quota, tried this cycle or not
+            pods = self.queue.due(pending, unit_of)
         if not pods:
             self._write_quota_status(sched)
             self._revoke_over_use(sched)
-            self._record(0, 0)
+            self._record(len(pending), 0)
             return []
-        pods = sched.order(pods)  # the profile's queueSort
+        pods = sched.order(pods, self.queue.state if self.queue is not None else None)  # the profile's queueSort
         by_key = {key(p): p for p in pods}
         placements, planner = plan_jobs_detail(sched, pods, enable_preemption=self.enable_preemption,
                                                default_timeout=self.default_timeout)
@@ -215,14 +235,27 @@ class SecondaryScheduler:
                 self._unschedulable(by_key[p.pod], p.reason)
             else:
                 self._reported.pop(p.pod, None)
+        if self.queue is not None:
+            self.queue.record(placements, {k for f in self.failures for k in f.rolled_back}, unit_of, by_key)
         self._write_quota_status(sched)
         self._revoke_over_use(sched)
-        self._record(sum(1 for p in placements if p.node is None), planner.rejected_groups)
+        self._record(len(pending) - sum(1 for p in placements if p.node is not None), planner.rejected_groups)
         return placements
 
+    @staticmethod
+    def _units(pods: list[JSON], cluster: Cluster) -> Callable[[JSON], str]:
+        """pod → its unit in the queue: its GangGroup's id, or its own key."""
+        groups = gang_groups(collect_gangs(pods, cluster))
+
+        def unit(pod: JSON) -> str:
+            gid = gang_id_of(pod)
+            return key(pod) if gid is None else groups[gid].id if gid in groups else gid
+
+        return unit
+
     def _record(self, unschedulable: int, waiting_groups: int) -> None:
-        """scheduler_pending_pods and the waiting GangGroups after a cycle: every pod not bound waits for the next
-        cycle (our 'unschedulable' queue); nothing stays in active or backoff between cycles."""
+        """scheduler_pending_pods and the waiting GangGroups after a cycle: every pod not bound waits (our
+        'unschedulable' queue, scheduler.queue); nothing stays in active or backoff between cycles."""
         if self.metrics is None:
             return
         self.metrics.pending.labels("unschedulable").set(unschedulable)
@@ -319,6 +352,8 @@ class SecondaryScheduler:
         result = self.binder.bind(sched, targets, sched.release)
         for m in result.bound:  # counted on their node by the next cycles until the watch shows them there
             self.cache.assume(m.assumed.pod, m.assumed.node, m.assumed.annotations)
+            if self.events is not None:
+                self.events.scheduled(m.assumed.pod, m.assumed.node)
         if not result.error:
             return
         undone = {m.key for m in result.rolled_back}
@@ -337,9 +372,11 @@ class SecondaryScheduler:
 
     def _unschedulable(self, pod: JSON, reason: str) -> None:
         k = key(pod)
-        if self._reported.get(k) != reason:
+        if self._reported.get(k) != reason:  # one Event per reason, not one per cycle (docs/decisions.md)
             self._reported[k] = reason
             log.info("%s unschedulable: %s", k, reason)
+            if self.events is not None:
+                self.events.failed(pod, reason)
         if not self.set_conditions:
             return
         conditions = (pod.get("status") or {}).get("conditions") or []

@@ -1,7 +1,9 @@
 """The diagnosis API (frameworkext/services): plugin state under /apis/v1/, and the /debug/flags setters.
 
 Routes keep upstream's gin patterns, so `GET /apis/v1/__services__` lists them the same way; the state comes from
-the scheduler of the last cycle (`koord-sched run`) or the live one (`extender`), read under its lock.
+the scheduler of the last cycle (`koord-sched run`) or the live one (`extender`), read under its lock. As upstream's
+handler, /apis/v1/ answers 503 on a candidate that does not lead; a services-only API (v0.7's own port) serves
+/apis/v1/ and nothing else.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -26,6 +28,9 @@ from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.framework import Scheduler
 from scheduler.gang.model import Gang, collect_gangs, gang_from_pod, gang_groups, gang_id_of
 from scheduler.metrics import CONTENT_TYPE, SchedulerMetrics
+from scheduler.numa.plugin import NodeNUMAResource
+from scheduler.numa.service import available_cpus, cpu_topology_options
+from scheduler.tlsserve import TLSHTTPServer
 
 log = logging.getLogger(__name__)
 BASE = "/apis/v1"
@@ -49,20 +54,37 @@ class DiagnosisAPI:
         ("GET", f"{PLUGINS}/DeviceShare/nodeDeviceSummaries/:name"),
         ("GET", f"{PLUGINS}/ElasticQuota/quotas"),
         ("GET", f"{PLUGINS}/ElasticQuota/quotas/:name"),
+        # v1.7's plugin_service.go, then the older order (`cpuTopologyOptions/<node>`) v0.7's text shows, also under
+        # the plugin name as that text spells it; a literal segment first, as gin matches it before a parameter
+        ("GET", f"{PLUGINS}/{NodeNUMAResource.name}/cpuTopologyOptions/:nodeName"),
+        ("GET", f"{PLUGINS}/{NodeNUMAResource.name}/availableCPUs/:nodeName"),
+        ("GET", f"{PLUGINS}/NodeNUMAResources/cpuTopologyOptions/:nodeName"),
+        ("GET", f"{PLUGINS}/NodeNUMAResources/availableCPUs/:nodeName"),
+        ("GET", f"{PLUGINS}/{NodeNUMAResource.name}/:nodeName/cpuTopologyOptions"),
+        ("GET", f"{PLUGINS}/{NodeNUMAResource.name}/:nodeName/availableCPUs"),
     )
 
-    def __init__(self, state: StateSource, metrics: SchedulerMetrics | None = None) -> None:
+    def __init__(self, state: StateSource, metrics: SchedulerMetrics | None = None,
+                 is_leader: Callable[[], bool] | None = None, services_only: bool = False) -> None:
         self.state = state
         self.metrics = metrics  # served at /metrics when set
+        self.is_leader = is_leader  # None: always answer (the extender, a single `run`)
+        self.services_only = services_only
 
     def handles(self, path: str) -> bool:
         p = urlsplit(path).path
+        if self.services_only:
+            return p.startswith(BASE + "/")
         return p.startswith(BASE + "/") or p == "/debug/flags" or p.startswith("/debug/flags/") or (
             p == "/metrics" and self.metrics is not None)
 
     def serve(self, method: str, raw_path: str, body: bytes = b"") -> Response:
         url = urlsplit(raw_path)
         path, query = url.path.rstrip("/") or "/", {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if not self.handles(path + "/" if path == BASE else path):
+            return _error(404, f"no such API: {path}")
+        if path.startswith(BASE + "/") and self.is_leader is not None and not self.is_leader():
+            return _error(503, "the instance is not leader")
         if path == "/metrics" and self.metrics is not None:
             return 200, CONTENT_TYPE, self.metrics.exposition()
         if path == "/debug/flags":
@@ -103,6 +125,8 @@ class DiagnosisAPI:
                 return _error(503, "The component is initializing and temporarily unavailable")
             if "/nodes/" in pattern:
                 return self._node(sched, params["nodeName"])
+            if "NodeNUMAResource" in pattern:
+                return self._numa(sched, params["nodeName"], "availableCPUs" in pattern)
             if "ElasticQuota" in pattern:
                 return self._quota(sched, params.get("name"), query)
             if "DeviceShare" in pattern:
@@ -118,6 +142,17 @@ class DiagnosisAPI:
         return 200, "application/json", {
             "node": node.obj, "pods": sorted(node.pods), "requested": resource_json(node.requested),
             "allocatable": resource_json(node.allocatable), "remaining": resource_json(remaining)}
+
+    @staticmethod
+    def _numa(sched: Scheduler, name: str, available: bool) -> Response:
+        plugin = sched.plugin(NodeNUMAResource.name, NodeNUMAResource)
+        if plugin is None:
+            return _error(404, f"plugin {NodeNUMAResource.name} is not enabled")
+        node = sched.cluster.nodes.get(name)
+        if node is None:
+            return _error(404, f"cannot find node {name}")
+        return 200, "application/json", available_cpus(plugin, node) if available else cpu_topology_options(plugin,
+                                                                                                             node)
 
     @staticmethod
     def _quota(sched: Scheduler, name: str | None, query: dict[str, str]) -> Response:
@@ -251,9 +286,7 @@ def send(handler: BaseHTTPRequestHandler, status: int, ctype: str, payload: obje
     handler.wfile.write(data)
 
 
-class DiagnosisServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class DiagnosisServer(TLSHTTPServer):
     def __init__(self, address: tuple[str, int], api: DiagnosisAPI) -> None:
         super().__init__(address, _Handler)
         self.api = api

@@ -5,7 +5,7 @@ from __future__ import annotations
 # Upstream: apis/extension/device_share.go, apis/extension/constants.go.
 
 # Device CR (and node) labels koordlet writes
-LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"  # nvidia, huawei, cambricon
+LABEL_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"  # nvidia, huawei, cambricon, metax
 LABEL_GPU_MODEL = "node.koordinator.sh/gpu-model"
 LABEL_GPU_DRIVER_VERSION = "node.koordinator.sh/gpu-driver-version"
 LABEL_GPU_PARTITION_POLICY = "node.koordinator.sh/gpu-partition-policy"  # Prefer or Honor
@@ -23,6 +23,10 @@ ANNOTATION_GPU_PARTITION_SPEC = "scheduling.koordinator.sh/gpu-partition-spec"
 # pod annotations the scheduler writes for device plugins besides device-allocated
 ANNOTATION_BIND_TIMESTAMP = "scheduling.koordinator.sh/bind-timestamp"
 ANNOTATION_GPU_MINORS = "scheduling.koordinator.sh/gpu-minors"
+# MetaX's device plugin: the pod's GPUs/sGPUs as [[{"uuid", "compute", "vRam" (MiB)}]] (one list per container; the
+# scheduler writes one), and the node lock (HAMi's key, adopted by MetaX) held until the plugin has read it
+ANNOTATION_METAX_GPU_DEVICES_ALLOCATED = "metax-tech.com/gpu-devices-allocated"
+ANNOTATION_HAMI_NODE_LOCK = "hami.io/mutex.lock"
 
 # Device CR entry labels koordlet writes for an RDMA NIC (its PF) and, agreed over its VFs, the VFs' settings
 LABEL_RDMA_NETDEV = "node.koordinator.sh/rdma-netdev"

@@ -1,10 +1,11 @@
-"""Node annotations and labels Koordinator's components exchange: reserved resources, raw allocatable, CPU
-normalization and the per-node colocation strategy."""
+"""Node annotations and labels Koordinator's components exchange: reserved resources, raw allocatable, resource
+amplification, CPU normalization and the per-node colocation strategy."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +24,10 @@ from apis.extension.resource_status import CPUSetError, parse_cpuset
 ANNOTATION_NODE_RESERVATION = "node.koordinator.sh/reservation"
 # CPUs for SYSTEM QoS pods: {"cpuset": "0-1", "cpusetExclusive": true}
 ANNOTATION_SYSTEM_QOS_RESOURCE = "node.koordinator.sh/system-qos-resource"
-# the allocatable before resource amplification, as a ResourceList
+# the allocatable before resource amplification, as a ResourceList (koord-manager's node webhook writes it)
 ANNOTATION_NODE_RAW_ALLOCATABLE = "node.koordinator.sh/raw-allocatable"
+# per-resource amplification ratios, a JSON object of numbers: {"cpu": 1.5, "memory": 1.2}
+ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO = "node.koordinator.sh/resource-amplification-ratio"
 ANNOTATION_CPU_NORMALIZATION_RATIO = "node.koordinator.sh/cpu-normalization-ratio"
 
 # the node's own colocation strategy (a JSON ColocationStrategy) and the labels overriding single thresholds
@@ -104,6 +107,50 @@ def decode_node_raw_allocatable(text: str) -> dict[str, str] | None:
     it; None for `null` (a nil list); AnnotationError names the bad entry."""
     doc = _load(text)
     return None if doc is None else _resources(doc, "")
+
+
+def decode_amplification_ratios(text: str) -> dict[str, float]:
+    """GetNodeResourceAmplificationRatios: the annotation as json.Unmarshal reads a map of float64 ratios (`null`
+    is no ratios, a `null` ratio is 0, a later duplicate key wins); AnnotationError names the bad entry."""
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise AnnotationError("", f"invalid JSON: {e}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise AnnotationError("", "must be a JSON object of ratios")
+    out: dict[str, float] = {}
+    for name, ratio in doc.items():
+        if ratio is None:
+            ratio = 0.0
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float):
+            raise AnnotationError(name, f"must be a number, not {ratio!r}")
+        value = float(ratio)
+        if not math.isfinite(value):  # Go: a number out of float64's range does not unmarshal
+            raise AnnotationError(name, f"{ratio!r} is out of range")
+        out[name] = value
+    return out
+
+
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
+
+
+def cpu_normalization_ratio(node: JSON | None) -> tuple[float | None, str | None]:
+    """GetCPUNormalizationRatio: (the annotation as a float, None) when valid; (None, None) without a node or the
+    annotation; (None, why) when it does not parse or is <= 0."""
+    if node is None:
+        return None, None
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO) if isinstance(annotations, dict) else None
+    if text is None:
+        return None, None
+    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
+        return None, f"{text!r} is not a number"
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        return None, f"illegal cpu normalization ratio: {text}"
+    return value, None
 
 
 def _load(text: str) -> Any:

@@ -25,13 +25,10 @@
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 
 from apis.core.errors import HostReadError, PlanError
-from apis.core.objects import JSON
-from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO, cpu_normalization_ratio
 from apis.slo.types import CPU_SUPPRESS_CFS_QUOTA, NodeSLOSpec
 from koordlet.host.paths import HostPaths
 from koordlet.host.resources import CFS_BASE_PERIOD_US, cpu_max, resource_path, shares_to_weight
@@ -51,7 +48,6 @@ from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
 from koordlet.states.model import PodMeta
 
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # strconv.ParseFloat's decimal form
 _TERMINATED = ("Succeeded", "Failed")
 
 
@@ -71,25 +67,8 @@ def read_facts(state: QoSState, *, steady: SteadyFacts | None = None) -> BatchFa
         # cpuqos cannot tell either and plans nothing; pods it idled before may still be idle, and a shares write
         # to an idle cgroup fails, while a skipped one leaves kubelet's value: assume cpu.idle.
         cpu_idle = True
-    ratio, error = normalization_ratio(state.node)
+    ratio, error = cpu_normalization_ratio(state.node)
     return BatchFacts(cpu_idle, ratio, error)
-
-
-def normalization_ratio(node: JSON | None) -> tuple[float | None, str | None]:
-    """apis/extension GetCPUNormalizationRatio: the annotation as a float; absent is None; unparsable or <= 0 is an
-    error."""
-    if node is None:
-        return None, None
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(ANNOTATION_CPU_NORMALIZATION_RATIO) if isinstance(annotations, dict) else None
-    if text is None:
-        return None, None
-    if not isinstance(text, str) or not _FLOAT.fullmatch(text):
-        return None, f"{text!r} is not a number"
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        return None, f"illegal cpu normalization ratio: {text}"
-    return value, None
 
 
 def cfs_quota_enabled(nodeslo: NodeSLOSpec | None) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.nodeaffinity import AffinityError, NodeSelector, Preferred, preferred_terms
 from apis.core.objects import JSON
 from apis.extension.resources import (
     RESOURCE_FPGA,
@@ -320,6 +321,31 @@ def balanced_allocation_args(raw: Mapping[str, object], where: str) -> BalancedA
     return BalancedAllocationArgs(resources or BalancedAllocationArgs.resources)
 
 
+@dataclass(frozen=True)
+class NodeAffinityArgs:
+    """kube-scheduler's NodeAffinityArgs: addedAffinity, applied to every pod of the profile."""
+
+    added_required: NodeSelector | None = None
+    added_preferred: tuple[Preferred, ...] = ()
+
+
+def node_affinity_args(raw: Mapping[str, object], where: str) -> NodeAffinityArgs:
+    check_keys(raw, (*TYPE_FIELDS, "addedAffinity"), where)
+    added = raw.get("addedAffinity")
+    if added is None:
+        return NodeAffinityArgs()
+    w = f"{where}.addedAffinity"
+    a = mapping(added, w)
+    check_keys(a, ("requiredDuringSchedulingIgnoredDuringExecution",
+                   "preferredDuringSchedulingIgnoredDuringExecution"), w)
+    try:
+        required = a.get("requiredDuringSchedulingIgnoredDuringExecution")
+        return NodeAffinityArgs(NodeSelector.of(required) if required is not None else None,
+                                preferred_terms(a.get("preferredDuringSchedulingIgnoredDuringExecution")))
+    except AffinityError as e:
+        raise ConfigError(f"{w}: {e}") from None
+
+
 @dataclass
 class DefaultPreemptionArgs:
     min_candidate_nodes_percentage: int = 10
@@ -434,6 +460,7 @@ ARGS: dict[str, ArgsType] = {
                                                 balanced_allocation_args),
     "DefaultPreemption": ArgsType("DefaultPreemptionArgs", PREEMPTION_FIELDS, default_preemption_args),
     "NodeNUMAResource": ArgsType("NodeNUMAResourceArgs", NUMA_FIELDS, node_numa_resource_args),
+    "NodeAffinity": ArgsType("NodeAffinityArgs", ("addedAffinity",), node_affinity_args),
 }
 
 

@@ -59,6 +59,14 @@ _OURS = (
     PluginInfo("DefaultPreemption", (POST_FILTER,), (POST_FILTER,), LATER,
                "pod-level preemption of lone pods is not implemented by koord-sched (a lone pod no "
                "node takes stays pending); gangs use Coscheduling's job preemption, owners Reservation's"),
+    # kube-scheduler's node plugins, in its default profile (multiPoint) and so in koord-scheduler's:
+    # after the plugins a file enables at a point, as kube's multiPoint expansion orders them
+    PluginInfo("NodeUnschedulable", (FILTER,), (FILTER,)),
+    PluginInfo("NodeName", (FILTER,), (FILTER,), NOOP,
+               "a pod with spec.nodeName is bound already; koord-sched never takes one"),
+    PluginInfo("TaintToleration", (FILTER, PRE_SCORE, SCORE), (FILTER, PRE_SCORE, SCORE)),
+    PluginInfo("NodeAffinity", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
+    PluginInfo("NodePorts", (PRE_FILTER, FILTER), (PRE_FILTER, FILTER)),
 )
 # kube-scheduler's volume and DRA plugins: koord-sched reads no PersistentVolume(Claim), StorageClass, CSINode or
 # ResourceClaim, so on the objects it schedules they have nothing to check: accepted as no-ops (docs/decisions.md).
@@ -71,8 +79,7 @@ _KUBE_NOOP = tuple(PluginInfo(n, pts, (), NOOP, "koord-sched reads no volumes or
                                                         RESERVE, PRE_BIND))))
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
 # They can change where a pod goes on our objects (taints, affinity, ports, spread, images), so enabling one is refused.
-_KUBE = ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "PodTopologySpread",
-         "InterPodAffinity", "ImageLocality")
+_KUBE = ("PodTopologySpread", "InterPodAffinity", "ImageLocality")
 _KOORD = ("ElasticQuotaV2",)
 # kube-scheduler's default (multiPoint) plugins: in every profile unless disabled, so their pluginConfig is legal
 KUBE_DEFAULTS = frozenset(("SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeName", "TaintToleration",
@@ -85,8 +92,10 @@ PLUGINS: dict[str, PluginInfo] = {p.name: p for p in (*_OURS, *_KUBE_NOOP)}
 for _n in (*_KUBE, *_KOORD):
     PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
 
-# score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1)
-DEFAULT_WEIGHTS = {"LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
+# score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1; kube-scheduler's
+# defaults give TaintToleration 3 and NodeAffinity 2)
+DEFAULT_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2,
+                   "LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
                    "Coscheduling": 1}
 
 

@@ -44,6 +44,7 @@ from scheduler.deviceshare.vendors import (
     LOCK_KEYS,
     VENDOR_CAMBRICON,
     VENDOR_HUAWEI,
+    VENDOR_METAX,
     Adapted,
     adapt,
     check,
@@ -59,7 +60,8 @@ from scheduler.rowcache import by_rows
 
 log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
-_ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON)  # whose device plugins need the adapter's annotations
+# whose device plugins need the adapter's annotations
+_ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON, VENDOR_METAX)
 
 
 def _utcnow() -> dt.datetime:
@@ -460,7 +462,7 @@ class DeviceShare:
         annotations = {ANNOTATION_DEVICE_ALLOCATED: encode_allocations(allocs, st.ids)}
         vendor, model = self._model(node)
         if self._adapts(pod, vendor):
-            adapted = adapt(pod, node.name, allocs, vendor, model, self.clock())
+            adapted = adapt(pod, node.name, allocs, vendor, model, self.clock(), st.ids)
             annotations.update(adapted.annotations)
             if adapted.labels or adapted.node_annotations:
                 self._prebind[key(pod)] = adapted

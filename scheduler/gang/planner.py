@@ -45,6 +45,8 @@ from scheduler.interfaces import Placement, Unschedulable
 
 log = logging.getLogger(__name__)
 
+GANG_PLUGINS = frozenset((COSCHEDULING,))  # a gang check failed (admission, Permit): Coscheduling is to blame
+
 
 def _offer_slots(sched: Scheduler, pods: list[JSON], nodes: list[str]) -> tuple[dict[str, int], str]:
     """OfferSlot per node: how many of the pods (in order) pass every Filter on that node alone (step 1)."""
@@ -122,10 +124,11 @@ class Planner:
         self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
         self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
         self.rejected_groups = 0  # GangGroups left waiting this plan
+        self.blame: frozenset[str] = frozenset()  # the plugins the last rejected group's failure is put down to
 
-    def fail_all(self, pods: list[JSON], reason: str) -> None:
+    def fail_all(self, pods: list[JSON], reason: str, plugins: frozenset[str] = frozenset()) -> None:
         for p in pods:
-            self.results.setdefault(key(p), Placement(key(p), None, reason=reason))
+            self.results.setdefault(key(p), Placement(key(p), None, reason=reason, plugins=plugins))
 
     def admit(self, group: GangGroup, once: bool) -> str | None:
         """PreFilter's basic gang check; skipped for once-satisfied gangs of a group that was satisfied once."""
@@ -166,8 +169,9 @@ class Planner:
         """PreFilter's gang check, every member assumed, then Permit: all of them stamped, or all released."""
         pending = group.pending
         if self.cos.admission and (why := self.admit(group, once)) is not None:
-            self.fail_all(pending, why)
+            self.fail_all(pending, why, GANG_PLUGINS)
             return
+        self.blame = frozenset()
         raw_spec = next((g.topology_spec for g in group.gangs if g.topology_spec), None)
         topo = self.tree is not None and raw_spec is not None
         held: list[Assumed] = []
@@ -181,6 +185,7 @@ class Planner:
                     self.sched.metrics.gang_groups.labels("permitted").inc()
                 return
             g = short[0]
+            self.blame = GANG_PLUGINS
             failure = (f'GangGroup "{group.id}" gets rejected: gang "{g.id}" has {waiting[g.id]} waiting pod(s) '
                        f"and {g.bound} running, minMember {g.min_member} ({g.match_policy}), "
                        f"timed out after {g.wait_seconds:g}s")
@@ -195,7 +200,7 @@ class Planner:
         if self.enable_preemption and all(g.mode != GANG_MODE_NON_STRICT for g in group.gangs):
             note = self.preempt(group, raw_spec if topo else None)
             failure = f"{failure.rstrip('.')}. preemption: {note}"
-        self.fail_all(pending, failure)
+        self.fail_all(pending, failure, self.blame)
 
     def place_members(self, group: GangGroup, held: list[Assumed]) -> str | None:
         """Members back to back; Strict: the first failure rejects the group, NonStrict: later members go on."""
@@ -209,8 +214,10 @@ class Planner:
                 reason = (f'GangGroup "{group.id}" gets rejected due to member Pod "{key(pod)}" is unschedulable '
                           f'with reason "{p.reason}", alreadyWaitForBound: {len(held)}')
                 if g.mode != GANG_MODE_NON_STRICT:
+                    self.blame = p.plugins  # the member's own rejection is the group's
                     return reason
-                self.results[key(pod)] = Placement(key(pod), None, reason=p.reason)  # NonStrict keeps the waiting
+                self.results[key(pod)] = Placement(key(pod), None, reason=p.reason,  # NonStrict keeps the waiting
+                                                   plugins=p.plugins)
         return None
 
     def place_topology(self, group: GangGroup, raw_spec: str | None, held: list[Assumed]) -> str | None:
@@ -467,7 +474,7 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
             continue
         if gid not in gangs:
             planner.results[k] = Placement(k, None, reason=f'gang "{gid}" not found: no PodGroup and no valid '
-                                                          f'{ANNOTATION_GANG_MIN_AVAILABLE}')
+                                                          f'{ANNOTATION_GANG_MIN_AVAILABLE}', plugins=GANG_PLUGINS)
             planner.attempted([pod], time.perf_counter())
             continue
         group = groups[gid]

@@ -16,8 +16,8 @@ import numpy as np
 from apis.core.objects import JSON
 from apis.scheduling.gang import ANNOTATION_NETWORK_TOPOLOGY_SELECTOR, MATCH_POLICY_ONCE_SATISFIED
 from scheduler.cluster import Cluster, NodeInfo
-from scheduler.gang.model import pod_priority
-from scheduler.gang.queuesort import coscheduling_order
+from scheduler.gang.model import collect_gangs, gang_groups, gang_id_of, pod_priority
+from scheduler.gang.queuesort import QueueState, coscheduling_order
 from scheduler.gang.topology import Domain, NetworkTopologySpec, TopologyTree, aggregate, cluster_tree
 from scheduler.nodeindex import IntArray, NodeIndex
 
@@ -44,9 +44,11 @@ class Coscheduling:
         self._tree: tuple[tuple[int, int, int], TopologyTree | None] | None = None
         self._ranked: tuple[Any, dict[str, int]] | None = None  # (pod, node → score) of the current pod
 
-    def order(self, pods: list[JSON], cluster: Cluster) -> list[JSON]:
+    def order(self, pods: list[JSON], cluster: Cluster, state: QueueState | None = None) -> list[JSON]:
         """queueSort (v1.5/v1.6 enable Coscheduling there): its Less over the pending pods."""
-        return coscheduling_order(pods, lambda p: pod_priority(p, cluster))
+        groups = gang_groups(collect_gangs(pods, cluster))
+        return coscheduling_order(pods, lambda p: pod_priority(p, cluster), state,
+                                  lambda p: groups[str(gang_id_of(p))].id if gang_id_of(p) in groups else "")
 
     def tree(self, cluster: Cluster) -> TopologyTree | None:
         stamp = (id(cluster), id(cluster.topologies[0]) if cluster.topologies else 0,

@@ -96,9 +96,11 @@ def as_json(result: PassResult) -> str:
     return json.dumps({"nodes": [{"node": o.node, "resources": {k: format_value(k, v) for k, v in
                                                                  sorted(o.resources.resources.items())},
                                   "status": o.plan.status, "labels": o.plan.labels, "reasons": o.plan.reasons,
-                                  "messages": o.resources.messages, **({"error": o.error} if o.error else {})}
+                                  "messages": o.resources.messages, **({"error": o.error} if o.error else {}),
+                                  **({"annotations": o.annotations} if o.annotations else {})}
                                  for o in result.nodes],
                        "statusWrites": result.status_writes, "labelWrites": result.label_writes,
+                       "annotationWrites": result.annotation_writes,
                        **({"configError": result.config_error} if result.config_error else {})}, indent=2) + "\n"
 
 

@@ -1,5 +1,6 @@
 """`koord-sched noderesource`: list nodes, pods, NodeMetrics, Devices and the colocation ConfigMap; write each
-node's extended resources through its status subresource (and its GPU labels) when they changed enough.
+node's extended resources through its status subresource (and its GPU labels) when they changed enough, and its
+resource amplification ratio annotation (scheduler.noderesource.amplification) when that changed.
 
 Upstream is event-driven (noderesource_controller.go Reconcile per node); this loop re-lists on an interval and
 reconciles every node, with upstream's per-node sync time (NodeSyncContext) and thresholds deciding the writes.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError, NotFound
 from apis.core.objects import JSON
+from scheduler.noderesource.amplification import AmplificationConfig, annotation_patch, parse_amplification_config
 from scheduler.noderesource.apply import Plan, label_patch, plan, status_patch
 from scheduler.noderesource.calculate import NodeResource, calculate
 from scheduler.noderesource.strategy import (
@@ -41,6 +43,7 @@ class NodeOutcome:
     resources: NodeResource
     plan: Plan
     error: str = ""
+    annotations: dict[str, str | None] = field(default_factory=dict)  # the amplification annotation to write
 
 
 @dataclass
@@ -48,6 +51,7 @@ class PassResult:
     nodes: list[NodeOutcome] = field(default_factory=list)
     status_writes: int = 0
     label_writes: int = 0
+    annotation_writes: int = 0
     errors: int = 0
     config_error: str = ""
 
@@ -72,6 +76,7 @@ class NodeResourceController:
         self.clock = clock
         self.dry_run = dry_run
         self.config: ColocationConfig | None = None  # the last valid one
+        self.amplification = AmplificationConfig()  # the last valid resource-amplification-config
         self.last_write: dict[str, float] = {}  # node → when its status was last written (NodeSyncContext)
         self._optional_missing: set[str] = set()
 
@@ -106,6 +111,10 @@ class NodeResourceController:
             cm: JSON | None = self.client.get(path)
         except NotFound:
             cm = None
+        try:
+            self.amplification = parse_amplification_config(cm)
+        except ConfigError as e:  # upstream keeps the old config and records an Event
+            log.error("resource amplification config refused, the previous one stays: %s", e)
         try:
             self.config = parse_config_map(cm)
         except ConfigError as e:
@@ -144,6 +153,7 @@ class NodeResourceController:
             elif not self.dry_run:
                 result.status_writes += bool(outcome.plan.status)
                 result.label_writes += bool(outcome.plan.labels)
+                result.annotation_writes += bool(outcome.annotations)
         live = {o.node for o in result.nodes}
         for gone in set(self.last_write) - live:
             del self.last_write[gone]
@@ -163,9 +173,13 @@ class NodeResourceController:
         expired = last is None or now - last > float(strategy["updateTimeThresholdSeconds"])
         p = plan(node, nr, strategy, expired)
         outcome = NodeOutcome(name, nr, p)
+        try:
+            outcome.annotations = annotation_patch(self.amplification, node) or {}
+        except ValueError as e:  # upstream: Calculate fails and the node keeps its annotation
+            log.warning("node %s: resource amplification not calculated: %s", name, e)
         if not p.status and expired:
             self.last_write[name] = now  # in sync: the node holds what a write would have written
-        if self.dry_run or p.empty:
+        if self.dry_run or (p.empty and not outcome.annotations):
             return outcome
         try:
             if p.status:
@@ -175,6 +189,9 @@ class NodeResourceController:
             if p.labels:
                 self.client.patch(f"{NODES}/{name}", label_patch(p))
                 log.info("node %s: labels %s", name, ", ".join(f"{k}={v}" for k, v in p.labels.items()))
+            if outcome.annotations:
+                self.client.patch(f"{NODES}/{name}", {"metadata": {"annotations": outcome.annotations}})
+                log.info("node %s: annotations %s", name, outcome.annotations)
         except KoordletError as e:
             outcome.error = str(e)
             log.warning("node %s: writing node resources failed (retried next pass): %s", name, e)
@@ -185,9 +202,10 @@ class NodeResourceController:
         while not stop.is_set():
             try:
                 result = self.run_once()
-                if result.status_writes or result.label_writes or result.errors:
-                    log.info("noderesource pass: %d nodes, %d status writes, %d label writes, %d errors",
-                             len(result.nodes), result.status_writes, result.label_writes, result.errors)
+                if result.status_writes or result.label_writes or result.annotation_writes or result.errors:
+                    log.info("noderesource pass: %d nodes, %d status writes, %d label writes, %d annotation writes, "
+                             "%d errors", len(result.nodes), result.status_writes, result.label_writes,
+                             result.annotation_writes, result.errors)
             except KoordletError as e:
                 log.warning("noderesource pass: %s", e)
             stop.wait(interval)

@@ -2,7 +2,8 @@
 
 A cluster directory taken from a live cluster already has them; one written by hand (or from a cluster without
 koord-manager) gets them computed from its Device CRs, NodeMetrics and `slo-controller-config` ConfigMap, never
-overriding a value the directory gives.
+overriding a value the directory gives. Likewise the resource amplification ratio annotation of a node that has
+none (from `resource-amplification-config` and the node's CPU normalization ratio), its allocatable then read again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections.abc import Iterable
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from scheduler.cluster import Cluster, quantity_value
+from apis.extension.node import ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO
+from scheduler.cluster import Cluster, node_allocatable, quantity_value
+from scheduler.noderesource.amplification import desired_annotation, parse_amplification_config
 from scheduler.noderesource.apply import desired, format_value
 from scheduler.noderesource.calculate import calculate, rfc3339_seconds
 from scheduler.noderesource.strategy import (
@@ -27,18 +30,54 @@ from scheduler.noderesource.strategy import (
 log = logging.getLogger(__name__)
 
 
-def config_of(objects: Iterable[JSON]) -> ColocationConfig:
-    """The colocation config of the `koordinator-system/slo-controller-config` ConfigMap among the objects; a bad
-    one is logged and the defaults are used."""
+def _config_map(objects: Iterable[JSON]) -> JSON | None:
     for o in objects:
         meta = o.get("metadata") or {}
         if o.get("kind") == "ConfigMap" and meta.get("name") == CONFIG_NAME and meta.get(
                 "namespace", CONFIG_NAMESPACE) == CONFIG_NAMESPACE:
-            try:
-                return parse_config_map(o)
-            except ConfigError as e:
-                log.warning("simulate: %s; using the default colocation config", e)
+            return o
+    return None
+
+
+def config_of(objects: Iterable[JSON]) -> ColocationConfig:
+    """The colocation config of the `koordinator-system/slo-controller-config` ConfigMap among the objects; a bad
+    one is logged and the defaults are used."""
+    cm = _config_map(objects)
+    if cm is not None:
+        try:
+            return parse_config_map(cm)
+        except ConfigError as e:
+            log.warning("simulate: %s; using the default colocation config", e)
     return ColocationConfig()
+
+
+def fill_amplification(cluster: Cluster, objects: Iterable[JSON]) -> list[str]:
+    """Give each node without a `resource-amplification-ratio` annotation the one koord-manager would write (its
+    allocatable is read again, amplified); returns the nodes given one. A bad config or ratio is logged."""
+    try:
+        config = parse_amplification_config(_config_map(objects))
+    except ConfigError as e:
+        log.warning("simulate: %s; no resource amplification computed", e)
+        return []
+    given: list[str] = []
+    for name, info in cluster.nodes.items():
+        if ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO in ((info.obj.get("metadata") or {}).get("annotations") or {}):
+            continue
+        try:
+            value = desired_annotation(config, info.obj)
+        except ValueError as e:
+            log.warning("simulate: node %s: resource amplification not calculated: %s", name, e)
+            continue
+        if value is None:
+            continue
+        info.obj.setdefault("metadata", {}).setdefault("annotations", {})[
+            ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO] = value
+        info.allocatable = node_allocatable(info.obj)
+        given.append(name)
+    if given:
+        log.info("simulate: resource amplification ratios computed as koord-manager would write them on %d node(s)",
+                 len(given))
+    return given
 
 
 def fill_missing(cluster: Cluster, config: ColocationConfig, *, sync_gpu_shared: bool = False) -> dict[str, list[str]]:

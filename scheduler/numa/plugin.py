@@ -4,7 +4,8 @@ Upstream pkg/scheduler/plugins/nodenumaresource (Filter, Reserve, PreBind) with 
 frameworkext/topologymanager. Filter merges the hints and remembers the NUMA affinity per (pod, node); DeviceShare
 asks `affinity()` so the pod's GPUs and RDMA VFs come from the same NUMA node(s); Reserve picks the cpuset and
 splits cpu and memory over the affinity's NUMA nodes into `scheduling.koordinator.sh/resource-status`, the format
-koordlet's CPUSetAllocator reads (apis/extension/resource_status.py).
+koordlet's CPUSetAllocator reads (apis/extension/resource_status.py). On a node with resource amplification
+(scheduler.amplification) cpuset-bound CPUs count amplified and each NUMA node's resources are amplified, as upstream.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.errors import AnnotationError
 from apis.extension.numa_aware import (
     ANNOTATION_NUMA_TOPOLOGY_SPEC,
     ANNOTATION_RESOURCE_SPEC,
@@ -33,6 +35,16 @@ from apis.extension.qos import QOS_LSE, QOS_LSR, koord_qos_class
 from apis.extension.resource_status import (
     ANNOTATION_RESOURCE_STATUS,
     encode_resource_status,
+)
+from scheduler.amplification import (
+    ERR_INSUFFICIENT_AMPLIFIED_CPU,
+    ERR_INVALID_CPU_AMPLIFICATION_RATIO,
+    amplified_cpuset_milli,
+    amplify,
+    amplify_resources,
+    cpu_ratio,
+    node_ratios,
+    ratio_text,
 )
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.interfaces import NUMAHintProvider, ReservationLender, Unschedulable
@@ -151,6 +163,8 @@ class NodeNUMAResource:
         self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
         self._policy_rows: list[int] = []
+        self._amplified_set: set[int] = set()  # rows whose node carries a resource amplification annotation
+        self._amplified_rows: list[int] = []
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
         self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
         self.deviceshare: NUMAHintProvider | None = None  # DeviceShare, when its devices are aligned (align_devices)
@@ -269,10 +283,53 @@ class NodeNUMAResource:
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         self._track(node_index(cluster))
         self._affinity.pop((key(pod), node.name), None)
+        s = self.spec(pod)
+        why = s.problem or self._amplified_why(s, node)
+        if why:
+            return why
         why, aligned, mask = self._decide(pod, node)
         if why is None and aligned:
             self._affinity[(key(pod), node.name)] = mask
         return why
+
+    def _amplified_why(self, s: PodNUMA, node: NodeInfo) -> str | None:
+        """filterAmplifiedCPUs: on a node amplifying CPU, the pod's cpu (amplified when it binds CPUs) must fit
+        allocatable − requested with the node's cpuset-bound CPUs counted amplified. Not memoised: it moves with
+        every pod placed on the node."""
+        if s.cpu <= 0:
+            return None
+        ratio = cpu_ratio(node.obj)
+        if ratio is None:
+            return ERR_INVALID_CPU_AMPLIFICATION_RATIO
+        if ratio <= 1:
+            return None
+        request = amplify(s.cpu, ratio) if s.bind else s.cpu
+        requested = amplified_cpuset_milli(node.requested.get(CPU, 0), len(self.usage(node).cpus) * 1000, ratio)
+        return ERR_INSUFFICIENT_AMPLIFIED_CPU if request > node.allocatable.get(CPU, 0) - requested else None
+
+    def _numa_view(self, node: NodeInfo, topo: NodeTopology
+                   ) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+        """(each NUMA node's resources, what is used of them): amplified by the node's ratios (amplifyNUMANodeResources)
+        with the cpuset-bound CPUs of a NUMA node counted amplified (getAvailableNUMANodeResources)."""
+        used = self.usage(node)
+        if ratio_text(node.obj) is None:
+            return topo.numa, used.numa
+        try:
+            ratios = node_ratios(node.obj)
+        except AnnotationError:
+            return topo.numa, used.numa  # Filter refuses the node to pods asking cpu
+        capacity = {i: amplify_resources(res, ratios) for i, res in topo.numa.items()}
+        ratio = ratios.get(CPU, 0.0)
+        if ratio <= 1:
+            return capacity, used.numa
+        bound: dict[int, int] = {}
+        for c in used.cpus:
+            info = topo.cpus.get(c)
+            if info is not None:
+                bound[info.node] = bound.get(info.node, 0) + 1000
+        counted = {i: res | {CPU: res.get(CPU, 0) - bound.get(i, 0) + amplify(bound.get(i, 0), ratio)}
+                   for i, res in used.numa.items()}
+        return capacity, counted
 
     def _decide(self, pod: JSON, node: NodeInfo) -> tuple[str | None, bool, frozenset[int] | None]:
         """(reason or None, whether a NUMA policy applied, the merged hint's NUMA nodes) — Filter without state."""
@@ -329,12 +386,12 @@ class NodeNUMAResource:
     def _hints(self, pod: JSON, s: PodNUMA, node: NodeInfo, topo: NodeTopology, bind_policy: str
                ) -> dict[str, list[Hint] | None]:
         numa = sorted(topo.numa)
-        used = self.usage(node).numa
+        capacity, used = self._numa_view(node, topo)
         out: dict[str, list[Hint] | None] = {}
 
         def amount(r: str, want: int) -> list[Hint]:
             def total(m: frozenset[int]) -> int:
-                return sum(topo.numa[i].get(r, 0) for i in m)
+                return sum(capacity[i].get(r, 0) for i in m)
 
             def free(m: frozenset[int]) -> int:
                 return total(m) - sum(used.get(i, {}).get(r, 0) for i in m)
@@ -391,17 +448,21 @@ class NodeNUMAResource:
         s = self.spec(pod)
         self._sync_flags(index)
         self._track(index)
-        if not (s.policy or s.bind or s.problem) and not self._policy_rows:
+        plain = not (s.policy or s.bind or s.problem)
+        amplified = self._amplified_rows if s.cpu > 0 and not s.problem else []
+        if plain and not self._policy_rows and not amplified:
             return None
         n = len(index)
         out = np.ones(n, dtype=np.bool_)
-        rows = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        rows = self._policy_rows if plain else range(n)
         for i in rows:
             node = index.nodes[i]
             memo = self._cached(pod, node)
             if "why" not in memo:
                 memo["why"] = self._decide(pod, node)[0]
             out[i] = memo["why"] is None
+        for i in amplified:
+            out[i] = out[i] and self._amplified_why(s, index.nodes[i]) is None
         return out
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
@@ -427,6 +488,9 @@ class NodeNUMAResource:
         why, aligned, mask = self._decide(pod, node)
         if why is not None:
             return 0, False  # infeasible here: never chosen (and upstream scores a failed allocation 0)
+        ratio = cpu_ratio(node.obj) or 1.0
+        if s.bind and ratio > 1:  # getResourceOptions: a cpuset pod's cpu counts amplified
+            requests = requests | {CPU: amplify(requests.get(CPU, 0), ratio)}
         if aligned:
             topo = self.topology(node)
             got = self._allocate(s, node, topo, mask, True, *self._preferred(pod, node))
@@ -434,19 +498,24 @@ class NodeNUMAResource:
                 return 0, False
             chosen, split = got
             if split:  # scored over the NUMA nodes the pod gets (calculateAllocatableAndRequested)
-                used = self.usage(node)
+                capacity, used_numa = self._numa_view(node, topo)
                 alloc: dict[str, int] = {}
                 req: dict[str, int] = {}
                 for i in split:
-                    for r, v in topo.numa.get(i, {}).items():
+                    for r, v in capacity.get(i, {}).items():
                         alloc[r] = alloc.get(r, 0) + v
-                    for r, v in used.numa.get(i, {}).items():
+                    for r, v in used_numa.get(i, {}).items():
                         req[r] = req.get(r, 0) + v
                 if chosen:  # **[quirk]** upstream counts every CPU bound on the node here, whatever its NUMA node
-                    req[CPU] = len(used.cpus) * 1000
+                    req[CPU] = amplify(len(self.usage(node).cpus) * 1000, ratio)
                 return strategy_score(self.most, self.resources, req, alloc, requests), False
-        # no NUMA policy (upstream scoreWithAmplifiedCPUs, no amplification here): the node's requested/allocatable
-        return strategy_score(self.most, self.resources, node.requested, node.allocatable, requests), True
+        # no NUMA policy: the node's requested/allocatable, its cpuset-bound CPUs counted amplified
+        # (scoreWithAmplifiedCPUs)
+        requested = node.requested
+        if ratio > 1 and requests.get(CPU, 0) > 0:
+            bound = len(self.usage(node).cpus) * 1000
+            requested = requested | {CPU: requested.get(CPU, 0) - bound + amplify(bound, ratio)}
+        return strategy_score(self.most, self.resources, requested, node.allocatable, requests), True
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node: the node-level strategy as numpy columns (kept per request shape between
@@ -461,7 +530,9 @@ class NodeNUMAResource:
         shape = tuple((r, requests.get(r, 0)) for r, _ in self.resources)
         node_level: IntArray = by_rows(self._row_cache, index.versions, shape,
                                        lambda rows: self._node_level_rows(requests, n, rows))
-        exact = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        exact: Any = self._policy_rows if not (s.policy or s.bind or s.problem) else range(n)
+        if self._amplified_rows and requests.get(CPU, 0) > 0 and not isinstance(exact, range):
+            exact = sorted(set(exact) | set(self._amplified_rows))
         if not exact:
             return node_level  # the cache's own array: the framework only reads it
         out = node_level.copy()
@@ -502,23 +573,26 @@ class NodeNUMAResource:
         self._track(index)
 
     def _sync_flags(self, index: NodeIndex) -> None:
-        """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node)."""
+        """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node), and
+        rows whose node carries a resource amplification annotation (where a plain pod's filter and score count
+        cpuset-bound CPUs amplified)."""
         changed = self._flags_tracker.changes(index)
         if changed is None:
-            self._policy_set = {i for i, nd in enumerate(index.nodes)
-                                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY)}
-        else:
-            moved = False
-            for i in changed:
-                if index.nodes[i].labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
-                    moved = moved or i not in self._policy_set
+            self._policy_set, self._amplified_set = set(), set()
+            for i, nd in enumerate(index.nodes):  # one pass: a cold start's cost
+                if nd.labels.get(LABEL_NUMA_TOPOLOGY_POLICY):
                     self._policy_set.add(i)
-                elif i in self._policy_set:
-                    self._policy_set.discard(i)
-                    moved = True
-            if not moved:
+                if ratio_text(nd.obj) is not None:
+                    self._amplified_set.add(i)
+        else:
+            moved = _flag_rows(self._policy_set, changed, lambda i: bool(
+                index.nodes[i].labels.get(LABEL_NUMA_TOPOLOGY_POLICY)))
+            moved_amplified = _flag_rows(self._amplified_set, changed,
+                                         lambda i: ratio_text(index.nodes[i].obj) is not None)
+            if not (moved or moved_amplified):
                 return
         self._policy_rows = sorted(self._policy_set)
+        self._amplified_rows = sorted(self._amplified_set)
 
     # ---- Reserve --------------------------------------------------------------------------------------------
 
@@ -570,7 +644,7 @@ class NodeNUMAResource:
         """cpu (milli) and memory (bytes) per NUMA node of the affinity: the chosen CPUs' nodes, else filled node by
         node; nodes given nothing are left out."""
         nodes = sorted(mask) if mask else sorted(topo.numa)
-        used = self.usage(node).numa
+        capacity, used = self._numa_view(node, topo)
         per: dict[int, dict[str, int]] = {i: {} for i in nodes}
         if chosen:
             for c in chosen:
@@ -580,7 +654,7 @@ class NodeNUMAResource:
             for i in nodes:
                 if want <= 0:
                     break
-                free = max(topo.numa.get(i, {}).get(r, 0) - used.get(i, {}).get(r, 0), 0)
+                free = max(capacity.get(i, {}).get(r, 0) - used.get(i, {}).get(r, 0), 0)
                 take = min(want, free) if i != nodes[-1] else want
                 if take > 0:
                     per[i][r] = per[i].get(r, 0) + take
@@ -589,3 +663,16 @@ class NodeNUMAResource:
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self._affinity.pop((key(pod), node.name), None)
+
+
+def _flag_rows(rows: set[int], changed: Any, flagged: Callable[[int], bool]) -> bool:
+    """Bring `rows` up to date for the changed rows; whether it moved."""
+    moved = False
+    for i in changed:
+        if flagged(i):
+            moved = moved or i not in rows
+            rows.add(i)
+        elif i in rows:
+            rows.discard(i)
+            moved = True
+    return moved

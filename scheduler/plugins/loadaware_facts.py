@@ -26,6 +26,7 @@ from apis.extension.load_aware import (
 from apis.extension.node import ANNOTATION_NODE_RAW_ALLOCATABLE, decode_node_raw_allocatable
 from apis.extension.priority import PRIORITY_BATCH, PRIORITY_MID, PRIORITY_PROD, priority_class_with_default
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from scheduler.amplification import ratio_text, status_allocatable
 from scheduler.cluster import (
     NodeInfo,
     is_reserve_pod,
@@ -246,6 +247,8 @@ class NodeLoads:
             with contextlib.suppress(InvalidInput, ValueError, ArithmeticError):  # malformed: kept out
                 raw = decode_node_raw_allocatable(text) or {}
                 cap.update({r: v for r, v in resource_list(raw).items() if r in cap})
+        elif ratio_text(node.obj) is not None:  # amplified by koord-sched itself: the raw is what status says
+            cap.update({r: v for r, v in status_allocatable(node.obj).items() if r in cap})
         return cap
 
     def aggregated(self, node: NodeInfo, load: NodeLoad, agg_type: str, duration: float) -> Vector:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from apis.core.objects import JSON
+from apis.core.taints import NO_EXECUTE, NO_SCHEDULE, first_untolerated
 from apis.scheduling.reservation import (
     ANNOTATION_EXACT_MATCH_RESERVATION,
     ANNOTATION_RESERVATION_AFFINITY,
@@ -88,18 +89,6 @@ def selected_by_owner_selector(r: Reservation, pod: JSON) -> bool:
                and _selector_matches(o["labelSelector"], labels) for o in r.spec.get("owners") or [])
 
 
-def tolerates(tolerations: list[JSON], taint: JSON) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists":
-            if not t.get("key") or t["key"] == taint.get("key"):
-                return True
-        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 @dataclass
 class PodView:
     """A pod's reservation-related wishes, parsed once per cycle."""
@@ -123,8 +112,7 @@ class PodView:
         labels = (r.obj.get("metadata") or {}).get("labels") or {}
         if any(labels.get(k) != v for k, v in self.selector.items()):
             return False
-        if any(t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(self.tolerations, t)
-               for t in r.taints):
+        if first_untolerated(r.taints, self.tolerations, (NO_SCHEDULE, NO_EXECUTE)) is not None:
             return False
         if not exact_match(self.requests, r.allocatable, self.exact):
             return False

@@ -200,6 +200,9 @@ class ReservationPlugin:
             self._restored.setdefault(name, []).append(serving)
             self._misfit.pop(name, None)
         self._scores = self._node_scores(node_order)
+
+    def after_prefilter(self, pod: JSON, cluster: Cluster) -> None:
+        """Upstream AfterPreFilter: the matched reservations' resources go back to their nodes for the owner."""
         for name, restored in self._restored.items():
             self._lend(cluster, cluster.nodes[name], restored)
 

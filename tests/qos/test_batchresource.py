@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO
+from apis.extension.node import ANNOTATION_CPU_NORMALIZATION_RATIO, cpu_normalization_ratio
 from apis.extension.resources import ANNOTATION_EXTENDED_RESOURCE_SPEC, BATCH_CPU, BATCH_MEMORY
 from apis.slo.decode import nodeslo_config
 from apis.slo.types import NodeSLOSpec
@@ -113,7 +113,7 @@ def values(st: QoSState, p: Plan, rel: str) -> dict[str, str]:
 
 
 def plan_of(st: QoSState, *, cpu_idle: bool = False, group_identity: bool = True) -> Plan:
-    facts = batchresource.BatchFacts(cpu_idle, *batchresource.normalization_ratio(st.node))
+    facts = batchresource.BatchFacts(cpu_idle, *cpu_normalization_ratio(st.node))
     return batchresource.plan(st, facts, group_identity=group_identity)
 
 
@@ -235,8 +235,8 @@ def test_bad_ratio_is_an_event_and_no_scaling() -> None:
         out = plan_of(st)
         assert values(st, out, p.cgroup_dir)["cpu.cfs_quota_us"] == "50000", ratio
         assert [(e.kind, e.name) for e in out.errors] == [("Node", "n1")], ratio
-    assert batchresource.normalization_ratio(node("1.5")) == (1.5, None)
-    assert batchresource.normalization_ratio(None) == (None, None)
+    assert cpu_normalization_ratio(node("1.5")) == (1.5, None)
+    assert cpu_normalization_ratio(None) == (None, None)
 
 
 def test_small_quota_keeps_the_kernel_floor_after_scaling() -> None:

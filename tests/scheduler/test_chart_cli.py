@@ -77,8 +77,11 @@ def test_kube_scheduler_flags_as_the_chart_renders_them() -> None:
                "--secure-port=10259")
     assert kubeflags.diagnosis_addr(ns) == ":10251" and kubeflags.log_level(ns) == logging.DEBUG
     assert ns.leader_elect is False and ns.enable_network_topology_manager is True
+    # the secure port is served only with a --tls-cert-file; --bind-address is where it and the services port listen
     assert kubeflags.not_acted_on(ns) == ["--authentication-skip-lookup=true", "--feature-gates=",
-                                          "--bind-address=0.0.0.0", "--secure-port=10259"]
+                                          "--secure-port=10259"]
+    assert kubeflags.services_port(ns) == 10252 and kubeflags.services_port(parse("--services-port=0")) == 0
+    assert kubeflags.secure_port(ns) == 10259
     assert parse("--leader-elect").leader_elect is True
     assert kubeflags.diagnosis_addr(parse("--port=0")) == ""
     assert kubeflags.diagnosis_addr(parse("--port=1", "--addr=:2")) == ":2"

@@ -84,8 +84,8 @@ def test_volume_plugins_are_accepted_as_no_ops_and_said_so(caplog: pytest.LogCap
     assert "VolumeBinding" in cfg.points["filter"]
     said = [r.getMessage() for r in caplog.records if "accepted" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in said) == ["NodeVolumeLimits", "VolumeBinding"]
-    with pytest.raises(ConfigError, match="TaintToleration is not implemented"):
-        parse_config(doc(filter={"enabled": [{"name": "TaintToleration"}]}))
+    with pytest.raises(ConfigError, match="PodTopologySpread is not implemented"):
+        parse_config(doc(filter={"enabled": [{"name": "PodTopologySpread"}]}))
 
 
 def pod(name: str, *, prio: int = 0, sub: str | None = None, gang: str = "", created: str = "",
@@ -104,7 +104,7 @@ def names(pods: list[dict[str, Any]]) -> list[str]:
 
 def test_coscheduling_less_of_v1_5_and_v1_6() -> None:
     """priority, then the koordinator.sh/priority sub-priority, then the gang's time, the gang id, the member's
-    time; PrioritySort ignores the sub-priority."""
+    name (its child schedule cycle ties at the start); PrioritySort ignores the sub-priority."""
     pods = [pod("old-low", created="2024-01-01T00:00:00Z"),
             pod("sub9", sub="9", created="2024-01-01T00:00:05Z"),
             pod("bad-sub", sub="x", created="2024-01-01T00:00:01Z"),
@@ -114,8 +114,8 @@ def test_coscheduling_less_of_v1_5_and_v1_6() -> None:
             pod("gb-1", gang="b", created="2024-01-01T00:00:04Z"),
             pod("ga-0", gang="a", created="2024-01-01T00:00:02Z")]
     got = names(coscheduling_order(pods, lambda p: int(p["spec"]["priority"])))
-    # gangs a and b both first seen at :02 → by gang id; a lone pod's id is "default/" and sorts before them
-    assert got == ["high", "sub9", "old-low", "bad-sub", "ga-0", "ga-1", "gb-2", "gb-1"]
+    # gangs a and b both first seen at :02 → by gang id; a lone pod has no group id and sorts before them
+    assert got == ["high", "sub9", "old-low", "bad-sub", "ga-0", "ga-1", "gb-1", "gb-2"]
     assert names(priority_order(pods, lambda p: int(p["spec"]["priority"])))[:3] == ["high", "old-low", "bad-sub"]
 
 

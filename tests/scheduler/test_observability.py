@@ -138,6 +138,11 @@ async def test_metrics_on_the_http_port(km: kmock.KubernetesEmulator, runner: Se
                   status="Success", profile=NAME) == 2
     assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="DeviceShare",
                   extension_point="Score", status="Success") == 3  # every attempt scores (vector stage)
+    # koord-scheduler v1.6's transformer latencies: each attempt's cycle runs Reservation's BeforePreFilter and
+    # AfterPreFilter once
+    for point in ("BeforePreFilter", "AfterPreFilter"):
+        assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                      extension_point=point, status="Success") == 3
     assert sample(text, "scheduler_pending_pods", queue="unschedulable") == 1
     assert sample(text, "scheduler_pending_pods", queue="gated") == 1
     assert sample(text, "scheduler_device_allocations_total", device_type="gpu") == 2
@@ -183,17 +188,38 @@ async def test_extender_metrics(kmock: kmock.KubernetesEmulator) -> None:
 async def test_gang_pods_failing_every_cycle_count_unschedulable_attempts(km: kmock.KubernetesEmulator,
                                                                           runner: SecondaryScheduler) -> None:
     """A gang short of members is rejected before any member is tried: each member still counts one unschedulable
-    attempt per cycle, as kube-scheduler counts a pod rejected at PreFilter or Permit."""
+    attempt, as kube-scheduler counts a pod rejected at PreFilter or Permit; the gang then waits for an event that
+    can help it (scheduler.queue), so the next cycle tries nothing and counts nothing."""
     for name in ("w0", "w1"):
         p = _pod(name, {"nvidia.com/gpu": 1})
         p["spec"]["schedulerName"] = NAME
         p["metadata"]["annotations"] = {"gang.scheduling.koordinator.sh/name": "train",
                                         "gang.scheduling.koordinator.sh/min-available": "3"}
         km.objects["v1/pods", "default", name] = p
-    for _ in range(2):
-        placements = await asyncio.to_thread(runner.run_once)
-        assert [p.node for p in placements] == [None, None]
+    placements = await asyncio.to_thread(runner.run_once)
+    assert [p.node for p in placements] == [None, None]
+    assert await asyncio.to_thread(runner.run_once) == []
     assert runner.metrics is not None
     text = runner.metrics.exposition()
-    assert sample(text, "scheduler_schedule_attempts_total", result="unschedulable", profile=NAME) == 4
+    assert sample(text, "scheduler_schedule_attempts_total", result="unschedulable", profile=NAME) == 2
     assert sample(text, "scheduler_schedule_attempts_total", result="scheduled", profile=NAME) == 0
+
+
+def test_a_transformer_that_fails_is_timed_with_status_error() -> None:
+    """frameworkext records a failing BeforePreFilter/AfterPreFilter with its status code's name."""
+    sched = Scheduler(Cluster(), profile(None))
+    sched.metrics = metrics = SchedulerMetrics(NAME)
+    [hook] = sched.profile.cycle_hooks
+
+    def broken(pod: dict[str, Any], cluster: Cluster) -> None:
+        raise RuntimeError("lost")
+
+    object.__setattr__(hook, "after_prefilter", broken)
+    p = _pod("p", {"cpu": "1"})
+    with pytest.raises(RuntimeError), sched.cycle(p):
+        pass
+    text = metrics.exposition()
+    assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                  extension_point="BeforePreFilter", status="Success") == 1
+    assert sample(text, "scheduler_plugin_execution_duration_seconds_count", plugin="Reservation",
+                  extension_point="AfterPreFilter", status="Error") == 1

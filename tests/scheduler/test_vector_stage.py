@@ -32,8 +32,16 @@ def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
         annotations = {}
         if rng.random() < 0.15:
             annotations["scheduling.koordinator.sh/usage-thresholds"] = json.dumps({"usageThresholds": {"cpu": 30}})
+        labels["zone"] = rng.choice(["a", "b", "c"])
+        spec: dict[str, Any] = {}
+        if rng.random() < 0.25:  # kube's node plugins: taints of every effect, a cordon now and then
+            spec["taints"] = [{"key": rng.choice(["gpu", "spot", "dedicated"]), "value": rng.choice(["", "x", "y"]),
+                               "effect": rng.choice(["NoSchedule", "PreferNoSchedule", "NoExecute",
+                                                     "PreferNoSchedule"])} for _ in range(rng.randint(1, 2))]
+        if rng.random() < 0.05:
+            spec["unschedulable"] = True
         out.append({"kind": "Node", "metadata": {"name": name, "labels": labels, "annotations": annotations},
-                    "status": {"allocatable": {"cpu": str(rng.choice([8, 16, 32])), "memory": "64Gi",
+                    "spec": spec, "status": {"allocatable": {"cpu": str(rng.choice([8, 16, 32])), "memory": "64Gi",
                                                "pods": str(rng.choice([3, 10, 110])),
                                                "koordinator.sh/gpu": str(100 * gpus)}}})
         if gpus:
@@ -87,9 +95,25 @@ def _pod(rng: random.Random, i: int) -> dict[str, Any]:
             {"numaTopologyPolicy": rng.choice(["SingleNUMANode", "Restricted", "BestEffort"])})
     elif numa < 0.25 and "." not in requests["cpu"] and "m" not in requests["cpu"]:
         labels["koordinator.sh/qosClass"] = "LSR"  # a cpuset is chosen (prod priority: the default class)
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+    if rng.random() < 0.3:
+        spec["tolerations"] = [rng.choice([{"key": "spot", "operator": "Exists"}, {"operator": "Exists"},
+                                           {"key": "gpu", "value": "x", "effect": "PreferNoSchedule"},
+                                           {"key": "dedicated", "operator": "Equal", "value": "y"}])]
+    affinity = rng.random()
+    if affinity < 0.1:
+        spec["nodeSelector"] = {"zone": rng.choice(["a", "b"])}
+    elif affinity < 0.25:
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": rng.randint(1, 100), "preference": {"matchExpressions": [
+                {"key": "zone", "operator": rng.choice(["In", "NotIn"]), "values": [rng.choice(["a", "c"])]}]}}]}}
+    elif affinity < 0.3:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["c"]}]}]}}}
+    if rng.random() < 0.1:
+        spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": rng.choice([8080, 8081])}]
     return {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "t", "labels": labels,
-                                        "annotations": annotations},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}}
+                                        "annotations": annotations}, "spec": spec}
 
 
 def _as_tuple(p: Placement) -> tuple[Any, ...]:
@@ -147,7 +171,8 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         pods = [_pod(rng, i) for i in range(100)]
         fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
         slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
-        assert len(fast.profile.scorers) == 9  # Reservation (default, weight 5000) and NodeNUMAResource included
+        # Reservation (default, weight 5000), NodeNUMAResource, TaintToleration and NodeAffinity included
+        assert len(fast.profile.scorers) == 11
         for pod in pods:
             a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
