@@ -298,6 +298,8 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--pods", help="pods (and PodGroups) to place, in order (required)")
     sim.add_argument("--config", default=None, help=CONFIG_HELP)
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    sim.add_argument("--feature-gates", default=None,
+                     help=f"Name=true|false,...: acted on: {', '.join(kubeflags.ACTED_GATES)}")
     ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
     ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
     ext.add_argument("--config", default=None, help=CONFIG_HELP)
@@ -334,6 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid --config: %s", e)
         return 2
+    try:
+        feature_gates = kubeflags.gates(getattr(ns, "feature_gates", None))
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    if feature_gates.get(kubeflags.GUARANTEE_USAGE):
+        cfg.plugin_args("ElasticQuota").guarantee_usage = True
     if ns.command in ("extender", "run"):
         try:
             ns.tls = tlsserve.server_context(ns)

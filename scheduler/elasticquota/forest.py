@@ -17,9 +17,10 @@ from scheduler.elasticquota.model import QuotaSpec, Resources, add, non_negative
 
 class QuotaForest:
     def __init__(self, enable_min_scale: bool = True, system_max: Mapping[str, int] | None = None,
-                 default_max: Mapping[str, int] | None = None) -> None:
+                 default_max: Mapping[str, int] | None = None, guarantee_usage: bool = False) -> None:
         self._enable_min_scale = enable_min_scale
-        self.default = GroupQuotaManager(enable_min_scale, system_max, default_max)
+        self._guarantee_usage = guarantee_usage
+        self.default = GroupQuotaManager(enable_min_scale, system_max, default_max, guarantee_usage=guarantee_usage)
         self.trees: dict[str, GroupQuotaManager] = {"": self.default}
         self.tree_of: dict[str, str] = {}  # quota name → tree id (quota names are cluster-wide)
         self.taken_from_default: Resources = {}  # Σ the totals of the trees that take theirs from the default tree
@@ -34,7 +35,8 @@ class QuotaForest:
         for tree, group in by_tree.items():
             mgr = self.trees.get(tree)
             if mgr is None:
-                mgr = self.trees[tree] = GroupQuotaManager(self._enable_min_scale, tree_id=tree)
+                mgr = self.trees[tree] = GroupQuotaManager(self._enable_min_scale, tree_id=tree,
+                                                           guarantee_usage=self._guarantee_usage)
             mgr.set_quotas(group)
             for s in group:
                 if tree and s.tree_root and s.total is not None:

@@ -52,6 +52,8 @@ class ElasticQuotaArgs:
     delay_evict_time: float = 120.0
     revoke_pod_interval: float = 1.0
     monitor_all_quotas: bool = False
+    # the feature gate ElasticQuotaGuaranteeUsage (`--feature-gates`), not a field of the args upstream
+    guarantee_usage: bool = False
     # accepted, no effect here
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
@@ -103,7 +105,7 @@ class ElasticQuota:
             return
         self._cluster, self._signature = cluster, quota_signature(cluster.elastic_quotas)
         self.forest = QuotaForest(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
-                                  self.args.default_quota_group_max)
+                                  self.args.default_quota_group_max, self.args.guarantee_usage)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
         self.forest.set_quotas(specs)
         self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}

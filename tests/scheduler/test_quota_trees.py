@@ -1,15 +1,23 @@
 """ElasticQuota trees by tree-id (upstream quota_handler_test.go tree cases, restated): each tree its own manager,
-total and runtime; pods resolve within their quota's tree; nothing is lent across trees."""
+total and runtime; pods resolve within their quota's tree; nothing is lent across trees. And the guaranteed quota
+of ElasticQuotaGuaranteeUsage."""
 
 from __future__ import annotations
 
+import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from scheduler.cli import simulate
+import pytest
+import yaml
+
+from scheduler import kubeflags
+from scheduler.cli import main, simulate
 from scheduler.cluster import build_cluster
 from scheduler.elasticquota.forest import QuotaForest
-from scheduler.elasticquota.model import validate_quotas
+from scheduler.elasticquota.manager import GroupQuotaManager
+from scheduler.elasticquota.model import QuotaSpec, validate_quotas
 from scheduler.elasticquota.plugin import ElasticQuota
 
 TREE = "quota.scheduling.koordinator.sh/tree-id"
@@ -158,3 +166,80 @@ def test_parent_check_stays_within_the_tree() -> None:
     assert cfg_plugin.prefilter(pod("x", 60, "test2-a"), cluster) is None
     assert cfg_plugin.quota_of(pod("y", 1, "test1")) == "test1"
     assert cfg_plugin.quota_of(pod("z", 1, "nope")) == "koordinator-default-quota"
+
+
+# -- guaranteed quota (ElasticQuotaGuaranteeUsage; group_quota_manager_test.go OnPodUpdateUsedForGuarantee) --------
+def guarantee_manager(total: dict[str, int], *specs: QuotaSpec) -> GroupQuotaManager:
+    m = GroupQuotaManager(guarantee_usage=True)
+    m.set_cluster_total(total)
+    m.set_quotas(specs)
+    return m
+
+
+def qspec(name: str, parent: str, mx: int, mn: int, is_parent: bool = False) -> QuotaSpec:
+    return QuotaSpec(name, "default", parent, is_parent, True, {"cpu": mx, "memory": mx}, {"cpu": mn, "memory": mn},
+                     {"cpu": mx, "memory": mx})
+
+
+def both(n: int) -> dict[str, int]:
+    return {"cpu": n, "memory": n}
+
+
+def test_guaranteed_is_the_larger_of_used_and_min_and_parents_sum_their_children() -> None:
+    m = guarantee_manager(both(50), qspec("1", "koordinator-root-quota", 40, 20, True), qspec("2", "1", 40, 10),
+                          qspec("3", "1", 40, 5))
+    q1, q2 = m.quotas["1"], m.quotas["2"]
+    m.on_pod_add("2", "default/p1", both(5), assigned=True)
+    assert q2.child_request == both(5) and q2.request == both(10)  # no quota lends: it asks for its min
+    assert q2.used == both(5) and q2.allocated == both(5) and q2.guaranteed == both(10)
+    assert q1.allocated == both(15) and q1.guaranteed == both(20)  # the children's min guaranteed: 10 + 5
+    m.on_pod_add("2", "default/p2", both(10), assigned=True)
+    assert q2.request == both(15) and q2.allocated == both(15) and q2.guaranteed == both(15)
+    assert q1.allocated == both(20) and q1.guaranteed == both(20)
+    m.on_pod_add("2", "default/p3", both(10), assigned=True)
+    assert q2.request == both(25) and q2.allocated == both(25) and q2.guaranteed == both(25)
+    assert q1.allocated == both(30) and q1.guaranteed == both(30)
+    m.on_pod_delete("2", "default/p3")
+    assert q2.guaranteed == both(15) and q1.guaranteed == both(20)
+    assert m.quotas["2"].summary()["guaranteed"] == {"cpu": "15m", "memory": "15"}
+
+
+def test_a_guarantee_keeps_what_a_quota_uses_beyond_its_min() -> None:
+    # A borrowed 30 of 40 while B idled; B now asks for 30. Without the guarantee A's runtime falls to 20 (its
+    # min 10 and half of what is left), below what it uses; with it A keeps its 30 and B gets the rest
+    for guarantee, a_runtime in ((False, 20), (True, 30)):
+        m = GroupQuotaManager(guarantee_usage=guarantee)
+        m.set_cluster_total(both(40))
+        m.set_quotas([qspec("A", "koordinator-root-quota", 40, 10), qspec("B", "koordinator-root-quota", 40, 10)])
+        m.on_pod_add("A", "default/a", both(30), assigned=True)
+        m.on_pod_add("B", "default/b", both(30), assigned=False)
+        assert m.refresh_runtime("A")["cpu"] == a_runtime
+        assert m.refresh_runtime("B")["cpu"] == 40 - a_runtime
+
+
+def test_feature_gate_turns_the_guarantee_on_in_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    cdir = tmp_path / "cluster"
+    cdir.mkdir()
+    (cdir / "objs.yaml").write_text(yaml.safe_dump_all([node("n1", 40), eq("A", q(40, 64), q(10, 0)),
+                                                        eq("B", q(40, 64), q(10, 0)), pod("a", 30, "A", "n1")]))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([pod("b", 30, "B")]))
+    args = ["simulate", "--cluster", str(cdir), "--pods", str(tmp_path / "pods.yaml"), "-o", "json"]
+    runtimes = []
+    for gates in ("", "ElasticQuotaGuaranteeUsage=true"):
+        assert main([*args, f"--feature-gates={gates}"]) == 0
+        rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["quotas"]}
+        runtimes.append(rows["A"]["runtime"]["cpu"])
+    assert runtimes == ["20", "30"]  # the guarantee keeps A's 30 in use
+    assert main([*args, "--feature-gates=ElasticQuotaGuaranteeUsage"]) == 2
+    assert "--feature-gates: 'ElasticQuotaGuaranteeUsage' (want Name=true|false)" in caplog.text
+
+
+def test_only_the_gates_not_acted_on_are_named() -> None:
+    def named(text: str) -> list[str]:
+        return kubeflags.not_acted_on(argparse.Namespace(feature_gates=text))
+
+    assert named("ElasticQuotaGuaranteeUsage=true,MultiQuotaTree=true") == ["--feature-gates=MultiQuotaTree=true"]
+    assert named("ElasticQuotaGuaranteeUsage=true") == []
+    assert named("") == ["--feature-gates="]
+    assert kubeflags.gates("A=true, B=false") == {"A": True, "B": False}
