@@ -24,6 +24,7 @@ from scheduler.cluster import Cluster, build_cluster, key, load_objects, pod_pro
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.elasticquota.profile import apply_profiles, with_tree_affinity
 from scheduler.extender import ClusterSource, Extender, parse_addr, serve
 from scheduler.framework import Profile, Scheduler
 from scheduler.gang.model import parse_go_duration
@@ -58,6 +59,9 @@ def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig |
 
     Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
     answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
+    for eqp, reason in apply_profiles(cluster, cluster.quota_profiles):  # koord-manager's part, restated
+        log.warning("ElasticQuotaProfile %s skipped: %s", eqp, reason)
+    pods = with_tree_affinity(pods, cluster, cluster.quota_profiles)
     sched = Scheduler(cluster, profile(config, simulate=True))
     resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
     if resv is not None:

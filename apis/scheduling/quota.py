@@ -1,8 +1,13 @@
-"""ElasticQuota's names: the special quotas and the quota.scheduling.koordinator.sh labels and annotations."""
+"""ElasticQuota's names: the special quotas, the quota.scheduling.koordinator.sh labels and annotations, and
+ElasticQuotaProfile's group."""
 
 from __future__ import annotations
 
 # Upstream: apis/extension/elastic_quota.go.
+
+QUOTA_API_VERSION = "scheduling.sigs.k8s.io/v1alpha1"  # ElasticQuota
+PROFILE_API_VERSION = "quota.koordinator.sh/v1alpha1"  # ElasticQuotaProfile (koord-manager's)
+PROFILE_KIND = "ElasticQuotaProfile"
 
 ROOT_QUOTA = "koordinator-root-quota"
 SYSTEM_QUOTA = "koordinator-system-quota"
@@ -29,4 +34,5 @@ ANNOTATION_QUOTA_NON_PREEMPTIBLE_REQUEST = f"{_PREFIX}/non-preemptible-request"
 ANNOTATION_QUOTA_NON_PREEMPTIBLE_USED = f"{_PREFIX}/non-preemptible-used"
 ANNOTATION_QUOTA_NAMESPACES = f"{_PREFIX}/namespaces"
 ANNOTATION_QUOTA_TOTAL_RESOURCE = f"{_PREFIX}/total-resource"  # on a tree's root quota: the tree's total
-ANNOTATION_QUOTA_RESOURCE_KEYS = f"{_PREFIX}/resource-keys"
+ANNOTATION_QUOTA_RESOURCE_KEYS = f"{_PREFIX}/resource-keys"  # on a profile: the root quota's resources
+ANNOTATION_QUOTA_UNSCHEDULABLE_RESOURCE = f"{_PREFIX}/unschedulable-resource"
