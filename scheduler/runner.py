@@ -315,7 +315,7 @@ class SecondaryScheduler:
             info = quota.info(name)
             if info is None or (info.namespace and info.namespace != ns):
                 continue  # left out by validation, or another namespace's quota of the same name
-            patch = status_patch(obj, quota.summary(name) or {})
+            patch = quota.status_patch(obj, status_patch(obj, quota.summary(name) or {}))
             if patch is None:
                 continue
             try:

@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA, SYSTEM_QUOTA
 from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
 from scheduler.elasticquota.forest import QuotaForest
+from scheduler.elasticquota.hooks import REGISTRY as HOOKS
+from scheduler.elasticquota.hooks import QuotaHook, QuotaReader
 from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager, QuotaInfo
 from scheduler.elasticquota.model import (
     SPECIAL,
+    QuotaSpec,
     Resources,
     add,
     exceeded,
@@ -87,6 +91,7 @@ class ElasticQuota:
         self.args = args or ElasticQuotaArgs()
         self.check, self.account = check, account  # enabled at preFilter / at reserve (scheduler.config)
         self.forest = QuotaForest()
+        self.hooks: dict[str, list[QuotaHook]] = {}  # tree id → its hook plugins (hooks.py)
         self.rejected: list[tuple[str, str]] = []  # ElasticQuota objects left out, with the reason
         self.refused: dict[str, str] = {}  # pod key → the PreFilter reason of its last refusal
         self._cluster: Cluster | None = None
@@ -108,6 +113,7 @@ class ElasticQuota:
                                   self.args.default_quota_group_max, self.args.guarantee_usage)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
         self.forest.set_quotas(specs)
+        self._reset_hooks(specs)
         self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}
         self._by_annotation = {}
         for s in specs:
@@ -130,6 +136,8 @@ class ElasticQuota:
             batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
         for quota, pods in batch.items():
             self.forest.manager_of(quota).on_pods_add(quota, pods)
+            for k, _, _, _ in pods:
+                self._pod_updated(quota, None, self._pod_objs[k])
         self.add_pending(cluster.pending, cluster)
 
     def reload(self, cluster: Cluster) -> None:
@@ -195,9 +203,13 @@ class ElasticQuota:
         """The pod is gone (deleted or evicted): its request and used leave its quota."""
         k = key(pod)
         quota = self._pod_quota.pop(k, None)
-        self._pod_objs.pop(k, None)
+        obj = self._pod_objs.pop(k, None)
         if quota is not None:
+            info = self.forest.info(quota)
+            assigned = info is not None and k in info.pods and info.pods[k].assigned
             self.forest.manager_of(quota).on_pod_delete(quota, k)
+            if assigned and obj is not None:
+                self._pod_updated(quota, obj, None)
 
     # -- extension points ------------------------------------------------------------------------------------
     def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
@@ -225,6 +237,9 @@ class ElasticQuota:
                                          f"{print_resources(info.min)}, nonPreemptibleUsed: "
                                          f"{print_resources(info.non_preemptible_used)}, pod's request: "
                                          f"{print_resources(request)}, exceedDimensions: {go_list(over)}")
+        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()):
+            if why := hook.check_pod(quota, pod):
+                return self._refuse(pod, f"CheckPod failed for hook plugin {hook.key}, err: {why}")
         if self.args.enable_check_parent_quota:
             why = self._check_parents(mgr, info.parent, [info.parent, quota], request)
             if why:
@@ -260,13 +275,21 @@ class ElasticQuota:
             return {}
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
+        info = self.forest.info(quota)
+        was = info is not None and key(pod) in info.pods and info.pods[key(pod)].assigned
         self.forest.manager_of(quota).reserve(quota, key(pod))
+        if not was:
+            self._pod_updated(quota, None, pod)
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         quota = self._pod_quota.get(key(pod))
         if quota is not None:
+            info = self.forest.info(quota)
+            was = info is not None and key(pod) in info.pods and info.pods[key(pod)].assigned
             self.forest.manager_of(quota).unreserve(quota, key(pod))
+            if was:
+                self._pod_updated(quota, pod, None)
 
     # -- preemption ------------------------------------------------------------------------------------------
     def can_preempt(self, preemptor_quota: str, job_request: Resources, victim: JSON) -> bool:
@@ -299,6 +322,35 @@ class ElasticQuota:
         for p in pods:
             total = add(total, pod_requests(p))
         return self.quota_of(pods[0]), total
+
+    # -- hook plugins ---------------------------------------------------------------------------------------------
+    def _reset_hooks(self, specs: list[QuotaSpec]) -> None:
+        """Each tree's hook plugins, made afresh with the tree, then told of every quota in it as a create
+        (ResetQuotasForHookPlugins)."""
+        self.hooks = {}
+        if not self.args.hook_plugins:
+            return
+        for tree, mgr in self.forest.trees.items():
+            self.hooks[tree] = HOOKS.build(self.args.hook_plugins, QuotaReader(mgr))
+        for s in specs:
+            info = self.forest.info(s.name)
+            for hook in self.hooks.get(s.tree_id, ()):
+                state: dict[str, Any] = {}
+                hook.pre_quota_update(None, info, s.obj, state)
+                hook.post_quota_update(None, info, s.obj, state)
+
+    def _pod_updated(self, quota: str, old: JSON | None, new: JSON | None) -> None:
+        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()):
+            hook.on_pod_updated(quota, old, new)
+
+    def status_patch(self, obj: JSON, patch: JSON | None) -> JSON | None:
+        """The status write-back's merge patch after the quota's tree's hook plugins have had their say."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        for hook in self.hooks.get(self.forest.tree_of.get(name, ""), ()):
+            changed = hook.update_quota_status(obj, patch)
+            if changed is not None:
+                patch = changed
+        return patch
 
     # -- over-use revoke ------------------------------------------------------------------------------------------
     @property
