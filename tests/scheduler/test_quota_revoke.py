@@ -16,6 +16,7 @@ from test_preemption_run import pod as run_pod
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import profile, simulate
 from scheduler.cluster import Cluster, build_cluster, key
+from scheduler.config import load_config
 from scheduler.elasticquota.revoke import OverUseMonitor, pods_to_revoke
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler
@@ -143,3 +144,38 @@ async def test_run_evicts_the_over_used_quota_pods_after_the_delay(km: kmock.Kub
     assert sorted(posts(km, "eviction")) == ["qa-1", "qa-2"]
     assert sorted(k for _, k in r.revoked) == ["default/qa-1", "default/qa-2"]
     assert key(km.objects["v1/pods", "default", "qa-3"].raw) == "default/qa-3"
+
+
+async def test_run_writes_tree_quota_status_with_guaranteed(km: kmock.KubernetesEmulator, tmp_path: Path,
+                                                            validate_crd: Any) -> None:
+    """Status as upstream's controller writes it, for a quota of another tree, with ElasticQuotaGuaranteeUsage."""
+    tree = {"quota.scheduling.koordinator.sh/tree-id": "t1"}
+    km.objects[QUOTAS, "default", "t1-root"] = {
+        **quota("t1-root", 8, 8), "metadata": {
+            "name": "t1-root", "namespace": "default",
+            "labels": {**tree, "quota.scheduling.koordinator.sh/is-root": "true",
+                       "quota.scheduling.koordinator.sh/is-parent": "true"},
+            "annotations": {"quota.scheduling.koordinator.sh/total-resource": '{"cpu":"8","memory":"64Gi"}'}}}
+    km.objects[QUOTAS, "default", "team"] = {
+        **quota("team", 8, 2), "metadata": {
+            "name": "team", "namespace": "default",
+            "labels": {**tree, "quota.scheduling.koordinator.sh/parent": "t1-root"}}}
+    add(km, run_pod("t-1", 3, 1, labels={"quota.scheduling.koordinator.sh/name": "team"}))
+    cfg = load_config(None)
+    cfg.plugin_args("ElasticQuota").guarantee_usage = True
+
+    def make(cluster: Cluster) -> Scheduler:
+        return Scheduler(cluster, profile(cfg))
+
+    r = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
+    placements = await asyncio.to_thread(r.run_once)
+    assert placements[0].node is not None
+    team = km.objects[QUOTAS, "default", "team"].raw
+    validate_crd("scheduling.sigs.k8s.io_elasticquotas.yaml", team)
+    ann = team["metadata"]["annotations"]
+    assert team["status"]["used"] == {"cpu": "3"}
+    assert json.loads(ann["quota.scheduling.koordinator.sh/allocated"]) == {"cpu": "3"}
+    assert json.loads(ann["quota.scheduling.koordinator.sh/guaranteed"]) == {"cpu": "3", "memory": "0"}
+    root = km.objects[QUOTAS, "default", "t1-root"].raw["metadata"]["annotations"]
+    assert json.loads(root["quota.scheduling.koordinator.sh/allocated"])["cpu"] == "3"
+    assert json.loads(root["quota.scheduling.koordinator.sh/runtime"])["cpu"] == "8"
