@@ -154,6 +154,9 @@ def table(result: JSON) -> str:
                          f"{'  ' + r['reason'] if r.get('reason') else ''}")
     for r in result.get("rejectedQuotas") or []:
         lines.append(f"ElasticQuota {r['quota']} left out: {r['reason']}")
+    for r in result.get("revocations") or []:
+        lines.append(f"ElasticQuota {r['quota']} uses {r['used']} over its runtime {r['runtime']}: after "
+                     f"delayEvictTime, revokes {', '.join(r['pods'])}")
     return "\n".join(lines) + "\n"
 
 

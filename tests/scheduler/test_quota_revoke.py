@@ -14,7 +14,7 @@ from test_preemption_run import km as km  # the API double with binding and evic
 from test_preemption_run import pod as run_pod
 
 from apis.client.kubeapi import KubeClient, KubeConfig
-from scheduler.cli import profile, simulate
+from scheduler.cli import profile, simulate, table
 from scheduler.cluster import Cluster, build_cluster, key
 from scheduler.config import load_config
 from scheduler.elasticquota.revoke import OverUseMonitor, pods_to_revoke
@@ -116,6 +116,8 @@ def test_simulate_reports_the_pods_revoked_from_an_over_used_quota(tmp_path: Pat
     assert out["revocations"] == [{"quota": "qa", "used": "cpu:9,memory:0", "runtime": "cpu:4,memory:0",
                                    "pods": ["default/qa-2", "default/qa-1"]}]
     assert "revocations" not in simulate(build_cluster(borrowed()), pending, config(tmp_path, False))
+    assert ("ElasticQuota qa uses cpu:9,memory:0 over its runtime cpu:4,memory:0: after delayEvictTime, revokes "
+            "default/qa-2, default/qa-1") in table(out)
 
 
 async def test_run_evicts_the_over_used_quota_pods_after_the_delay(km: kmock.KubernetesEmulator,
