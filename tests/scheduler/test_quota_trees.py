@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,14 @@ import pytest
 import yaml
 
 from scheduler import kubeflags
-from scheduler.cli import main, simulate
+from scheduler.cli import main, profile, simulate
 from scheduler.cluster import build_cluster
 from scheduler.elasticquota.forest import QuotaForest
 from scheduler.elasticquota.manager import GroupQuotaManager
 from scheduler.elasticquota.model import QuotaSpec, validate_quotas
 from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.framework import Scheduler
+from scheduler.services import DiagnosisAPI
 
 TREE = "quota.scheduling.koordinator.sh/tree-id"
 PARENT = "quota.scheduling.koordinator.sh/parent"
@@ -243,3 +247,20 @@ def test_only_the_gates_not_acted_on_are_named() -> None:
     assert named("ElasticQuotaGuaranteeUsage=true") == []
     assert named("") == ["--feature-gates="]
     assert kubeflags.gates("A=true, B=false") == {"A": True, "B": False}
+
+
+def test_the_quotas_service_answers_one_tree() -> None:
+    cluster = build_cluster([node("n1", 300), *tree_cluster()])
+    sched = Scheduler(cluster, profile(None))
+
+    @contextmanager
+    def state() -> Iterator[tuple[Scheduler | None, list[dict[str, Any]]]]:
+        yield sched, []
+
+    api = DiagnosisAPI(state)
+    status, _, body = api.serve("GET", "/apis/v1/plugins/ElasticQuota/quotas?tree=tree-b")
+    assert status == 200 and sorted(body) == ["test2", "test2-a"]
+    status, _, body = api.serve("GET", "/apis/v1/plugins/ElasticQuota/quotas")
+    assert {"test1", "test2", "koordinator-default-quota"} <= set(body)
+    status, _, body = api.serve("GET", "/apis/v1/plugins/ElasticQuota/quotas/a-123")
+    assert status == 200 and body["tree"] == "tree-a" and body["parentName"] == "test1-a"
