@@ -136,8 +136,9 @@ class ElasticQuota:
             batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
         for quota, pods in batch.items():
             self.forest.manager_of(quota).on_pods_add(quota, pods)
-            for k, _, _, _ in pods:
-                self._pod_updated(quota, None, self._pod_objs[k])
+            if self.hooks:
+                for k, _, _, _ in pods:
+                    self._pod_updated(quota, None, self._pod_objs[k])
         self.add_pending(cluster.pending, cluster)
 
     def reload(self, cluster: Cluster) -> None:
@@ -205,8 +206,7 @@ class ElasticQuota:
         quota = self._pod_quota.pop(k, None)
         obj = self._pod_objs.pop(k, None)
         if quota is not None:
-            info = self.forest.info(quota)
-            assigned = info is not None and k in info.pods and info.pods[k].assigned
+            assigned = bool(self.hooks) and self._assigned(quota, k)
             self.forest.manager_of(quota).on_pod_delete(quota, k)
             if assigned and obj is not None:
                 self._pod_updated(quota, obj, None)
@@ -237,7 +237,7 @@ class ElasticQuota:
                                          f"{print_resources(info.min)}, nonPreemptibleUsed: "
                                          f"{print_resources(info.non_preemptible_used)}, pod's request: "
                                          f"{print_resources(request)}, exceedDimensions: {go_list(over)}")
-        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()):
+        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()) if self.hooks else ():
             if why := hook.check_pod(quota, pod):
                 return self._refuse(pod, f"CheckPod failed for hook plugin {hook.key}, err: {why}")
         if self.args.enable_check_parent_quota:
@@ -275,18 +275,19 @@ class ElasticQuota:
             return {}
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
-        info = self.forest.info(quota)
-        was = info is not None and key(pod) in info.pods and info.pods[key(pod)].assigned
+        if not self.hooks:
+            self.forest.manager_of(quota).reserve(quota, key(pod))
+            return {}
+        was = self._assigned(quota, key(pod))
         self.forest.manager_of(quota).reserve(quota, key(pod))
-        if not was:
+        if not was and self._assigned(quota, key(pod)):
             self._pod_updated(quota, None, pod)
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         quota = self._pod_quota.get(key(pod))
         if quota is not None:
-            info = self.forest.info(quota)
-            was = info is not None and key(pod) in info.pods and info.pods[key(pod)].assigned
+            was = bool(self.hooks) and self._assigned(quota, key(pod))
             self.forest.manager_of(quota).unreserve(quota, key(pod))
             if was:
                 self._pod_updated(quota, pod, None)
@@ -338,6 +339,11 @@ class ElasticQuota:
                 state: dict[str, Any] = {}
                 hook.pre_quota_update(None, info, s.obj, state)
                 hook.post_quota_update(None, info, s.obj, state)
+
+    def _assigned(self, quota: str, pod_key: str) -> bool:
+        info = self.forest.info(quota)
+        p = info.pods.get(pod_key) if info is not None else None
+        return p is not None and p.assigned
 
     def _pod_updated(self, quota: str, old: JSON | None, new: JSON | None) -> None:
         for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()):
