@@ -348,8 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         log.error("%s", e)
         return 2
-    if feature_gates.get(kubeflags.GUARANTEE_USAGE):
-        cfg.plugin_args("ElasticQuota").guarantee_usage = True
+    if set(feature_gates) & set(kubeflags.ACTED_GATES):
+        quota_args = cfg.plugin_args("ElasticQuota")
+        quota_args.guarantee_usage = feature_gates.get(kubeflags.GUARANTEE_USAGE, False)
+        quota_args.multi_quota_tree = feature_gates.get(kubeflags.MULTI_QUOTA_TREE, True)
     if ns.command in ("extender", "run"):
         try:
             ns.tls = tlsserve.server_context(ns)

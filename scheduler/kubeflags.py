@@ -44,7 +44,8 @@ NOT_ACTED_ON = {
 }
 # the feature gates koord-sched acts on (--feature-gates Name=true,...); any other gate is named as not acted on
 GUARANTEE_USAGE = "ElasticQuotaGuaranteeUsage"  # ElasticQuota: a quota's usage beyond its min is guaranteed
-ACTED_GATES = (GUARANTEE_USAGE,)
+MULTI_QUOTA_TREE = "MultiQuotaTree"  # ElasticQuota trees by tree-id; koord-sched honours them unless it is false
+ACTED_GATES = (GUARANTEE_USAGE, MULTI_QUOTA_TREE)
 # served only with a certificate (--tls-cert-file): koord-sched makes no self-signed one as kube-scheduler does
 SECURE_SERVING = {"secure_port": "--secure-port"}
 SECURE_PORT = 10259  # kube-scheduler's default secure port

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from apis.core.errors import InvalidInput
@@ -58,6 +58,8 @@ class ElasticQuotaArgs:
     monitor_all_quotas: bool = False
     # the feature gate ElasticQuotaGuaranteeUsage (`--feature-gates`), not a field of the args upstream
     guarantee_usage: bool = False
+    # the feature gate MultiQuotaTree: false puts every quota in the default tree, as upstream without it
+    multi_quota_tree: bool = True
     # accepted, no effect here
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
@@ -112,6 +114,8 @@ class ElasticQuota:
         self.forest = QuotaForest(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
                                   self.args.default_quota_group_max, self.args.guarantee_usage)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
+        if not self.args.multi_quota_tree:
+            specs = [replace(s, tree_id="", total=None) for s in specs]
         self.forest.set_quotas(specs)
         self._reset_hooks(specs)
         self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}

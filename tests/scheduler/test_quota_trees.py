@@ -243,7 +243,7 @@ def test_only_the_gates_not_acted_on_are_named() -> None:
     def named(text: str) -> list[str]:
         return kubeflags.not_acted_on(argparse.Namespace(feature_gates=text))
 
-    assert named("ElasticQuotaGuaranteeUsage=true,MultiQuotaTree=true") == ["--feature-gates=MultiQuotaTree=true"]
+    assert named("ElasticQuotaGuaranteeUsage=true,Foo=true") == ["--feature-gates=Foo=true"]
     assert named("ElasticQuotaGuaranteeUsage=true") == []
     assert named("") == ["--feature-gates="]
     assert kubeflags.gates("A=true, B=false") == {"A": True, "B": False}
@@ -264,3 +264,18 @@ def test_the_quotas_service_answers_one_tree() -> None:
     assert {"test1", "test2", "koordinator-default-quota"} <= set(body)
     status, _, body = api.serve("GET", "/apis/v1/plugins/ElasticQuota/quotas/a-123")
     assert status == 200 and body["tree"] == "tree-a" and body["parentName"] == "test1-a"
+
+
+def test_multi_quota_tree_false_puts_every_quota_in_the_default_tree(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    cdir = tmp_path / "cluster"
+    cdir.mkdir()
+    small = eq("small", q(100, 200), {}, "tree-s", root_total=q(10, 10))  # a tree of 10 cpu
+    (cdir / "objs.yaml").write_text(yaml.safe_dump_all([node("n1", 300), *tree_cluster(small)]))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([pod("big", 50, "small")]))
+    args = ["simulate", "--cluster", str(cdir), "--pods", str(tmp_path / "pods.yaml"), "-o", "json"]
+    for gates, placed in (("MultiQuotaTree=true", False), ("MultiQuotaTree=false", True)):
+        assert main([*args, f"--feature-gates={gates}"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert bool(out["placements"][0]["node"]) is placed  # one tree of 300 cpu: small may take 50
+        assert all("tree" not in r for r in out["quotas"]) is placed
