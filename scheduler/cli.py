@@ -24,6 +24,7 @@ from scheduler.cluster import Cluster, build_cluster, key, load_objects, pod_pro
 from scheduler.config import ConfigError, SchedulerConfig, load_config
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.elasticquota.profile import apply_profiles, with_tree_affinity
 from scheduler.extender import ClusterSource, Extender, parse_addr, serve
 from scheduler.framework import Profile, Scheduler
 from scheduler.gang.model import parse_go_duration
@@ -58,6 +59,9 @@ def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig |
 
     Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
     answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
+    for eqp, reason in apply_profiles(cluster, cluster.quota_profiles):  # koord-manager's part, restated
+        log.warning("ElasticQuotaProfile %s skipped: %s", eqp, reason)
+    pods = with_tree_affinity(pods, cluster, cluster.quota_profiles)
     sched = Scheduler(cluster, profile(config, simulate=True))
     resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
     if resv is not None:
@@ -116,10 +120,16 @@ def quota_report(quota: ElasticQuota, placements: list[Placement]) -> JSON:
         if name in ("koordinator-system-quota", "koordinator-default-quota") and not s["used"] and not refused.get(
                 name):
             continue
-        rows.append({"name": name, "parent": s["parentName"], "min": s["min"], "max": s["max"],
-                     "runtime": s["runtime"], "used": s["used"], "request": s["request"],
-                     "refused": sorted(refused.get(name, []))})
-    return {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
+        row = {"name": name, "parent": s["parentName"], "min": s["min"], "max": s["max"],
+               "runtime": s["runtime"], "used": s["used"], "request": s["request"],
+               "refused": sorted(refused.get(name, []))}
+        if s["tree"]:
+            row["tree"] = s["tree"]
+        rows.append(row)
+    out: JSON = {"quotas": rows, "rejectedQuotas": [{"quota": k, "reason": why} for k, why in quota.rejected]}
+    if quota.revokes:
+        out["revocations"] = quota.revocations()
+    return out
 
 
 def table(result: JSON) -> str:
@@ -144,6 +154,9 @@ def table(result: JSON) -> str:
                          f"{'  ' + r['reason'] if r.get('reason') else ''}")
     for r in result.get("rejectedQuotas") or []:
         lines.append(f"ElasticQuota {r['quota']} left out: {r['reason']}")
+    for r in result.get("revocations") or []:
+        lines.append(f"ElasticQuota {r['quota']} uses {r['used']} over its runtime {r['runtime']}: after "
+                     f"delayEvictTime, revokes {', '.join(r['pods'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -292,6 +305,8 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--pods", help="pods (and PodGroups) to place, in order (required)")
     sim.add_argument("--config", default=None, help=CONFIG_HELP)
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    sim.add_argument("--feature-gates", default=None,
+                     help=f"Name=true|false,...: acted on: {', '.join(kubeflags.ACTED_GATES)}")
     ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
     ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
     ext.add_argument("--config", default=None, help=CONFIG_HELP)
@@ -328,6 +343,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid --config: %s", e)
         return 2
+    try:
+        feature_gates = kubeflags.gates(getattr(ns, "feature_gates", None))
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    if set(feature_gates) & set(kubeflags.ACTED_GATES):
+        quota_args = cfg.plugin_args("ElasticQuota")
+        quota_args.guarantee_usage = feature_gates.get(kubeflags.GUARANTEE_USAGE, False)
+        quota_args.multi_quota_tree = feature_gates.get(kubeflags.MULTI_QUOTA_TREE, True)
     if ns.command in ("extender", "run"):
         try:
             ns.tls = tlsserve.server_context(ns)

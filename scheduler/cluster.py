@@ -334,6 +334,7 @@ class Cluster:
     priority_classes: dict[str, int] = field(default_factory=dict)
     pending: list[JSON] = field(default_factory=list)  # pods without spec.nodeName found in the cluster dir
     elastic_quotas: list[JSON] = field(default_factory=list)  # ElasticQuota objects
+    quota_profiles: list[JSON] = field(default_factory=list)  # ElasticQuotaProfile objects (koord-manager's)
     pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
     configmaps: dict[str, JSON] = field(default_factory=dict)  # ns/name → ConfigMap (e.g. GPU share templates)
     reservations: list[JSON] = field(default_factory=list)  # Reservation objects (scheduler.reservation)
@@ -411,6 +412,8 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.topologies.append(o)
         elif kind == "ElasticQuota":
             cluster.elastic_quotas.append(o)
+        elif kind == "ElasticQuotaProfile":
+            cluster.quota_profiles.append(o)
         elif kind == "PodDisruptionBudget":
             cluster.pdbs.append(o)
         elif kind == "ConfigMap":

@@ -36,13 +36,28 @@ class Evictor:
                                 f"preemptor: {preemptor}, triggerPod: {trigger}",
                      "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         path = pod_path(victim)
-        meta = victim.get("metadata") or {}
         try:
             self.client.patch(f"{path}/status", {"status": {"conditions": [condition]}}, patch_type=STRATEGIC_MERGE)
         except NotFound:
             return None
         except KoordletError as e:
             return f"adding DisruptionTarget to {key(victim)}: {e}"
+        why = self._evict(victim)
+        if why is None:
+            log.info("evicted %s (preemptor %s, trigger %s)", key(victim), preemptor, trigger)
+        return why
+
+    def revoke(self, victim: JSON, quota: str) -> str | None:
+        """Over-use revoke (quota_overuse_revoke.go EvictPod): the Eviction alone, no DisruptionTarget; None when
+        the pod is evicted (or already gone), else why not."""
+        why = self._evict(victim)
+        if why is None:
+            log.info("evicted %s: quota %s uses more than its runtime", key(victim), quota)
+        return why
+
+    def _evict(self, victim: JSON) -> str | None:
+        path = pod_path(victim)
+        meta = victim.get("metadata") or {}
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",
                       "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace") or "default"}}
         if meta.get("uid"):
@@ -61,7 +76,6 @@ class Evictor:
             return f"evicting {key(victim)}: {e}"
         except KoordletError as e:
             return f"evicting {key(victim)}: {e}"
-        log.info("evicted %s (preemptor %s, trigger %s)", key(victim), preemptor, trigger)
         return None
 
     def _exists(self, path: str) -> bool:

@@ -42,6 +42,10 @@ NOT_ACTED_ON = {
     "authorization_kubeconfig": "--authorization-kubeconfig",
     "feature_gates": "--feature-gates",
 }
+# the feature gates koord-sched acts on (--feature-gates Name=true,...); any other gate is named as not acted on
+GUARANTEE_USAGE = "ElasticQuotaGuaranteeUsage"  # ElasticQuota: a quota's usage beyond its min is guaranteed
+MULTI_QUOTA_TREE = "MultiQuotaTree"  # ElasticQuota trees by tree-id; koord-sched honours them unless it is false
+ACTED_GATES = (GUARANTEE_USAGE, MULTI_QUOTA_TREE)
 # served only with a certificate (--tls-cert-file): koord-sched makes no self-signed one as kube-scheduler does
 SECURE_SERVING = {"secure_port": "--secure-port"}
 SECURE_PORT = 10259  # kube-scheduler's default secure port
@@ -66,7 +70,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    dest="pod_max_in_unschedulable",
                    help="how long an unschedulable pod waits for an event before it is tried again anyway (default "
                         "5m, kube-scheduler's)")
-    p.add_argument("--feature-gates", default=None, help="accepted; koord-sched has no feature gates")
+    p.add_argument("--feature-gates", default=None,
+                   help=f"Name=true|false,...: acted on: {', '.join(ACTED_GATES)}; others accepted and named")
     p.add_argument("--bind-address", default=None,
                    help="address of --secure-port and --services-port (default: all interfaces)")
     p.add_argument("--secure-port", type=int, default=None,
@@ -98,6 +103,29 @@ def services_port(ns: argparse.Namespace) -> int:
     return SERVICES_PORT if ns.services_port is None else max(int(ns.services_port), 0)
 
 
+def gates(text: str | None) -> dict[str, bool]:
+    """`--feature-gates` as Go's map flag: `Name=bool` pairs, comma-separated; ValueError names a bad pair."""
+    out: dict[str, bool] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        try:
+            if not name.strip():
+                raise argparse.ArgumentTypeError(item)
+            out[name.strip()] = go_bool(value)
+        except argparse.ArgumentTypeError:
+            raise ValueError(f"--feature-gates: {item!r} (want Name=true|false)") from None
+    return out
+
+
+def _unacted_gates(text: str) -> str | None:
+    """The --feature-gates text less the gates acted on; None when only those were given."""
+    rest = [i for i in text.split(",") if i.strip().partition("=")[0].strip() not in ACTED_GATES]
+    return ",".join(rest) if rest or not text.strip() else None
+
+
 def not_acted_on(ns: argparse.Namespace) -> list[str]:
     """The flags given that koord-sched accepts and does nothing with, as `--flag=value`."""
     out = []
@@ -106,6 +134,8 @@ def not_acted_on(ns: argparse.Namespace) -> list[str]:
         unused.update(SECURE_SERVING)
     for attr, flag in unused.items():
         value = getattr(ns, attr, None)
+        if attr == "feature_gates" and value is not None:
+            value = _unacted_gates(str(value))
         if value is not None:
             shown = str(value).lower() if isinstance(value, bool) else value
             out.append(f"{flag}={shown}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from scheduler.cache import ClusterCache, Source
 from scheduler.cluster import Cluster, build_cluster, is_active, key, pod_problem
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
+from scheduler.elasticquota.revoke import OverUseMonitor
 from scheduler.elasticquota.status import status_patch
 from scheduler.events import SchedulingEvents
 from scheduler.eviction import Evictor
@@ -107,6 +109,10 @@ class SecondaryScheduler:
         self._reported: dict[str, str] = {}  # pod key → last unschedulable reason logged
         self.metrics: SchedulerMetrics | None = None  # set to record (cli `run`)
         self.gated = 0  # pods of ours held back by schedulingGates in the last list
+        self.clock: Callable[[], float] = time.monotonic  # the over-use revoke controller's
+        self.revoke_monitor: OverUseMonitor | None = None  # kept across cycles (each cycle builds a new plugin)
+        self._last_revoke = -math.inf
+        self.revoked: list[tuple[str, str]] = []  # (quota, pod) evicted for over-use in the last cycle
         # the pending queue across cycles (scheduler.queue): None tries every pending pod every cycle
         self.queue = SchedulingQueue(table(False), {s.store: s.kind for s in self.cache.sources}, PENDING,
                                      next(s.store for s in self.cache.sources if s.assigned_only),
@@ -209,6 +215,7 @@ class SecondaryScheduler:
             pods = self.queue.due(pending, unit_of)
         if not pods:
             self._write_quota_status(sched)
+            self._revoke_over_use(sched)
             self._record(len(pending), 0)
             return []
         pods = sched.order(pods, self.queue.state if self.queue is not None else None)  # the profile's queueSort
@@ -231,6 +238,7 @@ class SecondaryScheduler:
         if self.queue is not None:
             self.queue.record(placements, {k for f in self.failures for k in f.rolled_back}, unit_of, by_key)
         self._write_quota_status(sched)
+        self._revoke_over_use(sched)
         self._record(len(pending) - sum(1 for p in placements if p.node is not None), planner.rejected_groups)
         return placements
 
@@ -300,20 +308,42 @@ class SecondaryScheduler:
         if quota is None or not self.write_quota_status or not sched.cluster.elastic_quotas:
             return
         quota.bind(sched.cluster)
-        quota.manager.refresh_all()
+        quota.forest.refresh_all()
         for obj in sched.cluster.elastic_quotas:
             meta = obj.get("metadata") or {}
             name, ns = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
-            info = quota.manager.quotas.get(name)
+            info = quota.info(name)
             if info is None or (info.namespace and info.namespace != ns):
                 continue  # left out by validation, or another namespace's quota of the same name
-            patch = status_patch(obj, quota.summary(name) or {})
+            patch = quota.status_patch(obj, status_patch(obj, quota.summary(name) or {}))
             if patch is None:
                 continue
             try:
                 self.client.patch(QUOTAS.format(namespace=ns, name=name), patch)
             except KoordletError as e:
                 log.warning("updating ElasticQuota %s/%s: %s", ns, name, e)
+
+    def _revoke_over_use(self, sched: Scheduler) -> None:
+        """QuotaOverUsedRevokeController, every revokePodInterval: evict the pods of each quota whose used has
+        stayed above its runtime for longer than delayEvictTime (revoke.py's order)."""
+        self.revoked = []
+        quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
+        if quota is None or not quota.revokes or not sched.cluster.elastic_quotas:
+            return
+        now = self.clock()
+        if now - self._last_revoke < quota.args.revoke_pod_interval:
+            return
+        self._last_revoke = now
+        if self.revoke_monitor is None or self.revoke_monitor.delay != quota.args.delay_evict_time:
+            self.revoke_monitor = OverUseMonitor(quota.args.delay_evict_time, self.clock)
+        quota.bind(sched.cluster)
+        for name in self.revoke_monitor.due(quota.usage()):
+            for pod in quota.to_revoke(name):
+                why = self.evictor.revoke(pod, name)
+                if why is not None:
+                    log.warning("revoking %s of over-used quota %s: %s", key(pod), name, why)
+                    continue
+                self.revoked.append((name, key(pod)))
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
         """Bind a unit's members (scheduler.binder); the members rolled back get the failure as their reason."""

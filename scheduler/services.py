@@ -162,7 +162,7 @@ class DiagnosisAPI:
         plugin.bind(sched.cluster)
         include = query.get("includePods") == "true"
         if name is None:
-            return 200, "application/json", plugin.summaries(include) if not query.get("tree") else {}
+            return 200, "application/json", plugin.summaries(include, query.get("tree") or None)
         summary = plugin.summary(name, include)
         if summary is None:
             return _error(404, f"cannot find quota {name}")

@@ -38,6 +38,7 @@ from scheduler.config.fields import (
     string,
     string_list,
 )
+from scheduler.elasticquota.hooks import REGISTRY as HOOKS
 from scheduler.elasticquota.model import parse_resources
 from scheduler.elasticquota.plugin import ElasticQuotaArgs
 from scheduler.plugins.fitplus import FitPlusArgs
@@ -272,8 +273,10 @@ def elastic_quota_args(raw: Mapping[str, object], where: str) -> ElasticQuotaArg
     for i, h in enumerate(object_list(raw, "hookPlugins", where)):
         check_keys(h, ("key", "factoryKey", "factoryArgs"), f"{where}.hookPlugins[{i}]")
         out.hook_plugins.append(dict(h))
-    if out.hook_plugins:
-        log.info("%s.hookPlugins: quota hook plugins are not implemented by koord-sched; ignored", where)
+    try:
+        HOOKS.check(out.hook_plugins)
+    except InvalidInput as e:
+        raise ConfigError(f"{where}.hookPlugins: {e}") from None
     return out
 
 

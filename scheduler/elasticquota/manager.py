@@ -50,6 +50,8 @@ class QuotaInfo:
     non_preemptible_request: Resources = field(default_factory=dict)
     non_preemptible_used: Resources = field(default_factory=dict)
     runtime: Resources = field(default_factory=dict)
+    allocated: Resources = field(default_factory=dict)  # a leaf's used, a parent's Σ children's guaranteed
+    guaranteed: Resources = field(default_factory=dict)  # max(allocated, min) (ElasticQuotaGuaranteeUsage)
     runtime_version: int = 0
     pods: dict[str, _Pod] = field(default_factory=dict)  # ns/name → requests, assigned
     namespace: str = ""
@@ -58,18 +60,19 @@ class QuotaInfo:
         """getLimitRequestNoLock: request capped at max where max names the resource."""
         return {k: min(v, self.max[k]) if k in self.max else v for k, v in self.request.items()}
 
-    def summary(self, include_pods: bool = False) -> JSON:
+    def summary(self, include_pods: bool = False, tree: str = "") -> JSON:
         """QuotaInfoSummary as the ElasticQuota plugin serves it (core/quota_summary.go field names)."""
         out: JSON = {
             "name": self.name, "parentName": self.parent, "isParent": self.is_parent,
-            "runtimeVersion": self.runtime_version, "allowLentResource": self.allow_lent, "tree": "",
+            "runtimeVersion": self.runtime_version, "allowLentResource": self.allow_lent, "tree": tree,
             "max": resource_json(self.max), "min": resource_json(self.min),
             "autoScaleMin": resource_json(self.auto_min), "used": resource_json(self.used),
             "nonPreemptibleUsed": resource_json(self.non_preemptible_used),
             "request": resource_json(self.request),
             "nonPreemptibleRequest": resource_json(self.non_preemptible_request),
             "sharedWeight": resource_json(self.shared_weight), "runtime": resource_json(self.runtime),
-            "childRequest": resource_json(self.child_request), "allocated": {}, "guaranteed": {},
+            "childRequest": resource_json(self.child_request), "allocated": resource_json(self.allocated),
+            "guaranteed": resource_json(self.guaranteed),
             "selfUsed": resource_json(self.self_used), "selfNonPreemptibleUsed": {},
             "selfRequest": resource_json(self.self_request), "selfNonPreemptibleRequest": {}}
         if include_pods:
@@ -86,10 +89,15 @@ class _Pod:
 
 
 class GroupQuotaManager:
-    """One quota tree (the default tree; MultiQuotaTree is an alpha gate, off by default, and not supported)."""
+    """One quota tree: the default tree (tree id "") holds the system and default quotas; another tree (label
+    tree-id) has only its root and the quotas below its root quota (core/group_quota_manager.go)."""
 
     def __init__(self, enable_min_scale: bool = True, system_max: Mapping[str, int] | None = None,
-                 default_max: Mapping[str, int] | None = None) -> None:
+                 default_max: Mapping[str, int] | None = None, tree_id: str = "", guarantee_usage: bool = False
+                 ) -> None:
+        self.tree_id = tree_id
+        # ElasticQuotaGuaranteeUsage (a feature gate upstream): what a quota uses beyond its min stays its own
+        self.guarantee_usage = guarantee_usage
         self.enable_min_scale = enable_min_scale
         self.total: Resources = {}
         self.total_except: Resources = {}  # without the system and default quotas' used
@@ -98,6 +106,8 @@ class GroupQuotaManager:
         self.children: dict[str, set[str]] = {ROOT_QUOTA: set()}
         self._min_sum: dict[str, Resources] = {}  # parent → Σ children's original min (ScaleMinQuotaManager)
         self.quotas[ROOT_QUOTA] = QuotaInfo(ROOT_QUOTA, "", True, False)
+        if tree_id:
+            return
         for name, mx in ((SYSTEM_QUOTA, system_max), (DEFAULT_QUOTA, default_max)):
             self.quotas[name] = QuotaInfo(name, ROOT_QUOTA, False, True, max=dict(mx or DEFAULT_GROUP_MAX))
 
@@ -106,11 +116,15 @@ class GroupQuotaManager:
         """Load validated quotas (parents before children) into an empty tree."""
         for s in specs:
             if s.name in (SYSTEM_QUOTA, DEFAULT_QUOTA):
+                if s.name not in self.quotas:
+                    continue
                 q = self.quotas[s.name]
                 q.max, q.min, q.namespace = dict(s.max) or q.max, dict(s.min), s.namespace
                 q.shared_weight = dict(s.shared_weight)
                 continue
-            q = QuotaInfo(s.name, s.parent, s.is_parent, s.allow_lent, max=dict(s.max), min=dict(s.min),
+            # NewQuotaInfoFromQuota: with guarantee usage no quota lends
+            lent = s.allow_lent and not self.guarantee_usage
+            q = QuotaInfo(s.name, s.parent, s.is_parent, lent, max=dict(s.max), min=dict(s.min),
                           auto_min=dict(s.min), shared_weight=dict(s.shared_weight), namespace=s.namespace)
             if not q.allow_lent:
                 q.request = dict(q.min)  # the quota asks for its min even without pods
@@ -122,6 +136,8 @@ class GroupQuotaManager:
             self._min_sum[s.parent] = add(self._min_sum.get(s.parent, {}), s.min)
             if not q.allow_lent and q.request:
                 self._propagate_request(self._path(s.parent), q.limited_request(), {}, -1)
+            if self.guarantee_usage:  # doUpdateOneGroupMinQuotaNoLock: min guaranteed, passed up as allocated
+                self._propagate_allocated(self._path(s.name), {})
         self._update_keys()
 
     def _update_keys(self) -> None:
@@ -154,7 +170,10 @@ class GroupQuotaManager:
         self._update_total_except()
 
     def _update_total_except(self) -> None:
-        used = add(self.quotas[DEFAULT_QUOTA].used, self.quotas[SYSTEM_QUOTA].used)
+        used: Resources = {}
+        for name in (DEFAULT_QUOTA, SYSTEM_QUOTA):
+            if name in self.quotas:
+                used = add(used, self.quotas[name].used)
         total = sub(self.total, used)
         if not equal(total, self.total_except) or total.keys() != self.total_except.keys():
             self.total_except = total
@@ -190,8 +209,29 @@ class GroupQuotaManager:
             q.non_preemptible_used = non_negative(add(q.non_preemptible_used, np_delta))
             if i == 0:
                 q.self_used = non_negative(add(q.self_used, delta))
+        if self.guarantee_usage:
+            self._propagate_allocated(self._path(name), mask(delta, self.calcs[ROOT_QUOTA].keys))
         if name in (SYSTEM_QUOTA, DEFAULT_QUOTA):
             self._update_total_except()
+
+    def _propagate_allocated(self, path: list[QuotaInfo], delta: Resources) -> None:
+        """recursiveUpdateGroupTreeWithDeltaAllocated: each level adds the change to its allocated, guarantees
+        max(allocated, min) and passes the change of its guarantee on to its parent."""
+        for q in path:
+            old = q.guaranteed
+            q.allocated = non_negative(add(q.allocated, delta))
+            if q.name == ROOT_QUOTA:
+                return
+            guaranteed = dict(q.allocated)
+            for k, v in q.min.items():
+                guaranteed[k] = max(guaranteed.get(k, 0), v)
+            q.guaranteed = guaranteed
+            calc = self.calcs.get(q.parent)
+            if calc is not None:
+                calc.set_guarantee(q.name, guaranteed)
+            delta = {k: guaranteed.get(k, 0) - old.get(k, 0) for k in guaranteed.keys() | old.keys()}
+            if not any(delta.values()):
+                return
 
     def on_pod_add(self, quota: str, pod_key: str, requests: Mapping[str, int], assigned: bool,
                    non_preemptible: bool = False) -> None:

@@ -14,12 +14,15 @@ from apis.core.resources import CPU, MEMORY
 from apis.scheduling.quota import (
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_QUOTA_SHARED_WEIGHT,
+    ANNOTATION_QUOTA_TOTAL_RESOURCE,
     DEFAULT_QUOTA,
     LABEL_QUOTA_ALLOW_FORCE_UPDATE,
     LABEL_QUOTA_ALLOW_LENT_RESOURCE,
+    LABEL_QUOTA_IGNORE_DEFAULT_TREE,
     LABEL_QUOTA_IS_PARENT,
     LABEL_QUOTA_IS_ROOT,
     LABEL_QUOTA_PARENT,
+    LABEL_QUOTA_TREE_ID,
     ROOT_QUOTA,
     SYSTEM_QUOTA,
 )
@@ -43,7 +46,8 @@ def quota_signature(objs: list[JSON]) -> str:
         ann = meta.get("annotations") or {}
         parts.append([meta.get("namespace"), meta.get("name"), meta.get("labels"), o.get("spec"),
                       ann.get(ANNOTATION_QUOTA_SHARED_WEIGHT) if isinstance(ann, dict) else None,
-                      ann.get(ANNOTATION_QUOTA_NAMESPACES) if isinstance(ann, dict) else None])
+                      ann.get(ANNOTATION_QUOTA_NAMESPACES) if isinstance(ann, dict) else None,
+                      ann.get(ANNOTATION_QUOTA_TOTAL_RESOURCE) if isinstance(ann, dict) else None])
     return json.dumps(sorted(parts, key=lambda p: (str(p[0]), str(p[1]))), sort_keys=True, default=str)
 
 
@@ -138,6 +142,9 @@ class QuotaSpec:
     namespaces: list[str] = field(default_factory=list)  # the quota.scheduling.koordinator.sh/namespaces annotation
     force_update: bool = False
     tree_root: bool = False
+    tree_id: str = ""  # the quota tree it belongs to ("" the default tree)
+    total: Resources | None = None  # a tree root's total-resource annotation: its tree's total
+    ignore_default_tree: bool = False  # the tree's total is not taken out of the default tree's
     obj: JSON = field(default_factory=dict, repr=False)
 
     @property
@@ -188,6 +195,13 @@ def parse_quota(obj: JSON) -> QuotaSpec:
             namespaces = [str(n) for n in parsed] if isinstance(parsed, list) else []
         except ValueError:
             namespaces = []  # GetAnnotationQuotaNamespaces: unparsable means none
+    total: Resources | None = None
+    raw_total = annotations.get(ANNOTATION_QUOTA_TOTAL_RESOURCE)
+    if raw_total and labels.get(LABEL_QUOTA_IS_ROOT) == "true":
+        try:
+            total = parse_resources(json.loads(str(raw_total)), f"{name} annotation {ANNOTATION_QUOTA_TOTAL_RESOURCE}")
+        except ValueError as e:
+            raise InvalidInput(f"{name} annotation {ANNOTATION_QUOTA_TOTAL_RESOURCE} is not JSON: {e}") from None
     parent = str(labels.get(LABEL_QUOTA_PARENT) or "")
     if not parent and name != ROOT_QUOTA:
         parent = ROOT_QUOTA
@@ -197,7 +211,9 @@ def parse_quota(obj: JSON) -> QuotaSpec:
                      # GetSharedWeight: a missing, unparsable or all-zero annotation means max
                      shared_weight=weight if not is_zero(weight) else dict(mx), namespaces=namespaces,
                      force_update=labels.get(LABEL_QUOTA_ALLOW_FORCE_UPDATE) == "true",
-                     tree_root=labels.get(LABEL_QUOTA_IS_ROOT) == "true", obj=obj)
+                     tree_root=labels.get(LABEL_QUOTA_IS_ROOT) == "true",
+                     tree_id=str(labels.get(LABEL_QUOTA_TREE_ID) or ""), total=total,
+                     ignore_default_tree=labels.get(LABEL_QUOTA_IGNORE_DEFAULT_TREE) == "true", obj=obj)
 
 
 def validate_quotas(objs: Iterable[JSON]) -> tuple[list[QuotaSpec], list[tuple[str, str]]]:
@@ -209,6 +225,8 @@ def validate_quotas(objs: Iterable[JSON]) -> tuple[list[QuotaSpec], list[tuple[s
       min keys must be within the parent's min keys;
     - the children's min sum must stay within the parent's min (siblings are taken in name order, so the one
       that overflows is the one left out), unless the child has allow-force-update or is a tree root.
+    - a child is in its parent's quota tree (label tree-id); a tree's root quota (is-root "true") hangs below
+      the root and carries the tree's total in its total-resource annotation.
     Names are cluster-wide identities upstream (quotaInfoMap is keyed by name): a second quota of the same name
     in another namespace is left out. The root quota's object carries nothing the tree uses and is skipped.
     """
@@ -278,6 +296,8 @@ def _topology_problem(s: QuotaSpec, taken: dict[str, QuotaSpec], child_min: dict
     if s.parent == ROOT_QUOTA:
         return None
     parent = taken[s.parent]
+    if parent.tree_id != s.tree_id:  # a tree is its own budget: no quota borrows across trees
+        return (f"{s.name} is in quota tree {s.tree_id!r} but its parent {s.parent} is in tree {parent.tree_id!r}")
     if not parent.is_parent:
         return f"{s.name} has parentName {s.parent} but the parentQuotaInfo's IsParent is false"
     if set(parent.max) != set(s.max):

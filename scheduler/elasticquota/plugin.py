@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA
+from apis.scheduling.quota import DEFAULT_QUOTA, LABEL_QUOTA_NAME, LABEL_QUOTA_PREEMPTIBLE, ROOT_QUOTA, SYSTEM_QUOTA
 from scheduler.cluster import Cluster, NodeInfo, is_active, key, pod_requests
-from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager
+from scheduler.elasticquota.forest import QuotaForest
+from scheduler.elasticquota.hooks import REGISTRY as HOOKS
+from scheduler.elasticquota.hooks import QuotaHook, QuotaReader
+from scheduler.elasticquota.manager import DEFAULT_GROUP_MAX, GroupQuotaManager, QuotaInfo
 from scheduler.elasticquota.model import (
     SPECIAL,
+    QuotaSpec,
     Resources,
     add,
     exceeded,
@@ -28,6 +33,7 @@ from scheduler.elasticquota.model import (
     quota_signature,
     validate_quotas,
 )
+from scheduler.elasticquota.revoke import pods_to_revoke
 from scheduler.nodeindex import NodeIndex
 
 log = logging.getLogger(__name__)
@@ -36,8 +42,8 @@ NAME = "ElasticQuota"
 
 @dataclass
 class ElasticQuotaArgs:
-    """ElasticQuotaArgs (pkg/scheduler/apis/config/types.go) with upstream's defaults; the revoke controller,
-    queue hints, hook plugins and multi-tree settings are accepted and have no effect here."""
+    """ElasticQuotaArgs (pkg/scheduler/apis/config/types.go) with upstream's defaults; queue hints and the
+    snapshot interval are accepted and have no effect here."""
 
     enable_runtime_quota: bool = True
     enable_check_parent_quota: bool = False
@@ -46,10 +52,15 @@ class ElasticQuotaArgs:
     quota_group_namespace: str = "koordinator-system"
     default_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
     system_quota_group_max: Resources = field(default_factory=lambda: dict(DEFAULT_GROUP_MAX))
-    # parsed with upstream's defaults, no effect here (no revoke controller, queue hints or hook plugins)
+    # the over-use revoke controller (revoke.py): runs with monitorAllQuotas and enableRuntimeQuota
     delay_evict_time: float = 120.0
     revoke_pod_interval: float = 1.0
     monitor_all_quotas: bool = False
+    # the feature gate ElasticQuotaGuaranteeUsage (`--feature-gates`), not a field of the args upstream
+    guarantee_usage: bool = False
+    # the feature gate MultiQuotaTree: false puts every quota in the default tree, as upstream without it
+    multi_quota_tree: bool = True
+    # accepted, no effect here
     enable_queue_hint: bool = False
     quota_snapshot_update_interval: float = 120.0
     hook_plugins: list[JSON] = field(default_factory=list)
@@ -60,7 +71,8 @@ class ElasticQuotaArgs:
         for camel, attr in (("enableRuntimeQuota", "enable_runtime_quota"),
                             ("enableCheckParentQuota", "enable_check_parent_quota"),
                             ("enableMinQuotaScale", "enable_min_quota_scale"),
-                            ("disableDefaultQuotaPreemption", "disable_default_quota_preemption")):
+                            ("disableDefaultQuotaPreemption", "disable_default_quota_preemption"),
+                            ("monitorAllQuotas", "monitor_all_quotas")):
             if args.get(camel) is not None:
                 if not isinstance(args[camel], bool):
                     raise InvalidInput(f"ElasticQuotaArgs.{camel} must be true or false")
@@ -80,13 +92,15 @@ class ElasticQuota:
     def __init__(self, args: ElasticQuotaArgs | None = None, *, check: bool = True, account: bool = True) -> None:
         self.args = args or ElasticQuotaArgs()
         self.check, self.account = check, account  # enabled at preFilter / at reserve (scheduler.config)
-        self.manager = GroupQuotaManager()
+        self.forest = QuotaForest()
+        self.hooks: dict[str, list[QuotaHook]] = {}  # tree id → its hook plugins (hooks.py)
         self.rejected: list[tuple[str, str]] = []  # ElasticQuota objects left out, with the reason
         self.refused: dict[str, str] = {}  # pod key → the PreFilter reason of its last refusal
         self._cluster: Cluster | None = None
         self._by_namespace: dict[str, str] = {}  # namespace → quota named after it (in that namespace)
         self._by_annotation: dict[str, str] = {}  # namespace → quota listing it in its namespaces annotation
         self._pod_quota: dict[str, str] = {}  # pod key → quota it was accounted to
+        self._pod_objs: dict[str, JSON] = {}  # pod key → the pod accounted (over-use revoke orders them)
         self._nodes_version = -1
         self._signature = ""
 
@@ -97,16 +111,19 @@ class ElasticQuota:
             self._sync_total(cluster)
             return
         self._cluster, self._signature = cluster, quota_signature(cluster.elastic_quotas)
-        self.manager = GroupQuotaManager(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
-                                         self.args.default_quota_group_max)
+        self.forest = QuotaForest(self.args.enable_min_quota_scale, self.args.system_quota_group_max,
+                                  self.args.default_quota_group_max, self.args.guarantee_usage)
         specs, self.rejected = validate_quotas(cluster.elastic_quotas)
-        self.manager.set_quotas(specs)
+        if not self.args.multi_quota_tree:
+            specs = [replace(s, tree_id="", total=None) for s in specs]
+        self.forest.set_quotas(specs)
+        self._reset_hooks(specs)
         self._by_namespace = {s.namespace: s.name for s in specs if s.name == s.namespace}
         self._by_annotation = {}
         for s in specs:
             for ns in s.namespaces:
                 self._by_annotation.setdefault(ns, s.name)
-        self._pod_quota = {}
+        self._pod_quota, self._pod_objs = {}, {}
         self._nodes_version = -1
         self._sync_total(cluster)
         batch: dict[str, list[tuple[str, Mapping[str, int], bool, bool]]] = {}
@@ -119,9 +136,13 @@ class ElasticQuota:
             except InvalidInput:
                 continue
             quota = self._pod_quota[k] = self.quota_of(pod)
+            self._pod_objs[k] = pod
             batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
         for quota, pods in batch.items():
-            self.manager.on_pods_add(quota, pods)
+            self.forest.manager_of(quota).on_pods_add(quota, pods)
+            if self.hooks:
+                for k, _, _, _ in pods:
+                    self._pod_updated(quota, None, self._pod_objs[k])
         self.add_pending(cluster.pending, cluster)
 
     def reload(self, cluster: Cluster) -> None:
@@ -145,7 +166,7 @@ class ElasticQuota:
         total: Resources = {}
         for n in cluster.nodes.values():
             total = add(total, n.allocatable)
-        self.manager.set_cluster_total(total)
+        self.forest.set_nodes_total(total)
         self._nodes_version = version
 
     def add_pending(self, pods: Iterable[JSON], cluster: Cluster) -> None:
@@ -168,25 +189,31 @@ class ElasticQuota:
         except InvalidInput:
             return quota
         self._pod_quota[k] = quota
-        self.manager.on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
+        self._pod_objs[k] = pod
+        self.forest.manager_of(quota).on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
         return quota
 
     def quota_of(self, pod: JSON) -> str:
         """The label quota.scheduling.koordinator.sh/name, else the quota named after the pod's namespace (or
-        listing it in its namespaces annotation), else the default quota; an unknown name means the default."""
+        listing it in its namespaces annotation), else the default quota; an unknown name means the default.
+        A quota name is cluster-wide, so it also names the pod's tree."""
         meta = pod.get("metadata") or {}
         name = str((meta.get("labels") or {}).get(LABEL_QUOTA_NAME) or "")
         if not name:
             ns = str(meta.get("namespace") or "default")
             name = self._by_namespace.get(ns) or self._by_annotation.get(ns) or DEFAULT_QUOTA
-        return name if name in self.manager.quotas and name != ROOT_QUOTA else DEFAULT_QUOTA
+        return name if self.forest.knows(name) and name != ROOT_QUOTA else DEFAULT_QUOTA
 
     def forget(self, pod: JSON) -> None:
         """The pod is gone (deleted or evicted): its request and used leave its quota."""
         k = key(pod)
         quota = self._pod_quota.pop(k, None)
+        obj = self._pod_objs.pop(k, None)
         if quota is not None:
-            self.manager.on_pod_delete(quota, k)
+            assigned = bool(self.hooks) and self._assigned(quota, k)
+            self.forest.manager_of(quota).on_pod_delete(quota, k)
+            if assigned and obj is not None:
+                self._pod_updated(quota, obj, None)
 
     # -- extension points ------------------------------------------------------------------------------------
     def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
@@ -194,7 +221,7 @@ class ElasticQuota:
             return None
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
-        mgr = self.manager
+        mgr = self.forest.manager_of(quota)
         if self.args.enable_runtime_quota:
             mgr.refresh_runtime(quota)
         info = mgr.quotas[quota]
@@ -214,20 +241,23 @@ class ElasticQuota:
                                          f"{print_resources(info.min)}, nonPreemptibleUsed: "
                                          f"{print_resources(info.non_preemptible_used)}, pod's request: "
                                          f"{print_resources(request)}, exceedDimensions: {go_list(over)}")
+        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()) if self.hooks else ():
+            if why := hook.check_pod(quota, pod):
+                return self._refuse(pod, f"CheckPod failed for hook plugin {hook.key}, err: {why}")
         if self.args.enable_check_parent_quota:
-            why = self._check_parents(info.parent, [info.parent, quota], request)
+            why = self._check_parents(mgr, info.parent, [info.parent, quota], request)
             if why:
                 return self._refuse(pod, why)
         self.refused.pop(key(pod), None)
         return None
 
-    def _check_parents(self, name: str, topo: list[str], request: Resources) -> str | None:
-        """checkQuotaRecursive: every ancestor's used + request within its runtime."""
+    def _check_parents(self, mgr: GroupQuotaManager, name: str, topo: list[str], request: Resources) -> str | None:
+        """checkQuotaRecursive: every ancestor's used + request within its runtime (within the quota's tree)."""
         while name != ROOT_QUOTA:
-            info = self.manager.quotas.get(name)
+            info = mgr.quotas.get(name)
             if info is None:
                 return f"Could not find the elasticQuota {name}, quotaNameTopo: {go_list(topo)}"
-            limit = self.manager.refresh_runtime(name) if self.args.enable_runtime_quota else info.max
+            limit = mgr.refresh_runtime(name) if self.args.enable_runtime_quota else info.max
             used = mask(add(request, info.used), request)
             if over := exceeded(used, limit):
                 return (f"Insufficient quotas, quotaNameTopo: {go_list(topo)}, runtime: {print_resources(limit)}, "
@@ -249,13 +279,22 @@ class ElasticQuota:
             return {}
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
-        self.manager.reserve(quota, key(pod))
+        if not self.hooks:
+            self.forest.manager_of(quota).reserve(quota, key(pod))
+            return {}
+        was = self._assigned(quota, key(pod))
+        self.forest.manager_of(quota).reserve(quota, key(pod))
+        if not was and self._assigned(quota, key(pod)):
+            self._pod_updated(quota, None, pod)
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         quota = self._pod_quota.get(key(pod))
         if quota is not None:
-            self.manager.unreserve(quota, key(pod))
+            was = bool(self.hooks) and self._assigned(quota, key(pod))
+            self.forest.manager_of(quota).unreserve(quota, key(pod))
+            if was:
+                self._pod_updated(quota, pod, None)
 
     # -- preemption ------------------------------------------------------------------------------------------
     def can_preempt(self, preemptor_quota: str, job_request: Resources, victim: JSON) -> bool:
@@ -271,8 +310,10 @@ class ElasticQuota:
             return True
         if vq == DEFAULT_QUOTA and self.args.disable_default_quota_preemption:
             return False
-        mine = self.manager.quotas.get(preemptor_quota)
-        theirs = self.manager.quotas.get(vq)
+        if self.forest.tree_of.get(vq, "") != self.forest.tree_of.get(preemptor_quota, ""):
+            return False  # trees do not lend to one another, so another tree's pods free nothing for this one
+        mine = self.forest.info(preemptor_quota)
+        theirs = self.forest.info(vq)
         if mine is None or theirs is None or preemptor_quota in SPECIAL:
             return False
         guaranteed = [k for k in mine.min if mine.min[k] > 0]
@@ -287,18 +328,108 @@ class ElasticQuota:
             total = add(total, pod_requests(p))
         return self.quota_of(pods[0]), total
 
+    # -- hook plugins ---------------------------------------------------------------------------------------------
+    def _reset_hooks(self, specs: list[QuotaSpec]) -> None:
+        """Each tree's hook plugins, made afresh with the tree, then told of every quota in it as a create
+        (ResetQuotasForHookPlugins)."""
+        self.hooks = {}
+        if not self.args.hook_plugins:
+            return
+        for tree, mgr in self.forest.trees.items():
+            self.hooks[tree] = HOOKS.build(self.args.hook_plugins, QuotaReader(mgr))
+        for s in specs:
+            info = self.forest.info(s.name)
+            for hook in self.hooks.get(s.tree_id, ()):
+                state: dict[str, Any] = {}
+                hook.pre_quota_update(None, info, s.obj, state)
+                hook.post_quota_update(None, info, s.obj, state)
+
+    def _assigned(self, quota: str, pod_key: str) -> bool:
+        info = self.forest.info(quota)
+        p = info.pods.get(pod_key) if info is not None else None
+        return p is not None and p.assigned
+
+    def _pod_updated(self, quota: str, old: JSON | None, new: JSON | None) -> None:
+        for hook in self.hooks.get(self.forest.tree_of.get(quota, ""), ()):
+            hook.on_pod_updated(quota, old, new)
+
+    def status_patch(self, obj: JSON, patch: JSON | None) -> JSON | None:
+        """The status write-back's merge patch after the quota's tree's hook plugins have had their say."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        for hook in self.hooks.get(self.forest.tree_of.get(name, ""), ()):
+            changed = hook.update_quota_status(obj, patch)
+            if changed is not None:
+                patch = changed
+        return patch
+
+    # -- over-use revoke ------------------------------------------------------------------------------------------
+    @property
+    def revokes(self) -> bool:
+        """The revoke controller runs (Start: monitorAllQuotas and enableRuntimeQuota)."""
+        return self.args.monitor_all_quotas and self.args.enable_runtime_quota
+
+    def usage(self) -> dict[str, tuple[Resources, Resources]]:
+        """quota → (used, runtime) for every quota the revoke controller watches: all trees' but the root and the
+        system quota. **[decision]** the default quota's runtime is its max (as its PreFilter check)."""
+        out: dict[str, tuple[Resources, Resources]] = {}
+        for mgr in self.forest.trees.values():
+            for name, info in mgr.quotas.items():
+                if name in (ROOT_QUOTA, SYSTEM_QUOTA):
+                    continue
+                runtime = dict(info.max) if name in SPECIAL else mgr.refresh_runtime(name)
+                out[name] = (dict(info.used), runtime)
+        return out
+
+    def to_revoke(self, quota: str) -> list[JSON]:
+        """The quota's assigned pods to evict so its used fits its runtime (getToRevokePodList)."""
+        info = self.forest.info(quota)
+        if info is None or self._cluster is None:
+            return []
+        used, runtime = self.usage().get(quota, ({}, {}))
+        pods = [self._pod_objs[k] for k, p in info.pods.items() if p.assigned and k in self._pod_objs]
+        return pods_to_revoke(used, runtime, pods, self._cluster, _non_preemptible)
+
+    def revocations(self) -> list[JSON]:
+        """Per quota over its runtime now, the pods the revoke controller would evict once delayEvictTime has
+        passed (simulate's report: a simulation is one instant)."""
+        rows: list[JSON] = []
+        usage = self.usage()
+        for name in sorted(usage):
+            pods = self.to_revoke(name)
+            if pods:
+                used, runtime = usage[name]
+                rows.append({"quota": name, "used": print_resources(used), "runtime": print_resources(runtime),
+                             "pods": [key(p) for p in pods]})
+        return rows
+
     # -- reporting -------------------------------------------------------------------------------------------
+    @property
+    def manager(self) -> GroupQuotaManager:
+        """The default tree's manager."""
+        return self.forest.default
+
+    def info(self, name: str) -> QuotaInfo | None:
+        """The quota's state in its tree, None for a quota the scheduler does not know."""
+        return self.forest.info(name)
+
     def summary(self, name: str, include_pods: bool = False) -> JSON | None:
-        info = self.manager.quotas.get(name)
-        if info is None:
+        mgr = self.forest.manager_of(name)
+        info = mgr.quotas.get(name)
+        if info is None or name == ROOT_QUOTA:
             return None
         if name not in SPECIAL:
-            self.manager.refresh_runtime(name)
-        return info.summary(include_pods)
+            mgr.refresh_runtime(name)
+        return info.summary(include_pods, mgr.tree_id)
 
-    def summaries(self, include_pods: bool = False) -> dict[str, JSON]:
-        self.manager.refresh_all()
-        return {n: q.summary(include_pods) for n, q in sorted(self.manager.quotas.items()) if n != ROOT_QUOTA}
+    def summaries(self, include_pods: bool = False, tree: str | None = None) -> dict[str, JSON]:
+        """Every quota's summary, or those of one tree (GetQuotaSummaries; "" is the default tree)."""
+        out: dict[str, JSON] = {}
+        for tree_id, mgr in self.forest.trees.items():
+            if tree is not None and tree_id != tree:
+                continue
+            mgr.refresh_all()
+            out.update({n: q.summary(include_pods, tree_id) for n, q in mgr.quotas.items() if n != ROOT_QUOTA})
+        return dict(sorted(out.items()))
 
 
 def _non_preemptible(pod: JSON) -> bool:

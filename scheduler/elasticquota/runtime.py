@@ -20,6 +20,7 @@ class _Child:
     min: Resources = field(default_factory=dict)  # the auto-scaled min
     weight: Resources = field(default_factory=dict)
     allow_lent: bool = True
+    guarantee: Resources = field(default_factory=dict)  # ElasticQuotaGuaranteeUsage: max(allocated, min)
 
 
 def redistribute(total: int, names: list[str], request: list[int], minimum: list[int], weight: list[int],
@@ -130,6 +131,12 @@ class RuntimeQuotaCalculator:
             c.min = dict(minimum)
             self._bump()
 
+    def set_guarantee(self, name: str, guarantee: Resources) -> None:
+        c = self.children.get(name)
+        if c is not None and c.guarantee != guarantee:
+            c.guarantee = dict(guarantee)
+            self._bump()
+
     def remove(self, name: str) -> None:
         if self.children.pop(name, None) is not None:
             self._bump()
@@ -146,7 +153,9 @@ class RuntimeQuotaCalculator:
         out: dict[str, Resources] = {n: {} for n in names}
         for key in self.keys:
             rt = redistribute(self.total.get(key, 0), names, [c.request.get(key, 0) for c in kids],
-                              [c.min.get(key, 0) for c in kids], [c.weight.get(key, 0) for c in kids], lent)
+                              # a guarantee above min counts as min (quotaTree.redistribution)
+                              [max(c.min.get(key, 0), c.guarantee.get(key, 0)) for c in kids],
+                              [c.weight.get(key, 0) for c in kids], lent)
             for n, v in zip(names, rt, strict=True):
                 out[n][key] = v
         self._runtime = out
