@@ -45,24 +45,28 @@ log = logging.getLogger("koord-sched")
 CONFIG_HELP = "KubeSchedulerConfiguration (v1) file, or the koord-scheduler ConfigMap holding one"
 
 
-def profile(config: str | SchedulerConfig | None, *, simulate: bool = False) -> Profile:
+def profile(config: str | SchedulerConfig | None, *, simulate: bool = False, topology_manager: bool = True
+            ) -> Profile:
     """Fresh plugin instances of the profile, for `Scheduler(cluster, profile(...))`.
 
-    `config` is a --config path (read each call), a parsed SchedulerConfig, or None for the defaults."""
-    return build(config if isinstance(config, SchedulerConfig) else load_config(config), simulate=simulate)
+    `config` is a --config path (read each call), a parsed SchedulerConfig, or None for the defaults;
+    `topology_manager` is --enable-network-topology-manager (a library caller gets the manager)."""
+    return build(config if isinstance(config, SchedulerConfig) else load_config(config), simulate=simulate,
+                 topology_manager=topology_manager)
 
 
-def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig | None = None
-             ) -> JSON:
+def simulate(cluster: Cluster, pods: list[JSON], config: str | SchedulerConfig | None = None, *,
+             topology_manager: bool = True) -> JSON:
     """Place the pods in order; gang members as whole jobs (all-or-nothing, network topology, job preemption).
     Reservation objects among them (and pending ones of the cluster, first) are placed as their template pod.
 
-    Preemption planning and network-topology awareness are on unless the config turns them off: a simulation
-    answers "what would the scheduler do with them" (upstream's CoschedulingArgs default both to false)."""
+    Preemption planning and network-topology awareness are on unless the config turns them off, and the network
+    topology manager unless `topology_manager` is false: a simulation answers "what would the scheduler do with
+    them" (upstream's CoschedulingArgs default both to false, its --enable-network-topology-manager too)."""
     for eqp, reason in apply_profiles(cluster, cluster.quota_profiles):  # koord-manager's part, restated
         log.warning("ElasticQuotaProfile %s skipped: %s", eqp, reason)
     pods = with_tree_affinity(pods, cluster, cluster.quota_profiles)
-    sched = Scheduler(cluster, profile(config, simulate=True))
+    sched = Scheduler(cluster, profile(config, simulate=True, topology_manager=topology_manager))
     resv = sched.plugin(RESERVATION_PLUGIN, ReservationPlugin)
     if resv is not None:
         resv.bind(cluster)
@@ -201,10 +205,13 @@ def run(ns: argparse.Namespace) -> int:
         cos = cfg.plugin_args("Coscheduling")
         # Fresh plugins per cycle: their device state is derived from the cache's snapshot of the pods. `--once`
         # lists once; the loop watches (no list request in a steady cycle).
-        topology = ns.enable_network_topology_manager
-        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name, lambda c: Scheduler(c, profile(cfg)),
+        # --enable-network-topology-manager defaults to false as upstream's (frameworkext): off, no tree is kept
+        # (no ClusterNetworkTopology status written) and a gang carrying a network-topology-spec is refused
+        topology = ns.enable_network_topology_manager is True
+        runner = SecondaryScheduler(KubeClient(kube), ns.scheduler_name,
+                                    lambda c: Scheduler(c, profile(cfg, topology_manager=topology)),
                                     default_timeout=cos.default_timeout, enable_preemption=cos.enable_preemption,
-                                    watch=not ns.once, write_topology_status=topology is not False,
+                                    watch=not ns.once, write_topology_status=topology,
                                     max_unschedulable=ns.pod_max_in_unschedulable or MAX_IN_UNSCHEDULABLE_SECONDS,
                                     record_events=True)
         runner.metrics = SchedulerMetrics(ns.scheduler_name)
@@ -307,6 +314,9 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     sim.add_argument("--feature-gates", default=None,
                      help=f"Name=true|false,...: acted on: {', '.join(kubeflags.ACTED_GATES)}")
+    sim.add_argument("--enable-network-topology-manager", type=kubeflags.go_bool, nargs="?", const=True, default=None,
+                     help="the network topology manager (default here: on; `run`'s default is off, as upstream's); "
+                          "off, a gang with a network-topology-spec is refused as `run` refuses it")
     ext = sub.add_parser("extender", help="kube-scheduler extender HTTP API: POST <prefix>/filter|prioritize|bind")
     ext.add_argument("--addr", default=":8080", help="listen address host:port (default :8080)")
     ext.add_argument("--config", default=None, help=CONFIG_HELP)
@@ -383,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     catalogue = build_cluster([o for o in given if o.get("kind") in ("PodGroup", "PriorityClass")])
     cluster.podgroups.update(catalogue.podgroups)
     cluster.priority_classes.update(catalogue.priority_classes)
-    result = simulate(cluster, pods, cfg)
+    result = simulate(cluster, pods, cfg, topology_manager=ns.enable_network_topology_manager is not False)
     if ns.output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     elif ns.output == "yaml":  # the same object as -o json

@@ -61,7 +61,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leader-elect", type=go_bool, nargs="?", const=True, default=None,
                    help="leader election (overrides the config's leaderElection.leaderElect)")
     p.add_argument("--enable-network-topology-manager", type=go_bool, nargs="?", const=True, default=None,
-                   help="keep ClusterNetworkTopology 'default' status from the nodes' labels (default: on)")
+                   help="the network topology manager: the tree of ClusterNetworkTopology 'default' (its status "
+                        "written), needed by gangs with a network-topology-spec (default: off, as upstream's)")
     p.add_argument("--authentication-skip-lookup", type=go_bool, nargs="?", const=True, default=None,
                    help=argparse.SUPPRESS)
     p.add_argument("--authentication-kubeconfig", default=None, help=argparse.SUPPRESS)

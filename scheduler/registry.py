@@ -191,13 +191,17 @@ ALWAYS = ("Coscheduling",)  # made even when disabled: the gang planner reads it
 KEPT = ("ElasticQuota", "Coscheduling")  # kept among the reservers: their PreFilter / planner switches are read there
 
 
-def build(cfg: SchedulerConfig, *, simulate: bool = False) -> Profile:
-    """Fresh instances of the profile's plugins, resolved per extension point."""
+def build(cfg: SchedulerConfig, *, simulate: bool = False, topology_manager: bool = True) -> Profile:
+    """Fresh instances of the profile's plugins, resolved per extension point.
+
+    `topology_manager`: --enable-network-topology-manager (koord-scheduler's frameworkext flag, not the profile's)."""
     enabled = {n for names in cfg.points.values() for n in names}
     made = Made()
     for name, entry in REGISTRY.items():
         if entry.shared is not None and (name in enabled or name in ALWAYS):
             made.plugins[name] = entry.shared(cfg, name, made, simulate)
+    if (cos := made.get("Coscheduling", Coscheduling)) is not None:
+        cos.topology_manager = topology_manager
     filters: list[FilterPlugin] = []
     scorers: list[ScorePlugin] = []
     reservers: list[ReservePlugin] = []

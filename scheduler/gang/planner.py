@@ -35,6 +35,8 @@ from scheduler.gang.model import (
 from scheduler.gang.plugin import NAME as COSCHEDULING
 from scheduler.gang.plugin import Coscheduling
 from scheduler.gang.topology import (
+    NO_CLUSTER_NETWORK_TOPOLOGY,
+    NO_PLANNED_PODS,
     NetworkTopologySpec,
     NoCandidate,
     TopologyTree,
@@ -118,7 +120,8 @@ class Planner:
         self.cos: Coscheduling = sched.plugin(COSCHEDULING, Coscheduling) or Coscheduling()
         self.quota = sched.plugin(ELASTIC_QUOTA, ElasticQuota)
         self.enable_preemption = enable_preemption and self.cos.preemption
-        self.tree = cluster_tree(sched.cluster) if self.cos.aware_network_topology else None
+        # the network topology manager's snapshot: only with --enable-network-topology-manager and a `default` CNT
+        self.tree = cluster_tree(sched.cluster) if self.cos.topology_manager else None
         self.results: dict[str, Placement] = {}
         self.preemptions: list[JSON] = []
         self.preemptors: list[tuple[str, str]] = []  # (GangGroup id, trigger pod) per entry of `preemptions`
@@ -173,7 +176,10 @@ class Planner:
             return
         self.blame = frozenset()
         raw_spec = next((g.topology_spec for g in group.gangs if g.topology_spec), None)
-        topo = self.tree is not None and raw_spec is not None
+        if raw_spec is not None and self.cos.admission and (why := self.topology_refusal(group)) is not None:
+            self.fail_all(pending, why, GANG_PLUGINS)  # UnschedulableAndUnresolvable: no preemption either
+            return
+        topo = self.tree is not None and raw_spec is not None and self.cos.aware_network_topology
         held: list[Assumed] = []
         failure = self.place_topology(group, raw_spec, held) if topo else self.place_members(group, held)
         if failure is None:
@@ -201,6 +207,19 @@ class Planner:
             note = self.preempt(group, raw_spec if topo else None)
             failure = f"{failure.rstrip('.')}. preemption: {note}"
         self.fail_all(pending, failure, self.blame)
+
+    def topology_refusal(self, group: GangGroup) -> str | None:
+        """Why a gang carrying a network-topology-spec cannot be planned, as upstream refuses it.
+
+        BeforePreFilter (coscheduling/core/core.go) needs the tree manager's snapshot: none without
+        --enable-network-topology-manager or without ClusterNetworkTopology `default`. FindOneNode (the plan of
+        all members) is offered only with awareNetworkTopology (coscheduling.go FindOneNodePlugin); without it the
+        first member goes its own way and the next one finds no planned node (network_topology_workflow.go)."""
+        if self.tree is None:
+            return NO_CLUSTER_NETWORK_TOPOLOGY
+        if not self.cos.aware_network_topology and len(group.pending) > 1:
+            return NO_PLANNED_PODS
+        return None
 
     def place_members(self, group: GangGroup, held: list[Assumed]) -> str | None:
         """Members back to back; Strict: the first failure rejects the group, NonStrict: later members go on."""

@@ -34,12 +34,15 @@ class Coscheduling:
     name = NAME
 
     def __init__(self, args: object = None, weight: int = 1, *, admission: bool = True, permit: bool = True,
-                 preemption: bool = True, aware_network_topology: bool = True,
+                 preemption: bool = True, aware_network_topology: bool = True, topology_manager: bool = True,
                  match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> None:
         self.args = args
         self.weight = weight
         self.admission, self.permit, self.preemption = admission, permit, preemption
         self.aware_network_topology = aware_network_topology
+        # --enable-network-topology-manager: without the manager no tree snapshot exists and a gang carrying a
+        # network-topology-spec is refused (framework_extender_factory.go, coscheduling/core/core.go)
+        self.topology_manager = topology_manager
         self.match_policy = match_policy
         self._tree: tuple[tuple[int, int, int], TopologyTree | None] | None = None
         self._ranked: tuple[Any, dict[str, int]] | None = None  # (pod, node → score) of the current pod
@@ -51,6 +54,9 @@ class Coscheduling:
                                   lambda p: groups[str(gang_id_of(p))].id if gang_id_of(p) in groups else "")
 
     def tree(self, cluster: Cluster) -> TopologyTree | None:
+        """The manager's snapshot of ClusterNetworkTopology `default`; None without the manager or the object."""
+        if not self.topology_manager:
+            return None
         stamp = (id(cluster), id(cluster.topologies[0]) if cluster.topologies else 0,
                  getattr(cluster.nodes, "version", len(cluster.nodes)))
         if self._tree is None or self._tree[0] != stamp:

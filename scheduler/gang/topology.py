@@ -204,6 +204,10 @@ class NetworkTopologySpec:
 _WARNED: set[str] = set()  # network-topology-spec values already reported
 
 
+NO_CLUSTER_NETWORK_TOPOLOGY = "no cluster network topology"  # upstream's ErrNoClusterNetworkTopology
+NO_PLANNED_PODS = "no planned pods"  # upstream's ErrorNoPlannedNodes
+
+
 class NoCandidate(Exception):
     """No topology domain can accommodate the job; the message follows upstream's wording."""
 

@@ -150,7 +150,8 @@ def test_network_topology_manual_end_to_end(tmp_path: Path, capsys: pytest.Captu
                  "--config", str(SEEDS / "nt-manual-config.yaml"), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [p["node"] for p in out["placements"]] == ["node-5", "node-6", "node-7", "node-8"]
-    # the same with awareNetworkTopology: false: no gathering (the first nodes by name and score)
+    # the same with awareNetworkTopology: false: no FindOneNode plan (coscheduling.go FindOneNodePlugin), so upstream's
+    # second member finds no planned node and the job is refused (network_topology_workflow.go PreFilter)
     off = tmp_path / "off.yaml"
     off.write_text(yaml.safe_dump({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                                    "profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {
@@ -158,7 +159,7 @@ def test_network_topology_manual_end_to_end(tmp_path: Path, capsys: pytest.Captu
     cluster = build_cluster([cnt(), *nodes()])
     cluster.podgroups["default/topology-demo-job"] = pg
     result = simulate(cluster, copy.deepcopy(members), load_config(str(off)))
-    assert [p["node"] for p in result["placements"]] != ["node-5", "node-6", "node-7", "node-8"]
+    assert [(p["node"], p["reason"]) for p in result["placements"]] == [(None, "no planned pods")] * 4
 
 
 def gpu_topology_device(name: str) -> dict[str, Any]:
