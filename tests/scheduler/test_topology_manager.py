@@ -16,7 +16,9 @@ import pytest
 import yaml
 from test_topology import BLOCK, cnt, nodes, podgroup, whole_node_pod
 
-from scheduler.cli import main
+from scheduler.cli import main, simulate
+from scheduler.cluster import build_cluster
+from scheduler.config import load_config
 
 from kubedouble import emulate_binding
 
@@ -130,3 +132,17 @@ def test_simulate_keeps_the_manager_on_unless_told(flag: list[str], placed: bool
         assert block_of(out["topo-0"]["node"]) == block_of(out["topo-1"]["node"])
     else:
         assert [(out[p]["node"], out[p]["reason"]) for p in TOPO] == [(None, REFUSED)] * 2
+
+
+def test_without_aware_network_topology_only_a_lone_pending_member_goes_on(tmp_path: Path) -> None:
+    """Upstream offers FindOneNode only with awareNetworkTopology: without it the second member finds no plan."""
+    config = tmp_path / "config.yaml"
+    off = {"name": "Coscheduling", "args": {"awareNetworkTopology": False}}
+    config.write_text(yaml.safe_dump({"apiVersion": "kubescheduler.config.k8s.io/v1",
+                                      "kind": "KubeSchedulerConfiguration", "profiles": [{"pluginConfig": [off]}]}))
+    gather = [{"layer": "BlockLayer", "strategy": "MustGather"}]
+    pods = [whole_node_pod("solo-0", group="solo"), *(whole_node_pod(n, group="topo") for n in TOPO)]
+    cluster = build_cluster([cnt(), *nodes(), podgroup("solo", 1, gather), podgroup("topo", 2, gather)])
+    out = {p["pod"].split("/")[-1]: p for p in simulate(cluster, pods, load_config(str(config)))["placements"]}
+    assert out["solo-0"]["node"] is not None
+    assert [(out[p]["node"], out[p]["reason"]) for p in TOPO] == [(None, "no planned pods")] * 2
