@@ -323,23 +323,46 @@ class DeviceShare:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
         if changed is None:
-            n, w = len(index), len(self._weighted)
-            self._has = {t: np.zeros(n, dtype=np.bool_) for t in DEVICE_TYPES}
-            self._total = {t: np.zeros((n, w), dtype=np.int64) for t in DEVICE_TYPES}
-            self._free = {t: np.zeros((n, w), dtype=np.int64) for t in DEVICE_TYPES}
-            self._planned, self._table = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
-            self._gpu_ok = np.zeros((n, 0), dtype=np.bool_)
-            self._gpu_free = np.zeros((n, 0, len(_GPU_COLUMNS)), dtype=np.int64)
-            self._row_version = np.zeros(n, dtype=np.int64)
+            self._fill_all([self.state.node(node) for node in index.nodes])
+            self._row_version = np.ones(len(index), dtype=np.int64)
             self._row_cache.clear()
-            rows: set[int] | range = range(n)
         else:
             rows = set(changed)
             rows.update(index.pos[name] for name in self._dirty if name in index.pos)
-        for i in rows:
-            self._fill(i, self.state.node(index.nodes[i]))
-            self._row_version[i] += 1
+            for i in rows:
+                self._fill(i, self.state.node(index.nodes[i]))
+                self._row_version[i] += 1
         self._dirty.clear()
+
+    def _fill_all(self, states: list[NodeDeviceState]) -> None:
+        """Every row as `_fill` would write it, built as lists and handed to numpy once per array (a cold start
+        filled row by row made ~20 numpy calls a node)."""
+        n, w, cols = len(states), len(self._weighted), len(_GPU_COLUMNS)
+        self._has, self._total, self._free = {}, {}, {}
+        for t in DEVICE_TYPES:
+            self._has[t] = np.array([bool(st.devices.get(t)) for st in states], dtype=np.bool_).reshape(n)
+            self._total[t] = np.array([[st.total_sum.get(t, {}).get(r, 0) for r in self._weighted]
+                                       for st in states], dtype=np.int64).reshape(n, w)
+            self._free[t] = np.array([[st.free_sum.get(t, {}).get(r, 0) for r in self._weighted]
+                                      for st in states], dtype=np.int64).reshape(n, w)
+        self._planned = np.array([st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true" for st in states],
+                                 dtype=np.bool_).reshape(n)
+        self._table = np.array([bool(st.annotations.get(ANNOTATION_GPU_PARTITIONS)) for st in states],
+                               dtype=np.bool_).reshape(n)
+        width = max((len(st.devices.get(DEVICE_TYPE_GPU, {})) for st in states), default=0)
+        ok = [[False] * width for _ in states]
+        free = [[[0] * cols for _ in range(width)] for _ in states]
+        for st, ok_row, free_rows in zip(states, ok, free, strict=True):
+            gpus = st.devices.get(DEVICE_TYPE_GPU, {})
+            free_gpu = st.free.get(DEVICE_TYPE_GPU, {})
+            for k, (m, d) in enumerate(gpus.items()):
+                ok_row[k] = bool(d.total)
+                for r, v in free_gpu.get(m, {}).items():
+                    c = _GPU_COLUMNS.get(r)
+                    if c is not None:
+                        free_rows[k][c] = v
+        self._gpu_ok = np.array(ok, dtype=np.bool_).reshape(n, width)
+        self._gpu_free = np.array(free, dtype=np.int64).reshape(n, width, cols)
 
     def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any],
                  one: Callable[[int], Any] | None = None) -> Any:

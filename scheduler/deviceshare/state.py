@@ -95,9 +95,7 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
         if not isinstance(d, dict) or not d.get("type"):
             continue
         try:
-            resources = d.get("resources") or {}
-            total = {str(k): quantity_value(str(k), v)
-                     for k, v in (renamed_deprecated(resources) if isinstance(resources, dict) else {}).items()}
+            total = _device_total(d.get("resources") or {})
         except InvalidInput as e:
             log.warning("Device %s: ignoring %s minor %s: %s", (device or {}).get("metadata", {}).get("name"),
                         d.get("type"), d.get("minor"), e)
@@ -114,6 +112,29 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
     for dtype in out:
         out[dtype] = dict(sorted(out[dtype].items()))
     return out
+
+
+_TOTALS: dict[tuple[tuple[str, str], ...], dict[str, int]] = {}  # a device's resources → their amounts
+_TOTALS_SIZE = 1024  # distinct device resource maps remembered; the devices of one model repeat one
+
+
+def _device_total(resources: object) -> dict[str, int]:
+    """A device's `resources` as amounts (deprecated names renamed), parsed once per distinct map of strings: every
+    GPU of a model declares the same one; InvalidInput when a quantity cannot be read. The dict is shared: read
+    it, never change it."""
+    if not isinstance(resources, dict):
+        return {}
+    shape = tuple(resources.items()) if all(type(k) is str and type(v) is str for k, v in resources.items()) \
+        else None
+    known = _TOTALS.get(shape) if shape is not None else None
+    if known is not None:
+        return known
+    total = {str(k): quantity_value(str(k), v) for k, v in renamed_deprecated(resources).items()}
+    if shape is not None:
+        if len(_TOTALS) >= _TOTALS_SIZE:
+            _TOTALS.clear()
+        _TOTALS[shape] = total
+    return total
 
 
 class NodeDeviceState:
