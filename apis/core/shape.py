@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 
@@ -74,3 +76,14 @@ def _yaml_kind(value: object) -> str:
     if value is None:
         return "null"
     return "boolean" if isinstance(value, bool) else "number"
+
+
+def json_object(text: str | bytes, where: str) -> JSON:
+    """`text` decoded as one JSON object; InvalidInput naming `where` when it is not JSON or not an object."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidInput(f"{where}: invalid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{where} must be a JSON object")
+    return doc

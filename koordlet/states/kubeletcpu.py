@@ -24,6 +24,7 @@ import yaml
 from apis.core.errors import HostReadError, InvalidInput
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
+from apis.core.shape import json_object
 from apis.extension.numa_aware import (
     KUBELET_CPU_MANAGER_POLICY_NONE,
     KUBELET_CPU_MANAGER_POLICY_STATIC,
@@ -189,12 +190,7 @@ def parse_cpu_manager_state(text: str) -> dict[str, list[int]]:
 
     A container entry that does not parse is left out, as upstream logs and skips it; InvalidInput when the file
     is not a checkpoint at all."""
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InvalidInput(f"{CPU_MANAGER_STATE}: invalid JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{CPU_MANAGER_STATE} must be a JSON object")
+    doc = json_object(text, CPU_MANAGER_STATE)
     entries = doc.get("entries") or {}
     if not isinstance(entries, dict):
         raise InvalidInput(f"{CPU_MANAGER_STATE}: entries must be an object")

@@ -12,8 +12,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
 from apis.core.resources import CPU
+from apis.core.shape import json_object
 from apis.extension.node import ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO, cpu_normalization_ratio
 from scheduler.noderesource.strategy import CONFIG_NAME, CONFIG_NAMESPACE, ConfigError, selector_matches
 
@@ -64,11 +66,9 @@ def parse_amplification_config(cm: JSONMapping | None) -> AmplificationConfig:
         return AmplificationConfig()
     where = f"{CONFIG_NAMESPACE}/{CONFIG_NAME} {AMPLIFICATION_KEY}: "
     try:
-        raw = json.loads(text)
-    except ValueError as e:
-        raise ConfigError(f"{where}not JSON: {e}") from e
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}want a JSON object")
+        raw = json_object(text, where[:-2])
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
     cluster = _strategy(raw, AmplificationStrategy(), where)
     nodes = raw.get("nodeConfigs") or []
     if not isinstance(nodes, list):

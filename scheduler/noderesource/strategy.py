@@ -12,7 +12,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
+from apis.core.shape import json_object
 from apis.extension.node import (
     ANNOTATION_COLOCATION_STRATEGY,
     LABEL_CPU_RECLAIM_RATIO,
@@ -172,11 +174,9 @@ def parse_config_map(cm: JSONMapping | None) -> ColocationConfig:
     if not text:
         return ColocationConfig()
     try:
-        raw = json.loads(text)
-    except ValueError as e:
-        raise ConfigError(f"{CONFIG_NAMESPACE}/{CONFIG_NAME} {CONFIG_KEY} is not JSON: {e}") from e
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{CONFIG_NAMESPACE}/{CONFIG_NAME} {CONFIG_KEY}: want a JSON object")
+        raw = json_object(text, f"{CONFIG_NAMESPACE}/{CONFIG_NAME} {CONFIG_KEY}")
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
     _check_types(raw, f"{CONFIG_KEY}: ")
     cluster = overlay(DEFAULT_STRATEGY, {k: v for k, v in raw.items() if k != "nodeConfigs"})
     bad = invalid_field(cluster)

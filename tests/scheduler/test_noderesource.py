@@ -271,7 +271,7 @@ def test_config_defaults_node_configs_and_refusals() -> None:
         parse_config_map(cm({"enable": True, "midCPUThresholdPercent": 120}))
     with pytest.raises(ConfigError, match="cpuReclaimThresholdPercent: want an integer"):
         parse_config_map(cm({"cpuReclaimThresholdPercent": "60"}))
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="colocation-config: invalid JSON"):
         parse_config_map(cm("{enable: true"))
 
 
