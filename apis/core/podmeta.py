@@ -74,7 +74,7 @@ def is_critical_priority(pod: Mapping[str, Any]) -> bool:
 
 def deletion_cost(pod: Mapping[str, Any]) -> int:
     """GetDeletionCostFromPodAnnotations: the int32, 0 when absent or invalid."""
-    return go_int32(annotations(pod).get(ANNOTATION_POD_DELETION_COST)) or 0
+    return go_int32(pod_annotations(pod).get(ANNOTATION_POD_DELETION_COST)) or 0
 
 
 def volumes(pod: Mapping[str, Any]) -> list[JSONMapping]:
