@@ -32,6 +32,7 @@ from scheduler.descheduler.interfaces import (
     Snapshot,
 )
 from scheduler.descheduler.limiter import Limiter
+from scheduler.descheduler.nodeutil import is_ready
 
 log = logging.getLogger("koord-descheduler")
 TOO_FEW_NODES = "the cluster size is 0 or 1 meaning eviction causes service disruption or degradation"
@@ -191,14 +192,7 @@ class Descheduler:
 
 def ready_nodes(nodes: Sequence[NodeInfo], selector: LabelSelector | None) -> list[NodeInfo]:
     """Nodes matching the top-level nodeSelector with no Ready condition other than True (cordoned ones kept)."""
-    return [n for n in nodes if _selected(selector, n) and _ready(n.obj)]
-
-
-def _ready(node: JSON) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") != "True":
-            return False
-    return True
+    return [n for n in nodes if _selected(selector, n) and is_ready(n.obj)]
 
 
 def _selected(selector: LabelSelector | None, node: NodeInfo) -> bool:
