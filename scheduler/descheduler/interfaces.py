@@ -144,6 +144,21 @@ class FilterPlugin(Plugin, Protocol):
     def pre_eviction_filter(self, pod: JSON) -> bool: ...
 
 
+@runtime_checkable
+class Reporter(Protocol):
+    """A plugin whose last round `simulate` shows under "nodes" (LowNodeLoad: pool → node → class and anomaly
+    counts)."""
+
+    def report(self) -> Mapping[str, Mapping[str, JSON]]: ...
+
+
+@runtime_checkable
+class SimulationOutput(Protocol):
+    """A plugin that adds keys of its own to `simulate`'s output (the MigrationController: podMigrationJobs)."""
+
+    def simulation_output(self) -> Mapping[str, object]: ...
+
+
 Factory = Callable[[object, Handle], Plugin]
 """Builds a plugin from its decoded args (the dataclass of config.args, or the raw mapping for an args kind the
 config does not know) and the profile's handle."""

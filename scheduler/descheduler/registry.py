@@ -9,8 +9,9 @@ from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.interfaces import EXTENSION_POINTS, PluginSpec
 from scheduler.descheduler.plugins import defaultevictor
+from scheduler.descheduler.plugins.lownodeload import plugin as lownodeload
 
-REGISTRY: dict[str, PluginSpec] = {spec.name: spec for spec in (defaultevictor.SPEC,)}
+REGISTRY: dict[str, PluginSpec] = {spec.name: spec for spec in (defaultevictor.SPEC, lownodeload.SPEC)}
 """name → spec of every plugin this program builds."""
 
 UPSTREAM_ONLY = ("CustomPriority", "FragmentationAware", "ScaleDownBinPack", "HighNodeUtilization",

@@ -67,15 +67,16 @@ class PodSelector:
 
 @dataclass
 class NodePool:
-    """LowNodeLoadNodePool after defaulting: every threshold map present (maybe empty)."""
+    """LowNodeLoadNodePool after defaulting. A threshold map is None where Go's is nil; an inherited map is the
+    same dict object as the top level's (upstream shares it, and the plugin completes it in place, §3.2)."""
 
     name: str = ""
     node_selector: LabelSelector | None = None
     use_deviation_thresholds: bool = False
-    high: Thresholds = field(default_factory=dict)
-    low: Thresholds = field(default_factory=dict)
-    prod_high: Thresholds = field(default_factory=dict)
-    prod_low: Thresholds = field(default_factory=dict)
+    high: Thresholds | None = None
+    low: Thresholds | None = None
+    prod_high: Thresholds | None = None
+    prod_low: Thresholds | None = None
     resource_weights: dict[str, int] = field(default_factory=dict)
     anomaly: AnomalyCondition = field(default_factory=AnomalyCondition)
 
@@ -119,7 +120,7 @@ def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
     args.detector_cache_timeout = DEFAULT_DETECTOR_CACHE_TIMEOUT if timeout is None else timeout
     # SetDefaults_LowNodeLoadArgs: weights 1 for cpu, memory and each top-level low/high key; a user weight <= 0
     # on those keys becomes 1.
-    defaults = {"cpu": 1, "memory": 1, **{r: 1 for r in top.low}, **{r: 1 for r in top.high}}
+    defaults = {"cpu": 1, "memory": 1, **dict.fromkeys(top.low or {}, 1), **dict.fromkeys(top.high or {}, 1)}
     given = weights(m, "resourceWeights", where)
     if given is None:
         top.resource_weights = defaults
@@ -142,10 +143,10 @@ def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
 def _pool_fields(m: Mapping[str, object], where: str) -> NodePool:
     pool = NodePool(node_selector=selector(m, "nodeSelector", where),
                     use_deviation_thresholds=bool(boolean(m, "useDeviationThresholds", where)))
-    pool.high = percentages(m, "highThresholds", where) or {}
-    pool.low = percentages(m, "lowThresholds", where) or {}
-    pool.prod_high = percentages(m, "prodHighThresholds", where) or {}
-    pool.prod_low = percentages(m, "prodLowThresholds", where) or {}
+    pool.high = percentages(m, "highThresholds", where)
+    pool.low = percentages(m, "lowThresholds", where)
+    pool.prod_high = percentages(m, "prodHighThresholds", where)
+    pool.prod_low = percentages(m, "prodLowThresholds", where)
     return pool
 
 
@@ -225,24 +226,25 @@ def validate(args: LowNodeLoadArgs, where: str) -> None:
                   "only one of Include/Exclude namespaces can be set")
     for i, pool in enumerate(args.node_pools):
         at = f"{where}.nodePools[{i}]"
-        for r, v in pool.high.items():
+        high, low, prod_high, prod_low = pool.high or {}, pool.low or {}, pool.prod_high or {}, pool.prod_low or {}
+        for r, v in high.items():
             if v < 0:
                 p.invalid(f"{at}.highThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-        for r, v in pool.low.items():
+        for r, v in low.items():
             if v < 0:
                 p.invalid(f"{at}.lowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in pool.high and v > pool.high[r]:
+            if r in high and v > high[r]:
                 p.invalid(f"{at}.lowThresholds[{r}]", v, "low percentage must be less than or equal to highThresholds")
-        for r, v in pool.prod_high.items():
+        for r, v in prod_high.items():
             if v < 0:
                 p.invalid(f"{at}.ProdHighThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in pool.high and v > pool.high[r]:
+            if r in high and v > high[r]:
                 p.invalid(f"{at}.ProdHighThresholds[{r}]", v,
                           "node percentage must be greater than or equal to prodHighThresholds")
-        for r, v in pool.prod_low.items():
+        for r, v in prod_low.items():
             if v < 0:
                 p.invalid(f"{at}.ProdLowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in pool.prod_high and v > pool.prod_high[r]:
+            if r in prod_high and v > prod_high[r]:
                 p.invalid(f"{at}.ProdLowThresholds[{r}]", v,
                           "low percentage must be less than or equal to prodHighThresholds")
         if pool.anomaly.consecutive_abnormalities <= 0:
