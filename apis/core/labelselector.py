@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from apis.core.errors import InvalidInput
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _TERM = re.compile(r"\s*(!?)\s*([A-Za-z0-9][-A-Za-z0-9_./]*)\s*(?:(==|!=|=|\s+in\s+|\s+notin\s+)\s*(.*?))?\s*$")
 
 
@@ -50,6 +52,33 @@ class LabelSelector:
         return not self.requirements
 
 
+def key_problem(key: str) -> str | None:
+    """validation.IsQualifiedName: `[prefix/]name`, the prefix a DNS subdomain, the name 63 characters at most."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix:
+        return f"invalid label key {key!r}: a qualified name must have at most one '/'"
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return f"invalid label key {key!r}: the prefix must be a DNS subdomain"
+    if not name or len(name) > 63 or not _NAME.match(name):
+        return (f"invalid label key {key!r}: name part must consist of alphanumeric characters, '-', '_' or '.', "
+                "and must start and end with an alphanumeric character (at most 63)")
+    return None
+
+
+def value_problem(value: str) -> str | None:
+    """validation.IsValidLabelValue: empty, or a name of 63 characters at most."""
+    if value and (len(value) > 63 or not _NAME.match(value)):
+        return f"invalid label value {value!r}: must be 63 characters or less, alphanumeric, '-', '_' or '.'"
+    return None
+
+
+def _checked(req: Requirement, where: str) -> Requirement:
+    why = key_problem(req.key) or next((p for v in sorted(req.values) if (p := value_problem(v))), None)
+    if why is not None:
+        raise SelectorError(f"{where}: {why}")
+    return req
+
+
 def parse_label_selector(raw: object, where: str = "labelSelector") -> LabelSelector:
     """metav1.LabelSelectorAsSelector of a decoded JSON selector."""
     if not isinstance(raw, Mapping):
@@ -64,7 +93,7 @@ def parse_label_selector(raw: object, where: str = "labelSelector") -> LabelSele
     for k, v in labels.items():
         if not isinstance(v, str):
             raise SelectorError(f"{where}.matchLabels.{k}: must be a string, got {v!r}")
-        reqs.append(Requirement(str(k), "In", frozenset([v])))
+        reqs.append(_checked(Requirement(str(k), "In", frozenset([v])), f"{where}.matchLabels"))
     exprs = raw.get("matchExpressions") or []
     if not isinstance(exprs, list):
         raise SelectorError(f"{where}.matchExpressions: must be a list")
@@ -81,7 +110,7 @@ def parse_label_selector(raw: object, where: str = "labelSelector") -> LabelSele
             raise SelectorError(f"{at}.values: for 'in', 'notin' operators, values set can't be empty")
         if op in ("Exists", "DoesNotExist") and values:
             raise SelectorError(f"{at}.values: values set must be empty for exists and does not exist")
-        reqs.append(Requirement(e["key"], str(op), frozenset(values)))
+        reqs.append(_checked(Requirement(e["key"], str(op), frozenset(values)), at))
     return LabelSelector(tuple(reqs))
 
 
@@ -113,7 +142,7 @@ def parse_selector_string(text: str, where: str = "selector") -> LabelSelector:
             reqs.append(Requirement(k, "In" if op == "in" else "NotIn", values))
         else:
             reqs.append(Requirement(k, "NotIn" if op == "!=" else "In", frozenset([(rest or "").strip()])))
-    return LabelSelector(tuple(reqs))
+    return LabelSelector(tuple(_checked(r, where) for r in reqs))
 
 
 def _split(text: str) -> list[str]:
