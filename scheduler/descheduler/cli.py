@@ -25,6 +25,12 @@ log = logging.getLogger("koord-descheduler")
 CONFIG_HELP = "DeschedulerConfiguration (descheduler/v1alpha2) file, or the ConfigMap holding one"
 
 
+def fail(message: str) -> int:
+    """A command-line or configuration mistake: one line on stderr, exit 2."""
+    sys.stderr.write(f"koord-descheduler: {message}\n")
+    return 2
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="koord-descheduler", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true", help="log each decision on stderr")
@@ -47,41 +53,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if ns.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname).1s %(name)s: %(message)s")
     if ns.command in (None, "run"):
-        log.error("run: not built yet: koord-descheduler in a cluster (rounds, leader election, PodMigrationJobs) "
+        return fail("run: not built yet: koord-descheduler in a cluster (rounds, leader election, PodMigrationJobs) "
                   "comes later; use `koord-descheduler simulate`")
-        return 2
     try:
         config = load_config(ns.config)
     except ConfigError as e:
-        log.error("invalid --config: %s", e)
-        return 2
+        return fail(f"invalid --config: {e}")
     if not ns.cluster:
-        log.error("simulate: --cluster is required (a file or directory of objects)")
-        return 2
+        return fail("simulate: --cluster is required (a file or directory of objects)")
     if not os.path.exists(ns.cluster):
-        log.error("simulate: --cluster %s: no such file or directory", ns.cluster)
-        return 2
+        return fail(f"simulate: --cluster {ns.cluster}: no such file or directory")
     try:
         rounds = int(ns.rounds)
     except ValueError:
         rounds = 0
     if rounds < 1:
-        log.error("simulate: --rounds %s: want a whole number of rounds, 1 or more", ns.rounds)
-        return 2
+        return fail(f"simulate: --rounds {ns.rounds}: want a whole number of rounds, 1 or more")
     now = time.time() if ns.now is None else parse_time(ns.now)
     if now is None:
-        log.error("simulate: --now %s: want an RFC 3339 time such as 2024-01-01T00:00:00Z", ns.now)
-        return 2
+        return fail(f"simulate: --now {ns.now}: want an RFC 3339 time such as 2024-01-01T00:00:00Z")
     try:
         objects = load_objects(ns.cluster)
     except (OSError, ValueError, yaml.YAMLError) as e:
-        log.error("simulate: reading the objects: %s", " ".join(str(e).split()))
-        return 2
+        return fail(f"simulate: reading the objects: {' '.join(str(e).split())}")
     try:
         result = simulate(objects, config, rounds=rounds, now=now)
     except (ConfigError, FrameworkError) as e:
-        log.error("invalid --config: %s", e)
-        return 2
+        return fail(f"invalid --config: {e}")
     if ns.output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     elif ns.output == "yaml":
