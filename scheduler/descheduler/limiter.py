@@ -10,7 +10,7 @@ from apis.core.objects import JSON
 
 PER_NODE_REACHED = "maximum number of pods per node reached"
 PER_NAMESPACE_REACHED = "maximum number of pods per namespace reached"
-TOTAL_REACHED = "maximum number of pods evicted in total reached"
+TOTAL_REACHED = "maximum number of evicted pods total reached"
 
 
 class Limiter:
@@ -44,6 +44,13 @@ class Limiter:
 
     def total(self) -> int:
         return self.count
+
+    def node_limit_exceeded(self, node: str) -> bool:
+        """NodeLimitExceeded: the node's count has reached the cap (upstream compares for equality)."""
+        return self.per_node is not None and self.by_node.get(node, 0) == self.per_node
+
+    def namespace_limit_exceeded(self, namespace: str) -> bool:
+        return self.per_namespace is not None and self.by_namespace.get(namespace, 0) == self.per_namespace
 
     def node_count(self, node: str) -> int:
         return self.by_node.get(node, 0)
