@@ -4,9 +4,10 @@ pkg/descheduler/node/node.go, utilization_util.go GetNodeRawAllocatableFromNode)
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from apis.core.errors import InvalidInput
-from apis.core.nodeaffinity import AffinityError, pod_node_affinity
+from apis.core.nodeaffinity import AffinityError, PodNodeAffinity, pod_node_affinity
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY, PODS
 from apis.core.taints import (
@@ -57,33 +58,54 @@ def raw_allocatable(node: JSON) -> dict[str, int]:
     return status_allocatable(node)
 
 
-def node_fit(pod: JSON, node: NodeInfo) -> list[str]:
+@dataclass(frozen=True)
+class PodFacts:
+    """What NodeFit reads of a pod, read once for the many nodes it is tried on."""
+
+    affinity: PodNodeAffinity | None
+    affinity_error: str | None
+    tolerations: list[JSON]
+    requests: dict[str, int]
+    requests_error: str | None
+
+    @classmethod
+    def of(cls, pod: JSON) -> PodFacts:
+        try:
+            affinity, affinity_error = pod_node_affinity(pod), None
+        except AffinityError as e:
+            affinity, affinity_error = None, str(e)
+        try:
+            requests, requests_error = pod_requests(pod), None
+        except InvalidInput as e:
+            requests, requests_error = {}, str(e)
+        return cls(affinity, affinity_error, pod_tolerations(pod), requests, requests_error)
+
+
+def node_fit(pod: JSON | PodFacts, node: NodeInfo) -> list[str]:
     """NodeFit's errors (none: the pod fits): node selector and required affinity, NoSchedule/NoExecute taints,
     the pod's requests within status.allocatable less the requests of the node's pods, node schedulable."""
+    facts = pod if isinstance(pod, PodFacts) else PodFacts.of(pod)
     errors = []
-    try:
-        if not pod_node_affinity(pod).required_match(node.labels, node.name):
-            errors.append("pod node selector does not match the node label")
-    except AffinityError as e:
-        errors.append(str(e))
-    if first_untolerated(node_taints(node.obj), pod_tolerations(pod), (NO_SCHEDULE, NO_EXECUTE)) is not None:
+    if facts.affinity_error is not None:
+        errors.append(facts.affinity_error)
+    elif facts.affinity is not None and not facts.affinity.required_match(node.labels, node.name):
+        errors.append("pod node selector does not match the node label")
+    if first_untolerated(node_taints(node.obj), facts.tolerations, (NO_SCHEDULE, NO_EXECUTE)) is not None:
         errors.append("pod does not tolerate taints on the node")
-    errors += _insufficient(pod, node)
+    errors += _insufficient(facts, node)
     if node_unschedulable(node.obj):
         errors.append("node is not schedulable")
     return errors
 
 
-def _insufficient(pod: JSON, node: NodeInfo) -> list[str]:
+def _insufficient(facts: PodFacts, node: NodeInfo) -> list[str]:
     """fitsRequest: each resource the pod requests against what remains (cpu, memory, pods always known; other
     resources only where the node lists them)."""
-    try:
-        requests = pod_requests(pod)
-    except InvalidInput as e:
-        return [str(e)]
-    allocatable = status_allocatable(node.obj)
+    if facts.requests_error is not None:
+        return [facts.requests_error]
+    allocatable: dict[str, int] = node.derived("descheduler.status_allocatable", _status_allocatable_of)
     errors = []
-    for name, amount in requests.items():
+    for name, amount in facts.requests.items():
         if name not in _BASIC and name not in allocatable:
             errors.append(f"insufficient {name}")
             continue
@@ -93,7 +115,12 @@ def _insufficient(pod: JSON, node: NodeInfo) -> list[str]:
     return errors
 
 
+def _status_allocatable_of(node: NodeInfo, _last: dict[str, int] | None) -> dict[str, int]:
+    return status_allocatable(node.obj)
+
+
 def pod_fits_any_other_node(pod: JSON, nodes: Iterable[NodeInfo]) -> bool:
     """PodFitsAnyOtherNode: NodeFit on some node other than the pod's own."""
     own = (pod.get("spec") or {}).get("nodeName")
-    return any(n.name != own and not node_fit(pod, n) for n in nodes)
+    facts = PodFacts.of(pod)
+    return any(n.name != own and not node_fit(facts, n) for n in nodes)

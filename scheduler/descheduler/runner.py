@@ -7,7 +7,6 @@ usage leaves the node's), and nothing takes its place: a simulation does not sch
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 
 from apis.core.objects import JSON
@@ -44,7 +43,7 @@ def simulate(objects: list[JSON], config: DeschedulerConfig, *, rounds: int = 1,
     """`rounds` rounds; the result: every eviction, the node classes of the last round per pool, each plugin's
     own output, and the rounds that failed."""
     desched = Descheduler(prepared(config), registry(), simulate=True)
-    state = copy.deepcopy(objects)
+    state = list(objects)  # never changed in place: a round's removals make new lists and NodeMetrics
     errors = []
     seen = 0
     for i in range(max(rounds, 1)):

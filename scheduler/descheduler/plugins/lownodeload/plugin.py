@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from apis.core.objects import JSON
 from apis.core.resources import PODS
 from apis.extension.qos import pod_labels
@@ -172,10 +174,11 @@ class LowNodeLoad:
         its high thresholds — that check adds the pod's usage to the target and keeps it), sorted, evicted."""
         if not targets:
             return
+        room = TargetRoom(targets, prod)
         for src in sources:
             pods = src.prod_pods if prod else src.all_pods
             removable = [p for p in pods if self.pod_filter(p) and (
-                not self.args.node_fit or self._fits_a_target(p, src, targets, prod))]
+                not self.args.node_fit or self._fits_a_target(p, src, room))]
             if not removable:
                 continue
             thresholds = src.thresholds.prod_high if prod else src.thresholds.high
@@ -184,32 +187,13 @@ class LowNodeLoad:
             ordered = sort_pods(removable, excess, src.pod_metrics, weights)
             self._evict_pods(ordered, src, budget, prod, reason, now)
 
-    def _fits_a_target(self, pod: JSON, src: u.NodeUsage, targets: list[u.NodeUsage], prod: bool) -> bool:
+    def _fits_a_target(self, pod: JSON, src: u.NodeUsage, room: TargetRoom) -> bool:
         """podFitsAnyNodeWithThreshold: the pod needs a metric; the first target that NodeFit accepts and whose
         usage stays within its high thresholds with the pod's usage added takes it (the addition stays)."""
         metric = src.pod_metrics.get(key(pod))
         if metric is None:
             return False
-        for t in targets:
-            if nodeutil.node_fit(pod, t.node):
-                continue
-            used = t.prod_usage if prod else t.usage
-            limits = t.thresholds.prod_high if prod else t.thresholds.high
-            added = []
-            exceeded = False
-            for r, limit in limits.items():
-                if r in used:
-                    used[r] += metric.get(r, 0)
-                    added.append(r)
-                    if used[r] > limit:
-                        exceeded = True
-                        break
-            if exceeded:
-                for r in added:
-                    used[r] -= metric.get(r, 0)
-                continue
-            return True
-        return False
+        return room.place(pod, metric)
 
     def _evict_pods(self, pods: list[JSON], src: u.NodeUsage, budget: Amounts, prod: bool,
                     reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
@@ -255,6 +239,44 @@ class LowNodeLoad:
                             "abnormalities": detector.counter.consecutive_abnormalities if detector else 0,
                             "anomaly": detector is not None and detector.state == ANOMALY}
         self.last_report[pool.name] = rows
+
+
+class TargetRoom:
+    """The targets' room below their high (prod: prodHigh) thresholds, one row per target, for the hotspot
+    pre-check: a pod goes to the first target, in order, with room for its usage on every threshold resource and
+    that NodeFit accepts; its usage is then added to that target (array and usage map). Equivalent to upstream's
+    add-compare-undo per target, without walking the full targets one by one."""
+
+    def __init__(self, targets: list[u.NodeUsage], prod: bool) -> None:
+        self.targets = targets
+        self.prod = prod
+        first = targets[0].thresholds.prod_high if prod else targets[0].thresholds.high
+        self.names = [r for r in first if all(r in self._used(t) for t in targets)]
+        self.room = np.array([[self._limits(t)[r] - self._used(t)[r] for r in self.names] for t in targets],
+                             dtype=np.int64).reshape(len(targets), len(self.names))
+
+    def _used(self, t: u.NodeUsage) -> Amounts:
+        return t.prod_usage if self.prod else t.usage
+
+    def _limits(self, t: u.NodeUsage) -> Amounts:
+        return t.thresholds.prod_high if self.prod else t.thresholds.high
+
+    def place(self, pod: JSON, metric: Amounts) -> bool:
+        need = np.array([metric.get(r, 0) for r in self.names], dtype=np.int64)
+        candidates = np.flatnonzero((self.room >= need).all(axis=1))
+        if not len(candidates):
+            return False
+        facts = nodeutil.PodFacts.of(pod)
+        for i in candidates:
+            target = self.targets[int(i)]
+            if nodeutil.node_fit(facts, target.node):
+                continue
+            self.room[i] -= need
+            used = self._used(target)
+            for r in self.names:
+                used[r] += metric.get(r, 0)
+            return True
+        return False
 
 
 def _available(nodes: list[u.NodeUsage], resources: list[str], prod: bool) -> Amounts:
