@@ -30,7 +30,6 @@ NAME = "LowNodeLoad"
 log = logging.getLogger("koord-descheduler.lownodeload")
 
 Amounts = dict[str, int]
-PodFilter = Callable[[JSON], bool]
 
 
 class LowNodeLoad:
@@ -88,12 +87,18 @@ class LowNodeLoad:
         usages = u.node_usages(nodes, resources, self.args.node_metric_expiration_seconds, now)
         u.set_thresholds(usages, low_p, high_p, prod_low_p, prod_high_p, resources, pool.use_deviation_thresholds)
         classes = u.classify(usages)
-        self._report(pool, nodes, classes, now)
+        try:
+            self._act(pool, nodes, classes, resources, high_p, prod_high_p, processed, now)
+        finally:
+            self._report(pool, nodes, classes, now)
+
+    def _act(self, pool: NodePool, nodes: Sequence[NodeInfo], classes: u.Classes, resources: list[str],
+             high_p: dict[str, float], prod_high_p: dict[str, float], processed: set[str], now: float) -> None:
+        """The gates of processOneNodePool after classification, then the eviction passes."""
         if not classes.source and not classes.prod_high:
             return
         abnormal = self._abnormal(classes.source, self.node_detectors, pool, now)
         abnormal_prod = self._abnormal(classes.prod_high, self.prod_detectors, pool, now)
-        self._report(pool, nodes, classes, now)
         if not abnormal and not abnormal_prod:
             return
         if not classes.low and not classes.prod_low and not classes.both_low:
@@ -112,14 +117,13 @@ class LowNodeLoad:
         abnormal = _by_score(abnormal, pool.resource_weights, prod=False)
         abnormal_prod = _by_score(abnormal_prod, pool.resource_weights, prod=True)
         reason = _reason_of(high_p, prod_high_p)
-        self._evict_from(pool, abnormal, classes.low, abnormal_prod, classes.prod_low, classes.both_low, usages,
-                         resources, reason, now)
+        self._evict_from(pool, abnormal, classes.low, abnormal_prod, classes.prod_low, classes.both_low, resources,
+                         reason, now)
         for node_usage in abnormal:
             self._mark_normal(node_usage, self.node_detectors, now)
         for node_usage in abnormal_prod:
             self._mark_normal(node_usage, self.prod_detectors, now)
         processed.update(n.name for n in classes.source)
-        self._report(pool, nodes, classes, now)
 
     def _abnormal(self, sources: list[u.NodeUsage], cache: DetectorCache, pool: NodePool,
                   now: float) -> list[u.NodeUsage]:
@@ -154,21 +158,20 @@ class LowNodeLoad:
 
     def _evict_from(self, pool: NodePool, sources: list[u.NodeUsage], low: list[u.NodeUsage],
                     prod_sources: list[u.NodeUsage], prod_low: list[u.NodeUsage], both_low: list[u.NodeUsage],
-                    usages: dict[str, u.NodeUsage], resources: list[str], reason: Callable[[u.NodeUsage, bool], str],
-                    now: float) -> None:
+                    resources: list[str], reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
         low_avail = _available(low, resources, prod=False)
         prod_avail = _available(prod_low, resources, prod=True)
         both_avail = _available(both_low, resources, prod=False)
         both_prod_avail = _available(both_low, resources, prod=True)
         node_budget = {r: low_avail[r] + both_avail[r] for r in resources}
-        self._balance(pool, sources, [*low, *both_low], usages, node_budget, False, reason, now)
+        self._balance(pool, sources, [*low, *both_low], node_budget, False, reason, now)
         for r in resources:  # the bothLow room left to prod is what the node pass left, at most
             both_avail[r] = min(both_avail[r], node_budget[r])
         prod_budget = {r: prod_avail[r] + min(both_prod_avail[r], both_avail[r]) for r in resources}
-        self._balance(pool, prod_sources, [*prod_low, *both_low], usages, prod_budget, True, reason, now)
+        self._balance(pool, prod_sources, [*prod_low, *both_low], prod_budget, True, reason, now)
 
-    def _balance(self, pool: NodePool, sources: list[u.NodeUsage], targets: list[u.NodeUsage],
-                 usages: dict[str, u.NodeUsage], budget: Amounts, prod: bool,
+    def _balance(self, pool: NodePool, sources: list[u.NodeUsage], targets: list[u.NodeUsage], budget: Amounts,
+                 prod: bool,
                  reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
         """balancePods: per source, the removable pods (filter, and with nodeFit a target that fits them below
         its high thresholds — that check adds the pod's usage to the target and keeps it), sorted, evicted."""
