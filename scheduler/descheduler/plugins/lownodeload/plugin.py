@@ -24,7 +24,7 @@ from scheduler.descheduler.config.lownodeload_args import LowNodeLoadArgs, NodeP
 from scheduler.descheduler.interfaces import BALANCE, EvictOptions, Handle, PluginSpec
 from scheduler.descheduler.plugins.lownodeload import usage as u
 from scheduler.descheduler.plugins.lownodeload.anomaly import ANOMALY, BasicDetector, DetectorCache
-from scheduler.descheduler.plugins.lownodeload.sorting import excess_and_weights, node_score, sort_pods
+from scheduler.descheduler.plugins.lownodeload.sorting import excess_and_weights, sort_nodes, sort_pods
 
 NAME = "LowNodeLoad"
 log = logging.getLogger("koord-descheduler.lownodeload")
@@ -114,8 +114,8 @@ class LowNodeLoad:
         if n_low == len(nodes):
             log.info("pool %s: all nodes are underutilized, nothing to do", pool.name)
             return
-        abnormal = _by_score(abnormal, pool.resource_weights, prod=False)
-        abnormal_prod = _by_score(abnormal_prod, pool.resource_weights, prod=True)
+        abnormal = sort_nodes(abnormal, pool.resource_weights, prod=False)
+        abnormal_prod = sort_nodes(abnormal_prod, pool.resource_weights, prod=True)
         reason = _reason_of(high_p, prod_high_p)
         self._evict_from(pool, abnormal, classes.low, abnormal_prod, classes.prod_low, classes.both_low, resources,
                          reason, now)
@@ -164,13 +164,13 @@ class LowNodeLoad:
         both_avail = _available(both_low, resources, prod=False)
         both_prod_avail = _available(both_low, resources, prod=True)
         node_budget = {r: low_avail[r] + both_avail[r] for r in resources}
-        self._balance(pool, sources, [*low, *both_low], node_budget, False, reason, now)
+        self.balance_pass(pool, sources, [*low, *both_low], node_budget, False, reason, now)
         for r in resources:  # the bothLow room left to prod is what the node pass left, at most
             both_avail[r] = min(both_avail[r], node_budget[r])
         prod_budget = {r: prod_avail[r] + min(both_prod_avail[r], both_avail[r]) for r in resources}
-        self._balance(pool, prod_sources, [*prod_low, *both_low], prod_budget, True, reason, now)
+        self.balance_pass(pool, prod_sources, [*prod_low, *both_low], prod_budget, True, reason, now)
 
-    def _balance(self, pool: NodePool, sources: list[u.NodeUsage], targets: list[u.NodeUsage], budget: Amounts,
+    def balance_pass(self, pool: NodePool, sources: list[u.NodeUsage], targets: list[u.NodeUsage], budget: Amounts,
                  prod: bool,
                  reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
         """balancePods: per source, the removable pods (filter, and with nodeFit a target that fits them below
@@ -291,11 +291,6 @@ def _available(nodes: list[u.NodeUsage], resources: list[str], prod: bool) -> Am
         for r in resources:
             out[r] += limits.get(r, 0) - used.get(r, 0)
     return out
-
-
-def _by_score(nodes: list[u.NodeUsage], weights: dict[str, int], prod: bool) -> list[u.NodeUsage]:
-    """sortNodesByUsage, highest score first (stable)."""
-    return sorted(nodes, key=lambda n: -node_score(n.prod_usage if prod else n.usage, n.capacity, weights))
 
 
 def _reason_of(high: dict[str, float], prod_high: dict[str, float]) -> Callable[[u.NodeUsage, bool], str]:

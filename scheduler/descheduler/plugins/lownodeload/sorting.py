@@ -23,6 +23,7 @@ from apis.extension.priority import (
 )
 from apis.extension.qos import QOS_BE, QOS_LS, QOS_LSE, QOS_LSR, QOS_NONE, QOS_SYSTEM, koord_qos_class_with_default
 from scheduler.cluster import key
+from scheduler.descheduler.plugins.lownodeload.usage import NodeUsage
 
 _KOORD_PRIORITY_RANK = {PRIORITY_NONE: 5, PRIORITY_PROD: 4, PRIORITY_MID: 3, PRIORITY_BATCH: 2, PRIORITY_FREE: 1}
 _KOORD_QOS_RANK = {QOS_NONE: 5, QOS_SYSTEM: 4, QOS_LSE: 4, QOS_LSR: 3, QOS_LS: 2, QOS_BE: 1}
@@ -85,3 +86,8 @@ def excess_and_weights(usage: Mapping[str, int], high: Mapping[str, int], resour
     return {r: v - high[r] for r, v in over.items()}, {r: resource_weights.get(r, 0) for r in over}
 
 
+
+
+def sort_nodes(nodes: list[NodeUsage], weights: Mapping[str, int], prod: bool) -> list[NodeUsage]:
+    """sortNodesByUsage: by node_score of the usage (prod: prod usage) over the capacity, highest first."""
+    return sorted(nodes, key=lambda n: -node_score(n.prod_usage if prod else n.usage, n.capacity, weights))
