@@ -171,8 +171,7 @@ class LowNodeLoad:
         self.balance_pass(pool, prod_sources, [*prod_low, *both_low], prod_budget, True, reason, now)
 
     def balance_pass(self, pool: NodePool, sources: list[u.NodeUsage], targets: list[u.NodeUsage], budget: Amounts,
-                 prod: bool,
-                 reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
+                     prod: bool, reason: Callable[[u.NodeUsage, bool], str], now: float) -> None:
         """balancePods: per source, the removable pods (filter, and with nodeFit a target that fits them below
         its high thresholds — that check adds the pod's usage to the target and keeps it), sorted, evicted."""
         if not targets:
