@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from apis.core.labelselector import LabelSelector
 from apis.core.objects import JSON
@@ -133,12 +134,10 @@ class Framework:
             raise FrameworkError("no evict plugin is enabled")
         if len(evictors) > 1:
             raise FrameworkError("only one evict plugin can be enabled")
-        self.deschedulers = [p for p in points[DESCHEDULE] if isinstance(p, DeschedulePlugin)]
-        self.balancers = [p for p in points[BALANCE] if isinstance(p, BalancePlugin)]
-        filters = [p for p in points[FILTER] if isinstance(p, FilterPlugin)]
-        evictor = evictors[0]
-        if not isinstance(evictor, EvictorPlugin):
-            raise FrameworkError(f'plugin "{evictor.name}" does not extend evict plugin')
+        self.deschedulers = [cast(DeschedulePlugin, _checked(p, DESCHEDULE)) for p in points[DESCHEDULE]]
+        self.balancers = [cast(BalancePlugin, _checked(p, BALANCE)) for p in points[BALANCE]]
+        filters = [cast(FilterPlugin, _checked(p, FILTER)) for p in points[FILTER]]
+        evictor = cast(EvictorPlugin, _checked(evictors[0], EVICT))
         self.proxy = EvictorProxy(evictor, filters, limiter, dry_run, record)
 
     # ---- interfaces.Handle ----
@@ -188,6 +187,17 @@ class Descheduler:
             for b in fw.balancers:
                 b.balance(fw.profile_nodes(nodes))
         return None
+
+
+_PROTOCOLS: dict[str, type] = {DESCHEDULE: DeschedulePlugin, BALANCE: BalancePlugin, EVICT: EvictorPlugin,
+                               FILTER: FilterPlugin}
+
+
+def _checked(plugin: Plugin, point: str) -> Plugin:
+    """A factory whose plugin lacks the point's methods is a profile error, not a plugin silently left out."""
+    if not isinstance(plugin, _PROTOCOLS[point]):
+        raise FrameworkError(f'plugin "{plugin.name}" does not extend {point} plugin')
+    return plugin
 
 
 def ready_nodes(nodes: Sequence[NodeInfo], selector: LabelSelector | None) -> list[NodeInfo]:

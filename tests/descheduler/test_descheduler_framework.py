@@ -71,7 +71,14 @@ REGISTRY = {
     "B": PluginSpec("B", lambda args, h: Recorder("B", h), frozenset({DESCHEDULE, BALANCE})),
     "Gate": PluginSpec("Gate", lambda args, h: Gate(h), frozenset({EVICT, FILTER})),
     "Gate2": PluginSpec("Gate2", lambda args, h: Gate(h), frozenset({EVICT, FILTER})),
+    "Hollow": PluginSpec("Hollow", lambda args, h: Hollow(), frozenset({BALANCE})),
 }
+
+
+class Hollow:
+    """Registered for balance, without a balance method."""
+
+    name = "Hollow"
 
 
 def profile(name: str, **points: list[str]) -> Profile:
@@ -135,6 +142,7 @@ def test_ready_nodes() -> None:
     ({"evict": ["Gate"], "balance": ["Gate"]}, 'plugin "Gate" does not extend balance plugin'),
     ({"evict": ["Gate"], "deschedule": ["Nope"]}, 'Deschedule "Nope" does not exist'),
     ({"evict": ["Gate"], "deschedule": ["A", "A"]}, 'plugin "A" already registered as "Deschedule"'),
+    ({"evict": ["Gate"], "balance": ["Hollow"]}, 'plugin "Hollow" does not extend balance plugin'),
 ])
 def test_profile_errors(plugins: dict[str, list[str]], message: str) -> None:
     with pytest.raises(FrameworkError, match=message):
