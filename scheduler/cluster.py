@@ -112,8 +112,27 @@ def pod_requests(pod: JSON) -> dict[str, int]:
     return _pod_requests(pod)
 
 
+_REQUESTS: dict[tuple[Any, ...], dict[str, int]] = {}  # containers_key → requests (a copy is handed out)
+_REQUESTS_SIZE = 4096  # distinct pod shapes remembered; a cluster's pods repeat a few (one per workload)
+
+
 def _pod_requests(pod: JSON) -> dict[str, int]:
-    return core_resources.pod_requests(pod, rename=renamed_deprecated)
+    """Parsed once per pod shape (apis.core.resources.containers_key): a cluster's pods repeat a few, and each is
+    read on loading, by the plugins' syncs and when its cycle starts."""
+    shape = core_resources.containers_key(pod)
+    if shape is not None:
+        try:
+            known = _REQUESTS.get(shape)
+        except TypeError:  # a value that is a list or an object
+            known = shape = None
+        if known is not None:
+            return dict(known)
+    requests = core_resources.pod_requests(pod, rename=renamed_deprecated)
+    if shape is not None and core_resources.strings_only(shape):
+        if len(_REQUESTS) >= _REQUESTS_SIZE:
+            _REQUESTS.clear()
+        _REQUESTS[shape] = dict(requests)
+    return requests
 
 
 def pod_problem(pod: JSON) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.resources import CPU, MEMORY
+from apis.core.resources import CPU, MEMORY, containers_key, strings_only
 from apis.extension.load_aware import (
     ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS,
     ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED,
@@ -109,46 +109,28 @@ class PodEstimates:
             return known[0] if shared else dict(known[0]), known[1]
         priority = priority_class_with_default(pod)
         estimated = self._estimate(pod, priority)
-        if shape is not None and _quantities_are_strings(shape[0]):
+        if shape is not None and strings_only(shape[0]):
             if len(self._shapes) >= SHAPE_MEMO_SIZE:
                 self._shapes.clear()
             self._shapes[shape] = (dict(estimated), priority)
         return estimated, priority
 
     def _shape(self, pod: JSON) -> tuple[Any, ...] | None:
-        """Everything `_facts` reads from a plain pod (regular containers; no init containers, pod-level resources
-        or overhead) as a key, or None for any other pod, which is then computed on its own. A key may be
-        unhashable (a label holding a list), and only keys whose quantities are all strings are remembered: a
-        key with another quantity never equals one of those."""
-        spec, meta, status = pod.get("spec"), pod.get("metadata"), pod.get("status")
-        if type(spec) is not dict or type(meta) is not dict or (status is not None and type(status) is not dict):
+        """Everything `_facts` reads from a plain pod (apis.core.resources.containers_key, the priority and QoS
+        labels and fields, the scaling-factor annotation) as a key, or None for any other pod, which is then
+        computed on its own. A key may be unhashable (a label holding a list), and only keys whose quantities are
+        all strings are remembered."""
+        meta, status = pod.get("metadata"), pod.get("status")
+        if type(meta) is not dict or (status is not None and type(status) is not dict):
             return None
-        if spec.get("initContainers") or spec.get("resources") or spec.get("overhead"):
-            return None
-        containers = spec.get("containers")
-        if type(containers) is not list:
-            return None
-        parts: list[object] = []
-        for c in containers:
-            if type(c) is not dict:
-                return None
-            res = c.get("resources")
-            if not res:
-                parts.append(None)
-                continue
-            if type(res) is not dict:
-                return None
-            req, lim = res.get("requests") or {}, res.get("limits") or {}
-            if type(req) is not dict or type(lim) is not dict:
-                return None
-            parts.append((tuple(req.items()), tuple(lim.items())))
+        containers = containers_key(pod)
         labels = meta.get("labels") or {}
-        if type(labels) is not dict:
+        if containers is None or type(labels) is not dict:
             return None
-        priority = spec.get("priority", _ABSENT)
+        priority = pod["spec"].get("priority", _ABSENT)  # containers_key found spec a dict
         custom = _annotations(pod).get(ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS) \
             if self.args.allow_customize_estimation else None
-        return (tuple(parts), labels.get(LABEL_POD_PRIORITY_CLASS, _ABSENT), labels.get(LABEL_POD_QOS, _ABSENT),
+        return (containers, labels.get(LABEL_POD_PRIORITY_CLASS, _ABSENT), labels.get(LABEL_POD_QOS, _ABSENT),
                 type(priority), priority, (status or {}).get("qosClass", _ABSENT), custom)
 
     def _estimate(self, pod: JSON, priority: str) -> Vector:
@@ -218,11 +200,6 @@ class PodEstimates:
         self._entries.pop(id(pod), None)
 
 
-def _quantities_are_strings(containers: tuple[Any, ...]) -> bool:
-    """Every request and limit in a shape's containers part is a string (such shapes are remembered)."""
-    return all(part is None or all(type(v) is str for items in part for _, v in items) for part in containers)
-
-
 # ---- nodes ----
 
 @dataclass
@@ -253,7 +230,7 @@ class _MetricFacts:
     """The NodeMetric's and Node's part of a NodeLoad (NodeLoads._metric_facts); shared by the loads built from
     them: read, never change."""
 
-    key: tuple[object, ...]  # (ids of the NodeMetric, its updateTime, ids of the Node and its allocatable)
+    key: tuple[object, ...]  # (the NodeMetric, its updateTime, the Node, its allocatable), held: compared by identity
     has_metric: bool
     update_time: float | None
     report_interval: float
@@ -289,7 +266,7 @@ class NodeLoads:
         return load
 
     def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...]) -> NodeLoad:
-        m = self._metric_facts(node, nm, (*stamp[:3], id(node.allocatable)))
+        m = self._metric_facts(node, nm, stamp[1])
         usages, prod_usages, ut, report_interval = m.usages, m.prod_usages, m.update_time or 0.0, m.report_interval
         zero = dict.fromkeys(self.resources, 0)
         node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
@@ -313,11 +290,13 @@ class NodeLoads:
         return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
                         prod_usage, prod_delta, m.thresholds)
 
-    def _metric_facts(self, node: NodeInfo, nm: JSON, key: tuple[object, ...]) -> _MetricFacts:
+    def _metric_facts(self, node: NodeInfo, nm: JSON, update_time: object) -> _MetricFacts:
         """What a node's load takes from its NodeMetric and Node objects, read again only when one of them is
-        replaced, the metric's updateTime moves or allocatable is recomputed (`key`), not when a pod is placed."""
+        replaced, the metric's updateTime moves or allocatable is recomputed, not when a pod is placed."""
         known = self._metrics.get(node.name)
-        if known is not None and known.key == key:
+        key = (nm, update_time, node.obj, node.allocatable)
+        if (known is not None and known.key[0] is nm and known.key[1] == update_time and known.key[2] is node.obj
+                and known.key[3] is node.allocatable):
             return known
         status = nm.get("status") or {}
         metric = status.get("nodeMetric")
