@@ -418,8 +418,8 @@ class DeviceShare:
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
         """False where `filter` surely fails: a requested device type missing, or fewer GPUs that each fit the
         per-GPU request than the GPU count — every allocation path (partition, topology, default) takes whole
-        fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`."""
-        self.sync(index)
+        fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`.
+        The arrays are brought up to date only for a pod that asks devices."""
         self.sync_templates(index.cluster)
         n = len(index)
         try:
@@ -428,6 +428,7 @@ class DeviceShare:
             return np.zeros(n, dtype=np.bool_)
         if plan.empty:
             return None
+        self.sync(index)
         ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
         return ok
 
@@ -453,7 +454,6 @@ class DeviceShare:
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node."""
-        self.sync(index)
         self.sync_templates(index.cluster)
         n = len(index)
         try:
@@ -462,6 +462,7 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         if plan.empty:
             return np.zeros(n, dtype=np.int64)
+        self.sync(index)
         result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows),
                                          lambda i: self.score(pod, index.nodes[i], index.cluster))
         return result

@@ -297,6 +297,7 @@ class DeviceState:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeDeviceState] = {}
         self.listeners: list[Callable[[str], None]] = []  # told the name of every node whose state changed
+        self._unused: dict[str, tuple[JSON | None, DeviceTotals]] = {}  # node → (its Device CR, unused_totals of it)
 
     def _changed(self, node_name: str) -> None:
         for listener in self.listeners:
@@ -321,10 +322,17 @@ class DeviceState:
         """`self.node(node).totals()`, without building the node's state while none of its pods holds devices
         (a cold start: the state is built on the node's first Filter or Reserve, equal to an eager one)."""
         if node.name not in self.nodes and not any(_holds_devices(p) for p in node.pods.values()):
+            last = self._unused.get(node.name)
+            if last is not None and last[0] is node.device:  # a CPU pod placed on it changes no device
+                return last[1]
             try:
-                return unused_totals(node.device)
+                totals = unused_totals(node.device)
             except (InvalidInput, ValueError, TypeError, AttributeError):
                 pass  # the full state reports it (or raises) as it always did
+            else:
+                self._unused[node.name] = (node.device, totals)
+                return totals
+        self._unused.pop(node.name, None)
         return self.node(node).totals()
 
     def _reconcile(self, st: NodeDeviceState, node: NodeInfo) -> None:

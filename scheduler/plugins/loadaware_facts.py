@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -276,7 +277,14 @@ class NodeLoads:
                 continue  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
             e = entry(pod, k)
             _add(node_est, e.estimated)
-            reported = usages.get(k)
+            reported = usages.get(k) if usages else None
+            if reported is None and not prod_usages:  # the usual case, spelled out: unreported counts in full
+                for r, v in e.estimated.items():
+                    if r in node_delta and v > 0:
+                        node_delta[r] += v
+                        if e.prod:
+                            prod_delta[r] += v
+                continue
             if _is_delta(e, reported, ut, report_interval):
                 _add_delta(node_delta, e.estimated, reported)
             if e.prod:
@@ -397,8 +405,13 @@ def _annotations(obj: JSON) -> JSON:
 def _parse_time(v: object) -> float | None:
     if not v:
         return None
+    return _parse_time_text(v) if type(v) is str else _parse_time_text(str(v))
+
+
+@functools.lru_cache(maxsize=4096)  # NodeMetrics of one report round share their updateTime
+def _parse_time_text(text: str) -> float | None:
     try:
-        return dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
