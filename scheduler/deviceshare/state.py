@@ -102,16 +102,20 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
                         d.get("type"), d.get("minor"), e)
             continue
         topo = d.get("topology")
+        vf_groups = d.get("vfGroups")  # most devices have none: no generator set up for them
         groups = tuple(VFGroup(dict(g.get("labels") or {}),
                                tuple(VF(int(v.get("minor", 0)), str(v.get("busID", ""))) for v in g.get("vfs") or []))
-                       for g in d.get("vfGroups") or [])
+                       for g in vf_groups) if vf_groups else ()
+        labels = d.get("labels")
+        place: JSON = topo if isinstance(topo, dict) else {}
         info = DeviceInfo(str(d["type"]), int(d.get("minor") or 0), str(d.get("id") or ""),
-                          dict(healthy) if d.get("health") else {},
-                          dict(d.get("labels") or {}), int((topo or {}).get("nodeID") or 0),
-                          str((topo or {}).get("pcieID") or ""), isinstance(topo, dict), groups)
+                          dict(healthy) if d.get("health") else {}, dict(labels) if labels else {},
+                          int(place.get("nodeID") or 0), str(place.get("pcieID") or ""), isinstance(topo, dict),
+                          groups)
         out.setdefault(info.dtype, {})[info.minor] = info
-    for dtype in out:
-        out[dtype] = dict(sorted(out[dtype].items()))
+    for dtype, minors in out.items():
+        if any(a > b for a, b in zip(minors, list(minors)[1:], strict=False)):  # listed out of order
+            out[dtype] = dict(sorted(minors.items()))
     return out
 
 
@@ -209,14 +213,17 @@ class NodeDeviceState:
         self.on_change = on_change  # called with the node name whenever used/free change
         self.device_obj = node.device
         self.devices = parse_devices(node.device)
-        self.ids = {(t, m): d.id for t, ds in self.devices.items() for m, d in ds.items()}
+        self.ids: dict[tuple[str, int], str] = {}
         self.used: dict[str, dict[int, dict[str, int]]] = {t: {} for t in self.devices}
-        self.free: dict[str, dict[int, dict[str, int]]] = {t: {m: dict(d.total) for m, d in ds.items()}
-                                                           for t, ds in self.devices.items()}
+        self.free: dict[str, dict[int, dict[str, int]]] = {}
         self.total_sum: dict[str, dict[str, int]] = {}
-        for t, ds in self.devices.items():
-            sums = self.total_sum.setdefault(t, {})
-            for d in ds.values():
+        for t, ds in self.devices.items():  # one pass: ids, free (all of each total) and the sums
+            free: dict[int, dict[str, int]] = {}
+            sums: dict[str, int] = {}
+            self.free[t], self.total_sum[t] = free, sums
+            for m, d in ds.items():
+                self.ids[(t, m)] = d.id
+                free[m] = dict(d.total)
                 for r, v in d.total.items():
                     sums[r] = sums.get(r, 0) + v
         self.free_sum = {t: dict(s) for t, s in self.total_sum.items()}
