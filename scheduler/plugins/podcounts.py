@@ -19,27 +19,25 @@ from scheduler.cluster import NodeInfo
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
 from scheduler.plugins.nodefacts import NodeFacts
 
-Signature = tuple[str, tuple[tuple[str, str], ...], bool]  # (namespace, labels, terminating)
+Signature = tuple[str, frozenset[tuple[str, str]], bool]  # (namespace, labels, terminating)
 NodeSignatures = tuple[tuple[Signature, int], ...]
 PodMatcher = Callable[[Signature], bool]
 
 _MEMO_LIMIT = 1 << 17
-_sig_memo: dict[int, tuple[JSON, Signature]] = {}  # id(pod) → (pod, its signature): a pod is summarised once
 
 
 def pod_signature(pod: JSON) -> Signature:
-    hit = _sig_memo.get(id(pod))
-    if hit is not None and hit[0] is pod:
-        return hit[1]
+    """Read from the pod each time (a pod edited in place is never judged by its old labels)."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     labels = meta.get("labels")
-    items = tuple(sorted((str(k), str(v)) for k, v in labels.items())) if isinstance(labels, dict) else ()
-    sig = (str(meta.get("namespace") or "default"), items, meta.get("deletionTimestamp") is not None)
-    if len(_sig_memo) >= _MEMO_LIMIT:
-        _sig_memo.clear()
-    _sig_memo[id(pod)] = (pod, sig)
-    return sig
+    items: frozenset[tuple[str, str]] = frozenset()
+    if isinstance(labels, dict):
+        try:
+            items = frozenset(labels.items())
+        except TypeError:  # a value that is no string: as the API server would have refused it, read as text
+            items = frozenset((str(k), str(v)) for k, v in labels.items())
+    return str(meta.get("namespace") or "default"), items, meta.get("deletionTimestamp") is not None
 
 
 def _summarise(node: NodeInfo, last: NodeSignatures | None) -> NodeSignatures:
