@@ -5,13 +5,16 @@ TestPreferredAffinityWithHardPodAffinitySymmetricWeight) on the plugin, then thr
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from kubepodfixtures import HOST, filter_all, node, pod, scores
 
-from scheduler.cli import profile
+from scheduler.cli import main, profile
 from scheduler.cluster import build_cluster
 from scheduler.config import parse_config
 from scheduler.config.fields import ConfigError
@@ -309,3 +312,25 @@ def test_vector_and_per_node_cycles_agree_pod_after_pod() -> None:
             b = cycle.run_each()
         assert (a.node, a.reason) == (b.node, b.reason), i
         assert dict(a.scores) == dict(b.scores), i
+
+
+def test_simulate_reads_namespaces_for_namespace_selectors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    """`koord-sched simulate` as a user runs it: a Namespace in --cluster gives the labels a namespaceSelector
+    reads; a constraint the API server refuses is one line naming the field."""
+    objs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team1", "labels": {"team": "t1"}}},
+            node("n1", zone="a"), node("n2", zone="b"), existing("db", "n2", {"app": "db"}, ns="team1"),
+            existing("db-elsewhere", "n1", {"app": "db"}, ns="other")]
+    web = incoming(required=[term("app", values=("db",), topology="zone",
+                                  namespaceSelector={"matchLabels": {"team": "t1"}})])
+    bad = pod("bad", topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Never"}])
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(objs))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([web, bad]))
+    rc = main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(tmp_path / "pods.yaml"),
+               "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert [p["node"] for p in out["placements"]] == ["n2", None]
+    assert out["placements"][1]["reason"] == (
+        "0/2 nodes are available: invalid topology spread constraints: spec.topologySpreadConstraints[0]."
+        "whenUnsatisfiable: 'Never' is not one of DoNotSchedule, ScheduleAnyway.")
