@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from apis.core.labelselector import LabelSelector, SelectorError, label_selector
+from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector
 from apis.core.objects import JSON
 
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
@@ -26,19 +26,25 @@ def namespace_labels(namespace: str, known: Mapping[str, Mapping[str, str]]) -> 
     return {LABEL_NAMESPACE_NAME: namespace} if not labels else {**labels, LABEL_NAMESPACE_NAME: namespace}
 
 
+def selector_or_none(raw: object, where: str) -> LabelSelector | None:
+    """A LabelSelector field: None where the field is null (kube's labels.Nothing(): it matches no labels)."""
+    return None if raw is None else parse_label_selector(raw, where)
+
+
 @dataclass(frozen=True)
 class AffinityTerm:
-    selector: LabelSelector
+    selector: LabelSelector | None  # None: matches no pod
     namespaces: frozenset[str]
-    namespace_selector: LabelSelector
+    namespace_selector: LabelSelector | None  # None: no namespace; empty: every namespace
     topology_key: str
 
     def in_namespace(self, namespace: str, ns_labels: Mapping[str, str]) -> bool:
-        return namespace in self.namespaces or self.namespace_selector.matches(ns_labels)
+        return namespace in self.namespaces or (self.namespace_selector is not None
+                                                and self.namespace_selector.matches(ns_labels))
 
-    def matches(self, namespace: str, labels: Mapping[str, object], ns_labels: Mapping[str, str]) -> bool:
+    def matches(self, namespace: str, labels: Mapping[str, str], ns_labels: Mapping[str, str]) -> bool:
         """AffinityTerm.Matches: a pod of that namespace (with those namespace labels) and labels."""
-        return self.in_namespace(namespace, ns_labels) and self.selector.matches(labels)
+        return self.selector is not None and self.in_namespace(namespace, ns_labels) and self.selector.matches(labels)
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,8 @@ def _term(raw: object, namespace: str, where: str) -> AffinityTerm:
     raw_ns_selector = raw.get("namespaceSelector")
     if not names and raw_ns_selector is None:
         names = [namespace]
-    return AffinityTerm(label_selector(raw.get("labelSelector"), f"{where}.labelSelector"), frozenset(names),
-                        label_selector(raw_ns_selector, f"{where}.namespaceSelector"), key)
+    return AffinityTerm(selector_or_none(raw.get("labelSelector"), f"{where}.labelSelector"), frozenset(names),
+                        selector_or_none(raw_ns_selector, f"{where}.namespaceSelector"), key)
 
 
 def _required(section: JSON, namespace: str, where: str) -> tuple[AffinityTerm, ...]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from apis.core.labelselector import LabelSelector, SelectorError, label_selector
+from apis.core.labelselector import LabelSelector, Requirement, SelectorError
 from apis.core.objects import JSON
+from apis.core.podaffinity import selector_or_none
 
 DO_NOT_SCHEDULE, SCHEDULE_ANYWAY = "DoNotSchedule", "ScheduleAnyway"
 HONOR, IGNORE = "Honor", "Ignore"
@@ -23,10 +24,22 @@ class SpreadConstraint:
     max_skew: int
     topology_key: str
     when_unsatisfiable: str
-    selector: LabelSelector
+    selector: LabelSelector | None  # None: matches no pod
     min_domains: int = 1
     node_affinity_policy: str = HONOR
     node_taints_policy: str = IGNORE
+
+
+def with_labels(selector: LabelSelector | None, extra: Mapping[str, str]) -> LabelSelector | None:
+    """key=value requirements added to the selector (kube's mergeLabelSetWithSelector; a nil selector stays one)."""
+    if selector is None or not extra:
+        return selector
+    added = tuple(Requirement(k, "In", frozenset((v,))) for k, v in sorted(extra.items()))
+    return LabelSelector(tuple(dict.fromkeys((*added, *selector.requirements))))
+
+
+def matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    return selector is not None and selector.matches(labels)
 
 
 def _positive(raw: Mapping[str, object], name: str, where: str, default: int | None = None) -> int:
@@ -60,12 +73,12 @@ def spread_constraint(raw: object, labels: Mapping[str, object], where: str) -> 
         min_domains = _positive(raw, "minDomains", where)
         if when != DO_NOT_SCHEDULE:
             raise SelectorError(f"{where}.minDomains: can only use minDomains if whenUnsatisfiable=DoNotSchedule")
-    selector = label_selector(raw.get("labelSelector"), f"{where}.labelSelector")
+    selector = selector_or_none(raw.get("labelSelector"), f"{where}.labelSelector")
     keys = raw.get("matchLabelKeys") or []
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise SelectorError(f"{where}.matchLabelKeys: must be a list of strings")
     own = {k: str(labels[k]) for k in keys if isinstance(labels.get(k), str)}
-    return SpreadConstraint(_positive(raw, "maxSkew", where), key, str(when), selector.with_labels(own),
+    return SpreadConstraint(_positive(raw, "maxSkew", where), key, str(when), with_labels(selector, own),
                             min_domains, _policy(raw, "nodeAffinityPolicy", where, HONOR),
                             _policy(raw, "nodeTaintsPolicy", where, IGNORE))
 

@@ -28,6 +28,7 @@ from apis.core.topologyspread import (
     LABEL_HOSTNAME,
     SCHEDULE_ANYWAY,
     SpreadConstraint,
+    matches,
     spread_constraints,
 )
 from scheduler.cluster import Cluster, NodeInfo
@@ -95,15 +96,15 @@ class PodTopologySpread:
     def sync(self, index: NodeIndex) -> None:
         self._domains.labels.get(index)
 
-    def _matching(self, pod: JSON, selector: LabelSelector, index: NodeIndex) -> IntArray:
+    def _matching(self, pod: JSON, selector: LabelSelector | None, index: NodeIndex) -> IntArray:
         """countPodsMatchSelector per node: the pod's namespace, not terminating; an empty selector counts none."""
         ns = pod_signature(pod)[0]
-        if selector.everything:
+        if selector is None or selector.empty:
             return np.zeros(len(index), dtype=np.int64)
 
-        def matches(sig: Signature) -> bool:
+        def counted(sig: Signature) -> bool:
             return sig[0] == ns and not sig[2] and selector.matches(dict(sig[1]))
-        return self._counts.get((ns, selector), matches, index)
+        return self._counts.get((ns, selector), counted, index)
 
     def _keys_present(self, constraints: tuple[SpreadConstraint, ...], index: NodeIndex) -> BoolArray:
         has = np.ones(len(index), dtype=np.bool_)
@@ -189,7 +190,7 @@ class PodTopologySpread:
             least = int(in_domain[eligible_domain].min()) if domains else _NO_DOMAIN
             if domains < c.min_domains:
                 least = 0
-            itself = 1 if c.selector.matches(own) else 0
+            itself = 1 if matches(c.selector, own) else 0
             absent = ids < 0
             over = ~absent & (per_node(ids, in_domain) + itself - least > c.max_skew)
             missing.append(absent)
