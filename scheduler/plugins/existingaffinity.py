@@ -53,7 +53,7 @@ def stated(pod: JSON) -> Iterator[Stated]:
 
 
 def _node_terms(node: NodeInfo) -> Counter[Stated]:
-    return Counter(s for p in node.pods.values() for s in stated(p))
+    return Counter(s for p in node.pods.values() if has_pod_affinity(p) for s in stated(p))
 
 
 class ExistingTerms:

@@ -242,8 +242,10 @@ class InterPodAffinity:
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """(score − min) × 100 / (max − min) over the nodes scored, in floating point as kube; 0 when all equal."""
-        scored = scores != NOT_SCORED
         out = np.zeros(len(scores), dtype=np.int64)
+        if len(scores) < 2:  # one score (the framework's for PreScore's Skip): max = min
+            return out
+        scored = scores != NOT_SCORED
         if not scored.any():
             return out
         low = int(scores[scored].min())

@@ -278,6 +278,8 @@ class PodTopologySpread:
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """100 × (max + min − score) / max over the nodes scored (all 100 when max is 0); the others 0."""
+        if len(scores) == 1:  # one score (the framework's for PreScore's Skip, or one node): max = min
+            return np.array([0 if scores[0] == NOT_SCORED else MAX_NODE_SCORE], dtype=np.int64)
         scored = scores != NOT_SCORED
         out = np.zeros(len(scores), dtype=np.int64)
         if not scored.any():
