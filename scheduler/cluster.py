@@ -383,6 +383,7 @@ class Cluster:
     pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
     configmaps: dict[str, JSON] = field(default_factory=dict)  # ns/name → ConfigMap (e.g. GPU share templates)
     reservations: list[JSON] = field(default_factory=list)  # Reservation objects (scheduler.reservation)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name → labels (pod affinity's selectors)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "nodes" and not isinstance(value, NodeMap):
@@ -465,6 +466,9 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.configmaps[f"{(o.get('metadata') or {}).get('namespace') or 'default'}/{name}"] = o
         elif kind == "Reservation":
             cluster.reservations.append(o)
+        elif kind == "Namespace":
+            labels = (o.get("metadata") or {}).get("labels") or {}
+            cluster.namespaces[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
         elif kind == "PriorityClass":
             value = o.get("value") or 0
             if isinstance(value, int) and not isinstance(value, bool):
