@@ -22,7 +22,11 @@ from scheduler.framework import Scheduler
 from scheduler.nodeindex import node_index
 from scheduler.plugins.loadaware import LoadAware
 
-NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+def _now() -> str:
+    """NodeMetrics' updateTime when the objects are built: a time taken at import is minutes old by the time the
+    whole suite reaches these tests, and LoadAware refuses nodes whose NodeMetric has expired."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 CORE, MEM, RATIO = "koordinator.sh/gpu-core", "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio"
 
@@ -76,7 +80,7 @@ def _objects(seed: int, nodes: int = 14) -> list[dict[str, Any]]:
                                                "koordinator.sh/gpu": str(100 * gpus),
                                                "koordinator.sh/rdma": "100"}}})
         out.append({"kind": "NodeMetric", "metadata": {"name": name}, "status": {
-            "updateTime": NOW, "nodeMetric": {"nodeUsage": {"resources": {"cpu": str(rng.randint(1, 40)),
+            "updateTime": _now(), "nodeMetric": {"nodeUsage": {"resources": {"cpu": str(rng.randint(1, 40)),
                                                                           "memory": "20Gi"}}}}})
         if gpus:
             out.append(_device(name, rng, gpus))
@@ -186,7 +190,7 @@ def test_loadaware_keeps_metric_facts_until_the_metric_is_replaced() -> None:
     after = plugin.loads.get(node)
     assert after is not None and after.node_usage is before.node_usage  # the metric was not read again
     assert after.node_delta["cpu"] == before.node_delta["cpu"] + plugin.estimate(extra)["cpu"] > 0
-    node.nodemetric = {"status": {"updateTime": NOW, "nodeMetric": {"nodeUsage": {"resources": {"cpu": "63"}}}}}
+    node.nodemetric = {"status": {"updateTime": _now(), "nodeMetric": {"nodeUsage": {"resources": {"cpu": "63"}}}}}
     replaced = plugin.loads.get(node)
     assert replaced is not None and replaced.node_usage is not None and replaced.node_usage["cpu"] == 63000
     # and all of it equals a plugin built from scratch on the cluster as it is now, with the same clock
