@@ -621,9 +621,9 @@ class _Server(ThreadingHTTPServer):
     timeout = 0.5  # handle_request's own wait, should a ready connection be gone before it is accepted
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
         self._stopping = False
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()  # before binding: a failed bind calls server_close
+        super().__init__(address, handler)
 
     def serve_until_stopped(self) -> None:
         """socketserver's serve_forever polls for its shutdown every 0.5 s: two wake-ups a second of an idle agent,
