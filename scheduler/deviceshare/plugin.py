@@ -54,9 +54,9 @@ from scheduler.deviceshare.vendors import (
     provider_mismatch,
 )
 from scheduler.interfaces import ReservationLender, Unschedulable
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
 from scheduler.numa.hints import generate
-from scheduler.rowcache import by_rows
+from scheduler.rowcache import FEW_ROWS, by_rows
 
 log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
@@ -328,7 +328,10 @@ class DeviceShare:
             self._row_cache.clear()
         else:
             rows = set(changed)
-            rows.update(index.pos[name] for name in self._dirty if name in index.pos)
+            unreported = {index.pos[name] for name in self._dirty if name in index.pos} - rows
+            for i in unreported:  # device state the node did not report: rows kept by the framework are stale too
+                index.touch(i)
+            rows |= unreported
             for i in rows:
                 self._fill(i, self.state.node(index.nodes[i]))
                 self._row_version[i] += 1
@@ -420,6 +423,38 @@ class DeviceShare:
             return None
         ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
         return ok
+
+    def _vector_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
+        """The plugin brought up to date for a vector hook and the pod's plan (None: its device request is
+        invalid)."""
+        self.sync(index)
+        self.sync_templates(index.cluster)
+        try:
+            return self.plan(pod)
+        except InvalidDeviceRequest:
+            return None
+
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
+        """The normalised device requests: the mask depends on nothing else but each node's device counters."""
+        plan = self._vector_plan(pod, index)
+        return ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+
+    score_shape = prefilter_shape
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        plan = self._vector_plan(pod, index)
+        n = len(self._row_version[rows])
+        if plan is None or plan.empty:
+            return np.full(n, plan is not None, dtype=np.bool_)
+        return self._prefilter_rows(plan, rows)
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
+        plan = self._vector_plan(pod, index)
+        if plan is None or plan.empty:
+            return np.zeros(len(self._row_version[rows]), dtype=np.int64)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            return np.array([self.score(pod, index.nodes[i], index.cluster) for i in rows.tolist()], dtype=np.int64)
+        return self._score_rows(plan, rows)
 
     def _prefilter_rows(self, plan: PodPlan, rows: Any) -> BoolArray:
         gpu_only = self._gpu_only(plan)
