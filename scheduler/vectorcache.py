@@ -21,6 +21,7 @@ from scheduler.interfaces import (
     ScorePlugin,
 )
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
+from scheduler.rowcache import FEW_ROWS
 
 MAX_SHAPES = 32  # entries kept (least recently used dropped): 3 arrays per node each
 
@@ -75,6 +76,9 @@ class VectorCache:
         return kept
 
     def _refresh(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> None:
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            self._refresh_few(kept, pod, index, rows)
+            return
         mask: BoolArray | None = None
         for f, on in zip(self.filters, kept.filters, strict=True):
             if f is not None and on:
@@ -89,9 +93,36 @@ class VectorCache:
                     v *= w
                 total = v if total is None else total + v
         n = len(index)
-        if mask is not None:
+        if mask is None:
+            mask = kept.mask[rows]
+        else:
             kept.mask[rows] = mask
-        if total is not None:
+        if total is None:
+            total = kept.total[rows]
+        else:
             kept.total[rows] = total
-        m, t = kept.mask[rows], kept.total[rows]
-        kept.rank[rows] = np.where(m, t * max(n, 1) + (n - 1 - index.name_rank[rows]), -1)
+        kept.rank[rows] = np.where(mask, total * max(n, 1) + (n - 1 - index.name_rank[rows]), -1)
+
+    def _refresh_few(self, kept: Kept, pod: JSON, index: NodeIndex, rows: IntArray) -> None:
+        """`_refresh` of a cycle's usual one or two rows, in Python: numpy's per-call cost is most of it here."""
+        picked: list[int] = rows.tolist()
+        mask = [bool(kept.mask[i]) for i in picked]
+        filtered = False
+        for f, on in zip(self.filters, kept.filters, strict=True):
+            if f is not None and on:
+                got = f.prefilter_rows(pod, index, rows).tolist()
+                mask = [a and bool(b) for a, b in zip(mask if filtered else [True] * len(picked), got, strict=True)]
+                filtered = True
+        total = [int(kept.total[i]) for i in picked]
+        scored = False
+        for s, w, on in zip(self.scorers, self.weights, kept.scorers, strict=True):
+            if s is not None and on:
+                got = s.score_rows(pod, index, rows).tolist()
+                add = [w * max(0, min(100, v)) for v in got]
+                total = [a + b for a, b in zip(total if scored else [0] * len(picked), add, strict=True)]
+                scored = True
+        n = len(index)
+        for i, m, t in zip(picked, mask, total, strict=True):
+            kept.mask[i] = m
+            kept.total[i] = t
+            kept.rank[i] = t * max(n, 1) + (n - 1 - int(index.name_rank[i])) if m else -1

@@ -128,6 +128,7 @@ class DeviceShare:
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
+        self._shaped: tuple[Any, PodPlan | None, tuple[object, ...]] = (None, None, ())  # the last prefilter_shape
 
     def sync_templates(self, cluster: Cluster | None) -> None:
         """Re-read the GPU shared resource templates when their ConfigMap object changed."""
@@ -437,19 +438,52 @@ class DeviceShare:
     def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
         """The normalised device requests: the mask depends on nothing else but each node's device counters."""
         plan = self._vector_plan(pod, index)
-        return ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+        shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+        self._shaped = (pod, plan, shape)
+        return shape
 
-    score_shape = prefilter_shape
+    def score_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
+        shaped = self._shaped
+        if shaped[0] is not pod:
+            return self.prefilter_shape(pod, index)
+        self.sync(index)  # the plan stands for the cycle's pod; rows may have moved since
+        return shaped[2]
+
+    def _rows_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
+        """The plan of the pod whose shape was just asked (the rows hooks follow the shape hooks in a cycle)."""
+        shaped = self._shaped
+        return shaped[1] if shaped[0] is pod else self._vector_plan(pod, index)
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
-        plan = self._vector_plan(pod, index)
+        plan = self._rows_plan(pod, index)
         n = len(self._row_version[rows])
         if plan is None or plan.empty:
             return np.full(n, plan is not None, dtype=np.bool_)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            return np.array([self._prefilter_row(plan, i) for i in rows.tolist()], dtype=np.bool_)
         return self._prefilter_rows(plan, rows)
 
+    def _prefilter_row(self, plan: PodPlan, i: int) -> bool:
+        """`_prefilter_rows` of one row, in Python."""
+        gpu_only = self._gpu_only(plan)
+        planned = bool(self._planned[i])
+        ok = True
+        for t in plan.requests:
+            cond = t in self._has and bool(self._has[t][i])
+            if cond and t == DEVICE_TYPE_GPU and plan.gpu is not None and not self._table[i]:
+                wants = [(_GPU_COLUMNS.get(r), v) for r, v in plan.gpu.per_gpu.items()]
+                if any(c is None and v > 0 for c, v in wants):
+                    fitting = 0
+                else:
+                    fitting = sum(1 for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(),
+                                                             strict=True)
+                                  if healthy and all(free[c] >= v for c, v in wants if c is not None))
+                cond = fitting >= plan.gpu.count
+            ok = ok and ((cond or planned) if gpu_only and t != DEVICE_TYPE_GPU else cond)
+        return ok
+
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
-        plan = self._vector_plan(pod, index)
+        plan = self._rows_plan(pod, index)
         if plan is None or plan.empty:
             return np.zeros(len(self._row_version[rows]), dtype=np.int64)
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:

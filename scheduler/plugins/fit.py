@@ -8,6 +8,7 @@ from apis.core.objects import JSON
 from apis.core.resources import PODS
 from scheduler.cluster import Cluster, NodeInfo, pod_requests
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
+from scheduler.rowcache import FEW_ROWS
 
 
 class NodeResourcesFit:
@@ -45,6 +46,9 @@ class NodeResourcesFit:
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
         if pod is not self._pod:
             self._pod, self._requests = pod, pod_requests(pod)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:  # numpy's per-call cost is most of it here
+            return np.array([self.filter(pod, index.nodes[i], index.cluster) is None for i in rows.tolist()],
+                            dtype=np.bool_)
         ok: BoolArray = ~self._full[rows]
         for r, amount in self._requests.items():
             if amount > 0:

@@ -78,6 +78,8 @@ class LoadAware:
         self._expired_at = (math.inf, -math.inf)  # (next expiry, the time last looked)
         self._expiry_epoch = 0
         self._incoming: tuple[Any, bool, IntArray] = (None, False, np.zeros(0, dtype=np.int64))
+        self._weights: IntArray | None = None  # resource_weights over self.resources (the vector score's)
+        self._weight_sum = 0
 
     def estimate(self, pod: JSON) -> Vector:
         """Estimated usage of a pod over the resource vector (estimator/default_estimator.go)."""
@@ -230,12 +232,14 @@ class LoadAware:
         return how[0], tuple(est.tolist()), self._expiry()
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
-        picked = np.arange(len(index))[rows]
+        picked = np.arange(len(index)) if isinstance(rows, slice) else rows
         fail = np.zeros(len(picked), dtype=np.bool_)
         how = None if is_daemonset_pod(pod) else self._filter_thresholds(pod)
         if how is None:
             return ~fail
         prod, thresholds = how
+        if len(picked) <= FEW_ROWS:
+            return np.array([self._passes(pod, index, i, prod, thresholds) for i in picked.tolist()], dtype=np.bool_)
         a = self.args
         if thresholds:
             live = self._has_state[rows] & self._has_metric[rows]
@@ -245,15 +249,26 @@ class LoadAware:
                     fail |= self._has_state[rows] & expired
                 live &= ~expired
             _, est = self._incoming_vector(pod)
-            if len(picked) <= FEW_ROWS:
-                over = np.array([self._over(self._cap[i].tolist(), self._used_row(i, prod, est), thresholds)
-                                 for i in picked.tolist()], dtype=np.bool_)
-            else:
-                over = self._over_rows(rows, prod, est, thresholds)
-            fail |= live & over
+            fail |= live & self._over_rows(rows, prod, est, thresholds)
         for j in np.flatnonzero(self._custom[rows] & self._has_state[rows]).tolist():
             fail[j] = self.filter(pod, index.nodes[int(picked[j])], index.cluster) is not None
         return ~fail
+
+    def _passes(self, pod: JSON, index: NodeIndex, i: int, prod: bool, thresholds: dict[str, int]) -> bool:
+        """`prefilter_rows` of one row, in Python."""
+        if not self._has_state[i]:
+            return True
+        if self._custom[i]:
+            return self.filter(pod, index.nodes[i], index.cluster) is None
+        if not thresholds:
+            return True
+        a = self.args
+        if a.filter_expired_node_metrics and self._expired_rows[i]:
+            return bool(a.enable_schedule_when_node_metrics_expired)
+        if not self._has_metric[i]:
+            return True
+        _, est = self._incoming_vector(pod)
+        return not self._over(self._cap[i].tolist(), self._used_row(i, prod, est), thresholds)
 
     def _score_how(self, pod: JSON) -> tuple[bool, IntArray, int] | Literal[False] | None:
         """(prod, weights, dominant weight) of the vector score; False: every score is 0; None: aggregated."""
@@ -266,11 +281,12 @@ class LoadAware:
             return None
         else:
             prod = False
-        weights = np.array([a.resource_weights.get(r, 0) for r in self.resources], dtype=np.int64)
-        d = a.dominant_resource_weight
-        if int(weights.sum()) + d == 0:
+        if self._weights is None:
+            self._weights = np.array([a.resource_weights.get(r, 0) for r in self.resources], dtype=np.int64)
+            self._weight_sum = int(self._weights.sum())
+        if self._weight_sum + a.dominant_resource_weight == 0:
             return False
-        return prod, weights, d
+        return prod, self._weights, a.dominant_resource_weight
 
     def score_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...] | None:
         self.sync(index)
@@ -281,15 +297,16 @@ class LoadAware:
         return how[0], tuple(est.tolist()), self._expiry()
 
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
-        picked = np.arange(len(index))[rows]
+        picked = np.arange(len(index)) if isinstance(rows, slice) else rows
         how = self._score_how(pod)
         if not how:
             return np.zeros(len(picked), dtype=np.int64)
         prod, weights, d = how
         _, est = self._incoming_vector(pod)
         if len(picked) <= FEW_ROWS:
-            score = np.array([self._score_of(self._cap[i].tolist(), self._used_row(i, prod, est))
-                              for i in picked.tolist()], dtype=np.int64)
+            return np.array([self._score_of(self._cap[i].tolist(), self._used_row(i, prod, est))
+                             if self._has_state[i] and self._has_metric[i] and not self._expired_rows[i] else 0
+                             for i in picked.tolist()], dtype=np.int64)
         else:
             score = self._score_rows(rows, prod, est, weights, d)
         valid = self._has_state[rows] & self._has_metric[rows] & ~self._expired_rows[rows]
