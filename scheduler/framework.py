@@ -514,9 +514,10 @@ class Cycle:
         own_total = own
         fresh = False  # some vector not in `kept` tells the nodes apart: the kept rank does not do
         allowed = self.sched.prefilter_nodes(pod)
+        considered: BoolArray | None = None
         if allowed is not None:  # PreFilterResult.NodeNames: the other nodes are not looked at, nor counted
-            mask, own, fresh = mask & np.isin(index.names_array, list(allowed)), True, True
-        considered = mask.copy() if allowed is not None else None
+            considered = np.isin(index.names_array, list(allowed))
+            mask, own, fresh = mask & considered, True, True
         for j, (f, vf) in enumerate(zip(profile.filters, profile.filter_vectors, strict=True)):
             if kept is not None and kept.filters[j]:
                 continue
