@@ -52,7 +52,7 @@ from scheduler.interfaces import (
 )
 from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
-from scheduler.vectorcache import VectorCache
+from scheduler.vectorcache import Timings, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,12 @@ class _Clock:
             now = time.perf_counter()
             self.metrics.plugin_run(name, point, now - self.last)
             self.last = now
+
+    def took(self, name: str, point: str, seconds: float) -> None:
+        """A plugin's time at a point measured elsewhere (the kept vectors' hooks)."""
+        if self.metrics is not None:
+            self.metrics.plugin_run(name, point, seconds)
+            self.last = time.perf_counter()  # the next plugin's lap starts now
 
     def point(self, point: str, ok: bool = True) -> None:
         if self.metrics is not None:
@@ -505,7 +511,10 @@ class Cycle:
                              f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
         index = node_index(self.cluster)
         n = len(index)
-        kept = self.sched.vectors.kept(pod, index) if debug.top_n_scores <= 0 else None
+        timed: Timings | None = {} if metrics is not None else None
+        kept = self.sched.vectors.kept(pod, index, timed) if debug.top_n_scores <= 0 else None
+        for (name, point), seconds in (timed or {}).items():  # the kept plugins' share, each once a cycle
+            clock.took(name, point, seconds)
         # `mask` and `total` start as the cache's own arrays when it keeps some: replaced, never written in place
         if kept is not None:
             mask, total, own = kept.mask, kept.total, False

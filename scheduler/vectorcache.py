@@ -7,8 +7,10 @@ normalizing) are kept; the framework combines the others' vectors fresh on top, 
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +41,9 @@ class Kept:
         self.rank: IntArray = np.zeros(0, dtype=np.int64)
 
 
+Timings = dict[tuple[str, str], float]  # (plugin, extension point) → seconds spent in its kept hooks this cycle
+
+
 class VectorCache:
     """A profile's kept vectors, one `Kept` per combination of the opted-in plugins' shapes."""
 
@@ -47,13 +52,36 @@ class VectorCache:
         self.filters = tuple(f if isinstance(f, IncrementalFilterPlugin) else None for f in filters)
         self.scorers = tuple(s if isinstance(s, IncrementalScorePlugin) and norm is None else None
                              for s, norm in zip(scorers, normalizers, strict=True))
+        self.names = tuple(f.name for f in filters), tuple(s.name for s in scorers)
         self.weights = tuple(s.weight for s in scorers)
         self._kept: OrderedDict[Hashable, Kept] = OrderedDict()
+        self._timed: Timings | None = None
 
-    def kept(self, pod: JSON, index: NodeIndex) -> Kept | None:
-        """The pod's kept vectors brought up to date (None: no plugin keeps anything for this pod)."""
-        fshapes = tuple(None if f is None else f.prefilter_shape(pod, index) for f in self.filters)
-        sshapes = tuple(None if s is None else s.score_shape(pod, index) for s in self.scorers)
+    def _call(self, name: str, point: str, hook: Callable[..., Any], *args: Any) -> Any:
+        timed = self._timed
+        if timed is None:
+            return hook(*args)
+        start = time.perf_counter()
+        try:
+            return hook(*args)
+        finally:
+            timed[name, point] = timed.get((name, point), 0.0) + time.perf_counter() - start
+
+    def kept(self, pod: JSON, index: NodeIndex, timed: Timings | None = None) -> Kept | None:
+        """The pod's kept vectors brought up to date (None: no plugin keeps anything for this pod). `timed`
+        gathers the time of each kept plugin's hooks (for the metrics)."""
+        self._timed = timed
+        try:
+            return self._bring(pod, index)
+        finally:
+            self._timed = None
+
+    def _bring(self, pod: JSON, index: NodeIndex) -> Kept | None:
+        fnames, snames = self.names
+        fshapes = tuple(None if f is None else self._call(name, "Filter", f.prefilter_shape, pod, index)
+                        for f, name in zip(self.filters, fnames, strict=True))
+        sshapes = tuple(None if s is None else self._call(name, "Score", s.score_shape, pod, index)
+                        for s, name in zip(self.scorers, snames, strict=True))
         if all(x is None for x in fshapes) and all(x is None for x in sshapes):
             return None
         shape = (fshapes, sshapes)
@@ -75,23 +103,30 @@ class VectorCache:
             self._refresh(kept, pod, index, np.array(changed, dtype=np.int64))
         return kept
 
+    def _filter_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[BoolArray]:
+        return [self._call(name, "Filter", f.prefilter_rows, pod, index, rows)
+                for f, name, on in zip(self.filters, self.names[0], kept.filters, strict=True)
+                if f is not None and on]
+
+    def _score_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[tuple[IntArray, int]]:
+        return [(self._call(name, "Score", s.score_rows, pod, index, rows), w)
+                for s, name, w, on in zip(self.scorers, self.names[1], self.weights, kept.scorers, strict=True)
+                if s is not None and on]
+
     def _refresh(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> None:
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
             self._refresh_few(kept, pod, index, rows)
             return
         mask: BoolArray | None = None
-        for f, on in zip(self.filters, kept.filters, strict=True):
-            if f is not None and on:
-                m = f.prefilter_rows(pod, index, rows)
-                mask = m.copy() if mask is None else mask & m
+        for m in self._filter_rows(kept, pod, index, rows):
+            mask = m.copy() if mask is None else mask & m
         total: IntArray | None = None
-        for s, w, on in zip(self.scorers, self.weights, kept.scorers, strict=True):
-            if s is not None and on:
-                v = np.minimum(s.score_rows(pod, index, rows), 100)
-                np.maximum(v, 0, out=v)
-                if w != 1:
-                    v *= w
-                total = v if total is None else total + v
+        for raw, w in self._score_rows(kept, pod, index, rows):
+            v = np.minimum(raw, 100)
+            np.maximum(v, 0, out=v)
+            if w != 1:
+                v *= w
+            total = v if total is None else total + v
         n = len(index)
         if mask is None:
             mask = kept.mask[rows]
@@ -106,21 +141,14 @@ class VectorCache:
     def _refresh_few(self, kept: Kept, pod: JSON, index: NodeIndex, rows: IntArray) -> None:
         """`_refresh` of a cycle's usual one or two rows, in Python: numpy's per-call cost is most of it here."""
         picked: list[int] = rows.tolist()
-        mask = [bool(kept.mask[i]) for i in picked]
-        filtered = False
-        for f, on in zip(self.filters, kept.filters, strict=True):
-            if f is not None and on:
-                got = f.prefilter_rows(pod, index, rows).tolist()
-                mask = [a and bool(b) for a, b in zip(mask if filtered else [True] * len(picked), got, strict=True)]
-                filtered = True
-        total = [int(kept.total[i]) for i in picked]
-        scored = False
-        for s, w, on in zip(self.scorers, self.weights, kept.scorers, strict=True):
-            if s is not None and on:
-                got = s.score_rows(pod, index, rows).tolist()
-                add = [w * max(0, min(100, v)) for v in got]
-                total = [a + b for a, b in zip(total if scored else [0] * len(picked), add, strict=True)]
-                scored = True
+        masks = self._filter_rows(kept, pod, index, rows)
+        mask = [all(m) for m in zip(*(m.tolist() for m in masks), strict=True)] if masks else \
+            [bool(kept.mask[i]) for i in picked]
+        scores = self._score_rows(kept, pod, index, rows)
+        weights = [w for _, w in scores]
+        total = [sum(w * max(0, min(100, v)) for v, w in zip(per_row, weights, strict=True))
+                 for per_row in zip(*(raw.tolist() for raw, _ in scores), strict=True)] if scores else \
+            [int(kept.total[i]) for i in picked]
         n = len(index)
         for i, m, t in zip(picked, mask, total, strict=True):
             kept.mask[i] = m
