@@ -438,16 +438,14 @@ class DeviceShare:
     def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
         """The normalised device requests: the mask depends on nothing else but each node's device counters."""
         plan = self._vector_plan(pod, index)
+        shaped = self._shaped
+        if shaped[0] is pod and shaped[1] is plan:  # the same plan object: asked already this cycle
+            return shaped[2]
         shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
         self._shaped = (pod, plan, shape)
         return shape
 
-    def score_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
-        shaped = self._shaped
-        if shaped[0] is not pod:
-            return self.prefilter_shape(pod, index)
-        self.sync(index)  # the plan stands for the cycle's pod; rows may have moved since
-        return shaped[2]
+    score_shape = prefilter_shape
 
     def _rows_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
         """The plan of the pod whose shape was just asked (the rows hooks follow the shape hooks in a cycle)."""
