@@ -64,6 +64,7 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.numa
 	-$(BIN)/python -m benchmarks.noderesource
 	-$(BIN)/python -m benchmarks.quota
+	-$(BIN)/python -m benchmarks.descheduler
 	-$(BIN)/python -m benchmarks.nri_wire
 	-$(BIN)/python -m benchmarks.nri
 	-$(BIN)/python -m benchmarks.schedlat

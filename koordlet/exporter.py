@@ -7,9 +7,12 @@ tick and serves that render to every scraper (koordlet/exposition.py). Upstream:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
+import selectors
 import threading
 import time
 from collections import Counter as Tally
@@ -615,6 +618,32 @@ class _Server(ThreadingHTTPServer):
     # listen backlog: socketserver's 5 drops the connections of concurrent scrapers past it, which the clients
     # retry only after a SYN timeout (1 s, then 3 s): with 50 scrapers that alone made the p99 seconds
     request_queue_size = 128
+    timeout = 0.5  # handle_request's own wait, should a ready connection be gone before it is accepted
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+
+    def serve_until_stopped(self) -> None:
+        """socketserver's serve_forever polls for its shutdown every 0.5 s: two wake-ups a second of an idle agent,
+        each ~0.1 ms of CPU on a VM before any work. This sleeps until a connection comes or stop() is called."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping:
+                if any(key.fileobj is self for key, _ in selector.select()) and not self._stopping:
+                    self.handle_request()
+
+    def stop(self) -> None:
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+
+    def server_close(self) -> None:
+        super().server_close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class HttpServer:
@@ -637,7 +666,7 @@ class HttpServer:
         self._healthy, self._ready = healthy, ready
         self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_until_stopped, name="http", daemon=True)
 
     @property
     def port(self) -> int:
@@ -647,7 +676,9 @@ class HttpServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        self.server.stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self.server.server_close()
 
     def _dispatch(self, req: BaseHTTPRequestHandler) -> None:

@@ -146,8 +146,10 @@ class MetricCache:
     def __init__(self, retention_seconds: Callable[[str], float]) -> None:
         self._retention = retention_seconds
         self._series: dict[SeriesKey, Series] = {}
-        self._frame = Frame()
-        self._written: frozenset[SeriesKey] = frozenset()  # the keys of the newest ColumnWriter: kept by gc
+        # one frame per writer of whole instants (the collection tick's usage, the run-queue wait collector's): a
+        # row of one never carries the other's columns, so neither pays for the other's width
+        self._frames: dict[str, Frame] = {}
+        self._written: dict[str, frozenset[SeriesKey]] = {}  # frame → the keys of its newest ColumnWriter: kept by gc
         self.generation = 0  # bumped when gc drops columns: ColumnWriters made before are then stale
 
     @staticmethod
@@ -157,11 +159,34 @@ class MetricCache:
             raise ValueError(f"{kind} takes labels {props}, got {sorted(labels)}")
         return (kind, *(labels[p] for p in props))
 
-    def columns(self, keys: Sequence[SeriesKey]) -> ColumnWriter:
+    def columns(self, keys: Sequence[SeriesKey], frame: str = "usage") -> ColumnWriter:
         """A writer of these series' samples a whole instant at a time (a collection tick's per-target series),
-        valid until `generation` changes. The series stay, empty or not, while they are the newest writer's."""
-        self._written = frozenset(keys)
-        return ColumnWriter(self._frame, keys)
+        valid until `generation` changes. The series stay, empty or not, while they are the newest writer's of
+        that frame. A series is written to one frame only."""
+        self._written[frame] = frozenset(keys)
+        target = self._frames.get(frame)
+        if target is None:
+            target = self._frames[frame] = Frame()
+        return ColumnWriter(target, keys)
+
+    def frame(self, name: str = "usage") -> Frame:
+        """One writer's frame (its rows, held buffers and columns: tests and benchmarks look at its size)."""
+        found = self._frames.get(name)
+        return found if found is not None else Frame()
+
+    def _frame_window(self, key: SeriesKey, start_ms: int, end_ms: int) -> tuple[Int64s, Floats] | None:
+        for frame in self._frames.values():
+            written = frame.window(key, start_ms, end_ms)
+            if written is not None:
+                return written
+        return None
+
+    def _frame_last(self, key: SeriesKey) -> tuple[int, float] | None:
+        for frame in self._frames.values():
+            written = frame.last(key)
+            if written is not None:
+                return written
+        return None
 
     def append(self, key: SeriesKey, ts_ms: int, value: float) -> None:
         series = self._series.get(key)
@@ -174,7 +199,7 @@ class MetricCache:
 
     def window(self, key: SeriesKey, start_ms: int, end_ms: int) -> tuple[array[int], array[float]]:
         series = self._series.get(key)
-        written = self._frame.window(key, start_ms, end_ms)
+        written = self._frame_window(key, start_ms, end_ms)
         if series is None:
             if written is None:
                 return array("q"), array("d")
@@ -196,14 +221,20 @@ class MetricCache:
     def last(self, key: SeriesKey) -> tuple[int, float] | None:
         series = self._series.get(key)
         appended = (series.ts[-1], series.values[-1]) if series is not None and series.ts else None
-        written = self._frame.last(key)
+        written = self._frame_last(key)
         if appended is None or written is None:
             return appended or written
         return written if written[0] > appended[0] else appended
 
     def last_many(self, keys: Sequence[SeriesKey]) -> list[tuple[int, float] | None]:
         """`last` of each key, the written columns read in one go (a QoS pass's per-pod lookups)."""
-        out = self._frame.last_many(keys)
+        frames = iter(self._frames.values())
+        first = next(frames, None)
+        out: list[tuple[int, float] | None] = [None] * len(keys) if first is None else first.last_many(keys)
+        for frame in frames:
+            for i, written in enumerate(frame.last_many(keys)):
+                if written is not None and (out[i] is None or written[0] > out[i][0]):  # type: ignore[index]
+                    out[i] = written
         series_of = self._series
         for i, key in enumerate(keys):
             series = series_of.get(key)
@@ -230,10 +261,15 @@ class MetricCache:
             elif cut:
                 del series.ts[:cut]
                 del series.values[:cut]
-        in_frame, moved = self._frame.gc(lambda kind: now_ms - int(self._retention(kind) * 1000), self._written)
-        for key, ts, values in moved:  # series no longer written (pods gone): kept as appended ones until retention
-            self._adopt(key, ts, values)
-        if in_frame or moved:
+        in_frame, columns_left = 0, False
+        for name, frame in self._frames.items():
+            emptied, moved = frame.gc(lambda kind: now_ms - int(self._retention(kind) * 1000),
+                                      self._written.get(name, frozenset()))
+            in_frame += emptied
+            columns_left = columns_left or bool(emptied or moved)
+            for key, ts, values in moved:  # no longer written (pods gone): kept as appended ones until retention
+                self._adopt(key, ts, values)
+        if columns_left:
             self.generation += 1
         return dropped + in_frame
 
@@ -252,10 +288,13 @@ class MetricCache:
 
     def keys(self, kind: str) -> list[SeriesKey]:
         """Keys of the live series of one kind (e.g. every GPU that has a `node_gpu_memory_total` series)."""
-        return [k for k in dict.fromkeys([*self._series, *self._frame.series()]) if k[0] == kind]
+        return [k for k in dict.fromkeys([*self._series, *self._frame_series()]) if k[0] == kind]
 
     def series_count(self) -> int:
-        return len(self._series.keys() | set(self._frame.series()))
+        return len(self._series.keys() | set(self._frame_series()))
 
     def sample_count(self) -> int:
-        return sum(len(s.ts) for s in self._series.values()) + self._frame.sample_count()
+        return sum(len(s.ts) for s in self._series.values()) + sum(f.sample_count() for f in self._frames.values())
+
+    def _frame_series(self) -> list[SeriesKey]:
+        return [k for frame in self._frames.values() for k in frame.series()]

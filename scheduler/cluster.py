@@ -112,8 +112,27 @@ def pod_requests(pod: JSON) -> dict[str, int]:
     return _pod_requests(pod)
 
 
+_REQUESTS: dict[tuple[Any, ...], dict[str, int]] = {}  # containers_key → requests (a copy is handed out)
+_REQUESTS_SIZE = 4096  # distinct pod shapes remembered; a cluster's pods repeat a few (one per workload)
+
+
 def _pod_requests(pod: JSON) -> dict[str, int]:
-    return core_resources.pod_requests(pod, rename=renamed_deprecated)
+    """Parsed once per pod shape (apis.core.resources.containers_key): a cluster's pods repeat a few, and each is
+    read on loading, by the plugins' syncs and when its cycle starts."""
+    shape = core_resources.containers_key(pod)
+    if shape is not None:
+        try:
+            known = _REQUESTS.get(shape)
+        except TypeError:  # a value that is a list or an object
+            known = shape = None
+        if known is not None:
+            return dict(known)
+    requests = core_resources.pod_requests(pod, rename=renamed_deprecated)
+    if shape is not None and core_resources.strings_only(shape):
+        if len(_REQUESTS) >= _REQUESTS_SIZE:
+            _REQUESTS.clear()
+        _REQUESTS[shape] = dict(requests)
+    return requests
 
 
 def pod_problem(pod: JSON) -> str | None:
@@ -181,6 +200,22 @@ def conservative_pod(pod: JSON, allocatable: dict[str, int]) -> tuple[JSON, str 
         spec["initContainers"], spec["overhead"] = [], {}
         stand_in = {**pod, "spec": spec}
     return stand_in, reason
+
+
+_SHARED: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}  # requests kept by nodes, one dict per distinct one
+_SHARED_SIZE = 4096  # distinct requests remembered; a cluster's pods repeat a few (one per workload)
+
+
+def _shared(requests: dict[str, int]) -> dict[str, int]:
+    """One dict for every pod with these requests (read, never changed): a node keeps its pods' requests, and
+    whoever sums them over many pods (ElasticQuota's re-list) sums each distinct one once."""
+    shape = tuple(requests.items())
+    known = _SHARED.get(shape)
+    if known is None:
+        if len(_SHARED) >= _SHARED_SIZE:
+            _SHARED.clear()
+        known = _SHARED[shape] = dict(requests)
+    return known
 
 
 def key(obj: JSON) -> str:
@@ -269,16 +304,26 @@ class NodeInfo:
         if requests is None:
             requests = pod_requests(pod)  # may raise InvalidInput: nothing is recorded then
         self.pods[k] = pod
+        self.__dict__.setdefault("_requests", {})[k] = _shared(requests)
         for r, v in requests.items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
         self.changed()
 
+    def requests_of(self, pod_key: str) -> dict[str, int] | None:
+        """The requests `add_pod` counted for the pod under this key (parsed once, when it was added; read them,
+        never change them); None for a key not among `pods`."""
+        requests: dict[str, int] | None = self.__dict__.get("_requests", {}).get(pod_key)
+        return requests
+
     def remove_pod(self, pod_key: str, requests: dict[str, int] | None = None) -> JSON | None:
         """`requests`: pod_requests of the pod under that key when the caller knows them."""
         pod = self.pods.pop(pod_key, None)
+        kept = self.__dict__.get("_requests", {}).pop(pod_key, None)
         if pod is not None:
-            for r, v in (pod_requests(pod) if requests is None else requests).items():
+            if requests is None:
+                requests = pod_requests(pod) if kept is None else kept
+            for r, v in requests.items():
                 self.requested[r] = self.requested.get(r, 0) - v
             self.requested[PODS] = self.requested.get(PODS, 0) - 1
             self.changed()
@@ -338,6 +383,7 @@ class Cluster:
     pdbs: list[JSON] = field(default_factory=list)  # PodDisruptionBudget objects
     configmaps: dict[str, JSON] = field(default_factory=dict)  # ns/name → ConfigMap (e.g. GPU share templates)
     reservations: list[JSON] = field(default_factory=list)  # Reservation objects (scheduler.reservation)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name → labels (pod affinity's selectors)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "nodes" and not isinstance(value, NodeMap):
@@ -420,6 +466,9 @@ def build_cluster(objects: Iterable[JSON]) -> Cluster:
             cluster.configmaps[f"{(o.get('metadata') or {}).get('namespace') or 'default'}/{name}"] = o
         elif kind == "Reservation":
             cluster.reservations.append(o)
+        elif kind == "Namespace":
+            labels = (o.get("metadata") or {}).get("labels") or {}
+            cluster.namespaces[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
         elif kind == "PriorityClass":
             value = o.get("value") or 0
             if isinstance(value, int) and not isinstance(value, bool):

@@ -41,6 +41,7 @@ from scheduler.interfaces import (
     PreBindPlugin,
     PreFilterNodesPlugin,
     PreFilterPlugin,
+    PreScorePlugin,
     QueuePlugin,
     QueueSortPlugin,
     ReservePlugin,
@@ -57,31 +58,6 @@ from scheduler.vectorcache import Timings, VectorCache
 log = logging.getLogger(__name__)
 
 P = TypeVar("P")
-
-
-_SAID_UNHONOURED: set[str] = set()  # pod keys told about, bounded below
-
-
-def say_unhonoured(pod: JSON) -> None:
-    """Once per pod: the scheduling constraints it asks for that koord-sched does not model (kube's
-    PodTopologySpread and InterPodAffinity); the pod is placed without them, not silently."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else None
-    if spec is None:
-        return
-    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
-    asked = [name for name, present in (
-        ("topologySpreadConstraints (PodTopologySpread)", bool(spec.get("topologySpreadConstraints"))),
-        ("podAffinity (InterPodAffinity)", bool(affinity.get("podAffinity"))),
-        ("podAntiAffinity (InterPodAffinity)", bool(affinity.get("podAntiAffinity")))) if present]
-    if not asked:
-        return
-    k = key(pod)
-    if k in _SAID_UNHONOURED:
-        return
-    if len(_SAID_UNHONOURED) >= 10_000:
-        _SAID_UNHONOURED.clear()
-    _SAID_UNHONOURED.add(k)
-    log.warning("%s: %s not honoured by koord-sched; the pod is placed without it", k, ", ".join(asked))
 
 
 def invalid_pod(pod: JSON) -> str | None:
@@ -119,6 +95,7 @@ class Profile:
         self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
         self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
         self.normalizers = tuple(s if isinstance(s, NormalizeScorePlugin) else None for s in self.scorers)
+        self.prescorers = tuple(s for s in self.scorers if isinstance(s, PreScorePlugin))
         self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
         self.node_narrowers = tuple(p for p in plugins if isinstance(p, PreFilterNodesPlugin))
         self.cycle_hooks = tuple(p for p in plugins if isinstance(p, CyclePlugin))
@@ -297,6 +274,12 @@ class Scheduler:
     def scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> list[int]:
         """The weighted total of every Score on each of `nodes` (each plugin's scores normalized over these nodes
         where it normalizes, then clamped to 0..100), as kube-scheduler scores the nodes that passed Filter."""
+        if self.profile.prescorers:
+            index = node_index(self.cluster)
+            candidates = np.zeros(len(index), dtype=np.bool_)
+            candidates[[index.pos[n.name] for n in nodes if n.name in index.pos]] = True
+            for p in self.profile.prescorers:
+                p.prescore(pod, index, candidates)
         totals = np.zeros(len(nodes), dtype=np.int64)
         for s, norm in zip(self.profile.scorers, self.profile.normalizers, strict=True):
             raw = np.fromiter((s.score(pod, n, self.cluster) for n in nodes), dtype=np.int64, count=len(nodes))
@@ -502,7 +485,6 @@ class Cycle:
         problem = invalid_pod(pod)
         if problem:
             return Placement(key(pod), None, reason=problem)
-        say_unhonoured(pod)
         clock = _Clock(metrics)
         rejected = self.sched.prefilter_by(pod)
         clock.point("PreFilter", rejected is None)
@@ -539,6 +521,8 @@ class Cycle:
                     mask, own = mask & m, True
                 fresh = True
         clock.point("Filter")
+        for p in profile.prescorers:
+            p.prescore(pod, index, mask)  # read only: it may be the cache's own array
         uniform = 0  # Σ of the scores that are the same on every node: they shift every total alike
         failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
         blamed: set[str] = set()  # the plugins whose Filter failed a node

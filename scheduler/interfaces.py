@@ -155,6 +155,15 @@ class IncrementalScorePlugin(Protocol):
 
 
 @runtime_checkable
+class PreScorePlugin(Protocol):
+    """PreScore: told, before its Score, which nodes are being scored (`candidates`, a bool per node of the index:
+    those the vector filters passed, or the feasible nodes on the per-node path). InterPodAffinity and
+    PodTopologySpread normalize over them; PodTopologySpread also weighs each constraint by its domains there."""
+
+    def prescore(self, pod: JSON, index: NodeIndex, candidates: BoolArray) -> None: ...
+
+
+@runtime_checkable
 class NormalizeScorePlugin(Protocol):
     """ScoreExtensions.NormalizeScore: the plugin's raw scores rescaled to 0..100 against `top`, the largest raw
     score among the nodes that pass Filter (TaintToleration, NodeAffinity: only the maximum matters); its `score`

@@ -33,11 +33,13 @@ from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.fit_score import NodeResourcesBalancedAllocation, NodeResourcesFitScore
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.hint import SchedulingHint
+from scheduler.plugins.interpodaffinity import InterPodAffinity
 from scheduler.plugins.intree import DefaultBinder, PrioritySort
 from scheduler.plugins.loadaware import LoadAware
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodeports import NodePorts
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from scheduler.plugins.podtopologyspread import PodTopologySpread
 from scheduler.plugins.scarce import ScarceResourceAvoidance
 from scheduler.plugins.tainttoleration import TaintToleration
 from scheduler.reservation.plugin import ReservationPlugin
@@ -160,6 +162,15 @@ def _node_ports(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> 
     return NodePorts()
 
 
+def _spread(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return PodTopologySpread(cfg.weight(name))
+
+
+def _inter_pod_affinity(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    a = cfg.plugin_args(name)
+    return InterPodAffinity(cfg.weight(name), a.hard_pod_affinity_weight, a.ignore_preferred_terms_of_existing_pods)
+
+
 @dataclass(frozen=True)
 class Entry:
     shared: Factory | None = None  # one instance for every extension point the plugin is enabled at
@@ -173,6 +184,8 @@ REGISTRY: dict[str, Entry] = {
     "TaintToleration": Entry(_taints),
     "NodeAffinity": Entry(_node_affinity),
     "NodePorts": Entry(_node_ports),
+    "PodTopologySpread": Entry(_spread),
+    "InterPodAffinity": Entry(_inter_pod_affinity),
     "Reservation": Entry(_reservation),
     "DeviceShare": Entry(_deviceshare),
     "NodeNUMAResource": Entry(_numa),

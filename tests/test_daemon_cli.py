@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from koordlet.daemon import next_tick
 from koordlet.host.driver import CgroupDriver, K8sQoS
 
 from simhost import SimCgroup, SimHost, make_pod
@@ -208,3 +209,15 @@ def test_qos_reconciles_right_after_a_pod_change(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_loops_fall_on_one_grid_so_their_rounds_share_wakeups() -> None:
+    """Daemon loops run at phase + n × interval: a 1 s and a 3 s loop started together meet every 3 s, and a round
+    that overran its interval skips the grid points it missed instead of running late ones back to back."""
+    assert next_tick(100.0, 1.0, 100.2) == 101.0
+    assert next_tick(100.0, 1.0, 101.0) == 102.0  # strictly later
+    assert next_tick(100.0, 3.0, 100.05) == 103.0
+    ones = {next_tick(100.0, 1.0, t - 1e-9) for t in range(101, 110)}
+    threes = {next_tick(100.0, 3.0, t - 1e-9) for t in range(101, 110, 3)}
+    assert threes <= ones
+    assert next_tick(100.0, 1.0, 103.7) == 104.0  # after an overrun from 101 to 103.7: next at 104, not 102

@@ -145,7 +145,7 @@ def test_frame_buffers_settle_under_churn() -> None:
         writer.add(t * 1000, np.ones(4))
         if t % 60 == 0:
             cache.gc(t * 1000)
-    live, held = cache._frame.rows()
+    live, held = cache.frame().rows()
     assert live <= 361 + 60 and held <= 1.5 * (361 + 60) + 1
 
 
@@ -162,10 +162,31 @@ def test_a_series_no_longer_written_leaves_the_frame_and_keeps_its_samples() -> 
     before = {k: (cache.window(k, 0, 20_000), cache.last(k)) for k in keys}
     cache.columns(keys[:2])  # two pods gone
     assert cache.gc(20_000) == 0 and cache.generation == 1
-    assert cache._frame.series() == keys[:2] and cache.series_count() == 4
+    assert cache.frame().series() == keys[:2] and cache.series_count() == 4
     assert {k: (cache.window(k, 0, 20_000), cache.last(k)) for k in keys} == before
     assert list(cache.window(keys[3], 9000, 11_000)[1]) == [12.0, 99.0]
-    held = cache._frame.held()
+    held = cache.frame().held()
     writer = cache.columns(keys[:2] + _keys(6)[4:])  # two new pods take the spare columns
-    assert cache._frame.held() == held
+    assert cache.frame().held() == held
     assert cache.gc(200_000) == 2 and cache.series_count() == 4  # the gone pods' samples aged out
+
+
+def test_two_frames_keep_their_own_rows_and_writers() -> None:
+    """The collection tick's usage and the run-queue wait collector write whole instants to frames of their own: a
+    row of one holds none of the other's columns, reads find a series in whichever frame writes it, and a new writer
+    of one frame leaves the other frame's series alone at gc."""
+    cache = MetricCache(lambda kind: 100)
+    usage, waits = _keys(4)[:2], _keys(4)[2:]
+    u, w = cache.columns(usage), cache.columns(waits, frame="schedlat")
+    for t in range(3):
+        u.add(t * 1000, np.array([1.0 + t, 2.0 + t]))
+        w.add(t * 1000 + 500, np.array([10.0 + t, np.nan]))
+    assert cache.frame().series() == usage and cache.frame("schedlat").series() == waits
+    assert cache.frame().rows()[0] == 3 and cache.frame("schedlat").rows()[0] == 3
+    assert list(cache.window(waits[0], 0, 10_000)[1]) == [10.0, 11.0, 12.0]
+    assert cache.last(waits[1]) is None and cache.last(usage[1]) == (2000, 4.0)
+    assert cache.last_many([usage[0], waits[0], waits[1]]) == [(2000, 3.0), (2500, 12.0), None]
+    cache.columns(usage[:1])  # a pod gone from the usage writer only
+    cache.gc(3000)
+    assert cache.frame().series() == usage[:1] and cache.frame("schedlat").series() == waits
+    assert list(cache.window(usage[1], 0, 10_000)[1]) == [2.0, 3.0, 4.0]  # kept as appended samples

@@ -77,6 +77,40 @@ def pod_limits(pod: Mapping[str, Any], *, rename: Rename | None = None) -> Resou
     return _scaled(total)
 
 
+def containers_key(pod: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """All that pod_requests and pod_limits read of a pod with regular containers only (no init containers,
+    pod-level resources or overhead): per container its requests' and limits' items, as a key for remembering
+    them per pod shape; None for any other pod (read on its own). The key may hold values that are not strings
+    (or not hashable): remember only keys that `strings_only` passes — no other key equals one of them."""
+    spec = pod.get("spec")
+    if type(spec) is not dict or spec.get("initContainers") or spec.get("resources") or spec.get("overhead"):
+        return None
+    containers = spec.get("containers")
+    if type(containers) is not list:
+        return None
+    parts: list[object] = []
+    for c in containers:
+        if type(c) is not dict:
+            return None
+        res = c.get("resources")
+        if not res:
+            parts.append(None)
+            continue
+        if type(res) is not dict:
+            return None
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if type(req) is not dict or type(lim) is not dict:
+            return None
+        parts.append((tuple(req.items()), tuple(lim.items())))
+    return tuple(parts)
+
+
+def strings_only(key: tuple[Any, ...]) -> bool:
+    """Every resource name and quantity in a `containers_key` is a string."""
+    return all(part is None or all(type(k) is str and type(v) is str for items in part for k, v in items)
+               for part in key)
+
+
 def resource_value(name: str, quantity: object) -> int:
     """One quantity in the units of a ResourceList (cpu in millicores, the rest in whole units, rounded up)."""
     if type(quantity) is str:

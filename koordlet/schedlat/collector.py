@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from koordlet.health import Health
 from koordlet.host.paths import HostPaths
-from koordlet.metriccache import MetricCache, SeriesKey
+from koordlet.metriccache import ColumnWriter, MetricCache
 from koordlet.schedlat.hist import SLOTS, Totals, quantile
 from koordlet.states.model import PodMeta
 
@@ -26,6 +28,7 @@ RAW_CAPABILITY = "cpu-schedule-latency-raw-tracepoint"
 # The fallback opens a file per thread: read every this many seconds rather than every tick (the waits in between
 # are not lost, they arrive with the next read), so a node without bcc pays ~1/10 of its cost (docs/decisions.md).
 SCHEDSTAT_EVERY_SECONDS = 10.0
+_NAN = float("nan")
 KIND_SUM, KIND_COUNT, KIND_P99 = ("pod_cpu_schedule_latency_sum", "pod_cpu_schedule_latency_count",
                                   "pod_cpu_schedule_latency_p99")
 
@@ -77,8 +80,8 @@ class SchedLatency:
         self._before: dict[str, Totals] = {}
         self._rows: dict[str, PodLatency] = {}  # the last tick's row of each pod: reused while the pod did not wait
         self._read_ms: int | None = None
-        self._keys_cache: MetricCache | None = None
-        self._keys: dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]] = {}  # pod uid -> its series in the cache
+        # (pods, cache, its generation, the writer of the pods' series) for the pods list last written
+        self._writer: tuple[list[PodMeta], MetricCache, int, ColumnWriter] | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._closed = False
@@ -151,13 +154,18 @@ class SchedLatency:
         latest = []
         before_all, last_rows = self._before, self._rows
         rows: dict[str, PodLatency] = {}
-        keys = self._keys_for(cache) if cache is not None else {}
-        append = cache.append if cache is not None else None
         source = backend.source
+        # a pod's three series of this tick, NaN where it has no sample (not seen yet; p99 of no waits)
+        sums: list[float] = []
+        counts: list[float] = []
+        p99s: list[float] = []
         for pod in pods:
             uid = pod.uid
             total = totals.get(uid)
             if total is None:
+                sums.append(_NAN)
+                counts.append(_NAN)
+                p99s.append(_NAN)
                 continue
             before = before_all.get(uid)
             if total is before:  # the backend kept the pod's totals: it did not wait since the last tick
@@ -169,30 +177,25 @@ class SchedLatency:
                 row = PodLatency(pod, source, total, tick)
             rows[uid] = row
             latest.append(row)
-            if append is not None:
-                assert cache is not None
-                k = keys.get(uid)
-                if k is None:
-                    k = keys[uid] = (cache.key(KIND_SUM, pod_uid=uid), cache.key(KIND_COUNT, pod_uid=uid),
-                                     cache.key(KIND_P99, pod_uid=uid))
-                tick = row.tick
-                append(k[0], ts_ms, tick.sum_ns / 1e9)
-                append(k[1], ts_ms, float(tick.count))
-                if tick.hist is not None and tick.count:
-                    p99 = quantile(tick.hist, 0.99)
-                    if p99 is not None:
-                        append(k[2], ts_ms, p99)
-        if cache is not None and len(keys) > 2 * len(pods):  # pods come and go: forget the gone ones' keys
-            live = {p.uid for p in pods}
-            for uid in [u for u in keys if u not in live]:
-                del keys[uid]
+            tick = row.tick
+            sums.append(tick.sum_ns / 1e9)
+            counts.append(float(tick.count))
+            p99 = quantile(tick.hist, 0.99) if tick.hist is not None and tick.count else None
+            p99s.append(_NAN if p99 is None else p99)
+        if cache is not None:
+            self._writer_for(pods, cache).add(ts_ms, np.array(sums + counts + p99s))
         self._before, self._rows = totals, rows
         self.latest = latest
 
-    def _keys_for(self, cache: MetricCache) -> dict[str, tuple[SeriesKey, SeriesKey, SeriesKey]]:
-        if self._keys_cache is not cache:
-            self._keys_cache, self._keys = cache, {}
-        return self._keys
+    def _writer_for(self, pods: list[PodMeta], cache: MetricCache) -> ColumnWriter:
+        """The pods' series as one row a tick in the cache's `schedlat` frame (a sample per series and tick, as
+        the collection tick writes usage): rebuilt when the pods change or the cache's gc moved columns."""
+        held = self._writer
+        if held is None or held[0] is not pods or held[1] is not cache or held[2] != cache.generation:
+            key = cache.key
+            keys = [key(kind, pod_uid=p.uid) for kind in (KIND_SUM, KIND_COUNT, KIND_P99) for p in pods]
+            held = self._writer = (pods, cache, cache.generation, cache.columns(keys, frame="schedlat"))
+        return held[3]
 
     def program_stats(self) -> dict[str, tuple[int, int]]:
         stats = getattr(self.backend, "program_stats", None)

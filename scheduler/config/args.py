@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import SelectorError
 from apis.core.nodeaffinity import AffinityError, NodeSelector, Preferred, preferred_terms
 from apis.core.objects import JSON
+from apis.core.topologyspread import SpreadConstraint, spread_constraint
 from apis.extension.resources import (
     RESOURCE_FPGA,
     RESOURCE_GPU_MEMORY,
@@ -349,6 +351,59 @@ def node_affinity_args(raw: Mapping[str, object], where: str) -> NodeAffinityArg
         raise ConfigError(f"{w}: {e}") from None
 
 
+@dataclass(frozen=True)
+class InterPodAffinityArgs:
+    """kube-scheduler's InterPodAffinityArgs (v1 defaults: hardPodAffinityWeight 1)."""
+
+    hard_pod_affinity_weight: int = 1
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+
+def inter_pod_affinity_args(raw: Mapping[str, object], where: str) -> InterPodAffinityArgs:
+    check_keys(raw, (*TYPE_FIELDS, *INTER_POD_AFFINITY_FIELDS), where)
+    return InterPodAffinityArgs(integer(raw, "hardPodAffinityWeight", where, 1, low=0, high=100),
+                                boolean(raw, "ignorePreferredTermsOfExistingPods", where, False))
+
+
+INTER_POD_AFFINITY_FIELDS = ("hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods")
+SPREAD_FIELDS = ("defaultConstraints", "defaultingType")
+SYSTEM_DEFAULTING, LIST_DEFAULTING = "System", "List"
+
+
+@dataclass(frozen=True)
+class PodTopologySpreadArgs:
+    """kube-scheduler's PodTopologySpreadArgs, validated as kube does. The default constraints (System: hostname
+    maxSkew 3 and zone maxSkew 5, ScheduleAnyway) select a pod's siblings through its Services, ReplicaSet,
+    StatefulSet or ReplicationController, which koord-sched does not read: they are not applied
+    (docs/decisions.md)."""
+
+    defaulting_type: str = SYSTEM_DEFAULTING
+    default_constraints: tuple[SpreadConstraint, ...] = ()
+
+
+def pod_topology_spread_args(raw: Mapping[str, object], where: str) -> PodTopologySpreadArgs:
+    check_keys(raw, (*TYPE_FIELDS, *SPREAD_FIELDS), where)
+    constraints: list[SpreadConstraint] = []
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(object_list(raw, "defaultConstraints", where)):
+        w = f"{where}.defaultConstraints[{i}]"
+        if c.get("labelSelector") is not None:
+            raise ConfigError(f"{w}.labelSelector: constraint must not define a selector, as they deduced for each pod")
+        try:
+            got = spread_constraint(dict(c), {}, w)
+        except SelectorError as e:
+            raise ConfigError(str(e)) from None
+        if (got.topology_key, got.when_unsatisfiable) in seen:
+            raise ConfigError(f"{w}: Duplicate value: {{{got.topology_key!r}, {got.when_unsatisfiable!r}}}")
+        seen.add((got.topology_key, got.when_unsatisfiable))
+        constraints.append(got)
+    default = LIST_DEFAULTING if constraints else SYSTEM_DEFAULTING
+    kind = choice(raw, "defaultingType", where, default, (SYSTEM_DEFAULTING, LIST_DEFAULTING))
+    if kind == SYSTEM_DEFAULTING and constraints:
+        raise ConfigError(f'{where}.defaultingType: Invalid value: "System": when .defaultConstraints are not empty')
+    return PodTopologySpreadArgs(kind, tuple(constraints))
+
+
 @dataclass
 class DefaultPreemptionArgs:
     min_candidate_nodes_percentage: int = 10
@@ -464,6 +519,8 @@ ARGS: dict[str, ArgsType] = {
     "DefaultPreemption": ArgsType("DefaultPreemptionArgs", PREEMPTION_FIELDS, default_preemption_args),
     "NodeNUMAResource": ArgsType("NodeNUMAResourceArgs", NUMA_FIELDS, node_numa_resource_args),
     "NodeAffinity": ArgsType("NodeAffinityArgs", ("addedAffinity",), node_affinity_args),
+    "InterPodAffinity": ArgsType("InterPodAffinityArgs", INTER_POD_AFFINITY_FIELDS, inter_pod_affinity_args),
+    "PodTopologySpread": ArgsType("PodTopologySpreadArgs", SPREAD_FIELDS, pod_topology_spread_args),
 }
 
 

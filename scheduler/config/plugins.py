@@ -67,6 +67,8 @@ _OURS = (
     PluginInfo("TaintToleration", (FILTER, PRE_SCORE, SCORE), (FILTER, PRE_SCORE, SCORE)),
     PluginInfo("NodeAffinity", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
     PluginInfo("NodePorts", (PRE_FILTER, FILTER), (PRE_FILTER, FILTER)),
+    PluginInfo("PodTopologySpread", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
+    PluginInfo("InterPodAffinity", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
 )
 # kube-scheduler's volume and DRA plugins: koord-sched reads no PersistentVolume(Claim), StorageClass, CSINode or
 # ResourceClaim, so on the objects it schedules they have nothing to check: accepted as no-ops (docs/decisions.md).
@@ -78,8 +80,8 @@ _KUBE_NOOP = tuple(PluginInfo(n, pts, (), NOOP, "koord-sched reads no volumes or
                                   ("DynamicResources", (PRE_ENQUEUE, PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE,
                                                         RESERVE, PRE_BIND))))
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
-# They can change where a pod goes on our objects (taints, affinity, ports, spread, images), so enabling one is refused.
-_KUBE = ("PodTopologySpread", "InterPodAffinity", "ImageLocality")
+# It can change where a pod goes on our objects (node.status.images), so enabling it is refused.
+_KUBE = ("ImageLocality",)
 _KOORD = ("ElasticQuotaV2",)
 # kube-scheduler's default (multiPoint) plugins: in every profile unless disabled, so their pluginConfig is legal
 KUBE_DEFAULTS = frozenset(("SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeName", "TaintToleration",
@@ -93,8 +95,8 @@ for _n in (*_KUBE, *_KOORD):
     PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
 
 # score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1; kube-scheduler's
-# defaults give TaintToleration 3 and NodeAffinity 2)
-DEFAULT_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2,
+# defaults give TaintToleration 3, NodeAffinity, PodTopologySpread and InterPodAffinity 2)
+DEFAULT_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2,
                    "LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
                    "Coscheduling": 1}
 

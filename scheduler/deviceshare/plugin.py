@@ -28,7 +28,7 @@ from scheduler.deviceshare.allocator import (
     Scorer,
 )
 from scheduler.deviceshare.requests import RESOURCE_NAMES, InvalidDeviceRequest, PodPlan, instances, plan_pod
-from scheduler.deviceshare.state import Allocations, DeviceState, NodeDeviceState, encode_allocations
+from scheduler.deviceshare.state import Allocations, DeviceState, DeviceTotals, NodeDeviceState, encode_allocations
 from scheduler.deviceshare.templates import (
     ERR_NO_TEMPLATE,
     Catalog,
@@ -66,6 +66,16 @@ _ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON, VENDOR_METAX)
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def _gpu_row(free: dict[str, int]) -> list[int]:
+    """One GPU's free amounts in the columns of DeviceShare's GPU array (other resources left out)."""
+    row = [0] * len(_GPU_COLUMNS)
+    for r, v in free.items():
+        c = _GPU_COLUMNS.get(r)
+        if c is not None:
+            row[c] = v
+    return row
 
 
 def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
@@ -324,7 +334,7 @@ class DeviceShare:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
         if changed is None:
-            self._fill_all([self.state.node(node) for node in index.nodes])
+            self._fill_all([self.state.totals(node) for node in index.nodes])
             self._row_version = np.ones(len(index), dtype=np.int64)
             self._row_cache.clear()
         else:
@@ -334,37 +344,45 @@ class DeviceShare:
                 index.touch(i)
             rows |= unreported
             for i in rows:
-                self._fill(i, self.state.node(index.nodes[i]))
+                self._fill(i, self.state.totals(index.nodes[i]))
                 self._row_version[i] += 1
         self._dirty.clear()
 
-    def _fill_all(self, states: list[NodeDeviceState]) -> None:
+    def _fill_all(self, nodes: list[DeviceTotals]) -> None:
         """Every row as `_fill` would write it, built as lists and handed to numpy once per array (a cold start
-        filled row by row made ~20 numpy calls a node)."""
-        n, w, cols = len(states), len(self._weighted), len(_GPU_COLUMNS)
+        filled row by row made ~20 numpy calls a node); nodes sharing their sums (unused_totals) share rows."""
+        n, w, cols = len(nodes), len(self._weighted), len(_GPU_COLUMNS)
+        rows: dict[int, list[int]] = {}  # id of a sums map → its row (no map changes during this call)
+
+        def row(amounts: dict[str, int], order: list[str]) -> list[int]:
+            got = rows.get(id(amounts))
+            if got is None:
+                got = rows[id(amounts)] = [amounts.get(r, 0) for r in order]
+            return got
+
+        empty: dict[str, int] = {}
         self._has, self._total, self._free = {}, {}, {}
         for t in DEVICE_TYPES:
-            self._has[t] = np.array([bool(st.devices.get(t)) for st in states], dtype=np.bool_).reshape(n)
-            self._total[t] = np.array([[st.total_sum.get(t, {}).get(r, 0) for r in self._weighted]
-                                       for st in states], dtype=np.int64).reshape(n, w)
-            self._free[t] = np.array([[st.free_sum.get(t, {}).get(r, 0) for r in self._weighted]
-                                      for st in states], dtype=np.int64).reshape(n, w)
-        self._planned = np.array([st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true" for st in states],
+            self._has[t] = np.array([t in d.types for d in nodes], dtype=np.bool_).reshape(n)
+            self._total[t] = np.array([row(d.total_sum.get(t, empty), self._weighted) for d in nodes],
+                                      dtype=np.int64).reshape(n, w)
+            self._free[t] = np.array([row(d.free_sum.get(t, empty), self._weighted) for d in nodes],
+                                     dtype=np.int64).reshape(n, w)
+        self._planned = np.array([d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true" for d in nodes],
                                  dtype=np.bool_).reshape(n)
-        self._table = np.array([bool(st.annotations.get(ANNOTATION_GPU_PARTITIONS)) for st in states],
+        self._table = np.array([bool(d.annotations.get(ANNOTATION_GPU_PARTITIONS)) for d in nodes],
                                dtype=np.bool_).reshape(n)
-        width = max((len(st.devices.get(DEVICE_TYPE_GPU, {})) for st in states), default=0)
-        ok = [[False] * width for _ in states]
-        free = [[[0] * cols for _ in range(width)] for _ in states]
-        for st, ok_row, free_rows in zip(states, ok, free, strict=True):
-            gpus = st.devices.get(DEVICE_TYPE_GPU, {})
-            free_gpu = st.free.get(DEVICE_TYPE_GPU, {})
-            for k, (m, d) in enumerate(gpus.items()):
-                ok_row[k] = bool(d.total)
-                for r, v in free_gpu.get(m, {}).items():
-                    c = _GPU_COLUMNS.get(r)
-                    if c is not None:
-                        free_rows[k][c] = v
+        width = max((len(d.gpus) for d in nodes), default=0)
+        gpu_rows: dict[int, tuple[list[bool], list[list[int]]]] = {}  # id of a node's GPU tuple → its two rows
+        ok, free = [], []
+        for d in nodes:
+            got = gpu_rows.get(id(d.gpus))
+            if got is None:
+                pad = width - len(d.gpus)
+                got = gpu_rows[id(d.gpus)] = ([healthy for healthy, _ in d.gpus] + [False] * pad,
+                                              [_gpu_row(f) for _, f in d.gpus] + [[0] * cols] * pad)
+            ok.append(got[0])
+            free.append(got[1])
         self._gpu_ok = np.array(ok, dtype=np.bool_).reshape(n, width)
         self._gpu_free = np.array(free, dtype=np.int64).reshape(n, width, cols)
 
@@ -379,31 +397,23 @@ class DeviceShare:
         return (tuple((t, tuple(sorted(r.items()))) for t, r in plan.requests.items()),
                 None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))
 
-    def _fill(self, i: int, st: NodeDeviceState) -> None:
+    def _fill(self, i: int, d: DeviceTotals) -> None:
         # rows are assigned from lists: one numpy call per row rather than one per element
         for t in DEVICE_TYPES:
-            self._has[t][i] = bool(st.devices.get(t))
-            totals, free = st.total_sum.get(t, {}), st.free_sum.get(t, {})
+            self._has[t][i] = t in d.types
+            totals, free = d.total_sum.get(t, {}), d.free_sum.get(t, {})
             self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
-        self._planned[i] = st.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
-        self._table[i] = bool(st.annotations.get(ANNOTATION_GPU_PARTITIONS))
-        gpus = st.devices.get(DEVICE_TYPE_GPU, {})
-        if len(gpus) > self._gpu_ok.shape[1]:
-            grow = len(gpus) - self._gpu_ok.shape[1]
+        self._planned[i] = d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
+        self._table[i] = bool(d.annotations.get(ANNOTATION_GPU_PARTITIONS))
+        if len(d.gpus) > self._gpu_ok.shape[1]:
+            grow = len(d.gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
         self._gpu_ok[i], self._gpu_free[i] = False, 0
-        if gpus:
-            free_gpu = st.free.get(DEVICE_TYPE_GPU, {})
-            self._gpu_ok[i, :len(gpus)] = [bool(d.total) for d in gpus.values()]
-            rows = [[0] * len(_GPU_COLUMNS) for _ in gpus]
-            for row, m in zip(rows, gpus, strict=True):
-                for r, v in free_gpu.get(m, {}).items():
-                    c = _GPU_COLUMNS.get(r)
-                    if c is not None:
-                        row[c] = v
-            self._gpu_free[i, :len(gpus)] = rows
+        if d.gpus:
+            self._gpu_ok[i, :len(d.gpus)] = [healthy for healthy, _ in d.gpus]
+            self._gpu_free[i, :len(d.gpus)] = [_gpu_row(free) for _, free in d.gpus]
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""
@@ -412,8 +422,8 @@ class DeviceShare:
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
         """False where `filter` surely fails: a requested device type missing, or fewer GPUs that each fit the
         per-GPU request than the GPU count — every allocation path (partition, topology, default) takes whole
-        fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`."""
-        self.sync(index)
+        fitting GPUs, except a node's own partition table, which may list any minors and is left to `filter`.
+        The arrays are brought up to date only for a pod that asks devices."""
         self.sync_templates(index.cluster)
         n = len(index)
         try:
@@ -422,18 +432,21 @@ class DeviceShare:
             return np.zeros(n, dtype=np.bool_)
         if plan.empty:
             return None
+        self.sync(index)
         ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
         return ok
 
     def _vector_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
-        """The plugin brought up to date for a vector hook and the pod's plan (None: its device request is
-        invalid)."""
-        self.sync(index)
+        """The pod's plan (None: its device request is invalid), the arrays brought up to date for a pod that asks
+        devices (a pod asking none is answered without them, as `prefilter_vector` does)."""
         self.sync_templates(index.cluster)
         try:
-            return self.plan(pod)
+            plan = self.plan(pod)
         except InvalidDeviceRequest:
             return None
+        if not plan.empty:
+            self.sync(index)
+        return plan
 
     def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
         """The normalised device requests: the mask depends on nothing else but each node's device counters."""
@@ -454,9 +467,8 @@ class DeviceShare:
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
         plan = self._rows_plan(pod, index)
-        n = len(self._row_version[rows])
-        if plan is None or plan.empty:
-            return np.full(n, plan is not None, dtype=np.bool_)
+        if plan is None or plan.empty:  # the arrays may not be synced for such a pod: counted from the index
+            return np.full(len(index) if isinstance(rows, slice) else len(rows), plan is not None, dtype=np.bool_)
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
             return np.array([self._prefilter_row(plan, i) for i in rows.tolist()], dtype=np.bool_)
         return self._prefilter_rows(plan, rows)
@@ -483,7 +495,7 @@ class DeviceShare:
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
         plan = self._rows_plan(pod, index)
         if plan is None or plan.empty:
-            return np.zeros(len(self._row_version[rows]), dtype=np.int64)
+            return np.zeros(len(index) if isinstance(rows, slice) else len(rows), dtype=np.int64)
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
             return np.array([self.score(pod, index.nodes[i], index.cluster) for i in rows.tolist()], dtype=np.int64)
         return self._score_rows(plan, rows)
@@ -510,7 +522,6 @@ class DeviceShare:
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
         """Exactly `score` for every node."""
-        self.sync(index)
         self.sync_templates(index.cluster)
         n = len(index)
         try:
@@ -519,6 +530,7 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         if plan.empty:
             return np.zeros(n, dtype=np.int64)
+        self.sync(index)
         result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows),
                                          lambda i: self.score(pod, index.nodes[i], index.cluster))
         return result

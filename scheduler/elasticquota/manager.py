@@ -253,22 +253,31 @@ class GroupQuotaManager:
         q = self.quotas.get(quota)
         if q is None:
             return
+        masked: dict[int, Resources] = {}  # id of a requests dict → its masked copy (pods share requests dicts)
+        tally: dict[tuple[int, bool, bool], int] = {}  # (id of the masked requests, assigned, non-preemptible) → pods
+        keys = tuple(q.max)
+        for pod_key, requests, assigned, non_preemptible in pods:
+            if pod_key in q.pods:
+                continue
+            req = masked.get(id(requests))
+            if req is None:
+                req = masked[id(requests)] = {k: requests[k] for k in keys if k in requests}  # mask(requests, q.max)
+            q.pods[pod_key] = _Pod(req, assigned, non_preemptible)
+            shape = (id(requests), assigned, non_preemptible)
+            tally[shape] = tally.get(shape, 0) + 1
         request: Resources = {}
         np_request: Resources = {}
         used: Resources = {}
         np_used: Resources = {}
-        for pod_key, requests, assigned, non_preemptible in pods:
-            if pod_key in q.pods:
-                continue
-            req = mask(requests, q.max)
-            q.pods[pod_key] = _Pod(req, assigned, non_preemptible)
-            request = add(request, req)
+        for (rid, assigned, non_preemptible), n in tally.items():
+            req = masked[rid]
+            _add_into(request, req, n)  # summed in place, each distinct request once
             if non_preemptible:
-                np_request = add(np_request, req)
+                _add_into(np_request, req, n)
             if assigned:
-                used = add(used, req)
+                _add_into(used, req, n)
                 if non_preemptible:
-                    np_used = add(np_used, req)
+                    _add_into(np_used, req, n)
         if not is_zero(request):
             self._propagate_request(self._path(quota), request, np_request, 0)
         if used:
@@ -352,3 +361,8 @@ class GroupQuotaManager:
         for name in self.quotas:
             if name not in SPECIAL and self.quotas[name].runtime_version == 0:
                 self.refresh_runtime(name)
+
+
+def _add_into(total: Resources, more: Mapping[str, int], times: int) -> None:
+    for k, v in more.items():
+        total[k] = total.get(k, 0) + v * times

@@ -127,17 +127,26 @@ class ElasticQuota:
         self._nodes_version = -1
         self._sync_total(cluster)
         batch: dict[str, list[tuple[str, Mapping[str, int], bool, bool]]] = {}
-        for pod in cluster.assigned_pods():  # _track for every assigned pod, propagated once per quota
-            k = key(pod)
-            if k in self._pod_quota or not is_active(pod):
-                continue
-            try:
-                requests = pod_requests(pod)
-            except InvalidInput:
-                continue
-            quota = self._pod_quota[k] = self.quota_of(pod)
-            self._pod_objs[k] = pod
-            batch.setdefault(quota, []).append((k, requests, True, _non_preemptible(pod)))
+        seen: dict[tuple[object, ...], tuple[str, bool]] = {}  # the labels and namespace → (quota, non-preemptible)
+        for node in cluster.nodes.values():  # _track for every assigned pod, propagated once per quota
+            for k, pod in node.pods.items():
+                if k in self._pod_quota or not is_active(pod):
+                    continue
+                requests = node.requests_of(k)  # what the node counted (parsed when the pod was added)
+                if requests is None:
+                    try:
+                        requests = pod_requests(pod)
+                    except InvalidInput:
+                        continue
+                meta = pod.get("metadata") or {}
+                labels = meta.get("labels") or {}
+                facts = (labels.get(LABEL_QUOTA_NAME), meta.get("namespace"), labels.get(LABEL_QUOTA_PREEMPTIBLE))
+                known = seen.get(facts)  # what quota_of and _non_preemptible read, so their answers per pod shape
+                if known is None:
+                    known = seen[facts] = (self.quota_of(pod), _non_preemptible(pod))
+                quota = self._pod_quota[k] = known[0]
+                self._pod_objs[k] = pod
+                batch.setdefault(quota, []).append((k, requests, True, known[1]))
         for quota, pods in batch.items():
             self.forest.manager_of(quota).on_pods_add(quota, pods)
             if self.hooks:

@@ -150,14 +150,11 @@ class LoadAware:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
         if changed is None:
-            n, width = len(index), len(self.resources)
-            self._has_state, self._has_metric = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
-            self._custom, self._update = np.zeros(n, dtype=np.bool_), np.full(n, np.nan)
-            self._cap, self._usage, self._prod = (np.zeros((n, width), dtype=np.int64) for _ in range(3))
-            self._row_version = np.zeros(n, dtype=np.int64)
-            self._row_cache.clear()
-            self._expired_at = (-math.inf, math.inf)  # looked at again below
-        for i in range(len(index)) if changed is None else changed:
+            self._fill_all(index)
+            self._expired_at = (-math.inf, math.inf)  # looked at whole
+            self._expiry()
+            return
+        for i in changed:
             node = index.nodes[i]
             self._row_version[i] += 1
             st = self.loads.get(node)
@@ -171,10 +168,7 @@ class LoadAware:
             for r, j in self._col.items():
                 self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
                     prod.get(r, 0)
-
-        if changed is None:
-            self._expiry()
-        elif changed:
+        if changed:
             self._expire_rows(changed)
 
     def _expiry(self) -> int:
@@ -311,6 +305,23 @@ class LoadAware:
             score = self._score_rows(rows, prod, est, weights, d)
         valid = self._has_state[rows] & self._has_metric[rows] & ~self._expired_rows[rows]
         return np.where(valid, score, 0).astype(np.int64)
+    def _fill_all(self, index: NodeIndex) -> None:
+        """Every row as `sync` writes a changed one, built as lists and handed to numpy once per array."""
+        n, width = len(index), len(self.resources)
+        loads = [self.loads.get(node) for node in index.nodes]
+        none = (False, False, False, np.nan, [0] * width, [0] * width, [0] * width)
+        rows = [none if st is None else (
+            True, st.has_metric, isinstance(st.thresholds, dict), np.nan if st.update_time is None else st.update_time,
+            [st.capacity.get(r, 0) for r in self.resources], _row(st.node_usage, st.node_delta, self.resources),
+            _row(st.prod_usage, st.prod_delta, self.resources)) for st in loads]
+        has_state, has_metric, custom, update, cap, usage, prod = zip(*rows, strict=True) if rows else ((),) * 7
+        self._has_state = np.array(has_state, dtype=np.bool_).reshape(n)
+        self._has_metric = np.array(has_metric, dtype=np.bool_).reshape(n)
+        self._custom = np.array(custom, dtype=np.bool_).reshape(n)
+        self._update = np.array(update, dtype=np.float64).reshape(n)
+        self._cap, self._usage, self._prod = (np.array(v, dtype=np.int64).reshape(n, width) for v in (cap, usage, prod))
+        self._row_version = np.ones(n, dtype=np.int64)
+        self._row_cache.clear()
 
     def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any], one: Callable[[int], Any]) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
@@ -462,3 +473,9 @@ class LoadAware:
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self.pods.forget(pod)
+
+
+def _row(a: dict[str, int] | None, b: dict[str, int], resources: list[str]) -> list[int]:
+    """vsum(a, b) over `resources`, in their order (NodeLoad.usage() and .prod() as an array row)."""
+    a = a or {}
+    return [a.get(r, 0) + b.get(r, 0) for r in resources]

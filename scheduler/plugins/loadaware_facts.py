@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
-from apis.core.resources import CPU, MEMORY
+from apis.core.resources import CPU, MEMORY, containers_key, strings_only
 from apis.extension.load_aware import (
     ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS,
     ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED,
@@ -94,61 +95,44 @@ class PodEstimates:
             self._incoming = (pod, estimated, priority == PRIORITY_PROD)
         return self._incoming[1], self._incoming[2]
 
-    def _facts(self, pod: JSON) -> tuple[Vector, str]:
+    def _facts(self, pod: JSON, shared: bool = False) -> tuple[Vector, str]:
         """(estimate, priority class with default), computed once per pod shape: pods of one workload repeat the
-        same resources and labels, and parsing them was most of a cold start (5 running pods a node)."""
+        same resources and labels, and parsing them was most of a cold start (5 running pods a node). `shared`:
+        the caller only reads the estimate (a pod entry), so the remembered one is handed out as it is."""
         shape = self._shape(pod)
-        known = self._shapes.get(shape) if shape is not None else None
+        known = None
+        if shape is not None:
+            try:
+                known = self._shapes.get(shape)
+            except TypeError:  # a label or field holding a list or object: not memoized
+                shape = None
         if known is not None:
-            return dict(known[0]), known[1]
+            return known[0] if shared else dict(known[0]), known[1]
         priority = priority_class_with_default(pod)
         estimated = self._estimate(pod, priority)
-        if shape is not None:
+        if shape is not None and strings_only(shape[0]):
             if len(self._shapes) >= SHAPE_MEMO_SIZE:
                 self._shapes.clear()
             self._shapes[shape] = (dict(estimated), priority)
         return estimated, priority
 
-    def _shape(self, pod: JSON) -> tuple[object, ...] | None:
-        """Everything `_facts` reads from a plain pod (regular containers with string quantities; no init
-        containers, pod-level resources or overhead), as a hashable key; None for any other pod, which is then
-        computed on its own."""
-        spec, meta, status = pod.get("spec"), pod.get("metadata"), pod.get("status")
-        if type(spec) is not dict or type(meta) is not dict or (status is not None and type(status) is not dict):
+    def _shape(self, pod: JSON) -> tuple[Any, ...] | None:
+        """Everything `_facts` reads from a plain pod (apis.core.resources.containers_key, the priority and QoS
+        labels and fields, the scaling-factor annotation) as a key, or None for any other pod, which is then
+        computed on its own. A key may be unhashable (a label holding a list), and only keys whose quantities are
+        all strings are remembered."""
+        meta, status = pod.get("metadata"), pod.get("status")
+        if type(meta) is not dict or (status is not None and type(status) is not dict):
             return None
-        if spec.get("initContainers") or spec.get("resources") or spec.get("overhead"):
-            return None
-        containers = spec.get("containers")
-        if type(containers) is not list:
-            return None
-        parts: list[object] = []
-        for c in containers:
-            if type(c) is not dict:
-                return None
-            res = c.get("resources")
-            if not res:
-                parts.append(None)
-                continue
-            if type(res) is not dict:
-                return None
-            req, lim = res.get("requests") or {}, res.get("limits") or {}
-            if type(req) is not dict or type(lim) is not dict or not all(
-                    type(v) is str for v in (*req.values(), *lim.values())):
-                return None
-            parts.append((tuple(req.items()), tuple(lim.items())))
+        containers = containers_key(pod)
         labels = meta.get("labels") or {}
-        if type(labels) is not dict:
+        if containers is None or type(labels) is not dict:
             return None
-        priority = spec.get("priority", _ABSENT)
+        priority = pod["spec"].get("priority", _ABSENT)  # containers_key found spec a dict
         custom = _annotations(pod).get(ANNOTATION_LOAD_ESTIMATED_SCALING_FACTORS) \
             if self.args.allow_customize_estimation else None
-        key = (tuple(parts), labels.get(LABEL_POD_PRIORITY_CLASS, _ABSENT), labels.get(LABEL_POD_QOS, _ABSENT),
-               type(priority), priority, (status or {}).get("qosClass", _ABSENT), custom)
-        try:
-            hash(key)
-        except TypeError:  # a label or field holding a list or object: not memoized
-            return None
-        return key
+        return (containers, labels.get(LABEL_POD_PRIORITY_CLASS, _ABSENT), labels.get(LABEL_POD_QOS, _ABSENT),
+                type(priority), priority, (status or {}).get("qosClass", _ABSENT), custom)
 
     def _estimate(self, pod: JSON, priority: str) -> Vector:
         factors = self.args.estimated_scaling_factors
@@ -174,14 +158,18 @@ class PodEstimates:
             out[r] = min(est, limit) if limit > 0 else est
         return out
 
-    def entry(self, pod: JSON) -> PodEntry:
+    def entry(self, pod: JSON, pod_key: str | None = None) -> PodEntry:
+        """`pod_key`: key(pod), when the caller has it (the node's pods are kept under it)."""
         cached = self._entries.get(id(pod))
         if cached is not None and cached[0] is pod:
             return cached[1]
-        k = key(pod)
-        ts = _condition_time(pod, "PodScheduled")
+        k = key(pod) if pod_key is None else pod_key
+        conditions = (pod.get("status") or {}).get("conditions")
+        ts = _condition_time(pod, "PodScheduled") if conditions else None
         if ts is None:
-            ts = self._assumed.setdefault(k, self.now())
+            ts = self._assumed.get(k)
+            if ts is None:
+                ts = self._assumed[k] = self.now()
         after_init, after_sched = self.args.estimated_seconds_after_initialized, \
             self.args.estimated_seconds_after_pod_scheduled
         if self.args.allow_customize_estimation:
@@ -189,7 +177,7 @@ class PodEstimates:
             after_init = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_INITIALIZED), after_init)
             after_sched = _int_or(ann.get(ANNOTATION_LOAD_ESTIMATED_SECONDS_AFTER_POD_SCHEDULED), after_sched)
         deadline: float | None = None
-        init_time = _condition_time(pod, "Initialized")
+        init_time = _condition_time(pod, "Initialized") if conditions else None
         if after_init and after_init > 0 and init_time is not None:
             deadline = init_time + after_init
         elif after_sched and after_sched > 0:
@@ -197,7 +185,7 @@ class PodEstimates:
         if pod is self._incoming[0]:  # just placed: estimated as the incoming pod of this cycle already
             estimated, prod = self._incoming[1], self._incoming[2]
         else:
-            estimated, priority = self._facts(pod)
+            estimated, priority = self._facts(pod, shared=True)
             prod = priority == PRIORITY_PROD
         entry = PodEntry(estimated, ts, deadline, prod)
         self._entries[id(pod)] = (pod, entry)
@@ -238,6 +226,23 @@ class NodeLoad:
         return vsum(self.prod_usage, self.prod_delta)
 
 
+@dataclass
+class _MetricFacts:
+    """The NodeMetric's and Node's part of a NodeLoad (NodeLoads._metric_facts); shared by the loads built from
+    them: read, never change."""
+
+    key: tuple[object, ...]  # (the NodeMetric, its updateTime, the Node, its allocatable), held: compared by identity
+    has_metric: bool
+    update_time: float | None
+    report_interval: float
+    usages: dict[str, Vector]  # pod key → reported usage
+    prod_usages: dict[str, Vector]  # the same, prod pods only
+    system_usage: Vector | None  # counted in prod usage (prodUsageIncludeSys)
+    node_usage: Vector | None
+    capacity: Vector
+    thresholds: JSON | None
+
+
 class NodeLoads:
     """Per-node load from the NodeMetric and the node's pods (helper.go, pod_assign_cache.go)."""
 
@@ -246,6 +251,7 @@ class NodeLoads:
         self.pods = pods
         self.prod_usage_include_sys = prod_usage_include_sys
         self._nodes: dict[str, NodeLoad] = {}
+        self._metrics: dict[str, _MetricFacts] = {}
 
     def get(self, node: NodeInfo) -> NodeLoad | None:
         """None for a node without a NodeMetric (load-awareness is best-effort)."""
@@ -261,11 +267,48 @@ class NodeLoads:
         return load
 
     def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...]) -> NodeLoad:
+        m = self._metric_facts(node, nm, stamp[1])
+        usages, prod_usages, ut, report_interval = m.usages, m.prod_usages, m.update_time or 0.0, m.report_interval
+        zero = dict.fromkeys(self.resources, 0)
+        node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
+        entry = self.pods.entry
+        for k, pod in node.pods.items():
+            if is_reserve_pod(pod):
+                continue  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
+            e = entry(pod, k)
+            _add(node_est, e.estimated)
+            reported = usages.get(k) if usages else None
+            if reported is None and not prod_usages:  # the usual case, spelled out: unreported counts in full
+                for r, v in e.estimated.items():
+                    if r in node_delta and v > 0:
+                        node_delta[r] += v
+                        if e.prod:
+                            prod_delta[r] += v
+                continue
+            if _is_delta(e, reported, ut, report_interval):
+                _add_delta(node_delta, e.estimated, reported)
+            if e.prod:
+                reported = prod_usages.get(k)
+                if reported is not None:
+                    _add(prod_usage, reported)
+                if _is_delta(e, reported, ut, report_interval):
+                    _add_delta(prod_delta, e.estimated, reported)
+        if m.system_usage is not None:
+            _add(prod_usage, m.system_usage)
+        return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
+                        prod_usage, prod_delta, m.thresholds)
+
+    def _metric_facts(self, node: NodeInfo, nm: JSON, update_time: object) -> _MetricFacts:
+        """What a node's load takes from its NodeMetric and Node objects, read again only when one of them is
+        replaced, the metric's updateTime moves or allocatable is recomputed, not when a pod is placed."""
+        known = self._metrics.get(node.name)
+        key = (nm, update_time, node.obj, node.allocatable)
+        if (known is not None and known.key[0] is nm and known.key[1] == update_time and known.key[2] is node.obj
+                and known.key[3] is node.allocatable):
+            return known
         status = nm.get("status") or {}
         metric = status.get("nodeMetric")
-        update_time = _parse_time(status.get("updateTime"))
         interval = ((nm.get("spec") or {}).get("metricCollectPolicy") or {}).get("reportIntervalSeconds")
-        report_interval = float(interval) if isinstance(interval, int | float) and interval else DEFAULT_REPORT_INTERVAL
         usages: dict[str, Vector] = {}
         prod_usages: dict[str, Vector] = {}
         for pm in status.get("podsMetric") or []:
@@ -274,28 +317,15 @@ class NodeLoads:
             usages[k] = vec
             if pm.get("priority") == PRIORITY_PROD:
                 prod_usages[k] = vec
-        zero = dict.fromkeys(self.resources, 0)
-        node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
-        ut = update_time if update_time is not None else 0.0
-        for k, pod in node.pods.items():
-            if is_reserve_pod(pod):
-                continue  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
-            e = self.pods.entry(pod)
-            _add(node_est, e.estimated)
-            if _is_delta(e, usages.get(k), ut, report_interval):
-                _add_delta(node_delta, e.estimated, usages.get(k))
-            if e.prod:
-                reported = prod_usages.get(k)
-                if reported is not None:
-                    _add(prod_usage, reported)
-                if _is_delta(e, reported, ut, report_interval):
-                    _add_delta(prod_delta, e.estimated, reported)
-        if self.prod_usage_include_sys and isinstance(metric, dict):
-            _add(prod_usage, self.vector((metric.get("systemUsage") or {}).get("resources")))
-        node_usage = self.vector((metric.get("nodeUsage") or {}).get("resources")) \
-            if isinstance(metric, dict) else None
-        return NodeLoad(stamp, metric is not None, self._capacity(node), update_time, node_usage, node_delta,
-                        node_est, prod_usage, prod_delta, json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
+        facts = self._metrics[node.name] = _MetricFacts(
+            key, metric is not None, _parse_time(status.get("updateTime")),
+            float(interval) if isinstance(interval, int | float) and interval else DEFAULT_REPORT_INTERVAL,
+            usages, prod_usages,
+            self.vector((metric.get("systemUsage") or {}).get("resources"))
+            if self.prod_usage_include_sys and isinstance(metric, dict) else None,
+            self.vector((metric.get("nodeUsage") or {}).get("resources")) if isinstance(metric, dict) else None,
+            self._capacity(node), json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
+        return facts
 
     def vector(self, resources: object) -> Vector:
         """A ResourceList (quantity strings) over the plugin's resources; absent ones are 0."""
@@ -367,14 +397,21 @@ def vsum(a: Vector, b: Vector) -> Vector:
 
 
 def _annotations(obj: JSON) -> JSON:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
+    """The object's annotations, read in place (never changed here)."""
+    found = (obj.get("metadata") or {}).get("annotations")
+    return found if type(found) is dict else dict(found or {})
 
 
 def _parse_time(v: object) -> float | None:
     if not v:
         return None
+    return _parse_time_text(v) if type(v) is str else _parse_time_text(str(v))
+
+
+@functools.lru_cache(maxsize=4096)  # NodeMetrics of one report round share their updateTime
+def _parse_time_text(text: str) -> float | None:
     try:
-        return dt.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from apis.core.objects import JSON
+from apis.core.podaffinity import has_pod_affinity
 from scheduler.cluster import key
 from scheduler.gang.model import gang_id_of
 from scheduler.gang.queuesort import QueueState
@@ -45,11 +46,6 @@ def _pod_fingerprint(pod: JSON) -> str:
     meta = {k: v for k, v in (pod.get("metadata") or {}).items()
             if k not in ("resourceVersion", "generation", "managedFields")}
     return json.dumps({"metadata": meta, "spec": pod.get("spec")}, sort_keys=True, default=str)
-
-
-def _has_pod_affinity(pod: JSON) -> bool:
-    affinity = (pod.get("spec") or {}).get("affinity") or {}
-    return bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
 
 
 def _utc(now: float) -> str:
@@ -117,7 +113,7 @@ class SchedulingQueue:
 
     def _observe_pending(self, pods: list[JSON], first: bool) -> None:
         now = {key(p): _pod_fingerprint(p) for p in pods}
-        self._affinity = {key(p): _has_pod_affinity(p) for p in pods}
+        self._affinity = {key(p): has_pod_affinity(p) for p in pods}
         self._gangs = {key(p): gang_id_of(p) for p in pods}
         for p in pods:
             k = key(p)

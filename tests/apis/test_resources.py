@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from apis.core.errors import InvalidInput, QuantityError
 from apis.core.objects import JSON
-from apis.core.resources import pod_limits, pod_requests, resource_value
+from apis.core.resources import containers_key, pod_limits, pod_requests, resource_value, strings_only
 
 
 def ctr(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
@@ -185,3 +185,27 @@ def test_what_cannot_be_read_raises_quantity_error(spec: JSON, where: str) -> No
     with pytest.raises(QuantityError, match=where.replace("[", r"\[").replace("]", r"\]")) as e:
         pod_requests({"spec": spec})
     assert isinstance(e.value, InvalidInput)  # callers that catch InvalidInput keep doing so
+
+
+def test_containers_key_holds_all_that_requests_and_limits_read_of_a_plain_pod() -> None:
+    def pod(*containers: JSON, **spec: Any) -> JSON:
+        return {"metadata": {"name": "p"}, "spec": {"containers": list(containers), **spec}}
+
+    a = pod(ctr("a", {"cpu": "1"}, {"cpu": "2"}), ctr("b"))
+    same = pod(ctr("x", {"cpu": "1"}, {"cpu": "2"}), ctr("y"))  # names are not resources
+    key = containers_key(a)
+    assert key is not None and key == containers_key(same) and strings_only(key)
+    assert (pod_requests(a), pod_limits(a)) == (pod_requests(same), pod_limits(same))
+    for other in (pod(ctr("a", {"cpu": "1"}, {"cpu": "3"}), ctr("b")),  # a limit differs
+                  pod(ctr("a", {}, {"cpu": "1"}), ctr("b")),  # a request comes from its limit
+                  pod(ctr("a", {"cpu": "1"}), ctr("b"))):  # a limit is missing
+        assert containers_key(other) != key
+        assert (pod_requests(other), pod_limits(other)) != (pod_requests(a), pod_limits(a))
+    numeric = containers_key(pod(ctr("a", {"cpu": 1}, {"cpu": "2"}), ctr("b")))
+    assert numeric is not None and not strings_only(numeric)
+    # whatever else counts sends the pod down the general path, read on its own
+    assert containers_key(pod(ctr("a", {"cpu": "1"}), initContainers=[ctr("i", {"cpu": "2"})])) is None
+    assert containers_key(pod(ctr("a", {"cpu": "1"}), overhead={"cpu": "100m"})) is None
+    assert containers_key(pod(ctr("a", {"cpu": "1"}), resources={"requests": {"cpu": "4"}})) is None
+    assert containers_key({"spec": {"containers": "nope"}}) is None
+

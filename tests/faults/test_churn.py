@@ -33,7 +33,7 @@ GROWTH_LIMIT = 256 << 10  # traced bytes the second half may gain (main's leaks 
 def _sizes(node: ChurnNode) -> dict[str, int]:
     """Every structure that holds something per pod, container, cgroup file or series: its entry count."""
     agent, executor = node.agent, node.qos.executor
-    frame_rows, frame_columns = agent.cache._frame.held()
+    frame_rows, frame_columns = agent.cache.frame().held()
     scaled = agent.qos_metrics.scaled
     return {
         "metric-cache series": agent.cache.series_count(),

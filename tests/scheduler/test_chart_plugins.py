@@ -71,7 +71,7 @@ def test_plugin_config_for_a_plugin_not_in_the_profile() -> None:
     with pytest.raises(ConfigError, match=r"pluginConfig\[0\].name: plugin NodeResourcesFitPlus has a pluginConfig "
                                           "but is not enabled"):
         parse_config({"profiles": [{"pluginConfig": [{"name": "NodeResourcesFitPlus", "args": {}}]}]})
-    # a kube-scheduler default plugin is in every profile unless disabled: its args are legal (and ignored)
+    # a kube-scheduler default plugin is in every profile unless disabled: its args are legal
     parse_config({"profiles": [{"pluginConfig": [{"name": "InterPodAffinity", "args": {}}]}]})
     with pytest.raises(ConfigError, match="InterPodAffinity has a pluginConfig"):
         parse_config({"profiles": [{"plugins": {"multiPoint": {"disabled": [{"name": "InterPodAffinity"}]}},
@@ -84,8 +84,8 @@ def test_volume_plugins_are_accepted_as_no_ops_and_said_so(caplog: pytest.LogCap
     assert "VolumeBinding" in cfg.points["filter"]
     said = [r.getMessage() for r in caplog.records if "accepted" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in said) == ["NodeVolumeLimits", "VolumeBinding"]
-    with pytest.raises(ConfigError, match="PodTopologySpread is not implemented"):
-        parse_config(doc(filter={"enabled": [{"name": "PodTopologySpread"}]}))
+    with pytest.raises(ConfigError, match="ImageLocality is not implemented"):
+        parse_config(doc(score={"enabled": [{"name": "ImageLocality"}]}))
 
 
 def pod(name: str, *, prio: int = 0, sub: str | None = None, gang: str = "", created: str = "",

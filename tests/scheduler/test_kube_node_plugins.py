@@ -5,7 +5,6 @@ node_unschedulable_test.go) through a whole scheduling cycle."""
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 import numpy as np
@@ -194,21 +193,6 @@ def test_a_second_pod_on_the_same_host_port_goes_elsewhere() -> None:
     assert {first.node, second.node} == {"a", "b"}
     third = sched.schedule(pod("three", **with_port))
     assert third.node is None and "2 node(s) didn't have free ports for the requested pod ports" in third.reason
-
-
-def test_constraints_not_modelled_are_said_once_per_pod(caplog: pytest.LogCaptureFixture) -> None:
-    spread = pod("spread", topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone",
-                                                       "whenUnsatisfiable": "DoNotSchedule"}],
-                 affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                     {"topologyKey": "kubernetes.io/hostname"}]}})
-    sched = Scheduler(build_cluster([node("a")]), profile(None))
-    with caplog.at_level(logging.WARNING):
-        assert sched.schedule(copy.deepcopy(spread)).node == "a"
-        sched.schedule(copy.deepcopy(spread))
-        sched.schedule(pod("plain"))
-    said = [r.getMessage() for r in caplog.records if "not honoured" in r.getMessage()]
-    assert said == ["default/spread: topologySpreadConstraints (PodTopologySpread), podAntiAffinity "
-                    "(InterPodAffinity) not honoured by koord-sched; the pod is placed without it"]
 
 
 def test_node_changes_reach_the_kept_facts() -> None:

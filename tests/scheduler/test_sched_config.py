@@ -81,14 +81,16 @@ def test_defaults_when_absent() -> None:
     # koord-scheduler's scheduler-config.yaml order (Reservation after DeviceShare, score weight 5000)
     # then kube-scheduler's default score plugins we run, at kube's weights
     assert cfg.points["score"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
-                                   "Coscheduling", "TaintToleration", "NodeAffinity"]
+                                   "Coscheduling", "TaintToleration", "NodeAffinity", "PodTopologySpread",
+                                   "InterPodAffinity"]
     assert (cfg.weights["TaintToleration"], cfg.weights["NodeAffinity"]) == (3, 2)
+    assert (cfg.weights["PodTopologySpread"], cfg.weights["InterPodAffinity"]) == (2, 2)
     assert cfg.weights["NodeNUMAResource"] == 1
     numa = cfg.plugin_args("NodeNUMAResource")  # upstream v1 defaults
     assert (numa.scoring_type, numa.scoring_resources) == ("LeastAllocated", (("cpu", 1), ("memory", 1)))
     assert cfg.points["filter"] == ["NodeResourcesFit", "LoadAwareScheduling", "NodeNUMAResource", "DeviceShare",
                                     "Reservation", "NodeUnschedulable", "NodeName", "TaintToleration",
-                                    "NodeAffinity", "NodePorts"]
+                                    "NodeAffinity", "NodePorts", "PodTopologySpread", "InterPodAffinity"]
     assert cfg.points["reserve"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
                                      "ElasticQuota", "Coscheduling"]
     assert cfg.weight("Reservation") == 5000
@@ -136,8 +138,8 @@ def test_overrides(tmp_path: Path) -> None:
     path.write_text(YAML)
     cfg = load_config(str(path))
     assert cfg.weights == {"LoadAwareScheduling": 3, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
-                           "Coscheduling": 1, "TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFitPlus": 2,
-                           "ScarceResourceAvoidance": 1}
+                           "Coscheduling": 1, "TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2,
+                           "InterPodAffinity": 2, "NodeResourcesFitPlus": 2, "ScarceResourceAvoidance": 1}
     la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
     assert la.aggregated is not None and la.aggregated.usage_aggregated_duration == 300
@@ -176,7 +178,8 @@ def test_disabling_at_one_point_disables_it_there_only() -> None:
 def test_enabling_a_default_reconfigures_it_in_place() -> None:
     cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "DeviceShare", "weight": 5}]}}))
     assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "NodeNUMAResource", "Reservation",
-                                   "Coscheduling", "TaintToleration", "NodeAffinity"]
+                                   "Coscheduling", "TaintToleration", "NodeAffinity", "PodTopologySpread",
+                                   "InterPodAffinity"]
     assert cfg.weights["DeviceShare"] == 5
     cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
     assert cfg.weights["DeviceShare"] == 4
@@ -232,8 +235,8 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
      "args.defaultQuotaGroupMax.cpu: must not be negative"),
     ({"profiles": [{"plugins": {"scores": {}}}]},
      "profiles[0].plugins.scores: unknown field (did you mean 'score'?)"),
-    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "PodTopologySpread", "weight": 3}]}}}]},
-     "PodTopologySpread is not implemented by koord-sched; supported:"),
+    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "ImageLocality", "weight": 3}]}}}]},
+     "ImageLocality is not implemented by koord-sched; supported:"),
     ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "ScarceResourceAvoidance"}]}}}]},
      'plugin "ScarceResourceAvoidance" does not extend FilterPlugin plugin (it extends: score)'),
     ({"profiles": [{"plugins": {"preBind": {"disabled": [{"name": "*"}]}}}]},
@@ -460,7 +463,8 @@ def test_every_implemented_plugin_has_a_factory_and_each_hook_is_resolved_once()
     each optional hook from the plugins implementing it (ElasticQuota's PreFilter, Reservation's cycle hooks)."""
     assert set(REGISTRY) == {p.name for p in PLUGINS.values() if p.status == RUN}
     made = build(SchedulerConfig())
-    assert [p.name for p in made.prefilters] == ["NodeAffinity", "ElasticQuota"]
+    assert [p.name for p in made.prefilters] == ["NodeAffinity", "PodTopologySpread", "InterPodAffinity",
+                                                 "ElasticQuota"]
     assert list(made.cycle_hooks) == [made.by_name["Reservation"]]
     assert list(made.prebinders) == [made.by_name["DeviceShare"]]
     assert len(made.filter_vectors) == len(made.filters) and None not in made.filter_vectors

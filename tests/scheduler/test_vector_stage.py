@@ -171,8 +171,9 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         pods = [_pod(rng, i) for i in range(100)]
         fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
         slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
-        # Reservation (default, weight 5000), NodeNUMAResource, TaintToleration and NodeAffinity included
-        assert len(fast.profile.scorers) == 11
+        # Reservation (default, weight 5000), NodeNUMAResource, TaintToleration, NodeAffinity, PodTopologySpread and
+        # InterPodAffinity included
+        assert len(fast.profile.scorers) == 13
         for pod in pods:
             a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])

@@ -1,0 +1,1 @@
+"""koord-descheduler: Koordinator's descheduler (LowNodeLoad, DefaultEvictor, the MigrationController) restated."""

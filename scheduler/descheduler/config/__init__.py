@@ -1,0 +1,1 @@
+"""`--config`: a DeschedulerConfiguration (descheduler/v1alpha2) decoded strictly, defaulted and validated."""

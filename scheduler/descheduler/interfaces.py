@@ -1,0 +1,173 @@
+"""The descheduler's extension points (upstream pkg/descheduler/framework/types.go) as Protocols.
+
+A plugin implements one or more of them and is built by a `Factory(args, handle)`; through the `Handle` it reads
+the round's `Snapshot`, asks the framework's `Evictor` (the limiter, the filter plugins and the one evict plugin
+behind it) to evict, and reads the `EvictionLimiter`. Plugins import this module and nothing above it.
+
+Points per round (framework.Framework.run_round): every profile's `deschedule` plugins, then every profile's
+`balance` plugins. `evict` has exactly one plugin per profile; `filter` plugins are ANDed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from apis.core.objects import JSON
+from scheduler.cluster import Cluster, NodeInfo, key
+
+DESCHEDULE = "deschedule"
+BALANCE = "balance"
+EVICT = "evict"
+FILTER = "filter"
+EXTENSION_POINTS = (DESCHEDULE, BALANCE, EVICT, FILTER)
+
+
+@dataclass(frozen=True)
+class EvictOptions:
+    """Why a pod is evicted: `plugin` (upstream's strategy, the PMJ's evict-trigger) and `reason` in upstream's
+    wording (e.g. LowNodeLoad's "node is overutilized, ...")."""
+
+    plugin: str
+    reason: str = ""
+
+
+@dataclass
+class Snapshot:
+    """What one round sees: the cluster as scheduler.cluster builds it (nodes with their pods and NodeMetric,
+    PodDisruptionBudgets, Reservations, PriorityClasses) and every other object by kind (Deployments, ReplicaSets,
+    StatefulSets, CloneSets, PodMigrationJobs, Namespaces, ...), at time `now` (unix seconds)."""
+
+    cluster: Cluster
+    objects: Mapping[str, list[JSON]] = field(default_factory=dict)
+    now: float = 0.0
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self.cluster.nodes.values())
+
+    def pods_on(self, node: str) -> list[JSON]:
+        """The node's pods that hold resources (not Succeeded/Failed), as build_cluster keeps them."""
+        info = self.cluster.nodes.get(node)
+        return list(info.pods.values()) if info is not None else []
+
+    def all_pods(self) -> Iterator[JSON]:
+        """Bound pods (of known nodes) and pending ones."""
+        yield from self.cluster.assigned_pods()
+        yield from self.cluster.pending
+
+    def pod(self, namespace: str, name: str) -> JSON | None:
+        want = f"{namespace}/{name}"
+        for p in self.all_pods():
+            if key(p) == want:
+                return p
+        return None
+
+    def of_kind(self, kind: str) -> list[JSON]:
+        return list(self.objects.get(kind, ()))
+
+
+class EvictionLimiter(Protocol):
+    """Per-round caps (upstream evictions/eviction_limiter.go): maxNoOfPodsToEvictPerNode/PerNamespace/Total."""
+
+    def allowed(self, pod: JSON) -> str | None:
+        """None when one more eviction of `pod` stays within the caps, else which cap it would pass (upstream's
+        metric result wording, e.g. "maximum number of pods per node reached")."""
+        ...
+
+    def done(self, pod: JSON) -> None:
+        """Count one eviction of `pod`."""
+        ...
+
+    def total(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+
+class Evictor(Protocol):
+    """What plugins evict through (upstream framework.Evictor, runtime/evictor_proxy.go): the limiter, then the
+    profile's evict plugin; `filter` and `pre_eviction_filter` AND the profile's filter plugins."""
+
+    def filter(self, pod: JSON) -> bool: ...
+
+    def pre_eviction_filter(self, pod: JSON) -> bool: ...
+
+    def evict(self, pod: JSON, options: EvictOptions) -> bool: ...
+
+
+class Handle(Protocol):
+    """What a plugin may ask of the framework (upstream framework.Handle)."""
+
+    def evictor(self) -> Evictor: ...
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def limiter(self) -> EvictionLimiter: ...
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class DeschedulePlugin(Plugin, Protocol):
+    """Runs first each round over the profile's ready nodes; errors are reported, the round goes on."""
+
+    def deschedule(self, nodes: Sequence[NodeInfo]) -> None: ...
+
+
+@runtime_checkable
+class BalancePlugin(Plugin, Protocol):
+    """Runs after every profile's deschedule plugins (LowNodeLoad is one)."""
+
+    def balance(self, nodes: Sequence[NodeInfo]) -> None: ...
+
+
+@runtime_checkable
+class EvictorPlugin(Plugin, Protocol):
+    """Carries out an eviction (DefaultEvictor: the Eviction API; MigrationController: a PodMigrationJob). False:
+    not evicted (the caller moves on without counting it)."""
+
+    def evict(self, pod: JSON, options: EvictOptions) -> bool: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    """Which pods may be evicted: `filter` before a plugin picks candidates, `pre_eviction_filter` just before the
+    eviction (upstream: NodeFit checks there)."""
+
+    def filter(self, pod: JSON) -> bool: ...
+
+    def pre_eviction_filter(self, pod: JSON) -> bool: ...
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """A plugin whose last round `simulate` shows under "nodes" (LowNodeLoad: pool → node → class and anomaly
+    counts)."""
+
+    def report(self) -> Mapping[str, Mapping[str, JSON]]: ...
+
+
+@runtime_checkable
+class SimulationOutput(Protocol):
+    """A plugin that adds keys of its own to `simulate`'s output (the MigrationController: podMigrationJobs)."""
+
+    def simulation_output(self) -> Mapping[str, object]: ...
+
+
+Factory = Callable[[object, Handle], Plugin]
+"""Builds a plugin from its decoded args (the dataclass of config.args, or the raw mapping for an args kind the
+config does not know) and the profile's handle."""
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """One registry entry: the upstream name, the factory and the extension points it implements."""
+
+    name: str
+    factory: Factory
+    points: frozenset[str]
