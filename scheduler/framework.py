@@ -53,6 +53,7 @@ from scheduler.interfaces import (
 )
 from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
+from scheduler.vectorcache import Timings, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,12 @@ class _Clock:
             self.metrics.plugin_run(name, point, now - self.last)
             self.last = now
 
+    def took(self, name: str, point: str, seconds: float) -> None:
+        """A plugin's time at a point measured elsewhere (the kept vectors' hooks)."""
+        if self.metrics is not None:
+            self.metrics.plugin_run(name, point, seconds)
+            self.last = time.perf_counter()  # the next plugin's lap starts now
+
     def point(self, point: str, ok: bool = True) -> None:
         if self.metrics is not None:
             now = time.perf_counter()
@@ -166,6 +173,11 @@ class Scheduler:
     cluster: Cluster
     profile: Profile
     metrics: SchedulerMetrics | None = None  # recorded only when set (run, extender)
+    vectors: VectorCache = field(init=False, repr=False, compare=False)  # the opted-in plugins' kept vectors
+
+    def __post_init__(self) -> None:
+        p = self.profile
+        self.vectors = VectorCache(p.filters, p.scorers, p.normalizers)
 
     def plugin(self, name: str, kind: type[P]) -> P | None:
         """The profile's plugin of that name (None when the profile has none); TypeError when it is not a `kind`."""
@@ -481,31 +493,51 @@ class Cycle:
                              f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
         index = node_index(self.cluster)
         n = len(index)
-        mask = np.ones(n, dtype=np.bool_)
+        timed: Timings | None = {} if metrics is not None else None
+        kept = self.sched.vectors.kept(pod, index, timed) if debug.top_n_scores <= 0 else None
+        for (name, point), seconds in (timed or {}).items():  # the kept plugins' share, each once a cycle
+            clock.took(name, point, seconds)
+        # `mask` and `total` start as the cache's own arrays when it keeps some: replaced, never written in place
+        if kept is not None:
+            mask, total, own = kept.mask, kept.total, False
+        else:
+            mask, total, own = np.ones(n, dtype=np.bool_), np.zeros(n, dtype=np.int64), True
+        own_total = own
+        fresh = False  # some vector not in `kept` tells the nodes apart: the kept rank does not do
         allowed = self.sched.prefilter_nodes(pod)
+        considered: BoolArray | None = None
         if allowed is not None:  # PreFilterResult.NodeNames: the other nodes are not looked at, nor counted
-            mask = np.isin(index.names_array, list(allowed))
-        considered = mask.copy() if allowed is not None else None
-        for f, vf in zip(profile.filters, profile.filter_vectors, strict=True):
+            considered = np.isin(index.names_array, list(allowed))
+            mask, own, fresh = mask & considered, True, True
+        for j, (f, vf) in enumerate(zip(profile.filters, profile.filter_vectors, strict=True)):
+            if kept is not None and kept.filters[j]:
+                continue
             m = vf.prefilter_vector(pod, index) if vf is not None else None
             clock.plugin(f.name, "Filter")
             if m is not None:
-                mask &= m
+                if own:
+                    mask &= m
+                else:
+                    mask, own = mask & m, True
+                fresh = True
         clock.point("Filter")
         for p in profile.prescorers:
-            p.prescore(pod, index, mask)
-        total = np.zeros(n, dtype=np.int64)
+            p.prescore(pod, index, mask)  # read only: it may be the cache's own array
+        uniform = 0  # Σ of the scores that are the same on every node: they shift every total alike
         failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
         blamed: set[str] = set()  # the plugins whose Filter failed a node
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
-        for s, vs, norm in zip(profile.scorers, profile.score_vectors, profile.normalizers, strict=True):
+        for j, (s, vs, norm) in enumerate(zip(profile.scorers, profile.score_vectors, profile.normalizers,
+                                              strict=True)):
+            if kept is not None and kept.scorers[j]:
+                continue
             v = vs.score_vector(pod, index) if vs is not None else None
-            if isinstance(v, int):  # the same for every node: it shifts every total alike
+            if isinstance(v, int):
                 if norm is not None:
                     v = int(norm.normalize(np.array([v], dtype=np.int64), v)[0])
                 clock.plugin(s.name, "Score")
                 same = s.weight * max(0, min(100, v))
-                total += same
+                uniform += same
                 if per_plugin is not None:
                     per_plugin.append(np.full(n, same, dtype=np.int64))
                 continue
@@ -520,19 +552,45 @@ class Cycle:
             np.maximum(weighted, 0, out=weighted)
             if s.weight != 1:
                 weighted *= s.weight
-            total += weighted
+            if own_total:
+                total += weighted
+            else:
+                total, own_total = total + weighted, True
+            fresh = True
             if per_plugin is not None:
                 per_plugin.append(weighted)
-        rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
-        rank[~mask] = -1
-        if failed:
-            rank[list(failed)] = -1
+        if kept is None or fresh:
+            rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
+            rank[~mask] = -1
+            return self._place(index, rank, None, mask, total, uniform, considered, failed, blamed, per_plugin,
+                               clock, metrics)
+        saved: dict[int, int] = {}  # the kept rank's rows set to −1 as they are tried, put back after
+        try:
+            return self._place(index, kept.rank, saved, mask, total, uniform, considered, failed, blamed,
+                               per_plugin, clock, metrics)
+        finally:
+            if saved:
+                kept.rank[list(saved)] = list(saved.values())
+
+    def _place(self, index: NodeIndex, rank: IntArray, saved: dict[int, int] | None, mask: BoolArray,
+               total: IntArray, uniform: int, considered: BoolArray | None, failed: dict[int, str],
+               blamed: set[str], per_plugin: list[IntArray] | None, clock: _Clock,
+               metrics: SchedulerMetrics | None) -> Placement:
+        """Try the ranked nodes best first (`saved`: the rank is the cache's own, its rows' values are kept there
+        before they are set to −1); the reasons of every node when none takes the pod."""
+        pod, n = self.pod, len(index)
+        for i in failed:
+            if saved is not None and i not in saved:
+                saved[i] = int(rank[i])
+            rank[i] = -1
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
             i = int(np.argmax(rank))
             if rank[i] < 0:
                 break
+            if saved is not None:
+                saved[i] = int(rank[i])
             rank[i] = -1
             node = index.nodes[i]
             got = self.sched.filter_by(pod, node)
@@ -550,11 +608,12 @@ class Cycle:
             clock.point("Reserve")
             if metrics is not None:
                 metrics.reserved(annotations)
+            shown = mask.copy()  # both may be the cache's own arrays, which the next cycle updates
             if failed:
-                mask[list(failed)] = False
+                shown[list(failed)] = False
             if per_plugin is not None:
-                self._log_scores(index, np.flatnonzero(mask), total, per_plugin)
-            return self.assume(node, annotations, LazyScores(index.names_array, total, mask))
+                self._log_scores(index, np.flatnonzero(shown), total, per_plugin)
+            return self.assume(node, annotations, LazyScores(index.names_array, total + uniform, shown))
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
             got = self.sched.filter_by(pod, index.nodes[i])

@@ -10,18 +10,31 @@ undoes it. Vector hooks: `prefilter_vector(pod, index)` is a numpy bool per node
 False only where the plugin's `filter` surely fails (None: no opinion); `score_vector(pod, index)` is the exact
 `score` of every node (None: not vectorisable for this pod, `score` is then called per node; an int: the same
 score for every node, which spares an array per node when a plugin has nothing to tell the nodes apart).
+
+Incremental vector hooks (opt-in, scheduler.vectorcache): a placement changes one node, so a plugin whose vector
+for a pod depends only on a few facts of the pod (its *shape*) and on each node's own state lets the framework keep
+its vector between cycles and recompute only the rows of nodes that changed since (NodeIndex versions). It offers
+`prefilter_shape(pod, index)` / `score_shape(pod, index)`: a hashable key such that two pods with equal keys get the
+same value on every node whose NodeIndex version did not move — anything else the value depends on (a clock, a
+ConfigMap, cluster-wide facts) goes into the key — or None when this pod's vector must be computed whole (then
+`prefilter_vector`/`score_vector` is called as usual). The shape call is made first in every cycle and brings the
+plugin's own per-node state up to date; state that changes without the node reporting it must be announced with
+`NodeIndex.touch`. Then `prefilter_rows(pod, index, rows)` / `score_rows(pod, index, rows)` answer for the given
+rows only (`rows` an int array, or `slice(None)` for every row): exactly `prefilter_vector(...)[rows]` (True where
+it has no opinion) and `score_vector(...)[rows]`. A normalizing scorer's vector is not kept (its normalization
+depends on every feasible node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
 from scheduler.gang.queuesort import QueueState
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows
 
 
 class Unschedulable(Exception):
@@ -121,6 +134,24 @@ class ScorePlugin(Protocol):
 @runtime_checkable
 class VectorScorePlugin(Protocol):
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int | None: ...
+
+
+@runtime_checkable
+class IncrementalFilterPlugin(Protocol):
+    """A vector filter whose mask the framework may keep between cycles (see the module docstring)."""
+
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> Hashable | None: ...
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray: ...
+
+
+@runtime_checkable
+class IncrementalScorePlugin(Protocol):
+    """A vector scorer whose raw scores the framework may keep between cycles (see the module docstring)."""
+
+    def score_shape(self, pod: JSON, index: NodeIndex) -> Hashable | None: ...
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray: ...
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from scheduler.cluster import Cluster, NodeInfo
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+Rows = IntArray | slice  # some rows of a NodeIndex (ascending), or slice(None) for all of them
 
 
 LOG_LIMIT = 8192  # changed rows remembered in order; a tracker further behind compares every row's version
@@ -74,6 +75,11 @@ class NodeIndex:
         """The node's current version (None: not a node of this index)."""
         i = self._by_id.get(id(node))
         return int(self.versions[i]) if i is not None and self.nodes[i] is node else None
+
+    def touch(self, i: int) -> None:
+        """Row i changed in a way its NodeInfo did not report (a plugin's own state of the node): a new version."""
+        self._issued += 1
+        self._set(i, self._issued)
 
     def revert(self, node: NodeInfo, version: int) -> None:
         """The node is again exactly as it was when it had `version` (its changes since were undone, or redone the

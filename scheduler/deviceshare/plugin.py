@@ -54,9 +54,9 @@ from scheduler.deviceshare.vendors import (
     provider_mismatch,
 )
 from scheduler.interfaces import ReservationLender, Unschedulable
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
 from scheduler.numa.hints import generate
-from scheduler.rowcache import by_rows
+from scheduler.rowcache import FEW_ROWS, by_rows
 
 log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
@@ -138,6 +138,7 @@ class DeviceShare:
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
+        self._shaped: tuple[Any, PodPlan | None, tuple[object, ...]] = (None, None, ())  # the last prefilter_shape
 
     def sync_templates(self, cluster: Cluster | None) -> None:
         """Re-read the GPU shared resource templates when their ConfigMap object changed."""
@@ -338,7 +339,10 @@ class DeviceShare:
             self._row_cache.clear()
         else:
             rows = set(changed)
-            rows.update(index.pos[name] for name in self._dirty if name in index.pos)
+            unreported = {index.pos[name] for name in self._dirty if name in index.pos} - rows
+            for i in unreported:  # device state the node did not report: rows kept by the framework are stale too
+                index.touch(i)
+            rows |= unreported
             for i in rows:
                 self._fill(i, self.state.totals(index.nodes[i]))
                 self._row_version[i] += 1
@@ -431,6 +435,70 @@ class DeviceShare:
         self.sync(index)
         ok: BoolArray = self._by_rows(("prefilter", *self._shape(plan)), lambda rows: self._prefilter_rows(plan, rows))
         return ok
+
+    def _vector_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
+        """The pod's plan (None: its device request is invalid), the arrays brought up to date for a pod that asks
+        devices (a pod asking none is answered without them, as `prefilter_vector` does)."""
+        self.sync_templates(index.cluster)
+        try:
+            plan = self.plan(pod)
+        except InvalidDeviceRequest:
+            return None
+        if not plan.empty:
+            self.sync(index)
+        return plan
+
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...]:
+        """The normalised device requests: the mask depends on nothing else but each node's device counters."""
+        plan = self._vector_plan(pod, index)
+        shaped = self._shaped
+        if shaped[0] is pod and shaped[1] is plan:  # the same plan object: asked already this cycle
+            return shaped[2]
+        shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+        self._shaped = (pod, plan, shape)
+        return shape
+
+    score_shape = prefilter_shape
+
+    def _rows_plan(self, pod: JSON, index: NodeIndex) -> PodPlan | None:
+        """The plan of the pod whose shape was just asked (the rows hooks follow the shape hooks in a cycle)."""
+        shaped = self._shaped
+        return shaped[1] if shaped[0] is pod else self._vector_plan(pod, index)
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        plan = self._rows_plan(pod, index)
+        if plan is None or plan.empty:  # the arrays may not be synced for such a pod: counted from the index
+            return np.full(len(index) if isinstance(rows, slice) else len(rows), plan is not None, dtype=np.bool_)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            return np.array([self._prefilter_row(plan, i) for i in rows.tolist()], dtype=np.bool_)
+        return self._prefilter_rows(plan, rows)
+
+    def _prefilter_row(self, plan: PodPlan, i: int) -> bool:
+        """`_prefilter_rows` of one row, in Python."""
+        gpu_only = self._gpu_only(plan)
+        planned = bool(self._planned[i])
+        ok = True
+        for t in plan.requests:
+            cond = t in self._has and bool(self._has[t][i])
+            if cond and t == DEVICE_TYPE_GPU and plan.gpu is not None and not self._table[i]:
+                wants = [(_GPU_COLUMNS.get(r), v) for r, v in plan.gpu.per_gpu.items()]
+                if any(c is None and v > 0 for c, v in wants):
+                    fitting = 0
+                else:
+                    fitting = sum(1 for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(),
+                                                             strict=True)
+                                  if healthy and all(free[c] >= v for c, v in wants if c is not None))
+                cond = fitting >= plan.gpu.count
+            ok = ok and ((cond or planned) if gpu_only and t != DEVICE_TYPE_GPU else cond)
+        return ok
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
+        plan = self._rows_plan(pod, index)
+        if plan is None or plan.empty:
+            return np.zeros(len(index) if isinstance(rows, slice) else len(rows), dtype=np.int64)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            return np.array([self.score(pod, index.nodes[i], index.cluster) for i in rows.tolist()], dtype=np.int64)
+        return self._score_rows(plan, rows)
 
     def _prefilter_rows(self, plan: PodPlan, rows: Any) -> BoolArray:
         gpu_only = self._gpu_only(plan)

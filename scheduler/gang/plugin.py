@@ -88,9 +88,9 @@ class Coscheduling:
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         return self.ranking(pod, cluster).get(node.name, 0) if _selector(pod) else 0
 
-    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int:
         if not _selector(pod):
-            return np.zeros(len(index), dtype=np.int64)
+            return 0  # the same on every node
         ranked = self.ranking(pod, index.cluster)
         return np.array([ranked.get(name, 0) for name in index.names], dtype=np.int64)
 

@@ -48,7 +48,7 @@ from scheduler.amplification import (
 )
 from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
 from scheduler.interfaces import NUMAHintProvider, ReservationLender, Unschedulable
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker, node_index
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker, node_index
 from scheduler.numa.cpus import ERR_NOT_ENOUGH_CPUS, FULL_PCPUS, SPREAD_BY_PCPUS, take_cpus
 from scheduler.numa.hints import (
     BEST_EFFORT,
@@ -463,6 +463,47 @@ class NodeNUMAResource:
             out[i] = memo["why"] is None
         for i in amplified:
             out[i] = out[i] and self._amplified_why(s, index.nodes[i]) is None
+        return out
+
+    # -- kept between cycles by the framework (scheduler.vectorcache): rows are memoised per pod shape already --
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> int:
+        self.sync(index)
+        return self._shape(pod)
+
+    score_shape = prefilter_shape
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        s = self.spec(pod)
+        plain = not (s.policy or s.bind or s.problem)
+        amplified = self._amplified_set if s.cpu > 0 and not s.problem else set()
+        picked: list[int] = list(range(len(index))[rows]) if isinstance(rows, slice) else rows.tolist()
+        out = np.ones(len(picked), dtype=np.bool_)
+        for j, i in enumerate(picked):
+            exact = not plain or i in self._policy_set
+            if not exact and i not in amplified:
+                continue
+            node = index.nodes[i]
+            if exact:
+                memo = self._cached(pod, node)
+                if "why" not in memo:
+                    memo["why"] = self._decide(pod, node)[0]
+                out[j] = memo["why"] is None
+            if i in amplified:
+                out[j] = out[j] and self._amplified_why(s, node) is None
+        return out
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
+        requests = pod_requests(pod)
+        picked: list[int] = list(range(len(index))[rows]) if isinstance(rows, slice) else rows.tolist()
+        if not any(requests.values()):
+            return np.zeros(len(picked), dtype=np.int64)
+        s = self.spec(pod)
+        out = self._node_level_rows(requests, len(index), rows)
+        plain = not (s.policy or s.bind or s.problem)
+        amplified = self._amplified_set if requests.get(CPU, 0) > 0 and plain else set()
+        for j, i in enumerate(picked):
+            if not plain or i in self._policy_set or i in amplified:
+                out[j] = self._memo_score(pod, index.nodes[i])
         return out
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:

@@ -7,7 +7,8 @@ import numpy as np
 from apis.core.objects import JSON
 from apis.core.resources import PODS
 from scheduler.cluster import Cluster, NodeInfo, pod_requests
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Tracker
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
+from scheduler.rowcache import FEW_ROWS
 
 
 class NodeResourcesFit:
@@ -33,6 +34,28 @@ class NodeResourcesFit:
                 if free is None:
                     free = self._free[r] = np.array([n.free(r) for n in index.nodes], dtype=np.int64)
                 ok &= free >= amount
+        return ok
+
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[tuple[str, int], ...]:
+        """The requests are all the mask depends on besides each node's own free resources."""
+        if pod is not self._pod:
+            self._pod, self._requests = pod, pod_requests(pod)
+        self.sync(index)
+        return tuple((r, a) for r, a in self._requests.items() if a > 0)
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        if pod is not self._pod:
+            self._pod, self._requests = pod, pod_requests(pod)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:  # numpy's per-call cost is most of it here
+            return np.array([self.filter(pod, index.nodes[i], index.cluster) is None for i in rows.tolist()],
+                            dtype=np.bool_)
+        ok: BoolArray = ~self._full[rows]
+        for r, amount in self._requests.items():
+            if amount > 0:
+                free = self._free.get(r)
+                if free is None:
+                    free = self._free[r] = np.array([n.free(r) for n in index.nodes], dtype=np.int64)
+                ok &= free[rows] >= amount
         return ok
 
     def sync(self, index: NodeIndex) -> None:

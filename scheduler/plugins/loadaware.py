@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
 from scheduler.cluster import Cluster, NodeInfo
-from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Tracker
+from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Rows, Tracker
 from scheduler.plugins.loadaware_args import (
     AGGREGATION_TYPES,
     AggregatedArgs,
@@ -33,7 +33,7 @@ from scheduler.plugins.loadaware_facts import (
     is_daemonset_pod,
     round_half_away,
 )
-from scheduler.rowcache import by_rows
+from scheduler.rowcache import FEW_ROWS, by_rows
 
 __all__ = ["AGGREGATION_TYPES", "NAME", "AggregatedArgs", "LoadAware", "LoadAwareArgs"]
 
@@ -72,6 +72,14 @@ class LoadAware:
         # placement changes one node's load, so the next pod of the same shape recomputes one row, not all.
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}
+        # the nodes whose metric is expired as of the last look, and when the next one expires: the epoch grows
+        # whenever the clock alone changed that set (the kept vectors' shapes name it)
+        self._expired_rows: BoolArray = np.zeros(0, dtype=np.bool_)
+        self._expired_at = (math.inf, -math.inf)  # (next expiry, the time last looked)
+        self._expiry_epoch = 0
+        self._incoming: tuple[Any, bool, IntArray] = (None, False, np.zeros(0, dtype=np.int64))
+        self._weights: IntArray | None = None  # resource_weights over self.resources (the vector score's)
+        self._weight_sum = 0
 
     def estimate(self, pod: JSON) -> Vector:
         """Estimated usage of a pod over the resource vector (estimator/default_estimator.go)."""
@@ -143,6 +151,8 @@ class LoadAware:
         changed = self._tracker.changes(index)
         if changed is None:
             self._fill_all(index)
+            self._expired_at = (-math.inf, math.inf)  # looked at whole
+            self._expiry()
             return
         for i in changed:
             node = index.nodes[i]
@@ -158,7 +168,143 @@ class LoadAware:
             for r, j in self._col.items():
                 self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
                     prod.get(r, 0)
+        if changed:
+            self._expire_rows(changed)
 
+    def _expiry(self) -> int:
+        """The expiry epoch, looked at again (one pass over the nodes) when the clock reached the next expiry."""
+        now = self.now()
+        nxt, last = self._expired_at
+        if now >= nxt or now < last or len(self._expired_rows) != len(self._update):
+            expired = self._expired_vector()
+            if len(expired) != len(self._expired_rows) or bool((expired != self._expired_rows).any()):
+                self._expired_rows, self._expiry_epoch = expired, self._expiry_epoch + 1
+            deadlines = self._update[~expired] + self.args.node_metric_expiration_seconds
+            self._expired_at = (float(deadlines.min()) if deadlines.size else math.inf, now)
+        return self._expiry_epoch
+
+    def _expire_rows(self, rows: list[int]) -> None:
+        """Changed rows' expiry as of now (their kept values are recomputed anyway)."""
+        now, limit = self.now(), self.args.node_metric_expiration_seconds
+        nxt, last = self._expired_at
+        if len(self._expired_rows) != len(self._update):
+            return  # looked at whole by the next _expiry
+        for i in rows:
+            update = float(self._update[i])
+            live = not math.isnan(update) and now - update < limit
+            self._expired_rows[i] = not live
+            if live:
+                nxt = min(nxt, update + limit)
+        self._expired_at = (nxt, last)
+
+    def _incoming_vector(self, pod: JSON) -> tuple[bool, IntArray]:
+        """(prod, the estimate over self.resources) of the cycle's pod, computed once per pod."""
+        if self._incoming[0] is not pod:
+            self._incoming = (pod, self._is_prod(pod), self._estimate_vector(pod))
+        return self._incoming[1], self._incoming[2]
+
+    def _filter_thresholds(self, pod: JSON) -> tuple[bool, dict[str, int]] | None:
+        """(prod, the thresholds) the vector filter applies; None where every node is asked (aggregated usage)."""
+        a = self.args
+        agg = a.aggregated
+        if agg is not None and not (agg.usage_thresholds and agg.usage_aggregation_type):
+            agg = None
+        prod = bool(a.prod_usage_thresholds) and self._is_prod(pod)
+        if agg is not None and not prod:
+            return None
+        return prod, a.prod_usage_thresholds if prod else a.usage_thresholds
+
+    # -- kept between cycles by the framework (scheduler.vectorcache): a shape per estimate and expiry epoch --
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...] | None:
+        self.sync(index)
+        if is_daemonset_pod(pod):
+            return ("daemonset",)
+        how = self._filter_thresholds(pod)
+        if how is None:
+            return None
+        _, est = self._incoming_vector(pod)
+        return how[0], tuple(est.tolist()), self._expiry()
+
+    def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        picked = np.arange(len(index)) if isinstance(rows, slice) else rows
+        fail = np.zeros(len(picked), dtype=np.bool_)
+        how = None if is_daemonset_pod(pod) else self._filter_thresholds(pod)
+        if how is None:
+            return ~fail
+        prod, thresholds = how
+        if len(picked) <= FEW_ROWS:
+            return np.array([self._passes(pod, index, i, prod, thresholds) for i in picked.tolist()], dtype=np.bool_)
+        a = self.args
+        if thresholds:
+            live = self._has_state[rows] & self._has_metric[rows]
+            if a.filter_expired_node_metrics:
+                expired = self._expired_rows[rows]
+                if not a.enable_schedule_when_node_metrics_expired:
+                    fail |= self._has_state[rows] & expired
+                live &= ~expired
+            _, est = self._incoming_vector(pod)
+            fail |= live & self._over_rows(rows, prod, est, thresholds)
+        for j in np.flatnonzero(self._custom[rows] & self._has_state[rows]).tolist():
+            fail[j] = self.filter(pod, index.nodes[int(picked[j])], index.cluster) is not None
+        return ~fail
+
+    def _passes(self, pod: JSON, index: NodeIndex, i: int, prod: bool, thresholds: dict[str, int]) -> bool:
+        """`prefilter_rows` of one row, in Python."""
+        if not self._has_state[i]:
+            return True
+        if self._custom[i]:
+            return self.filter(pod, index.nodes[i], index.cluster) is None
+        if not thresholds:
+            return True
+        a = self.args
+        if a.filter_expired_node_metrics and self._expired_rows[i]:
+            return bool(a.enable_schedule_when_node_metrics_expired)
+        if not self._has_metric[i]:
+            return True
+        _, est = self._incoming_vector(pod)
+        return not self._over(self._cap[i].tolist(), self._used_row(i, prod, est), thresholds)
+
+    def _score_how(self, pod: JSON) -> tuple[bool, IntArray, int] | Literal[False] | None:
+        """(prod, weights, dominant weight) of the vector score; False: every score is 0; None: aggregated."""
+        a = self.args
+        if not a.resource_weights and a.dominant_resource_weight == 0:
+            return False
+        if a.score_according_prod_usage and self._is_prod(pod):
+            prod = True
+        elif a.aggregated is not None and a.aggregated.score_aggregation_type:
+            return None
+        else:
+            prod = False
+        if self._weights is None:
+            self._weights = np.array([a.resource_weights.get(r, 0) for r in self.resources], dtype=np.int64)
+            self._weight_sum = int(self._weights.sum())
+        if self._weight_sum + a.dominant_resource_weight == 0:
+            return False
+        return prod, self._weights, a.dominant_resource_weight
+
+    def score_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...] | None:
+        self.sync(index)
+        how = self._score_how(pod)
+        if not how:
+            return None if how is None else ("zero",)
+        _, est = self._incoming_vector(pod)
+        return how[0], tuple(est.tolist()), self._expiry()
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
+        picked = np.arange(len(index)) if isinstance(rows, slice) else rows
+        how = self._score_how(pod)
+        if not how:
+            return np.zeros(len(picked), dtype=np.int64)
+        prod, weights, d = how
+        _, est = self._incoming_vector(pod)
+        if len(picked) <= FEW_ROWS:
+            return np.array([self._score_of(self._cap[i].tolist(), self._used_row(i, prod, est))
+                             if self._has_state[i] and self._has_metric[i] and not self._expired_rows[i] else 0
+                             for i in picked.tolist()], dtype=np.int64)
+        else:
+            score = self._score_rows(rows, prod, est, weights, d)
+        valid = self._has_state[rows] & self._has_metric[rows] & ~self._expired_rows[rows]
+        return np.where(valid, score, 0).astype(np.int64)
     def _fill_all(self, index: NodeIndex) -> None:
         """Every row as `sync` writes a changed one, built as lists and handed to numpy once per array."""
         n, width = len(index), len(self.resources)

@@ -101,7 +101,6 @@ class ReservationPlugin:
         self._held: JSON = {}
         self.preemptions: list[JSON] = []
         self._preempting = False
-        self._zeros: IntArray = np.zeros(0, dtype=np.int64)
 
     # -- state ------------------------------------------------------------------------------------------------
     def bind(self, cluster: Cluster, now: float | None = None) -> None:
@@ -407,11 +406,9 @@ class ReservationPlugin:
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         return self._scores.get(node.name, 0)
 
-    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray:
+    def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int:
         if not self._scores:
-            if len(self._zeros) != len(index):
-                self._zeros = np.zeros(len(index), dtype=np.int64)
-            return self._zeros  # shared: the framework only reads it
+            return 0  # the same on every node
         out = np.zeros(len(index), dtype=np.int64)
         for name, value in self._scores.items():
             i = index.pos.get(name)

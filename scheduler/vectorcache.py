@@ -1,0 +1,156 @@
+"""The vector stage's combined results kept between cycles per pod shape, refreshed only for the node rows that
+changed: a placement changes one node, so the next pod of the same shape recomputes that row, not every node.
+
+Only the plugins that opt in (scheduler.interfaces' IncrementalFilterPlugin / IncrementalScorePlugin, not
+normalizing) are kept; the framework combines the others' vectors fresh on top, every cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from apis.core.objects import JSON
+from scheduler.interfaces import (
+    FilterPlugin,
+    IncrementalFilterPlugin,
+    IncrementalScorePlugin,
+    NormalizeScorePlugin,
+    ScorePlugin,
+)
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
+from scheduler.rowcache import FEW_ROWS
+
+MAX_SHAPES = 32  # entries kept (least recently used dropped): 3 arrays per node each
+
+
+class Kept:
+    """One pod shape's combined vectors over the kept plugins: `mask` (every kept filter passes), `total` (Σ weight
+    × clipped score of the kept scorers), `rank` (total × n + the name tie-break where `mask`, else −1), and which
+    plugins they cover (`filters[j]` / `scorers[j]` true: the j-th of the profile's list is in)."""
+
+    def __init__(self, filters: tuple[bool, ...], scorers: tuple[bool, ...]) -> None:
+        self.filters, self.scorers = filters, scorers
+        self.tracker = Tracker()
+        self.mask: BoolArray = np.zeros(0, dtype=np.bool_)
+        self.total: IntArray = np.zeros(0, dtype=np.int64)
+        self.rank: IntArray = np.zeros(0, dtype=np.int64)
+
+
+Timings = dict[tuple[str, str], float]  # (plugin, extension point) → seconds spent in its kept hooks this cycle
+
+
+class VectorCache:
+    """A profile's kept vectors, one `Kept` per combination of the opted-in plugins' shapes."""
+
+    def __init__(self, filters: Sequence[FilterPlugin], scorers: Sequence[ScorePlugin],
+                 normalizers: Sequence[NormalizeScorePlugin | None]) -> None:
+        self.filters = tuple(f if isinstance(f, IncrementalFilterPlugin) else None for f in filters)
+        self.scorers = tuple(s if isinstance(s, IncrementalScorePlugin) and norm is None else None
+                             for s, norm in zip(scorers, normalizers, strict=True))
+        self.names = tuple(f.name for f in filters), tuple(s.name for s in scorers)
+        self.weights = tuple(s.weight for s in scorers)
+        self._kept: OrderedDict[Hashable, Kept] = OrderedDict()
+        self._timed: Timings | None = None
+
+    def _call(self, name: str, point: str, hook: Callable[..., Any], *args: Any) -> Any:
+        timed = self._timed
+        if timed is None:
+            return hook(*args)
+        start = time.perf_counter()
+        try:
+            return hook(*args)
+        finally:
+            timed[name, point] = timed.get((name, point), 0.0) + time.perf_counter() - start
+
+    def kept(self, pod: JSON, index: NodeIndex, timed: Timings | None = None) -> Kept | None:
+        """The pod's kept vectors brought up to date (None: no plugin keeps anything for this pod). `timed`
+        gathers the time of each kept plugin's hooks (for the metrics)."""
+        self._timed = timed
+        try:
+            return self._bring(pod, index)
+        finally:
+            self._timed = None
+
+    def _bring(self, pod: JSON, index: NodeIndex) -> Kept | None:
+        fnames, snames = self.names
+        fshapes = tuple(None if f is None else self._call(name, "Filter", f.prefilter_shape, pod, index)
+                        for f, name in zip(self.filters, fnames, strict=True))
+        sshapes = tuple(None if s is None else self._call(name, "Score", s.score_shape, pod, index)
+                        for s, name in zip(self.scorers, snames, strict=True))
+        if all(x is None for x in fshapes) and all(x is None for x in sshapes):
+            return None
+        shape = (fshapes, sshapes)
+        kept = self._kept.get(shape)
+        if kept is None:
+            if len(self._kept) >= MAX_SHAPES:
+                self._kept.popitem(last=False)
+            kept = self._kept[shape] = Kept(tuple(x is not None for x in fshapes),
+                                            tuple(x is not None for x in sshapes))
+        else:
+            self._kept.move_to_end(shape)
+        changed = kept.tracker.changes(index)  # after every shape call: they may have touched rows
+        if changed is None:
+            n = len(index)
+            kept.mask, kept.total = np.ones(n, dtype=np.bool_), np.zeros(n, dtype=np.int64)
+            kept.rank = np.zeros(n, dtype=np.int64)
+            self._refresh(kept, pod, index, slice(None))
+        elif changed:
+            self._refresh(kept, pod, index, np.array(changed, dtype=np.int64))
+        return kept
+
+    def _filter_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[BoolArray]:
+        return [self._call(name, "Filter", f.prefilter_rows, pod, index, rows)
+                for f, name, on in zip(self.filters, self.names[0], kept.filters, strict=True)
+                if f is not None and on]
+
+    def _score_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[tuple[IntArray, int]]:
+        return [(self._call(name, "Score", s.score_rows, pod, index, rows), w)
+                for s, name, w, on in zip(self.scorers, self.names[1], self.weights, kept.scorers, strict=True)
+                if s is not None and on]
+
+    def _refresh(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> None:
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
+            self._refresh_few(kept, pod, index, rows)
+            return
+        mask: BoolArray | None = None
+        for m in self._filter_rows(kept, pod, index, rows):
+            mask = m.copy() if mask is None else mask & m
+        total: IntArray | None = None
+        for raw, w in self._score_rows(kept, pod, index, rows):
+            v = np.minimum(raw, 100)
+            np.maximum(v, 0, out=v)
+            if w != 1:
+                v *= w
+            total = v if total is None else total + v
+        n = len(index)
+        if mask is None:
+            mask = kept.mask[rows]
+        else:
+            kept.mask[rows] = mask
+        if total is None:
+            total = kept.total[rows]
+        else:
+            kept.total[rows] = total
+        kept.rank[rows] = np.where(mask, total * max(n, 1) + (n - 1 - index.name_rank[rows]), -1)
+
+    def _refresh_few(self, kept: Kept, pod: JSON, index: NodeIndex, rows: IntArray) -> None:
+        """`_refresh` of a cycle's usual one or two rows, in Python: numpy's per-call cost is most of it here."""
+        picked: list[int] = rows.tolist()
+        masks = self._filter_rows(kept, pod, index, rows)
+        mask = [all(m) for m in zip(*(m.tolist() for m in masks), strict=True)] if masks else \
+            [bool(kept.mask[i]) for i in picked]
+        scores = self._score_rows(kept, pod, index, rows)
+        weights = [w for _, w in scores]
+        total = [sum(w * max(0, min(100, v)) for v, w in zip(per_row, weights, strict=True))
+                 for per_row in zip(*(raw.tolist() for raw, _ in scores), strict=True)] if scores else \
+            [int(kept.total[i]) for i in picked]
+        n = len(index)
+        for i, m, t in zip(picked, mask, total, strict=True):
+            kept.mask[i] = m
+            kept.total[i] = t
+            kept.rank[i] = t * max(n, 1) + (n - 1 - int(index.name_rank[i])) if m else -1
