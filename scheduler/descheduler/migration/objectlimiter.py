@@ -22,7 +22,7 @@ class TokenBucket:
     at: float
 
     def tokens_at(self, now: float) -> float:
-        elapsed = max(0.0, now - self.at)
+        elapsed = max(0.0, round((now - self.at) * 1e9) / 1e9)  # whole nanoseconds, as Go's durations
         return min(float(self.burst), self.tokens + elapsed * self.rate)
 
     def set_rate(self, rate: float, now: float) -> None:
