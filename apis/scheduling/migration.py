@@ -140,7 +140,8 @@ def _strings(m: Mapping[str, Any], name: str, where: str) -> dict[str, str]:
 
 def decode_job(obj: Mapping[str, Any]) -> PodMigrationJob:
     """A PodMigrationJob as the API server would hold it; InvalidInput naming the field otherwise (spec.podRef is
-    required by the CRD; its namespace and name are checked by the controller, not here)."""
+    required by the CRD; its namespace and name are checked by the controller, not here). `obj` is kept, not
+    copied: writes through the job land in it."""
     meta = _mapping(obj.get("metadata"), "metadata")
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
@@ -161,7 +162,8 @@ def decode_job(obj: Mapping[str, Any]) -> PodMigrationJob:
     options = _mapping(spec.get("reservationOptions"), "spec.reservationOptions")
     reservation = _mapping(options.get("reservationRef"), "spec.reservationOptions.reservationRef")
     return PodMigrationJob(
-        obj=dict(obj), name=_text(meta, "name", "metadata"), uid=_text(meta, "uid", "metadata"),
+        obj=obj if isinstance(obj, dict) else dict(obj), name=_text(meta, "name", "metadata"),
+        uid=_text(meta, "uid", "metadata"),
         created=parse_time(meta.get("creationTimestamp")),
         pod_ref=PodRef(_text(ref, "namespace", "spec.podRef"), _text(ref, "name", "spec.podRef"),
                        _text(ref, "uid", "spec.podRef")),

@@ -12,6 +12,9 @@ from apis.extension.errors import AnnotationError, struct_fields
 
 API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 KIND = "Reservation"
+PHASE_PENDING, PHASE_AVAILABLE, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Available", "Succeeded", "Failed"
+CONDITION_SCHEDULED, CONDITION_READY = "Scheduled", "Ready"
+REASON_UNSCHEDULABLE, REASON_EXPIRED = "Unschedulable", "Expired"
 
 ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"  # {"name": ..., "uid": ...}
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
