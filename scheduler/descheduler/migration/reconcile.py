@@ -162,7 +162,8 @@ class Reconciler:
             meta = as_object(created.get("metadata"))
             spec = job.obj["spec"]
             spec.setdefault("reservationOptions", {})["reservationRef"] = {
-                "kind": rsv.KIND, "apiVersion": rsv.API_VERSION, "name": meta.get("name"), "uid": meta.get("uid")}
+                "kind": rsv.KIND, "apiVersion": rsv.API_VERSION, "name": str(meta.get("name") or ""),
+                **({"uid": str(meta["uid"])} if meta.get("uid") else {})}
             self.api.update_job(job.obj)
             self.api.event(job.obj, NORMAL, m.COND_RESERVATION_CREATED,
                            f'Successfully create Reservation "{meta.get("name")}"')
