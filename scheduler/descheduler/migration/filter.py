@@ -30,7 +30,7 @@ from scheduler.descheduler.migration import budget
 from scheduler.descheduler.migration.constraints import PodConstraints
 from scheduler.descheduler.migration.jobs import MigratingJobs
 from scheduler.descheduler.migration.objectlimiter import ObjectLimiters, Subject
-from scheduler.descheduler.migration.workload import Workload, controller_of
+from scheduler.descheduler.migration.workload import ObjectIndex, Workload, controller_of
 
 log = logging.getLogger("koord-descheduler.migration")
 
@@ -75,7 +75,7 @@ class MigrationFilter:
         self.jobs = jobs
         self.limiters = ObjectLimiters(args.object_limiters)
         self.constraints = PodConstraints(self.args, lambda: self.snapshot().nodes())
-        self._pods: tuple[Snapshot | None, dict[str, JSON]] = (None, {})
+        self._view: _View | None = None
 
     # ---- the plugin's Filter and PreEvictionFilter ----
 
@@ -119,7 +119,7 @@ class MigrationFilter:
         if podmeta.controller_ref(pod) is None or ma.GATE_EXPECTED_REPLICAS in self.skip \
                 or self.args.skip_check_expected_replicas:
             return None
-        replicas = self._replicas(controller_of(pod, self.snapshot().objects))
+        replicas = self._replicas(self.workload_of(pod))
         try:
             refused = budget.expected_replicas_refused(replicas, self.args.max_migrating_per_workload,
                                                        self.args.max_unavailable_per_workload)
@@ -178,27 +178,20 @@ class MigrationFilter:
         ref = podmeta.controller_ref(pod)
         if ref is None:
             return None
-        workload = controller_of(pod, self.snapshot().objects)
+        workload = self.workload_of(pod)
         replicas = self._replicas(workload)
         try:
             max_migrating = budget.max_migrating(replicas, self.args.max_migrating_per_workload)
             max_unavailable = budget.max_unavailable(replicas, self.args.max_unavailable_per_workload)
         except ValueError as e:
             return str(e)
-        uid, owner = _uid(pod), ref.get("uid")
-        pods = self.pods_by_key()
-        migrating = set()
-        for job in self.jobs().active(arbitrating):
-            if job.pod_ref.uid == uid:
-                continue
-            other = pods.get(job.pod_ref.key)
-            other_ref = podmeta.controller_ref(other) if other is not None else None
-            if other_ref is not None and other_ref.get("uid") == owner:
-                migrating.add(job.pod_ref.key)
+        uid, owner = _uid(pod), str(ref.get("uid") or "")
+        view = self.view()
+        refs = self.jobs().by_controller(arbitrating, view.controller_uid).get(owner, [])
+        migrating = {r.key for r in refs if r.uid != uid}
         if migrating and len(migrating) >= max_migrating:
             return f"{len(migrating)} pods of the workload are migrating (maxMigratingPerWorkload {max_migrating})"
-        members = workload.pods(pods.values()) if workload is not None else []
-        unavailable = {key(p) for p in members if not _available(p)} | migrating
+        unavailable = view.unavailable(workload) | migrating
         if len(unavailable) >= max_unavailable:
             return f"{len(unavailable)} pods of the workload are unavailable or migrating " \
                    f"(maxUnavailablePerWorkload {max_unavailable})"
@@ -212,7 +205,7 @@ class MigrationFilter:
 
     def track(self, pod: JSON, now: float) -> None:
         """One pod evicted by a job (upstream trackEvictedPod)."""
-        workload = controller_of(pod, self.snapshot().objects)
+        workload = self.workload_of(pod)
         replicas = 0 if workload is None or workload.deleting else workload.replicas
 
         def max_migrating(kind: str, limiter: ObjectLimiter) -> int:
@@ -236,11 +229,51 @@ class MigrationFilter:
     def _replicas(self, workload: Workload | None) -> int:
         return workload.replicas if workload is not None else 0
 
-    def pods_by_key(self) -> dict[str, JSON]:
+    def view(self) -> _View:
         snap = self.snapshot()
-        if self._pods[0] is not snap:
-            self._pods = (snap, {key(p): p for p in snap.all_pods()})
-        return self._pods[1]
+        if self._view is None or self._view.snapshot is not snap:
+            self._view = _View(snap)
+        return self._view
+
+    def pods_by_key(self) -> dict[str, JSON]:
+        return self.view().pods
+
+    def workload_of(self, pod: JSON) -> Workload | None:
+        return controller_of(pod, self.view().objects)
+
+
+class _View:
+    """One snapshot's objects indexed for the checks: workloads by name, pods by key and by owner UID."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.objects = ObjectIndex(snapshot.objects)
+        self.pods = {key(p): p for p in snapshot.all_pods()}
+        self.by_owner: dict[str, list[JSON]] = {}
+        for p in self.pods.values():
+            for r in podmeta.owner_references(p):
+                self.by_owner.setdefault(str(r.get("uid") or ""), []).append(p)
+
+        self._controller: dict[str, str | None] = {}
+        self._unavailable: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
+
+    def controller_uid(self, pod_key: str) -> str | None:
+        """The controller UID of the pod of that key (None: no such pod, or no controller)."""
+        if pod_key not in self._controller:
+            pod = self.pods.get(pod_key)
+            ref = podmeta.controller_ref(pod) if pod is not None else None
+            self._controller[pod_key] = str(ref.get("uid") or "") if ref is not None else None
+        return self._controller[pod_key]
+
+    def unavailable(self, workload: Workload | None) -> frozenset[str]:
+        """The keys of the workload's pods that are not active and Ready."""
+        if workload is None:
+            return frozenset()
+        k = (workload.uid, workload.owner_uids)
+        if k not in self._unavailable:
+            members = workload.pods([p for uid in workload.owner_uids for p in self.by_owner.get(uid, ())])
+            self._unavailable[k] = frozenset(key(p) for p in members if not _available(p))
+        return self._unavailable[k]
 
 
 def _uid(pod: JSON) -> str:

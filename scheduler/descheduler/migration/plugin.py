@@ -53,6 +53,7 @@ class MigrationController:
         self.created: list[tuple[PodMigrationJob, JSON]] = []  # (job, its pod as it was)
         self.migrating_created: list[tuple[PodMigrationJob, JSON]] = []
         self.seen: Snapshot | None = None
+        self.current: MigratingJobs | None = None  # jobs(), until a job is created or the round changes
         self.checks = MigrationFilter(args, lambda: self.handle.snapshot, self.jobs)
 
     # ---- FilterPlugin ----
@@ -81,14 +82,19 @@ class MigrationController:
         job = decode_job(obj)
         self.created.append((job, pod))
         self.migrating_created.append((job, pod))
+        if self.current is not None:
+            self.current.add(job)
         log.info("pod %s: PodMigrationJob %s created (%s: %s)", key(pod), job.name, options.plugin, options.reason)
         return True
 
     # ---- the jobs the limits count ----
 
     def jobs(self) -> MigratingJobs:
+        """The jobs the limits count now (one instance, and its counts, until they change)."""
         self._catch_up()
-        return MigratingJobs([*(self.given or []), *(j for j, _ in self.migrating_created)], self.passed)
+        if self.current is None:
+            self.current = MigratingJobs([*(self.given or []), *(j for j, _ in self.migrating_created)], self.passed)
+        return self.current
 
     def _catch_up(self) -> None:
         """On a new round's snapshot: arbitrate the given jobs (first round only); created jobs whose pod left the
@@ -97,6 +103,7 @@ class MigrationController:
         if snap is self.seen:
             return
         self.seen = snap
+        self.current = None
         if self.given is None:
             self.given = self._decode_given(snap.of_kind(KIND_PMJ))
             self._arbitrate_given(snap)
@@ -128,8 +135,15 @@ class MigrationController:
                 self.passed.add(j.ident)
         pods = self.checks.pods_by_key()
         pod_of = {j.name: pods[j.pod_ref.key] for j in waiting if j.pod_ref.key in pods}
-        decisions = arbitrator.arbitrate(waiting, pod_of, self.checks.non_retryable, self.checks.retryable,
-                                         self.passed, lambda owner: self._migrating_of_owner(owner, pods))
+        def fresh(check: Callable[[JSON], str | None]) -> Callable[[JSON], str | None]:
+            def run(pod: JSON) -> str | None:
+                self.current = None  # a job that just passed counts for the next
+                return check(pod)
+            return run
+
+        decisions = arbitrator.arbitrate(waiting, pod_of, fresh(self.checks.non_retryable),
+                                         fresh(self.checks.retryable), self.passed,
+                                         lambda owner: self._migrating_of_owner(owner, pods))
         self.changed = [d.job for d in decisions if d.outcome != arbitrator.WAITING]
 
     def _migrating_of_owner(self, owner: str, pods: Mapping[str, JSON]) -> int:

@@ -49,7 +49,23 @@ class Workload:
 Objects = Mapping[str, Sequence[JSON]]  # by kind, as the descheduler's Snapshot keeps them
 
 
-def controller_of(pod: JSON, objects: Objects) -> Workload | None:
+class ObjectIndex:
+    """The objects of a snapshot by (group, kind, namespace) and name, built once per snapshot (a lookup per
+    candidate pod over thousands of workloads would otherwise walk them all)."""
+
+    def __init__(self, objects: Objects) -> None:
+        self.by_ns: dict[tuple[str, str, str], list[JSON]] = {}
+        self.by_name: dict[tuple[str, str, str, str], JSON] = {}
+        for kind, objs in objects.items():
+            for o in objs:
+                meta = as_object(o.get("metadata"))
+                ns = str(meta.get("namespace") or "")
+                group = group_of(o.get("apiVersion"))
+                self.by_ns.setdefault((group, kind, ns), []).append(o)
+                self.by_name.setdefault((group, kind, ns, str(meta.get("name") or "")), o)
+
+
+def controller_of(pod: JSON, objects: Objects | ObjectIndex) -> Workload | None:
     """The workload behind the pod's controller ownerReference; None for a pod without one or when the object is not
     there (or has another UID)."""
     ref = podmeta.controller_ref(pod)
@@ -58,10 +74,12 @@ def controller_of(pod: JSON, objects: Objects) -> Workload | None:
     return find(ref, str(as_object(pod.get("metadata")).get("namespace") or ""), objects)
 
 
-def find(ref: JSONMapping, namespace: str, objects: Objects) -> Workload | None:
+def find(ref: JSONMapping, namespace: str, objects: Objects | ObjectIndex) -> Workload | None:
     """The workload an ownerReference names in `namespace` (upstream GetPodsForRef / GetExpectedScaleForPod)."""
+    if not isinstance(objects, ObjectIndex):
+        objects = ObjectIndex(objects)
     group, kind, name = group_of(ref.get("apiVersion")), str(ref.get("kind") or ""), str(ref.get("name") or "")
-    obj = _get(objects, group, kind, namespace, name)
+    obj = objects.by_name.get((group, kind, namespace, name))
     if obj is None or (ref.get("uid") and _uid(obj) != ref.get("uid")):
         return None
     if (group, kind) == (APPS, "ReplicaSet"):
@@ -84,12 +102,12 @@ def _workload(group: str, kind: str, obj: JSON, namespace: str, uids: frozenset[
                     meta.get("deletionTimestamp") is not None, uids)
 
 
-def _replica_sets_of(deployment: JSON, namespace: str, objects: Objects) -> frozenset[str]:
+def _replica_sets_of(deployment: JSON, namespace: str, objects: ObjectIndex) -> frozenset[str]:
     """The UIDs of the ReplicaSets the Deployment controls whose labels its selector matches."""
     uid = _uid(deployment)
     selector = _selector(as_object(deployment.get("spec")).get("selector"))
     out = set()
-    for rs in _in_namespace(objects, APPS, "ReplicaSet", namespace):
+    for rs in objects.by_ns.get((APPS, "ReplicaSet", namespace), ()):
         owner = podmeta.controller_ref(rs)
         labels = as_object(as_object(rs.get("metadata")).get("labels"))
         if owner is not None and owner.get("uid") == uid and selector is not None and not selector.empty \
@@ -103,17 +121,6 @@ def _selector(raw: object) -> LabelSelector | None:
         return parse_label_selector(raw) if isinstance(raw, Mapping) else None
     except SelectorError:
         return None
-
-
-def _get(objects: Objects, group: str, kind: str, namespace: str, name: str) -> JSON | None:
-    return next((o for o in _in_namespace(objects, group, kind, namespace)
-                 if as_object(o.get("metadata")).get("name") == name), None)
-
-
-def _in_namespace(objects: Objects, group: str, kind: str, namespace: str) -> Iterable[JSON]:
-    for o in objects.get(kind, ()):
-        if group_of(o.get("apiVersion")) == group and as_object(o.get("metadata")).get("namespace") == namespace:
-            yield o
 
 
 def _uid(obj: JSON) -> str:
