@@ -247,3 +247,27 @@ def test_scavenger_ages() -> None:
     assert not scavengeable(with_ttl, T0 + 19 * 60) and scavengeable(with_ttl, T0 + 20 * 60)
     no_ttl = m.decode_job(pmj("b", pod, created=CREATED))
     assert not scavengeable(no_ttl, T0 + 29 * 60) and scavengeable(no_ttl, T0 + 30 * 60)
+
+
+def test_a_pending_pod_migrates_without_eviction(validate_crd: Validate) -> None:
+    """An unschedulable pending pod: its Reservation is owned by the pod itself; the job waits for the pod to be
+    scheduled (no eviction), and is aborted if another pod took the reservation."""
+    for other_took_it in (False, True):
+        r, api, job, _, _ = setup(validate_crd)
+        pod = api.pods["default/p"]
+        pod["spec"].pop("nodeName")
+        pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+        r.reconcile(job)
+        reservation = api.reservations["uid-job"]
+        assert reservation["spec"]["owners"][0]["object"]["uid"] == "uid-p"
+        reservation["status"] = {"phase": "Available", "nodeName": "n2"}
+        if other_took_it:
+            reservation["status"]["currentOwners"] = [{"namespace": "default", "name": "x", "uid": "uid-x"}]
+            assert r.reconcile(job) == Outcome() and job["status"]["reason"] == "ForbiddenMigratePod"
+            continue
+        assert r.reconcile(job) == Outcome(REQUEUE) and job["status"]["reason"] == "Unschedulable"
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+        assert r.reconcile(job) == Outcome()
+        assert (job["status"]["phase"], job["status"]["message"]) == ("Succeeded",
+                                                                      'Assign Pod "default/p" to node "n2"')
+        assert api.evictions == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deschedbuild import config, evicted, node, node_metrics, simulate
+from deschedbuild import config, evicted, node, node_metrics, refused, simulate
 from migbuild import owned, pmj, workload
 
 JSON = dict[str, Any]
@@ -131,3 +131,8 @@ def test_given_pending_jobs_are_arbitrated_in_turn(tmp_path: Path, capsys: pytes
     result = simulate(tmp_path, [*objs, *given], migration_config({**WIDE, "maxMigratingPerNode": 2}), capsys)
     listed = {j["metadata"]["name"] for j in result["podMigrationJobs"]}
     assert listed == {"given-3", "given-2"} and evicted(result) == []
+
+
+def test_an_unknown_eviction_policy_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(tmp_path, migration_config({"evictionPolicy": "Vanish"}), capsys)
+    assert "evictionPolicy" in line and "unsupported evicition policy" in line and "Vanish" in line

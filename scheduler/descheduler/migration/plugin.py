@@ -25,7 +25,7 @@ from apis.extension.descheduling import (
 from apis.scheduling.migration import PHASE_PENDING, PodMigrationJob, PodRef, decode_job, new_job
 from scheduler.cluster import key
 from scheduler.descheduler.config.common import ConfigError
-from scheduler.descheduler.config.migration_args import MigrationControllerArgs, default_args
+from scheduler.descheduler.config.migration_args import EVICTION_POLICIES, MigrationControllerArgs, default_args
 from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle, PluginSpec, Snapshot
 from scheduler.descheduler.migration import arbitrator
 from scheduler.descheduler.migration.filter import MigrationFilter
@@ -162,6 +162,9 @@ def new(args: object, handle: Handle) -> MigrationController:
         args = default_args()
     elif not isinstance(args, MigrationControllerArgs):
         raise ConfigError(f"got args of type {type(args).__name__}, want *MigrationControllerArgs")
+    if args.eviction_policy not in EVICTION_POLICIES:  # upstream refuses it when building the evictor (sic)
+        raise ConfigError(f"MigrationController args.evictionPolicy: unsupported evicition policy "
+                          f"{args.eviction_policy!r}")
     return MigrationController(args, handle)
 
 

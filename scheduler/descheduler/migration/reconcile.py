@@ -196,6 +196,8 @@ class Reconciler:
             self.api.update_job(job.obj)
             self.api.event(job.obj, NORMAL, m.COND_RESERVATION_SCHEDULED,
                            f'Assigned Reservation "{name}" to node "{node}"')
+        if _migrates_pending_pod(r):
+            return self._wait_pending_pod_scheduled(job, r, node)
         done, outcome = self._evict(job, r)
         if not done:
             return outcome
@@ -217,6 +219,25 @@ class Reconciler:
         message = f'Bind Pod "{owner.get("namespace")}/{owner.get("name")}" in Reservation "{name}"'
         self._write(job, m.COND_POD_BOUND_RESERVATION, m.TRUE, "", message)
         return self._succeed(job, message)
+
+    def _wait_pending_pod_scheduled(self, job: m.PodMigrationJob, r: JSON, node: str) -> Outcome:
+        """A pending pod's migration (the reservation is owned by the pod itself): nothing to evict; done once the
+        pod is scheduled, aborted if another pod took the reservation."""
+        ref = job.pod_ref
+        pod = self.api.get_pod(ref.namespace, ref.name)
+        if pod is None:
+            return self._fail(job, m.REASON_MISSING_POD, f'Abort job caused by missing Pod "{ref.key}"')
+        scheduled = _condition(pod, m.COND_POD_SCHEDULED)
+        if scheduled is not None and scheduled.get("status") == m.TRUE:
+            message = f'Assign Pod "{ref.key}" to node "{node}"'
+            self._write(job, m.COND_POD_SCHEDULED, m.TRUE, "", message)
+            return self._succeed(job, message)
+        uid = as_object(pod.get("metadata")).get("uid")
+        if any(as_object(o).get("uid") not in (None, uid)
+               for o in as_object(r.get("status")).get("currentOwners") or []):
+            return self._fail(job, m.REASON_FORBIDDEN_MIGRATE_POD, "Reservation is already bound by another Pod")
+        return self._condition(job, m.COND_POD_SCHEDULED, m.FALSE, m.REASON_UNSCHEDULABLE,
+                               f'Pod "{ref.key}" is not scheduled yet', NORMAL, Outcome(REQUEUE))
 
     def _evict(self, job: m.PodMigrationJob, reservation: JSON | None) -> tuple[bool, Outcome]:
         """(done, what to do when not): the eviction step of both modes."""
@@ -290,6 +311,12 @@ def _condition(obj: JSON, type_: str) -> JSON | None:
         if isinstance(c, dict) and c.get("type") == type_:
             return c
     return None
+
+
+def _migrates_pending_pod(r: JSON) -> bool:
+    """IsMigratePendingPod: an owner that is an object reference alone."""
+    return any(isinstance(o, dict) and o.get("object") and not o.get("controller") and not o.get("labelSelector")
+               for o in as_object(r.get("spec")).get("owners") or [])
 
 
 def _scheduled(r: JSON) -> bool:
