@@ -5,11 +5,14 @@ limiter over rounds — and both dry-run switches create none."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from scheduler.descheduler import cli
 
 from deschedbuild import config, evicted, node, node_metrics, refused, simulate
 from migbuild import owned, pmj, workload
@@ -136,3 +139,24 @@ def test_given_pending_jobs_are_arbitrated_in_turn(tmp_path: Path, capsys: pytes
 def test_an_unknown_eviction_policy_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = refused(tmp_path, migration_config({"evictionPolicy": "Vanish"}), capsys)
     assert "evictionPolicy" in line and "unsupported evicition policy" in line and "Vanish" in line
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "descheduler" / "migration"
+
+
+def test_the_migration_example(capsys: pytest.CaptureFixture[str], validate_crd: Validate) -> None:
+    """examples/descheduler/migration (upstream's shipped configuration with LowNodeLoad on): two jobs for the hot
+    node (maxMigratingPerNode 2), listed in the table too."""
+    argv = ["simulate", "--cluster", str(EXAMPLE / "cluster.yaml"), "--config",
+            str(EXAMPLE / "koord-descheduler-config.yaml"), "--now", "2024-05-01T00:00:30Z"]
+    assert cli.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    jobs = result["podMigrationJobs"]
+    assert len(jobs) == 2 and {e["node"] for e in result["evictions"]} == {"node-1"}
+    for job in jobs:
+        validate_crd(CRD, job)
+    assert cli.main([*argv, "-o", "table"]) == 0
+    table = capsys.readouterr().out
+    rows = table.split("PODMIGRATIONJOB", 1)[1].splitlines()[1:]
+    assert sorted(r.split()[1] for r in rows if r.strip()) == sorted(
+        f"default/{j['spec']['podRef']['name']}" for j in jobs)
