@@ -21,7 +21,7 @@ from apis.extension.descheduling import (
     EVICTION_COST_NEVER,
     eviction_cost,
 )
-from apis.scheduling.migration import MODE_RESERVATION_FIRST, PodMigrationJob
+from apis.scheduling.migration import MODE_RESERVATION_FIRST
 from scheduler.cluster import key
 from scheduler.descheduler.config import migration_args as ma
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs, ObjectLimiter
@@ -219,10 +219,6 @@ class MigrationFilter:
                 return 0
 
         self.limiters.track(self.subject(pod), max_migrating, now)
-
-    def job_exempt(self, job: PodMigrationJob) -> bool:
-        """A job annotated with the evict annotation is not held back by the object limiters."""
-        return ANNOTATION_DESCHEDULER_EVICT in job.annotations
 
     # ---- helpers ----
 

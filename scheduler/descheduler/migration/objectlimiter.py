@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from scheduler.descheduler.config.migration_args import LIMIT_WORKLOAD, ObjectLimiter
+from scheduler.descheduler.migration.budget import limiter_burst
 
 
 @dataclass
@@ -79,7 +80,7 @@ class ObjectLimiters:
             rate = n / limiter.duration
             bucket = self._bucket(kind, subject, now)
             if bucket is None:
-                bucket = TokenBucket(rate, limiter.burst if limiter.burst > 0 else 1, 0.0, now)
+                bucket = TokenBucket(rate, limiter_burst(limiter.burst), 0.0, now)
                 bucket.tokens = float(bucket.burst)
             elif bucket.rate != rate:
                 bucket.set_rate(rate, now)
