@@ -105,7 +105,11 @@ async def test_evict_directly_honours_the_pdb(km: kmock.KubernetesEmulator) -> N
     out = await asyncio.to_thread(reconcile_all, client, r)
     assert out["job"] == Outcome()
     assert stored(km, JOBS, "job")["status"]["phase"] == "Succeeded"
-    assert any(e.endswith("/events") for e in posts(km, "/events"))
+    events = [r.data for r in km if r.method.value == "POST" and r.url.path.endswith("/events")]
+    on_pod = [e for e in events if e["regarding"]["kind"] == "Pod"]
+    assert [e["reason"] for e in on_pod] == ["Descheduled"] and on_pod[0]["metadata"]["namespace"] == "default"
+    on_job = {e["reason"] for e in events if e["regarding"]["kind"] == "PodMigrationJob"}
+    assert {"Evicting", "EvictComplete", "Complete"} <= on_job
 
 
 async def test_restart_resumes_instead_of_duplicating(km: kmock.KubernetesEmulator) -> None:

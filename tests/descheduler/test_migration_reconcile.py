@@ -97,6 +97,7 @@ def test_evict_directly_to_success(validate_crd: Validate) -> None:
     cond = job["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("Eviction", "False", "Evicting")
     assert cond["message"] == 'Pod "default/p" evicted from node "n1" by the reason "hot node"'
+    assert ("Normal", "Descheduled", 'Pod evicted from node "n1" by the reason "hot node"') in api.events
     assert r.reconcile(job) == Outcome(REQUEUE) and len(api.evictions) == 1  # still evicting: no second eviction
     del api.pods["default/p"]
     clock.t += 5

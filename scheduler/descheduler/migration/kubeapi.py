@@ -95,19 +95,24 @@ class KubeMigrationAPI:
             obj["metadata"]["resourceVersion"] = as_object(stored.get("metadata")).get("resourceVersion")
 
     def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        """An Event regarding a job (in `default`) or a pod (in its namespace)."""
         meta = as_object(obj.get("metadata"))
         name, now = str(meta.get("name") or ""), self.clock()
+        namespace = str(meta.get("namespace") or "")
+        regarding: JSON = {"apiVersion": obj.get("apiVersion") or ("v1" if namespace else m.API_VERSION),
+                           "kind": obj.get("kind") or ("Pod" if namespace else m.KIND), "name": name,
+                           "uid": str(meta.get("uid") or "")}
+        if namespace:
+            regarding["namespace"] = namespace
         event = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                 "metadata": {"name": f"{name}.{int(now * 1e9):x}", "namespace": "default"},
+                 "metadata": {"name": f"{name}.{int(now * 1e9):x}", "namespace": namespace or "default"},
                  "eventTime": micro_time(now), "reportingController": CONTROLLER,
                  "reportingInstance": self.instance, "action": ACTION, "reason": reason, "type": type_,
-                 "regarding": {"apiVersion": m.API_VERSION, "kind": m.KIND, "name": name,
-                               "uid": str(meta.get("uid") or "")},
-                 "note": message[:1024]}
+                 "regarding": regarding, "note": message[:1024]}
         try:
-            self.client.post(EVENTS.format(namespace="default"), event)
+            self.client.post(EVENTS.format(namespace=namespace or "default"), event)
         except KoordletError as e:
-            log.debug("event %s on PodMigrationJob %s: %s", reason, name, e)
+            log.debug("event %s on %s %s: %s", reason, regarding["kind"], name, e)
 
 
 def reconcile_all(client: KubeClient, reconciler: Reconciler) -> dict[str, Outcome]:

@@ -34,6 +34,7 @@ BACKOFF = 1.0  # an error: call again soon
 SCAVENGE_GRACE = 300.0  # a job is deleted ttl + 5m after creation
 SCAVENGE_NO_TTL = 1800.0  # or 30m after it when it has no ttl
 WARNING, NORMAL = "Warning", "Normal"
+DESCHEDULED = "Descheduled"  # the Event on the evicted pod
 
 
 class MigrationAPI(Protocol):
@@ -274,6 +275,7 @@ class Reconciler:
             return False, Outcome(BACKOFF, str(e))
         self.evicted(pod)
         node = as_object(pod.get("spec")).get("nodeName") or ""
+        self.api.event(pod, NORMAL, DESCHEDULED, f'Pod evicted from node "{node}" by the reason "{reason}"')
         message = f'Pod "{ref.key}" evicted from node "{node}" by the reason "{reason}"'
         return False, self._condition(job, m.COND_EVICTION, m.FALSE, m.REASON_EVICTING, message, NORMAL,
                                       Outcome(REQUEUE))
