@@ -16,7 +16,7 @@ from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.scheduling.migration import decode_job
 from scheduler.descheduler.config.migration_args import decode_migration_args
 from scheduler.descheduler.migration.jobs import MigratingJobs
-from scheduler.descheduler.migration.kubeapi import KubeMigrationAPI, reconcile_all
+from scheduler.descheduler.migration.kubeapi import KubeMigrationAPI, reconcile_all, scavenge
 from scheduler.descheduler.migration.reconcile import REQUEUE, Outcome, Reconciler
 
 from kubedouble import PDBS, emulate_eviction, emulate_put, status_failure
@@ -137,3 +137,23 @@ async def test_restart_resumes_instead_of_duplicating(km: kmock.KubernetesEmulat
     third = reconciler(km, clock)
     await asyncio.to_thread(reconcile_all, third[1], third[0])
     assert len(posts(km, "/eviction")) == 1  # still evicting: not evicted again
+
+
+async def test_scavenger_deletes_old_jobs_after_their_reservations(km: kmock.KubernetesEmulator) -> None:
+    """A 5m-ttl job is deleted 10m after its creation, with its Reservation; a younger one stays; a job without a
+    ttl stays for 30m."""
+    pod = owned("p", "n1")
+    for name, created, ttl in (("old", "2024-05-01T00:00:00Z", "5m0s"), ("young", "2024-05-01T00:08:00Z", "5m0s"),
+                               ("no-ttl", "2024-05-01T00:00:00Z", "")):
+        job = pmj(name, pod, "Succeeded", created=created)
+        if ttl:
+            job["spec"]["ttl"] = ttl
+        if name == "old":
+            job["spec"]["reservationOptions"] = {"reservationRef": {"name": "r-old"}}
+            km.objects[RESERVATIONS, None, "r-old"] = {"metadata": {"name": "r-old"}}
+        km.objects[JOBS, None, name] = job
+    client = KubeClient(KubeConfig(server=str(km.url)))
+    assert await asyncio.to_thread(scavenge, client, T0 + 600) == ["old"]
+    deletes = [r.url.path.rsplit("/", 2)[-2:] for r in km if r.method.value == "DELETE"]
+    assert deletes == [["reservations", "r-old"], ["podmigrationjobs", "old"]]  # the reservation first
+    assert await asyncio.to_thread(scavenge, client, T0 + 1800) == ["young", "no-ttl"]

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from apis.client.kubeapi import KubeClient
-from apis.core.errors import ApiError, KoordletError, NotFound
+from apis.core.errors import ApiError, InvalidInput, KoordletError, NotFound
 from apis.core.metatime import micro_time
 from apis.core.objects import JSON, as_object
 from apis.extension.descheduling import ANNOTATION_SOFT_EVICTION
 from apis.scheduling import migration as m
-from scheduler.descheduler.migration.reconcile import Outcome, Reconciler
+from scheduler.descheduler.migration.reconcile import Outcome, Reconciler, scavengeable
 
 log = logging.getLogger("koord-descheduler.migration")
 GROUP_PATH = "/apis/scheduling.koordinator.sh/v1alpha1"
@@ -127,3 +127,31 @@ def reconcile_all(client: KubeClient, reconciler: Reconciler) -> dict[str, Outco
 
 
 
+
+
+def scavenge(client: KubeClient, now: float) -> list[str]:
+    """The scavenger's pass (upstream runs it every minute): every job past its age (reconcile.scavengeable) is
+    deleted after its Reservation. A Reservation that cannot be deleted for another reason than NotFound ends the
+    pass, as upstream's. The names of the jobs deleted."""
+    deleted = []
+    for obj in client.list(JOBS).get("items") or []:
+        if not isinstance(obj, dict):
+            continue
+        try:
+            job = m.decode_job(obj)
+        except InvalidInput:
+            continue
+        if not scavengeable(job, now):
+            continue
+        if job.reservation_name:
+            try:
+                client.request("DELETE", f"{RESERVATIONS}/{job.reservation_name}")
+            except NotFound:
+                pass
+            except ApiError as e:
+                log.warning("scavenger: deleting Reservation %s of job %s: %s", job.reservation_name, job.name, e)
+                break
+        with contextlib.suppress(NotFound):
+            client.request("DELETE", f"{JOBS}/{job.name}")
+        deleted.append(job.name)
+    return deleted
