@@ -2,8 +2,9 @@
 
 Upstream: controllers/migration/controller.go (Filter, PreEvictionFilter, Evict), evict.go (the job created).
 `dryRun` in the args: Evict answers true and creates nothing. In a simulation the jobs created are the plugin's
-output (`podMigrationJobs`); the PodMigrationJobs of the cluster directory are arbitrated once, before the first
-round, and count against the limits as they stand; a job created in a round migrates until its pod leaves the state
+output (`podMigrationJobs`); the PodMigrationJobs of the first round's snapshot (the cluster directory) are
+arbitrated once, before that round, and count against the limits as they stand (`run` will have to re-read them
+every round); a job created in a round migrates until its pod leaves the state
 (the simulation removes an evicted pod), and the object limiters then count its eviction at the job's creation.
 """
 
@@ -22,7 +23,7 @@ from apis.extension.descheduling import (
     ANNOTATION_JOB_CREATED_BY,
     ANNOTATION_PASSED_ARBITRATION,
 )
-from apis.scheduling.migration import PHASE_PENDING, PodMigrationJob, PodRef, decode_job, new_job
+from apis.scheduling.migration import KIND, PHASE_PENDING, PodMigrationJob, PodRef, decode_job, new_job
 from scheduler.cluster import key
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.migration_args import EVICTION_POLICIES, MigrationControllerArgs, default_args
@@ -32,7 +33,6 @@ from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
 
 NAME = "MigrationController"
-KIND_PMJ = "PodMigrationJob"
 log = logging.getLogger("koord-descheduler.migration")
 
 
@@ -105,7 +105,7 @@ class MigrationController:
         self.seen = snap
         self.current = None
         if self.given is None:
-            self.given = self._decode_given(snap.of_kind(KIND_PMJ))
+            self.given = self._decode_given(snap.of_kind(KIND))
             self._arbitrate_given(snap)
         present = {key(p) for p in snap.all_pods()}
         still = []
