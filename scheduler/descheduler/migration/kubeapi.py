@@ -19,6 +19,7 @@ from apis.core.metatime import micro_time
 from apis.core.objects import JSON, as_object
 from apis.extension.descheduling import ANNOTATION_SOFT_EVICTION
 from apis.scheduling import migration as m
+from scheduler.descheduler.config.migration_args import POLICY_DELETE, POLICY_SOFT_EVICTION
 from scheduler.descheduler.migration.reconcile import Outcome, Reconciler, scavengeable
 
 log = logging.getLogger("koord-descheduler.migration")
@@ -73,9 +74,9 @@ class KubeMigrationAPI:
                   soft_eviction: str) -> None:
         meta = as_object(pod.get("metadata"))
         path = pod_path(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if policy == "SoftEviction":
+        if policy == POLICY_SOFT_EVICTION:
             self.client.patch(path, {"metadata": {"annotations": {ANNOTATION_SOFT_EVICTION: soft_eviction}}})
-        elif policy == "Delete":
+        elif policy == POLICY_DELETE:
             self.client.request("DELETE", path, body=dict(delete_options) if delete_options else None)
         else:
             body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",
