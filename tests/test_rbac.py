@@ -26,10 +26,11 @@ SCHEDULER_FAULTS = {"faults/test_extender_faults.py", "faults/test_sched_faults.
 
 
 def agent_api_test_files() -> list[str]:
-    """Test files that run the agent against the API double (tests/scheduler/ tests koord-sched's client, which is
-    not deployed with this role)."""
+    """Test files that run the agent against the API double (tests/scheduler/ and tests/descheduler/ test
+    koord-sched's and koord-descheduler's clients, which are not deployed with this role)."""
     return sorted(str(p.relative_to(TESTS_DIR)) for p in TESTS_DIR.rglob("test_*.py")
-                  if "scheduler" not in p.relative_to(TESTS_DIR).parts and p.name != "test_rbac.py"
+                  if not {"scheduler", "descheduler"} & set(p.relative_to(TESTS_DIR).parts)
+                  and p.name != "test_rbac.py"
                   and str(p.relative_to(TESTS_DIR)) not in NOT_THE_AGENT | SCHEDULER_FAULTS
                   and "kmock" in p.read_text())
 
