@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, key
+from scheduler.descheduler.kube import KubeAccess
 
 DESCHEDULE = "deschedule"
 BALANCE = "balance"
@@ -96,7 +97,9 @@ class Evictor(Protocol):
 
 
 class Handle(Protocol):
-    """What a plugin may ask of the framework (upstream framework.Handle)."""
+    """What a plugin may ask of the framework (upstream framework.Handle). `snapshot.now` is the round's clock;
+    `kube` is the cluster in `koord-descheduler run` (the API client, Events, metrics, the Eviction API) and None in
+    `simulate`: an evict plugin acts through it when it is there and only decides when it is not."""
 
     def evictor(self) -> Evictor: ...
 
@@ -105,6 +108,9 @@ class Handle(Protocol):
 
     @property
     def limiter(self) -> EvictionLimiter: ...
+
+    @property
+    def kube(self) -> KubeAccess | None: ...
 
 
 @runtime_checkable
