@@ -26,7 +26,7 @@ CLOCK = (parse_time(NOW) or 0.0) + 30  # the rounds' clock: the NodeMetrics are 
 HOT = [f"web-{i}" for i in range(8)]
 
 
-def seed(km: kmock.KubernetesEmulator, *, taint_targets: bool = False) -> None:
+def seed(km: kmock.KubernetesEmulator, *, taint_targets: bool = False, update_time: str = NOW) -> None:
     for res in RESOURCES:
         km.resources[res] = {}
     emulate_eviction(km)
@@ -43,7 +43,7 @@ def seed(km: kmock.KubernetesEmulator, *, taint_targets: bool = False) -> None:
         km.objects["v1/nodes", None, obj["metadata"]["name"]] = obj
     for obj in pods:
         km.objects["v1/pods", "default", obj["metadata"]["name"]] = obj
-    for obj in node_metrics(nodes, pods):
+    for obj in node_metrics(nodes, pods, update_time=update_time):
         km.objects[NM, None, obj["metadata"]["name"]] = obj
 
 
