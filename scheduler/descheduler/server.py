@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
-from scheduler.cache import ClusterCache, Source
+from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
 from scheduler.descheduler.kube import KubeAccess, Tally
@@ -75,6 +75,7 @@ class InCluster:
         self.kube = KubeAccess.of(client, metrics, clock)
         self.desched = Descheduler(self.config, registry(), kube=self.kube)
         self.rounds = 0
+        self.stop = threading.Event()  # `run`'s: a round waiting for the first lists gives up on it
 
     @property
     def metrics(self) -> DeschedulerMetrics:
@@ -87,7 +88,7 @@ class InCluster:
                 self.cache.relist()
             elif not self.cache.started:
                 self.cache.start()
-            if self.watch and not self.cache.wait_synced():
+            if self.watch and not self._synced():
                 return self._skipped("the cluster view has not listed every collection yet")
         except KoordletError as e:
             return self._skipped(f"listing the cluster: {e}")
@@ -104,12 +105,21 @@ class InCluster:
                  len(done.tally.failed))
         return done
 
+    def _synced(self) -> bool:
+        """Whether every collection was listed once, waiting up to SYNC_TIMEOUT but no longer than until `stop`."""
+        deadline = time.monotonic() + SYNC_TIMEOUT
+        while not self.cache.wait_synced(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if self.stop.is_set() or time.monotonic() >= deadline:
+                return False
+        return True
+
     def _skipped(self, why: str) -> Round:
         log.warning("round skipped: %s; trying again next round", why)
         return Round(why)
 
     def run(self, stop: threading.Event) -> None:
         """Rounds until `stop` (or after one when the interval is 0)."""
+        self.stop = stop
         interval = max(self.config.descheduling_interval, 0.0)
         log.info("descheduling every %gs%s", interval, " (dry run)" if self.config.dry_run else "")
         while not stop.is_set():

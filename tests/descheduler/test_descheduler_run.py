@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 
 import kmock
 import kubernetes_validate
@@ -19,7 +20,7 @@ from scheduler.descheduler.kube import DESCHEDULED
 from scheduler.descheduler.server import InCluster
 
 from deschedbuild import config
-from deschedkube import CLOCK, EVENTS, HOT, NM, descheduler_config, evicted, pdb, rounds, seed, writes
+from deschedkube import CLOCK, HOT, NM, descheduler_config, evicted, pdb, rounds, seed, writes
 
 REASON = "node is overutilized, node cpu usage({:.2f}%)>threshold(50.00%)"
 
@@ -108,5 +109,24 @@ async def test_an_api_server_that_does_not_answer_costs_the_round_only(
     assert line.startswith("round skipped: listing the cluster:") and "Traceback" not in caplog.text
 
 
-def test_events_resource_is_the_core_one() -> None:
-    assert EVENTS == "v1/events"  # upstream's recorder writes core/v1 Events (controller-runtime's)
+async def test_watching_a_silent_api_server_gives_up_on_stop() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = KubeClient(KubeConfig(server=f"http://127.0.0.1:{port}", timeout=1))
+    r = InCluster(cli, parse_config(descheduler_config(deschedulingInterval="1h")), clock=lambda: CLOCK)
+    stop = threading.Event()
+    running = asyncio.create_task(asyncio.to_thread(r.run, stop))
+    await asyncio.sleep(0.3)
+    stop.set()  # SIGTERM while the first lists are still failing: out within a second, not the sync timeout
+    await asyncio.wait_for(running, 3)
+    r.close()
+    assert r.rounds == 0
+
+
+async def test_a_per_node_cap_refuses_and_is_counted(kmock: kmock.KubernetesEmulator) -> None:
+    seed(kmock)
+    r = rounds(kmock, descheduler_config(maxNoOfPodsToEvictPerNode=1))
+    done = await asyncio.to_thread(r.round)
+    assert done.tally.evicted == 1 and len(writes(kmock, "/eviction")) == 1
+    assert r.metrics.count("maximum number of pods per node reached", "LowNodeLoad") >= 1
