@@ -95,7 +95,10 @@ class InCluster:
         objects, _ = self.cache.snapshot()
         self.kube.evictor.tally = Tally()
         seen = len(self.desched.evictions)
-        failure = self.desched.run_round(snapshot(objects, self.clock()))
+        try:
+            failure = self.desched.run_round(snapshot(objects, self.clock()))
+        except KoordletError as e:  # a plugin's own API call (the evictor's are caught where they are made)
+            return self._skipped(f"the API server, mid-round: {e}")
         self.rounds += 1
         done = Round(failure, [f"{e.namespace}/{e.name}" for e in self.desched.evictions[seen:]],
                      self.kube.evictor.tally)
