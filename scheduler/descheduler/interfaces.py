@@ -10,6 +10,7 @@ Points per round (framework.Framework.run_round): every profile's `deschedule` p
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -148,6 +149,16 @@ class FilterPlugin(Plugin, Protocol):
     def filter(self, pod: JSON) -> bool: ...
 
     def pre_eviction_filter(self, pod: JSON) -> bool: ...
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """A plugin with work of its own between rounds (upstream: the MigrationController's reconcile loop and its
+    arbitration, which the controller manager runs). `run` calls `run_controller(stop)` once, in a thread of its own,
+    while this process leads, and sets `stop` when it stops leading or exits; the plugin reads the cluster through
+    `Handle.kube` (`objects()` for the live view, `client` to write). `simulate` never calls it."""
+
+    def run_controller(self, stop: threading.Event) -> None: ...
 
 
 @runtime_checkable

@@ -119,19 +119,25 @@ class PodEvictor:
         return True
 
 
+def _nothing() -> list[JSON]:
+    return []
+
+
 @dataclass
 class KubeAccess:
     """Handle.kube in `run`: the API client (for plugins that write their own objects, e.g. PodMigrationJobs), Pod
-    Events, the metrics and the Eviction API."""
+    Events, the metrics, the Eviction API, and `objects()`: a private copy of the live view now (every object `run`
+    lists and watches, kind filled in), for a controller working between rounds."""
 
     client: KubeClient
     events: PodEvents
     metrics: DeschedulerMetrics
     evictor: PodEvictor
+    objects: Callable[[], list[JSON]] = _nothing
 
     @classmethod
     def of(cls, client: KubeClient, metrics: DeschedulerMetrics | None = None,
-           clock: Callable[[], float] = time.time) -> KubeAccess:
+           clock: Callable[[], float] = time.time, objects: Callable[[], list[JSON]] = _nothing) -> KubeAccess:
         events = PodEvents(client, clock=clock)
         metrics = metrics if metrics is not None else DeschedulerMetrics()
-        return cls(client, events, metrics, PodEvictor(client, events, metrics))
+        return cls(client, events, metrics, PodEvictor(client, events, metrics), objects)

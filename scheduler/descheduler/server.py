@@ -17,14 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
+from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec
 from scheduler.descheduler.kube import KubeAccess, Tally
 from scheduler.descheduler.metrics import DeschedulerMetrics
 from scheduler.descheduler.registry import registry
@@ -51,6 +53,10 @@ SOURCES: tuple[Source, ...] = (
 """What a round sees; what `run` lists and watches (deploy/descheduler/rbac.yaml grants exactly these)."""
 
 
+class NamedController(Controller, Plugin, Protocol):
+    """A plugin that is a Controller."""
+
+
 @dataclass
 class Round:
     """What one round did: `error` when it did not run (API server, too few nodes), the evictions decided (in a
@@ -67,13 +73,13 @@ class InCluster:
 
     def __init__(self, client: KubeClient, config: DeschedulerConfig, *, watch: bool = True,
                  clock: Callable[[], float] = time.time, metrics: DeschedulerMetrics | None = None,
-                 sources: tuple[Source, ...] = SOURCES) -> None:
+                 sources: tuple[Source, ...] = SOURCES, plugins: Mapping[str, PluginSpec] | None = None) -> None:
         self.config = prepared(config)
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
-        self.kube = KubeAccess.of(client, metrics, clock)
-        self.desched = Descheduler(self.config, registry(), kube=self.kube)
+        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0])
+        self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube)
         self.rounds = 0
         self.stop = threading.Event()  # `run`'s: a round waiting for the first lists gives up on it
 
@@ -125,12 +131,19 @@ class InCluster:
         self.stop = stop
         interval = max(self.config.descheduling_interval, 0.0)
         log.info("descheduling every %gs%s", interval, " (dry run)" if self.config.dry_run else "")
+        for plugin in self.controllers():
+            threading.Thread(target=plugin.run_controller, args=(stop,), name=f"controller-{plugin.name}",
+                             daemon=True).start()
         while not stop.is_set():
             started = time.monotonic()
             self.round()
             if interval <= 0:
                 return
             stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    def controllers(self) -> list[NamedController]:
+        """The plugins with a controller of their own (interfaces.Controller), each once."""
+        return [p for fw in self.desched.frameworks for p in fw.plugins.values() if isinstance(p, Controller)]
 
     def close(self) -> None:
         if self.cache.started:

@@ -1,7 +1,7 @@
 """`koord-descheduler` in a cluster, against the API double (kmock): leader election on the Lease (a second
 instance stays passive until the leader gives the Lease up), and the command itself with upstream's flags and no
 subcommand: /healthz and /metrics served, evictions made, a clean exit on SIGTERM with the Lease released, mistakes
-refused in one line (exit 2)."""
+refused in one line (exit 2); a plugin's own controller run beside the rounds with the live view."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ import pytest
 import yaml
 
 from apis.core.metatime import rfc3339
+from scheduler.cluster import NodeInfo
 from scheduler.descheduler import cli
 from scheduler.descheduler.config.decode import parse_config
+from scheduler.descheduler.interfaces import DESCHEDULE, Handle, PluginSpec
+from scheduler.descheduler.registry import registry
 from scheduler.descheduler.server import InCluster, lead_and_run, lease_config
 from scheduler.leaderelection import LeaderElector
 
@@ -137,3 +141,51 @@ def test_mistakes_are_one_line_and_exit_2(argv: list[str], want: str, monkeypatc
     assert cli.main(argv) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert want in line and line.startswith("koord-descheduler: ")
+
+
+class Probe:
+    """A deschedule plugin with a controller of its own, as the MigrationController is."""
+
+    name = "Probe"
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self.kinds: set[str] = set()
+        self.seen = threading.Event()
+        self.stopped = threading.Event()
+
+    def deschedule(self, nodes: Sequence[NodeInfo]) -> None:
+        pass
+
+    def run_controller(self, stop: threading.Event) -> None:
+        kube = self.handle.kube
+        assert kube is not None
+        while not stop.wait(0.01) and not self.kinds:
+            self.kinds = {str(o.get("kind")) for o in kube.objects()}
+        self.seen.set()
+        stop.wait()
+        self.stopped.set()
+
+
+async def test_a_plugins_controller_runs_beside_the_rounds_until_stopped(kmock: kmock.KubernetesEmulator) -> None:
+    seed(kmock)
+    probes: list[Probe] = []
+
+    def new(args: object, handle: Handle) -> Probe:
+        probes.append(Probe(handle))
+        return probes[-1]
+
+    plugins = {**registry(), "Probe": PluginSpec("Probe", new, frozenset({DESCHEDULE}))}
+    cfg = descheduler_config(deschedulingInterval="1h")
+    cfg["profiles"][0]["plugins"]["deschedule"] = {"enabled": [{"name": "Probe"}]}
+    r = InCluster(client(kmock), parse_config(cfg), watch=False, clock=lambda: CLOCK, plugins=plugins)
+    stop = threading.Event()
+    running = asyncio.create_task(asyncio.to_thread(r.run, stop))
+    try:
+        [probe] = probes
+        await until(probe.seen.is_set)
+        assert {"Node", "Pod", "NodeMetric"} <= probe.kinds and not probe.stopped.is_set()
+    finally:
+        stop.set()
+        await running
+    await until(probe.stopped.is_set)
