@@ -10,6 +10,12 @@ from apis.extension.errors import AnnotationError, struct_fields
 
 # Upstream: apis/extension/reservation.go.
 
+API_VERSION = "scheduling.koordinator.sh/v1alpha1"
+KIND = "Reservation"
+PHASE_PENDING, PHASE_AVAILABLE, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Available", "Succeeded", "Failed"
+CONDITION_SCHEDULED, CONDITION_READY = "Scheduled", "Ready"
+REASON_UNSCHEDULABLE, REASON_EXPIRED = "Unschedulable", "Expired"
+
 ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"  # {"name": ..., "uid": ...}
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"
 ANNOTATION_EXACT_MATCH_RESERVATION = "scheduling.koordinator.sh/exact-match-reservation"

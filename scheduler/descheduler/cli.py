@@ -162,6 +162,13 @@ def table(result: JSON) -> str:
         for node, row in rows.items():
             lines.append(f"{node:<20} {row['class'] or '-':<10} {row['abnormalities']:<14} "
                          f"{'yes' if row['anomaly'] else 'no'}")
+    jobs = result.get("podMigrationJobs")
+    if jobs:
+        lines += ["", f"{'PODMIGRATIONJOB':<38} {'POD':<40} {'MODE':<17} PHASE"]
+        for job in jobs:
+            ref = job["spec"]["podRef"]
+            lines.append(f"{job['metadata']['name']:<38} {ref['namespace'] + '/' + ref['name']:<40} "
+                         f"{job['spec'].get('mode') or '-':<17} {(job.get('status') or {}).get('phase') or '-'}")
     for err in result.get("errors") or []:
         lines.append(f"round {err['round']} failed: {err['error']}")
     return "\n".join(lines) + "\n"

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.interfaces import EXTENSION_POINTS, PluginSpec
+from scheduler.descheduler.migration import plugin as migration
 from scheduler.descheduler.plugins import defaultevictor
 from scheduler.descheduler.plugins.lownodeload import plugin as lownodeload
 
-REGISTRY: dict[str, PluginSpec] = {spec.name: spec for spec in (defaultevictor.SPEC, lownodeload.SPEC)}
+REGISTRY: dict[str, PluginSpec] = {spec.name: spec for spec in (defaultevictor.SPEC, lownodeload.SPEC, migration.SPEC)}
 """name → spec of every plugin this program builds."""
 
 UPSTREAM_ONLY = ("CustomPriority", "FragmentationAware", "ScaleDownBinPack", "HighNodeUtilization",
@@ -35,6 +36,6 @@ def check_supported(config: DeschedulerConfig) -> None:
     for i, profile in enumerate(config.profiles):
         for point in EXTENSION_POINTS:
             for name in profile.enabled(point):
-                if name in UPSTREAM_ONLY or (name not in REGISTRY and name == "MigrationController"):
+                if name in UPSTREAM_ONLY:
                     raise ConfigError(f"profiles[{i}].plugins.{point}: plugin {name!r} is not built by "
                                       f"koord-descheduler; supported: {', '.join(supported())}")

@@ -27,6 +27,10 @@ from apis.scheduling.reservation import (
     ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
     ANNOTATION_RESERVE_POD,
     LABEL_RESERVATION_ORDER,
+    PHASE_AVAILABLE,
+    PHASE_FAILED,
+    PHASE_PENDING,
+    PHASE_SUCCEEDED,
     ReservationAllocated,
     decode_reservation_allocated,
     decode_reservation_order,
@@ -41,7 +45,7 @@ from scheduler.reservation import cpus, devices
 
 log = logging.getLogger(__name__)
 
-PENDING, AVAILABLE, SUCCEEDED, FAILED = "Pending", "Available", "Succeeded", "Failed"
+PENDING, AVAILABLE, SUCCEEDED, FAILED = PHASE_PENDING, PHASE_AVAILABLE, PHASE_SUCCEEDED, PHASE_FAILED
 RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is the default behaviour)
 DEFAULT_POLICY = ""  # spec.allocatePolicy unset: Default (deprecated upstream, served as Aligned)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix

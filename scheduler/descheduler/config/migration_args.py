@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.labelselector import LabelSelector
+from apis.scheduling.migration import MODE_EVICT_DIRECTLY, MODE_RESERVATION_FIRST
 from scheduler.descheduler.config.common import (
     INT32,
     ConfigError,
@@ -31,8 +32,6 @@ from scheduler.descheduler.config.common import (
 )
 
 KIND = "MigrationControllerArgs"
-MODE_RESERVATION_FIRST = "ReservationFirst"
-MODE_EVICT_DIRECTLY = "EvictDirectly"
 POLICY_EVICTION = "Eviction"
 POLICY_DELETE = "Delete"
 POLICY_SOFT_EVICTION = "SoftEviction"

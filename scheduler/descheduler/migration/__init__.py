@@ -1,0 +1,1 @@
+"""The MigrationController: PodMigrationJobs, the limits on migrating pods, arbitration and the job lifecycle."""

@@ -1,0 +1,207 @@
+"""MigrationController as a descheduler plugin (evict + filter): a pod chosen for eviction gets a PodMigrationJob.
+
+Upstream: controllers/migration/controller.go (Filter, PreEvictionFilter, Evict), evict.go (the job created).
+`dryRun` in the args: Evict answers true and creates nothing. In a simulation the jobs created are the plugin's
+output (`podMigrationJobs`); the PodMigrationJobs of the first round's snapshot (the cluster directory) are
+arbitrated once, before that round, and count against the limits as they stand; in `run` (Handle.kube set) a job
+is also created in the cluster, and run_controller reconciles every job there and scavenges; a job created in a
+round migrates until its pod leaves the state (the simulation removes an evicted pod), and the object limiters then
+count its eviction at the job's creation.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+
+from apis.core.errors import InvalidInput, KoordletError
+from apis.core.objects import JSON, as_object
+from apis.extension.descheduling import (
+    ANNOTATION_EVICT_REASON,
+    ANNOTATION_EVICT_TRIGGER,
+    ANNOTATION_JOB_CREATED_BY,
+    ANNOTATION_PASSED_ARBITRATION,
+)
+from apis.scheduling.migration import KIND, PHASE_PENDING, PodMigrationJob, PodRef, decode_job, new_job
+from scheduler.cluster import key
+from scheduler.descheduler.config.common import ConfigError
+from scheduler.descheduler.config.migration_args import EVICTION_POLICIES, MigrationControllerArgs, default_args
+from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle, PluginSpec, Snapshot
+from scheduler.descheduler.migration import arbitrator
+from scheduler.descheduler.migration.filter import MigrationFilter
+from scheduler.descheduler.migration.jobs import MigratingJobs
+from scheduler.descheduler.migration.kubeapi import JOBS, KubeMigrationAPI, reconcile_all, scavenge
+from scheduler.descheduler.migration.reconcile import Reconciler
+
+NAME = "MigrationController"
+RECONCILE_PERIOD = 3.0  # seconds: upstream's requeue of a waiting job
+SCAVENGE_PERIOD = 60.0  # seconds: upstream's scavenger
+log = logging.getLogger("koord-descheduler.migration")
+
+
+class MigrationController:
+    """Implements interfaces.EvictorPlugin, FilterPlugin and SimulationOutput."""
+
+    name = NAME
+
+    def __init__(self, args: MigrationControllerArgs, handle: Handle, *,
+                 new_name: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+        self.args = args
+        self.handle = handle
+        self.new_name = new_name
+        self.instance_id = str(uuid.uuid4())  # job-created-by: new at every start, as upstream
+        self.passed: set[str] = set()
+        self.given: list[PodMigrationJob] | None = None  # the cluster directory's jobs, decoded on first use
+        self.changed: list[PodMigrationJob] = []  # given jobs arbitration changed
+        self.created: list[tuple[PodMigrationJob, JSON]] = []  # (job, its pod as it was)
+        self.migrating_created: list[tuple[PodMigrationJob, JSON]] = []
+        self.seen: Snapshot | None = None
+        self.current: MigratingJobs | None = None  # jobs(), until a job is created or the round changes
+        self.checks = MigrationFilter(args, lambda: self.handle.snapshot, self.jobs)
+
+    # ---- FilterPlugin ----
+
+    def filter(self, pod: JSON) -> bool:
+        return self.checks.filter(pod)
+
+    def pre_eviction_filter(self, pod: JSON) -> bool:
+        return self.checks.pre_eviction_filter(pod)
+
+    # ---- EvictorPlugin ----
+
+    def evict(self, pod: JSON, options: EvictOptions) -> bool:
+        if self.args.dry_run:
+            log.info("dry run: would migrate pod %s (%s): %s", key(pod), options.plugin, options.reason)
+            return True
+        if not self.checks.filter(pod):
+            return False
+        meta = as_object(pod.get("metadata"))
+        annotations = {ANNOTATION_EVICT_REASON: options.reason, ANNOTATION_EVICT_TRIGGER: options.plugin,
+                       ANNOTATION_JOB_CREATED_BY: self.instance_id}
+        obj = new_job(self.new_name(), PodRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+                                              str(meta.get("uid") or "")),
+                      mode=self.args.default_job_mode, ttl=self.args.default_job_ttl, created=self.handle.snapshot.now,
+                      annotations=annotations, delete_options=self.args.default_delete_options)
+        job = decode_job(obj)
+        kube = self.handle.kube
+        if kube is not None:  # `run`: the job is created in the cluster; run_controller carries it out
+            try:
+                kube.client.post(JOBS, obj)
+            except KoordletError as e:
+                log.warning("pod %s: creating PodMigrationJob %s: %s", key(pod), job.name, e)
+                return False
+        self.created.append((job, pod))
+        self.migrating_created.append((job, pod))
+        if self.current is not None:
+            self.current.add(job)
+        log.info("pod %s: PodMigrationJob %s created (%s: %s)", key(pod), job.name, options.plugin, options.reason)
+        return True
+
+    # ---- the jobs the limits count ----
+
+    def jobs(self) -> MigratingJobs:
+        """The jobs the limits count now (one instance, and its counts, until they change)."""
+        self._catch_up()
+        if self.current is None:
+            self.current = MigratingJobs([*(self.given or []), *(j for j, _ in self.migrating_created)], self.passed)
+        return self.current
+
+    def _catch_up(self) -> None:
+        """On a new round's snapshot: arbitrate the given jobs (first round only); created jobs whose pod left the
+        state are done, and their evictions tracked by the object limiters."""
+        snap = self.handle.snapshot
+        if snap is self.seen:
+            return
+        self.seen = snap
+        self.current = None
+        if self.given is None:
+            self.given = self._decode_given(snap.of_kind(KIND))
+            self._arbitrate_given(snap)
+        present = {key(p) for p in snap.all_pods()}
+        still = []
+        for job, pod in self.migrating_created:
+            if key(pod) in present:
+                still.append((job, pod))
+            else:
+                self.checks.track(pod, job.created or snap.now)
+        self.migrating_created = still
+
+    def _decode_given(self, objs: list[JSON]) -> list[PodMigrationJob]:
+        out = []
+        for obj in objs:
+            try:
+                out.append(decode_job(copy.deepcopy(obj)))
+            except InvalidInput as e:
+                name = as_object(obj.get("metadata")).get("name")
+                log.warning("PodMigrationJob %s ignored: %s", name, e)
+        return out
+
+    def _arbitrate_given(self, snap: Snapshot) -> None:
+        assert self.given is not None
+        waiting = [j for j in self.given if (j.phase or PHASE_PENDING) == PHASE_PENDING
+                   and j.annotations.get(ANNOTATION_PASSED_ARBITRATION) != "true"]
+        for j in self.given:
+            if j not in waiting and arbitrator.is_migrating(j):
+                self.passed.add(j.ident)
+        pods = self.checks.pods_by_key()
+        pod_of = {j.name: pods[j.pod_ref.key] for j in waiting if j.pod_ref.key in pods}
+        def fresh(check: Callable[[JSON], str | None]) -> Callable[[JSON], str | None]:
+            def run(pod: JSON) -> str | None:
+                self.current = None  # a job that just passed counts for the next
+                return check(pod)
+            return run
+
+        decisions = arbitrator.arbitrate(waiting, pod_of, fresh(self.checks.non_retryable),
+                                         fresh(self.checks.retryable), self.passed,
+                                         lambda owner: self._migrating_of_owner(owner, pods))
+        self.changed = [d.job for d in decisions if d.outcome != arbitrator.WAITING]
+
+    def _migrating_of_owner(self, owner: str, pods: Mapping[str, JSON]) -> int:
+        uids = {str(as_object(p.get("metadata")).get("uid") or "") for p in pods.values()
+                if any(r.get("uid") == owner for r in as_object(p.get("metadata")).get("ownerReferences") or [])}
+        return sum(1 for j in self.given or [] if j.pod_ref.uid in uids and arbitrator.is_migrating(j))
+
+    # ---- interfaces.Controller (`run` only) ----
+
+    def run_controller(self, stop: threading.Event) -> None:
+        """Every RECONCILE_PERIOD, one reconcile pass over every job in the cluster; every SCAVENGE_PERIOD, the
+        scavenger. An API error costs the pass, with one line."""
+        kube = self.handle.kube
+        if kube is None:
+            return
+        checks = self.checks
+        reconciler = Reconciler(self.args, KubeMigrationAPI(kube.client),
+                                limited=lambda pod: checks.limiters.exceeded(checks.subject(pod), time.time()),
+                                evicted=lambda pod: self.checks.track(pod, time.time()), now=time.time)
+        scavenged = time.monotonic()
+        while not stop.wait(RECONCILE_PERIOD):
+            try:
+                reconcile_all(kube.client, reconciler)
+                if time.monotonic() - scavenged >= SCAVENGE_PERIOD:
+                    scavenged = time.monotonic()
+                    scavenge(kube.client, time.time())
+            except KoordletError as e:
+                log.warning("PodMigrationJobs: reconcile pass skipped: %s", e)
+
+    # ---- SimulationOutput ----
+
+    def simulation_output(self) -> Mapping[str, object]:
+        return {"podMigrationJobs": [j.obj for j in self.changed] + [j.obj for j, _ in self.created]}
+
+
+def new(args: object, handle: Handle) -> MigrationController:
+    if args is None:
+        args = default_args()
+    elif not isinstance(args, MigrationControllerArgs):
+        raise ConfigError(f"got args of type {type(args).__name__}, want *MigrationControllerArgs")
+    if args.eviction_policy not in EVICTION_POLICIES:  # upstream refuses it when building the evictor (sic)
+        raise ConfigError(f"MigrationController args.evictionPolicy: unsupported evicition policy "
+                          f"{args.eviction_policy!r}")
+    return MigrationController(args, handle)
+
+
+SPEC = PluginSpec(NAME, new, frozenset({EVICT, FILTER}))
