@@ -1,7 +1,8 @@
 """Least privilege, proven: deploy/rbac.yaml's ClusterRole grants exactly the (verb, resource) pairs the agent's API
 client issues across the test suite (recorded by the API double), no fewer and no unused verb; deploy/scheduler/
-rbac.yaml's roles the same for koord-sched across tests/scheduler (a test acting as a user or another controller
-sends its own User-Agent: kubedouble.driver_client)."""
+rbac.yaml's roles the same for koord-sched across tests/scheduler, deploy/descheduler/rbac.yaml's for
+koord-descheduler across tests/descheduler (a test acting as a user or another controller sends its own User-Agent:
+kubedouble.driver_client)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from conftest import API_CALLS, TESTS_DIR
 
 ROLE_FILE = TESTS_DIR.parent / "deploy" / "rbac.yaml"
 SCHEDULER_ROLE_FILE = TESTS_DIR.parent / "deploy" / "scheduler" / "rbac.yaml"
+DESCHEDULER_ROLE_FILE = TESTS_DIR.parent / "deploy" / "descheduler" / "rbac.yaml"
 # The API client library's own tests: they send made-up verbs on made-up resources to test the client, not the agent.
 NOT_THE_AGENT = {"apis/test_kubeapi.py"}
 # The fault suite's koord-sched files: koord-sched's client, proven against koord-sched's roles.
@@ -39,6 +41,12 @@ def scheduler_api_test_files() -> list[str]:
     """tests/scheduler files that run koord-sched against the API double."""
     return sorted([str(p.relative_to(TESTS_DIR)) for p in (TESTS_DIR / "scheduler").glob("test_*.py")
                    if "kmock" in p.read_text()] + sorted(SCHEDULER_FAULTS))
+
+
+def descheduler_api_test_files() -> list[str]:
+    """tests/descheduler files that run koord-descheduler against the API double."""
+    return sorted(str(p.relative_to(TESTS_DIR)) for p in (TESTS_DIR / "descheduler").glob("test_*.py")
+                  if "kmock" in p.read_text())
 
 
 def recorded_calls(tmp_path: Path, files: list[str] | None = None) -> dict[str, set[Call]]:
@@ -87,6 +95,22 @@ def test_scheduler_roles_grant_exactly_what_koord_sched_uses(tmp_path: Path) -> 
                                                                       for r in rule["resources"]} == {"configmaps"}
     assert_exact(recorded_calls(tmp_path, files), granted(cluster_role(SCHEDULER_ROLE_FILE)) | granted(role),
                  "koord-sched")
+    [sa] = [d for d in docs if d["kind"] == "ServiceAccount"]
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                        "namespace": sa["metadata"]["namespace"]}]
+
+
+@pytest.mark.after_api_tests
+def test_descheduler_roles_grant_exactly_what_koord_descheduler_uses(tmp_path: Path) -> None:
+    files = descheduler_api_test_files()
+    assert {"descheduler/test_descheduler_run.py", "descheduler/test_descheduler_incluster.py"} <= set(files)
+    docs = [d for d in yaml.safe_load_all(DESCHEDULER_ROLE_FILE.read_text()) if d]
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "koordinator-system"  # the Lease of the config's leaderElection only
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
+    assert_exact(recorded_calls(tmp_path, files), granted(cluster_role(DESCHEDULER_ROLE_FILE)) | granted(role),
+                 "koord-descheduler")
     [sa] = [d for d in docs if d["kind"] == "ServiceAccount"]
     for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

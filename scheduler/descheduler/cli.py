@@ -1,5 +1,6 @@
-"""`koord-descheduler`: Koordinator's descheduler. `simulate` runs descheduling rounds over a directory of objects
-and prints what they would evict; `run` (in a cluster) is not built yet."""
+"""`koord-descheduler`: Koordinator's descheduler. `run` (also with no subcommand, as upstream's binary) deschedules
+in a cluster every deschedulingInterval; `simulate` runs descheduling rounds over a directory of objects and prints
+what they would evict."""
 
 from __future__ import annotations
 
@@ -7,19 +8,29 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
 import yaml
 
+from apis.client.kubeapi import KubeClient, KubeConfig
+from apis.core.errors import KoordletError
 from apis.core.metatime import parse_time
 from apis.core.objects import JSON
+from scheduler import kubeflags
 from scheduler.cluster import load_objects
+from scheduler.descheduler import flags
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.decode import load_config
+from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import FrameworkError
 from scheduler.descheduler.runner import simulate
+from scheduler.descheduler.server import InCluster, lead_and_run, leader_health, lease_config
+from scheduler.descheduler.serving import HealthServer, split_address
+from scheduler.leaderelection import LeaderElector
 
 log = logging.getLogger("koord-descheduler")
 CONFIG_HELP = "DeschedulerConfiguration (descheduler/v1alpha2) file, or the ConfigMap holding one"
@@ -43,22 +54,33 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--now", default=None,
                      help="the first round's time, RFC 3339 (default: now); later rounds add deschedulingInterval")
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="json")
-    run = sub.add_parser("run", help="descheduling in a cluster (not built yet)")
-    run.add_argument("--config", default=None, help=CONFIG_HELP)
+    run = sub.add_parser("run", help="descheduling in a cluster, every deschedulingInterval (the default command)")
+    flags.add_flags(run)
     return ap
 
 
+def with_command(argv: Sequence[str]) -> list[str]:
+    """Upstream's binary takes no subcommand: `koord-descheduler --config=...` is `run --config=...`."""
+    args = list(argv)
+    if any(a in ("simulate", "run") for a in args) or args[:1] in (["-h"], ["--help"]):
+        return args
+    return ["run", *args]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if ns.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname).1s %(name)s: %(message)s")
-    if ns.command in (None, "run"):
-        return fail("run: not built yet: koord-descheduler in a cluster (rounds, leader election, PodMigrationJobs) "
-                  "comes later; use `koord-descheduler simulate`")
+    ns = parser().parse_args(with_command(sys.argv[1:] if argv is None else argv))
+    if ns.command == "run":
+        logging.basicConfig(level=kubeflags.log_level(ns), stream=sys.stderr,
+                            format="%(levelname).1s %(name)s: %(message)s")
+    else:
+        logging.basicConfig(level=logging.INFO if ns.verbose else logging.WARNING, stream=sys.stderr,
+                            format="%(levelname).1s %(name)s: %(message)s")
     try:
         config = load_config(ns.config)
     except ConfigError as e:
         return fail(f"invalid --config: {e}")
+    if ns.command == "run":
+        return run(ns, config)
     if not ns.cluster:
         return fail("simulate: --cluster is required (a file or directory of objects)")
     if not os.path.exists(ns.cluster):
@@ -87,6 +109,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sys.stdout.write(table(result))
     return 0
+
+
+def run(ns: argparse.Namespace, config: DeschedulerConfig) -> int:
+    """In the cluster until SIGTERM (exit 0), a lost Lease (exit 1), or after one round with deschedulingInterval 0.
+    Mistakes in the configuration or the command line: one line, exit 2."""
+    try:
+        config = flags.applied(ns, config)
+        kube = KubeConfig.load(ns.kubeconfig or config.client_connection.kubeconfig or None)
+    except (ValueError, KoordletError) as e:
+        return fail(f"run: {e}")
+    if kube is None:
+        return fail("run: no kubeconfig: pass --kubeconfig, set $KUBECONFIG or run in a pod")
+    kube.qps, kube.burst = config.client_connection.qps, config.client_connection.burst
+    ignored = flags.not_acted_on(ns)
+    if ignored:
+        log.info("accepted as upstream's koord-descheduler does, not acted on: %s", " ".join(ignored))
+    try:
+        rounds = InCluster(KubeClient(kube), config)
+    except (ConfigError, FrameworkError) as e:
+        return fail(f"invalid --config: {e}")
+    elector = LeaderElector(KubeClient(kube), lease_config(config)) if config.leader_election.leader_elect else None
+    if elector is not None:
+        log.info("leader election on: Lease %s/%s", elector.config.namespace, elector.config.name)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    servers: list[HealthServer] = []
+    try:
+        for addr in dict.fromkeys(a for a in (config.healthz_bind_address, config.metrics_bind_address) if a):
+            server = HealthServer(split_address(addr), rounds.metrics, leader_health(elector))
+            server.start()
+            servers.append(server)
+            log.info("/healthz and /metrics on http://%s:%s", *server.server_address[:2])
+    except (OSError, ValueError) as e:
+        return fail(f"run: serving /healthz and /metrics: {e}")
+    try:
+        return lead_and_run(rounds, elector, stop)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def table(result: JSON) -> str:

@@ -32,6 +32,7 @@ from scheduler.descheduler.interfaces import (
     PluginSpec,
     Snapshot,
 )
+from scheduler.descheduler.kube import KubeAccess
 from scheduler.descheduler.limiter import Limiter
 from scheduler.descheduler.nodeutil import is_ready
 
@@ -73,12 +74,13 @@ class EvictorProxy:
     """interfaces.Evictor over one profile: limiter, framework dry run, the profile's evict plugin, record."""
 
     def __init__(self, plugin: EvictorPlugin, filters: Sequence[FilterPlugin], limiter: EvictionLimiter,
-                 dry_run: bool, record: Callable[[Eviction], None]) -> None:
+                 dry_run: bool, record: Callable[[Eviction], None], kube: KubeAccess | None = None) -> None:
         self.plugin = plugin
         self.filters = list(filters)
         self.limiter = limiter
         self.dry_run = dry_run
         self.record = record
+        self.kube = kube
 
     def filter(self, pod: JSON) -> bool:
         return all(f.filter(pod) for f in self.filters)
@@ -92,6 +94,9 @@ class EvictorProxy:
         refused = self.limiter.allowed(pod)
         if refused is not None:
             log.info("pod %s not evicted by %s: %s", ident, options.plugin, refused)
+            if self.kube is not None:
+                self.kube.metrics.pod_evicted(refused, options.plugin, str(meta.get("namespace") or ""),
+                                              str(spec.get("nodeName") or ""))
             return False
         if self.dry_run:
             log.info("dry run: would evict pod %s (%s): %s", ident, options.plugin, options.reason)
@@ -108,10 +113,11 @@ class Framework:
 
     def __init__(self, profile: Profile, registry: Mapping[str, PluginSpec], limiter: EvictionLimiter, *,
                  dry_run: bool = False, record: Callable[[Eviction], None] = lambda e: None,
-                 snapshot: Snapshot | None = None, simulate: bool = False) -> None:
+                 snapshot: Snapshot | None = None, simulate: bool = False, kube: KubeAccess | None = None) -> None:
         self.profile = profile
         self._snapshot = snapshot if snapshot is not None else Snapshot(cluster=Cluster())
         self._limiter = limiter
+        self._kube = kube
         self.plugins: dict[str, Plugin] = {}
         points: dict[str, list[Plugin]] = {p: [] for p in EXTENSION_POINTS}
         for point in EXTENSION_POINTS:
@@ -138,7 +144,7 @@ class Framework:
         self.balancers = [cast(BalancePlugin, _checked(p, BALANCE)) for p in points[BALANCE]]
         filters = [cast(FilterPlugin, _checked(p, FILTER)) for p in points[FILTER]]
         evictor = cast(EvictorPlugin, _checked(evictors[0], EVICT))
-        self.proxy = EvictorProxy(evictor, filters, limiter, dry_run, record)
+        self.proxy = EvictorProxy(evictor, filters, limiter, dry_run, record, kube)
 
     # ---- interfaces.Handle ----
 
@@ -153,6 +159,10 @@ class Framework:
     def limiter(self) -> EvictionLimiter:
         return self._limiter
 
+    @property
+    def kube(self) -> KubeAccess | None:
+        return self._kube
+
     def set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
 
@@ -164,12 +174,13 @@ class Descheduler:
     """Every profile of a configuration, run round by round over a snapshot (upstream descheduler.go)."""
 
     def __init__(self, config: DeschedulerConfig, registry: Mapping[str, PluginSpec], *,
-                 simulate: bool = False) -> None:
+                 simulate: bool = False, kube: KubeAccess | None = None) -> None:
         self.config = config
         self.evictions: list[Eviction] = []
         self.limiter = Limiter(config.max_pods_per_node, config.max_pods_per_namespace, config.max_pods_total)
         self.frameworks = [Framework(p, registry, self.limiter, dry_run=config.dry_run,
-                                     record=self.evictions.append, simulate=simulate) for p in config.profiles]
+                                     record=self.evictions.append, simulate=simulate, kube=kube)
+                           for p in config.profiles]
 
     def run_round(self, snapshot: Snapshot) -> str | None:
         """One round; None, or why the round failed (too few ready nodes)."""

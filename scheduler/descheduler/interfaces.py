@@ -10,12 +10,14 @@ Points per round (framework.Framework.run_round): every profile's `deschedule` p
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, key
+from scheduler.descheduler.kube import KubeAccess
 
 DESCHEDULE = "deschedule"
 BALANCE = "balance"
@@ -96,7 +98,9 @@ class Evictor(Protocol):
 
 
 class Handle(Protocol):
-    """What a plugin may ask of the framework (upstream framework.Handle)."""
+    """What a plugin may ask of the framework (upstream framework.Handle). `snapshot.now` is the round's clock;
+    `kube` is the cluster in `koord-descheduler run` (the API client, Events, metrics, the Eviction API) and None in
+    `simulate`: an evict plugin acts through it when it is there and only decides when it is not."""
 
     def evictor(self) -> Evictor: ...
 
@@ -105,6 +109,9 @@ class Handle(Protocol):
 
     @property
     def limiter(self) -> EvictionLimiter: ...
+
+    @property
+    def kube(self) -> KubeAccess | None: ...
 
 
 @runtime_checkable
@@ -142,6 +149,16 @@ class FilterPlugin(Plugin, Protocol):
     def filter(self, pod: JSON) -> bool: ...
 
     def pre_eviction_filter(self, pod: JSON) -> bool: ...
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """A plugin with work of its own between rounds (upstream: the MigrationController's reconcile loop and its
+    arbitration, which the controller manager runs). `run` calls `run_controller(stop)` once, in a thread of its own,
+    while this process leads, and sets `stop` when it stops leading or exits; the plugin reads the cluster through
+    `Handle.kube` (`objects()` for the live view, `client` to write). `simulate` never calls it."""
+
+    def run_controller(self, stop: threading.Event) -> None: ...
 
 
 @runtime_checkable

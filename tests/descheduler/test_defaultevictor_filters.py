@@ -36,6 +36,10 @@ class Handle:
     def limiter(self) -> Limiter:
         return Limiter()
 
+    @property
+    def kube(self) -> None:
+        return None  # as in `simulate`
+
 
 def evictor(args: dict[str, Any], objects: list[dict[str, Any]] | None = None) -> DefaultEvictor:
     snap = snapshot(objects or [node("n1", 4000, 4000, 10), node("n2", 4000, 4000, 10)], NOW_S)

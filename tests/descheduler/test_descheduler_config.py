@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from scheduler.descheduler import cli
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.decode import load_config, parse_config, parse_text
 from scheduler.descheduler.config.lownodeload_args import DEFAULT_POOL, LowNodeLoadArgs
@@ -261,10 +260,3 @@ def test_configmap_holding_the_file() -> None:
             "  koord-descheduler-config: |\n" + "".join(f"    {line}\n" for line in inner.splitlines()))
     cfg = parse_text(text)
     assert cfg.descheduling_interval == 10 and cfg.profiles[0].plugins["balance"] == ["LowNodeLoad"]
-
-
-def test_run_is_not_built(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["run"]) == 2
-    assert cli.main([]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all("not built yet" in line for line in err)

@@ -3,19 +3,22 @@
 Upstream: controllers/migration/controller.go (Filter, PreEvictionFilter, Evict), evict.go (the job created).
 `dryRun` in the args: Evict answers true and creates nothing. In a simulation the jobs created are the plugin's
 output (`podMigrationJobs`); the PodMigrationJobs of the first round's snapshot (the cluster directory) are
-arbitrated once, before that round, and count against the limits as they stand (`run` will have to re-read them
-every round); a job created in a round migrates until its pod leaves the state
-(the simulation removes an evicted pod), and the object limiters then count its eviction at the job's creation.
+arbitrated once, before that round, and count against the limits as they stand; in `run` (Handle.kube set) a job
+is also created in the cluster, and run_controller reconciles every job there and scavenges; a job created in a
+round migrates until its pod leaves the state (the simulation removes an evicted pod), and the object limiters then
+count its eviction at the job's creation.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from apis.core.errors import InvalidInput
+from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON, as_object
 from apis.extension.descheduling import (
     ANNOTATION_EVICT_REASON,
@@ -31,8 +34,12 @@ from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle
 from scheduler.descheduler.migration import arbitrator
 from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
+from scheduler.descheduler.migration.kubeapi import JOBS, KubeMigrationAPI, reconcile_all, scavenge
+from scheduler.descheduler.migration.reconcile import Reconciler
 
 NAME = "MigrationController"
+RECONCILE_PERIOD = 3.0  # seconds: upstream's requeue of a waiting job
+SCAVENGE_PERIOD = 60.0  # seconds: upstream's scavenger
 log = logging.getLogger("koord-descheduler.migration")
 
 
@@ -80,6 +87,13 @@ class MigrationController:
                       mode=self.args.default_job_mode, ttl=self.args.default_job_ttl, created=self.handle.snapshot.now,
                       annotations=annotations, delete_options=self.args.default_delete_options)
         job = decode_job(obj)
+        kube = self.handle.kube
+        if kube is not None:  # `run`: the job is created in the cluster; run_controller carries it out
+            try:
+                kube.client.post(JOBS, obj)
+            except KoordletError as e:
+                log.warning("pod %s: creating PodMigrationJob %s: %s", key(pod), job.name, e)
+                return False
         self.created.append((job, pod))
         self.migrating_created.append((job, pod))
         if self.current is not None:
@@ -150,6 +164,28 @@ class MigrationController:
         uids = {str(as_object(p.get("metadata")).get("uid") or "") for p in pods.values()
                 if any(r.get("uid") == owner for r in as_object(p.get("metadata")).get("ownerReferences") or [])}
         return sum(1 for j in self.given or [] if j.pod_ref.uid in uids and arbitrator.is_migrating(j))
+
+    # ---- interfaces.Controller (`run` only) ----
+
+    def run_controller(self, stop: threading.Event) -> None:
+        """Every RECONCILE_PERIOD, one reconcile pass over every job in the cluster; every SCAVENGE_PERIOD, the
+        scavenger. An API error costs the pass, with one line."""
+        kube = self.handle.kube
+        if kube is None:
+            return
+        checks = self.checks
+        reconciler = Reconciler(self.args, KubeMigrationAPI(kube.client),
+                                limited=lambda pod: checks.limiters.exceeded(checks.subject(pod), time.time()),
+                                evicted=lambda pod: self.checks.track(pod, time.time()), now=time.time)
+        scavenged = time.monotonic()
+        while not stop.wait(RECONCILE_PERIOD):
+            try:
+                reconcile_all(kube.client, reconciler)
+                if time.monotonic() - scavenged >= SCAVENGE_PERIOD:
+                    scavenged = time.monotonic()
+                    scavenge(kube.client, time.time())
+            except KoordletError as e:
+                log.warning("PodMigrationJobs: reconcile pass skipped: %s", e)
 
     # ---- SimulationOutput ----
 

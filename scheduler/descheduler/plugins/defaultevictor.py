@@ -5,8 +5,9 @@ Filter: the evict annotation passes everything; Mandatory no-eviction refuses an
 terminating pods never pass; then the effective pod protections (local storage, DaemonSet, system-critical priority
 with priorityThreshold, bare pods unless failed and allowed, PVCs, pods without a PDB, resource claims), the
 labelSelector, minReplicas and minPodAge. PreEvictionFilter: nodeFit (another ready node fits the pod) and the
-namespaceLabelSelector. Evict: in a simulation the Eviction API's PodDisruptionBudget check is played (a pod whose
-PDB allows no more disruptions is not evicted; more than one PDB is an error, as the API server answers).
+namespaceLabelSelector. Evict: in `run` a policy/v1 Eviction (scheduler.descheduler.kube); in a simulation the
+Eviction API's PodDisruptionBudget check is played (a pod whose PDB allows no more disruptions is not evicted; more
+than one PDB is an error, as the API server answers).
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class DefaultEvictor:
     # ---- EvictorPlugin ----
 
     def evict(self, pod: JSON, options: EvictOptions) -> bool:
+        kube = self.handle.kube
+        if kube is not None:  # `run`: the Eviction API, which enforces the PodDisruptionBudgets itself
+            return kube.evictor.evict(pod, options.plugin, options.reason)
         pdbs = podutil.covering_pdbs(pod, self.handle.snapshot.cluster.pdbs)
         ident = f"{podutil.namespace(pod)}/{podutil.name(pod)}"
         if len(pdbs) > 1:

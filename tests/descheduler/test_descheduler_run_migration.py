@@ -1,0 +1,55 @@
+"""`koord-descheduler run` driving the MigrationController against the API double (kmock): a round's evictions
+become PodMigrationJobs created in the cluster (within maxMigratingPerNode), and the plugin's controller, run beside
+the rounds, carries them out through the Eviction API (EvictDirectly)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import kmock
+import pytest
+from test_migration_kube import emulate_status
+
+from apis.core.metatime import rfc3339
+from scheduler.descheduler.config.decode import parse_config
+from scheduler.descheduler.migration import plugin as migration
+from scheduler.descheduler.server import InCluster
+
+from deschedbuild import config
+from deschedkube import client, evicted, seed, writes
+from kubedouble import emulate_put
+
+JOBS = "scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
+
+
+async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: kmock.KubernetesEmulator,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    seed(kmock, update_time=rfc3339(time.time()))  # the jobs' ttl runs on the wall clock: so does this round
+    kmock.resources[JOBS] = {}
+    kmock.resources["events.k8s.io/v1/events"] = {}
+    emulate_status(kmock, JOBS)
+    emulate_put(kmock, JOBS)
+    monkeypatch.setattr(migration, "RECONCILE_PERIOD", 0.05)
+    cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
+    prof = cfg["profiles"][0]
+    prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]
+    prof["pluginConfig"].append({"name": "MigrationController", "args": {"defaultJobMode": "EvictDirectly"}})
+    r = InCluster(client(kmock), parse_config(cfg), watch=False)
+    stop = threading.Event()
+    running = asyncio.create_task(asyncio.to_thread(r.run, stop))
+    try:
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(evicted(kmock)) < 2:
+            assert asyncio.get_running_loop().time() < deadline, "the jobs were not carried out"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await running
+    created = [w.data for w in writes(kmock, "/podmigrationjobs")]
+    assert len(created) == 2  # maxMigratingPerNode: 2
+    assert sorted(j["spec"]["podRef"]["name"] for j in created) == evicted(kmock)
+    assert all(j["spec"]["mode"] == "EvictDirectly" for j in created)
+    assert len(writes(kmock, "/eviction")) == 2
+
