@@ -1,5 +1,9 @@
 """Strict readers for DeschedulerConfiguration fields, each refusal one line naming the field path.
 
+The readers both configurations share (boolean, string, string_list, mapping, check_keys, ConfigError) are
+scheduler.config.fields', re-exported here; those below read what only the descheduler has, or as its Go types
+decode (an integer of a Go integer type, a duration string only).
+
 Go's decoding is the model: a JSON type that does not fit the Go field is an error (a string where a number is
 wanted, a negative `uint`), `metav1.Duration` is a Go duration string, a LabelSelector must convert.
 """
@@ -12,7 +16,7 @@ from dataclasses import dataclass, field
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector
-from scheduler.config.fields import ConfigError, check_keys, mapping
+from scheduler.config.fields import TYPE_FIELDS, ConfigError, boolean, check_keys, mapping, string, string_list
 
 __all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "boolean", "check_keys", "duration", "integer",
            "mapping", "namespaces", "percentages", "priority_threshold", "selector", "string", "string_list"]
@@ -66,15 +70,6 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def boolean(raw: Mapping[str, object], name: str, where: str, default: bool | None = False) -> bool | None:
-    v = raw.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ConfigError(f"{where}.{name}: must be true or false, got {v!r}")
-    return v
-
-
 def integer(raw: Mapping[str, object], name: str, where: str, bounds: tuple[int, int] = INT32) -> int | None:
     """An integer of a Go integer type (bounds), None when absent."""
     v = raw.get(name)
@@ -88,24 +83,6 @@ def integer(raw: Mapping[str, object], name: str, where: str, bounds: tuple[int,
         kind = "a non-negative integer" if bounds[0] == 0 else "an integer"
         raise ConfigError(f"{where}.{name}: must be {kind} of at most {bounds[1]}, got {v!r}")
     return v
-
-
-def string(raw: Mapping[str, object], name: str, where: str, default: str = "") -> str:
-    v = raw.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, str):
-        raise ConfigError(f"{where}.{name}: must be a string, got {v!r}")
-    return v
-
-
-def string_list(raw: Mapping[str, object], name: str, where: str) -> list[str]:
-    v = raw.get(name)
-    if v is None:
-        return []
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(f"{where}.{name}: must be a list of strings, got {v!r}")
-    return list(v)
 
 
 def duration(raw: Mapping[str, object], name: str, where: str) -> float | None:
@@ -178,4 +155,4 @@ def weights(raw: Mapping[str, object], name: str, where: str) -> dict[str, int] 
 
 def accepted(fields: Sequence[str]) -> tuple[str, ...]:
     """The keys an args object accepts: its fields and its TypeMeta."""
-    return ("apiVersion", "kind", *fields)
+    return (*TYPE_FIELDS, *fields)

@@ -92,7 +92,7 @@ def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
         label_selector=selector(m, "labelSelector", where),
         namespace_label_selector=selector(m, "namespaceLabelSelector", where),
         priority_threshold=priority_threshold(m, "priorityThreshold", where),
-        node_fit=bool(boolean(m, "nodeFit", where)),
+        node_fit=boolean(m, "nodeFit", where),
         min_replicas=integer(m, "minReplicas", where, UINT) or 0,
         min_pod_age=duration(m, "minPodAge", where),
         no_eviction_policy=string(m, "noEvictionPolicy", where),
@@ -104,7 +104,7 @@ def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
         except SelectorError as e:
             raise ConfigError(str(e)) from None
     for name, attr in _DEPRECATED.items():
-        setattr(args, attr, bool(boolean(m, name, where)))
+        setattr(args, attr, boolean(m, name, where))
     _protections(m, where, args)
     _validate(m, where, args)
     return args

@@ -108,13 +108,13 @@ def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
     expiration = integer(m, "nodeMetricExpirationSeconds", where, INT64)
     anomaly = m.get("anomalyCondition")
     args = LowNodeLoadArgs(
-        paused=bool(boolean(m, "paused", where)),
-        dry_run=bool(boolean(m, "dryRun", where)),
+        paused=boolean(m, "paused", where),
+        dry_run=boolean(m, "dryRun", where),
         number_of_nodes=integer(m, "numberOfNodes", where, INT32) or 0,
         node_metric_expiration_seconds=DEFAULT_EXPIRATION_SECONDS if expiration is None else expiration,
         evictable_namespaces=namespaces(m, "evictableNamespaces", where),
         pod_selectors=_pod_selectors(m, where),
-        node_fit=bool(boolean(m, "nodeFit", where, True)),
+        node_fit=boolean(m, "nodeFit", where, True),
     )
     timeout = duration(m, "detectorCacheTimeout", where)
     args.detector_cache_timeout = DEFAULT_DETECTOR_CACHE_TIMEOUT if timeout is None else timeout
@@ -142,7 +142,7 @@ def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
 
 def _pool_fields(m: Mapping[str, object], where: str) -> NodePool:
     pool = NodePool(node_selector=selector(m, "nodeSelector", where),
-                    use_deviation_thresholds=bool(boolean(m, "useDeviationThresholds", where)))
+                    use_deviation_thresholds=boolean(m, "useDeviationThresholds", where))
     pool.high = percentages(m, "highThresholds", where)
     pool.low = percentages(m, "lowThresholds", where)
     pool.prod_high = percentages(m, "prodHighThresholds", where)
@@ -156,7 +156,7 @@ def _node_pool(raw: object, where: str, top: NodePool, top_raw: Mapping[str, obj
     m = mapping(raw, where)
     check_keys(m, _POOL_FIELDS, where)
     pool = NodePool(name=string(m, "name", where), node_selector=selector(m, "nodeSelector", where),
-                    use_deviation_thresholds=bool(boolean(m, "useDeviationThresholds", where)))
+                    use_deviation_thresholds=boolean(m, "useDeviationThresholds", where))
     for key, attr in zip(_THRESHOLDS, ("high", "low", "prod_high", "prod_low"), strict=True):
         own = percentages(m, key, where)
         # a map is shared with the top level when inherited, as upstream's (it is mutated in place, §3.2)

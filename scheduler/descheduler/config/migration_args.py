@@ -139,16 +139,16 @@ def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
     m = mapping(raw, where)
     check_keys(m, accepted(_FIELDS), where)
     a = MigrationControllerArgs(
-        dry_run=bool(boolean(m, "dryRun", where)),
-        evict_failed_bare_pods=bool(boolean(m, "evictFailedBarePods", where)),
-        evict_all_bare_pods=bool(boolean(m, "evictAllBarePods", where)),
-        evict_local_storage_pods=bool(boolean(m, "evictLocalStoragePods", where)),
-        evict_system_critical_pods=bool(boolean(m, "evictSystemCriticalPods", where)),
-        ignore_pvc_pods=bool(boolean(m, "ignorePvcPods", where)),
+        dry_run=boolean(m, "dryRun", where),
+        evict_failed_bare_pods=boolean(m, "evictFailedBarePods", where),
+        evict_all_bare_pods=boolean(m, "evictAllBarePods", where),
+        evict_local_storage_pods=boolean(m, "evictLocalStoragePods", where),
+        evict_system_critical_pods=boolean(m, "evictSystemCriticalPods", where),
+        ignore_pvc_pods=boolean(m, "ignorePvcPods", where),
         priority_threshold=priority_threshold(m, "priorityThreshold", where),
         label_selector=selector(m, "labelSelector", where),
         namespaces=namespaces(m, "namespaces", where),
-        node_fit=bool(boolean(m, "nodeFit", where)),
+        node_fit=boolean(m, "nodeFit", where),
         node_selector=string(m, "nodeSelector", where),
         skip_eviction_gates=string_list(m, "skipEvictionGates", where),
         max_migrating_globally=integer(m, "maxMigratingGlobally", where, INT32),
@@ -182,7 +182,7 @@ def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
         am = mapping(m["arbitrationArgs"], at)
         check_keys(am, ("enabled", "interval"), at)
         interval = duration(am, "interval", at)
-        a.arbitration = ArbitrationArgs(bool(boolean(am, "enabled", at)),
+        a.arbitration = ArbitrationArgs(boolean(am, "enabled", at),
                                         DEFAULT_ARBITRATION_INTERVAL if interval is None else interval)
     validate(a, where)
     return a
