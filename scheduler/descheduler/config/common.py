@@ -19,7 +19,7 @@ from apis.core.labelselector import LabelSelector, SelectorError, parse_label_se
 from scheduler.config.fields import TYPE_FIELDS, ConfigError, boolean, check_keys, mapping, string, string_list
 
 __all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "boolean", "check_keys", "duration", "integer",
-           "mapping", "namespaces", "percentages", "priority_threshold", "selector", "string", "string_list"]
+           "mapping", "member", "namespaces", "percentages", "priority_threshold", "selector", "string", "string_list"]
 
 INT32 = (-(2**31), 2**31 - 1)
 UINT32 = (0, 2**32 - 1)
@@ -108,33 +108,41 @@ def selector(raw: Mapping[str, object], name: str, where: str) -> LabelSelector 
         raise ConfigError(str(e)) from None
 
 
-def namespaces(raw: Mapping[str, object], name: str, where: str) -> Namespaces | None:
+def member(raw: Mapping[str, object], name: str, where: str,
+           keys: Sequence[str] | None = None) -> tuple[Mapping[str, object], str] | None:
+    """The object at `name` and its field path, None when absent; with `keys`, strictly those fields."""
     v = raw.get(name)
     if v is None:
         return None
     at = f"{where}.{name}"
     m = mapping(v, at)
-    check_keys(m, ("include", "exclude"), at)
+    if keys is not None:
+        check_keys(m, keys, at)
+    return m, at
+
+
+def namespaces(raw: Mapping[str, object], name: str, where: str) -> Namespaces | None:
+    got = member(raw, name, where, ("include", "exclude"))
+    if got is None:
+        return None
+    m, at = got
     return Namespaces(tuple(string_list(m, "include", at)), tuple(string_list(m, "exclude", at)))
 
 
 def priority_threshold(raw: Mapping[str, object], name: str, where: str) -> PriorityThreshold | None:
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where, ("value", "name"))
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
-    check_keys(m, ("value", "name"), at)
+    m, at = got
     return PriorityThreshold(integer(m, "value", at), string(m, "name", at))
 
 
 def percentages(raw: Mapping[str, object], name: str, where: str) -> dict[str, float] | None:
     """ResourceThresholds: resource name → percentage (a JSON number), None when absent."""
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where)
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
+    m, at = got
     out: dict[str, float] = {}
     for k, x in m.items():
         if isinstance(x, bool) or not isinstance(x, int | float):
@@ -145,11 +153,10 @@ def percentages(raw: Mapping[str, object], name: str, where: str) -> dict[str, f
 
 def weights(raw: Mapping[str, object], name: str, where: str) -> dict[str, int] | None:
     """resource name → int64 weight, None when absent."""
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where)
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
+    m, at = got
     return {str(k): int(integer(m, str(k), at, INT64) or 0) for k in m}
 
 

@@ -20,6 +20,7 @@ from scheduler.descheduler.config.common import (
     duration,
     integer,
     mapping,
+    member,
     priority_threshold,
     selector,
     string,
@@ -111,12 +112,10 @@ def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
 
 
 def _protections(m: object, where: str, args: DefaultEvictorArgs) -> None:
-    raw = mapping(m, where).get("podProtections")
-    if raw is None:
+    protections = member(mapping(m, where), "podProtections", where, ("extraEnabled", "defaultDisabled", "config"))
+    if protections is None:
         return
-    at = f"{where}.podProtections"
-    pm = mapping(raw, at)
-    check_keys(pm, ("extraEnabled", "defaultDisabled", "config"), at)
+    pm, at = protections
     for key, attr in (("extraEnabled", "extra_enabled"), ("defaultDisabled", "default_disabled")):
         v = pm.get(key)
         if v is None:
@@ -124,14 +123,12 @@ def _protections(m: object, where: str, args: DefaultEvictorArgs) -> None:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ConfigError(f"{at}.{key}: must be a list of protection names, got {v!r}")
         setattr(args, attr, list(v))
-    cfg = pm.get("config")
+    cfg = member(pm, "config", at, ("PodsWithPVC",))
     if cfg is not None:
-        cm = mapping(cfg, f"{at}.config")
-        check_keys(cm, ("PodsWithPVC",), f"{at}.config")
-        if cm.get("PodsWithPVC") is not None:
-            pvc_at = f"{at}.config.PodsWithPVC"
-            pvc = mapping(cm["PodsWithPVC"], pvc_at)
-            check_keys(pvc, ("protectedStorageClasses",), pvc_at)
+        cm, cfg_at = cfg
+        pvc_member = member(cm, "PodsWithPVC", cfg_at, ("protectedStorageClasses",))
+        if pvc_member is not None:
+            pvc, pvc_at = pvc_member
             classes = pvc.get("protectedStorageClasses") or []
             if not isinstance(classes, list):
                 raise ConfigError(f"{pvc_at}.protectedStorageClasses: must be a list")

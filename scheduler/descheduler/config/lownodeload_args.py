@@ -227,26 +227,21 @@ def validate(args: LowNodeLoadArgs, where: str) -> None:
     for i, pool in enumerate(args.node_pools):
         at = f"{where}.nodePools[{i}]"
         high, low, prod_high, prod_low = pool.high or {}, pool.low or {}, pool.prod_high or {}, pool.prod_low or {}
-        for r, v in high.items():
-            if v < 0:
-                p.invalid(f"{at}.highThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-        for r, v in low.items():
-            if v < 0:
-                p.invalid(f"{at}.lowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in high and v > high[r]:
-                p.invalid(f"{at}.lowThresholds[{r}]", v, "low percentage must be less than or equal to highThresholds")
-        for r, v in prod_high.items():
-            if v < 0:
-                p.invalid(f"{at}.ProdHighThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in high and v > high[r]:
-                p.invalid(f"{at}.ProdHighThresholds[{r}]", v,
-                          "node percentage must be greater than or equal to prodHighThresholds")
-        for r, v in prod_low.items():
-            if v < 0:
-                p.invalid(f"{at}.ProdLowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in prod_high and v > prod_high[r]:
-                p.invalid(f"{at}.ProdLowThresholds[{r}]", v,
-                          "low percentage must be less than or equal to prodHighThresholds")
+        # each threshold's path (upstream's spelling), its values, and the thresholds it may not exceed
+        checks: tuple[tuple[str, Thresholds, Thresholds, str], ...] = (
+            ("highThresholds", high, {}, ""),
+            ("lowThresholds", low, high, "low percentage must be less than or equal to highThresholds"),
+            ("ProdHighThresholds", prod_high, high,
+             "node percentage must be greater than or equal to prodHighThresholds"),
+            ("ProdLowThresholds", prod_low, prod_high,
+             "low percentage must be less than or equal to prodHighThresholds"),
+        )
+        for name, values, cap, above_cap in checks:
+            for r, v in values.items():
+                if v < 0:
+                    p.invalid(f"{at}.{name}[{r}]", v, "percentage must be greater than or equal to 0")
+                if r in cap and v > cap[r]:
+                    p.invalid(f"{at}.{name}[{r}]", v, above_cap)
         if pool.anomaly.consecutive_abnormalities <= 0:
             p.invalid(f"{at}.anomalyDetectionThresholds.consecutiveAbnormalities",
                       pool.anomaly.consecutive_abnormalities, "consecutiveAbnormalities must be greater than 0")

@@ -24,6 +24,7 @@ from scheduler.descheduler.config.common import (
     duration,
     integer,
     mapping,
+    member,
     namespaces,
     priority_threshold,
     selector,
@@ -172,15 +173,12 @@ def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
     limiters = _object_limiters(m, where)
     if limiters:
         a.object_limiters = limiters
-    if m.get("defaultDeleteOptions") is not None:
-        at = f"{where}.defaultDeleteOptions"
-        opts = mapping(m["defaultDeleteOptions"], at)
-        check_keys(opts, _DELETE_OPTIONS, at)
-        a.default_delete_options = dict(opts)
-    if m.get("arbitrationArgs") is not None:
-        at = f"{where}.arbitrationArgs"
-        am = mapping(m["arbitrationArgs"], at)
-        check_keys(am, ("enabled", "interval"), at)
+    options = member(m, "defaultDeleteOptions", where, _DELETE_OPTIONS)
+    if options is not None:
+        a.default_delete_options = dict(options[0])
+    arbitration = member(m, "arbitrationArgs", where, ("enabled", "interval"))
+    if arbitration is not None:
+        am, at = arbitration
         interval = duration(am, "interval", at)
         a.arbitration = ArbitrationArgs(boolean(am, "enabled", at),
                                         DEFAULT_ARBITRATION_INTERVAL if interval is None else interval)
