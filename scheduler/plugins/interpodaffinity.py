@@ -207,12 +207,7 @@ class InterPodAffinity:
         return raw
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        index = node_index(cluster)
-        got = self.score_vector(pod, index)
-        if isinstance(got, int):
-            return got
-        row = index.pos.get(node.name)
-        return 0 if row is None else int(got[row])
+        return self._scored.node_score(pod, node_index(cluster), node.name, 0)
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """(score − min) × 100 / (max − min) over the nodes scored, in floating point as kube; 0 when all equal."""

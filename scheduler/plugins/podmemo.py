@@ -78,3 +78,11 @@ class ScoreMemo:
         got = self._compute(pod, index, candidates)
         self._scored = (pod, stamp, id(candidates), got)
         return got
+
+    def node_score(self, pod: JSON, index: NodeIndex, node: str, missing: int) -> int:
+        """One node's score from the vector (a uniform int as it is); `missing` for a node outside the index."""
+        got = self.get(pod, index)
+        if isinstance(got, int):
+            return got
+        row = index.pos.get(node)
+        return missing if row is None else int(got[row])

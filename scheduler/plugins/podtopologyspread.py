@@ -244,12 +244,7 @@ class PodTopologySpread:
         return raw
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        index = node_index(cluster)
-        got = self.score_vector(pod, index)
-        if isinstance(got, int):
-            return got
-        row = index.pos.get(node.name)
-        return NOT_SCORED if row is None else int(got[row])
+        return self._scored.node_score(pod, node_index(cluster), node.name, NOT_SCORED)
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """100 × (max + min − score) / max over the nodes scored (all 100 when max is 0); the others 0."""
