@@ -18,8 +18,9 @@ from apis.core.errors import InvalidInput
 from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector
 from scheduler.config.fields import TYPE_FIELDS, ConfigError, boolean, check_keys, mapping, string, string_list
 
-__all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "boolean", "check_keys", "duration", "integer",
-           "mapping", "member", "namespaces", "percentages", "priority_threshold", "selector", "string", "string_list"]
+__all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "args_object", "boolean", "check_keys", "duration",
+           "integer", "mapping", "member", "namespaces", "percentages", "priority_threshold", "selector", "string",
+           "string_list"]
 
 INT32 = (-(2**31), 2**31 - 1)
 UINT32 = (0, 2**32 - 1)
@@ -160,6 +161,8 @@ def weights(raw: Mapping[str, object], name: str, where: str) -> dict[str, int] 
     return {str(k): int(integer(m, str(k), at, INT64) or 0) for k in m}
 
 
-def accepted(fields: Sequence[str]) -> tuple[str, ...]:
-    """The keys an args object accepts: its fields and its TypeMeta."""
-    return (*TYPE_FIELDS, *fields)
+def args_object(raw: object, where: str, fields: Sequence[str]) -> Mapping[str, object]:
+    """A plugin's args: an object holding only its `fields` and its TypeMeta."""
+    m = mapping(raw, where)
+    check_keys(m, (*TYPE_FIELDS, *fields), where)
+    return m

@@ -14,7 +14,7 @@ from scheduler.descheduler.config.common import (
     UINT,
     ConfigError,
     PriorityThreshold,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
@@ -87,8 +87,7 @@ class DefaultEvictorArgs:
 
 
 def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     args = DefaultEvictorArgs(
         label_selector=selector(m, "labelSelector", where),
         namespace_label_selector=selector(m, "namespaceLabelSelector", where),

@@ -18,7 +18,7 @@ from scheduler.descheduler.config.common import (
     ConfigError,
     Namespaces,
     Problems,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
@@ -102,8 +102,7 @@ def default_args() -> LowNodeLoadArgs:
 
 
 def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     top = _pool_fields(m, where)
     expiration = integer(m, "nodeMetricExpirationSeconds", where, INT64)
     anomaly = m.get("anomalyCondition")

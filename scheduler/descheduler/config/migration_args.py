@@ -18,7 +18,7 @@ from scheduler.descheduler.config.common import (
     Namespaces,
     PriorityThreshold,
     Problems,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
@@ -137,8 +137,7 @@ def default_args() -> MigrationControllerArgs:
 
 
 def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     a = MigrationControllerArgs(
         dry_run=boolean(m, "dryRun", where),
         evict_failed_bare_pods=boolean(m, "evictFailedBarePods", where),
