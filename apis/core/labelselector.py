@@ -114,6 +114,26 @@ def parse_label_selector(raw: object, where: str = "labelSelector") -> LabelSele
     return LabelSelector(tuple(reqs))
 
 
+def decoded_label_selector(raw: object, where: str = "labelSelector") -> LabelSelector:
+    """parse_label_selector of a selector Go decodes without strictness (an annotation's or a ConfigMap's JSON, an
+    object the API server pruned): fields other than matchLabels and matchExpressions are dropped, not refused."""
+    if isinstance(raw, Mapping):
+        raw = {k: raw[k] for k in ("matchLabels", "matchExpressions") if k in raw}
+    return parse_label_selector(raw, where)
+
+
+def selector_or_nothing(raw: object) -> LabelSelector | None:
+    """A decoded JSON selector as upstream matches with it (LabelSelectorAsSelector, its error skipping the term):
+    None for a nil selector or one that does not convert, which the caller takes to match nothing; `{}` matches
+    everything."""
+    if raw is None:
+        return None
+    try:
+        return decoded_label_selector(raw)
+    except SelectorError:
+        return None
+
+
 def parse_selector_string(text: str, where: str = "selector") -> LabelSelector:
     """labels.Parse: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`, comma-separated."""
     reqs: list[Requirement] = []

@@ -1,6 +1,6 @@
 """A NodeMetric's status (slo.koordinator.sh/v1alpha1) as its readers use it: when it was updated, the system and
-node usage, each pod's usage. Quantities are ResourceList amounts (cpu in millicores, the rest in whole units); an
-entry that does not parse is left out, a map that is not one reads as empty."""
+node usage, each pod's usage and priority class. Quantities are ResourceList amounts (cpu in millicores, the rest
+in whole units); an entry that does not parse is left out, a map that is not one reads as empty."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class PodUsage:
     namespace: str
     name: str
     usage: Usage
+    priority: str = ""  # the pod's priority class as the agent reported it (koord-prod, ...; "" when absent)
 
     @property
     def key(self) -> str:
@@ -55,7 +56,8 @@ def resource_map(value: object) -> Usage:
 def node_metric_status(obj: Mapping[str, Any]) -> NodeMetricStatus:
     status = as_object(obj.get("status"))
     metric = status.get("nodeMetric")
-    pods = tuple(PodUsage(str(p.get("namespace") or ""), str(p.get("name") or ""), resource_map(p.get("podUsage")))
+    pods = tuple(PodUsage(str(p.get("namespace") or ""), str(p.get("name") or ""), resource_map(p.get("podUsage")),
+                          str(p.get("priority") or ""))
                  for p in as_objects(status.get("podsMetric")))
     return NodeMetricStatus(
         update_time=parse_time(status.get("updateTime")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
+from typing import overload
 
 from apis.core import godur
 from apis.core.errors import InvalidInput
@@ -42,7 +43,16 @@ def check_keys(raw: Mapping[str, object], accepted: Sequence[str], where: str) -
                               f"{', '.join(accepted)}")
 
 
-def boolean(raw: Mapping[str, object], name: str, where: str, default: bool) -> bool:
+@overload
+def boolean(raw: Mapping[str, object], name: str, where: str, default: bool = False) -> bool: ...
+
+
+@overload
+def boolean(raw: Mapping[str, object], name: str, where: str, default: None) -> bool | None: ...
+
+
+def boolean(raw: Mapping[str, object], name: str, where: str, default: bool | None = False) -> bool | None:
+    """true or false; `default` when absent (None: the field's absence is itself meaningful)."""
     v = raw.get(name)
     if v is None:
         return default
@@ -68,7 +78,7 @@ def check_range(v: int, where: str, low: int | None, high: int | None) -> None:
         raise ConfigError(f"{where}: {v} is out of range (accepted: {bounds})")
 
 
-def string(raw: Mapping[str, object], name: str, where: str, default: str) -> str:
+def string(raw: Mapping[str, object], name: str, where: str, default: str = "") -> str:
     v = raw.get(name)
     if v is None:
         return default

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from apis.core import podmeta
 from apis.core.labelselector import SelectorError, parse_label_selector
 from apis.core.objects import JSON
 from apis.extension.qos import pod_labels
@@ -16,6 +17,18 @@ def namespace(pod: JSON) -> str:
 
 def name(pod: JSON) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
+
+
+def never_moved(pod: JSON) -> list[str]:
+    """Why neither evictor moves the pod: a mirror pod, a static pod, a terminating pod (upstream's words)."""
+    out = []
+    if podmeta.is_mirror_pod(pod):
+        out.append("pod is a mirror pod")
+    if podmeta.is_static_pod(pod):
+        out.append("pod is a static pod")
+    if podmeta.is_terminating(pod):
+        out.append("pod is terminating")
+    return out
 
 
 def covering_pdbs(pod: JSON, pdbs: Iterable[JSON]) -> list[JSON]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import LabelSelector
 from apis.core.quantity import parse_quantity
 from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITIONS,
@@ -24,7 +25,6 @@ from scheduler.deviceshare.requests import (
     SCOPE_LEVELS,
     DeviceHint,
     GPURequirement,
-    LabelSelector,
     PartitionSpec,
     PodPlan,
     instances,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import LabelSelector, SelectorError, decoded_label_selector
 from apis.core.objects import JSON
 from apis.core.quantity import parse_quantity
 from apis.extension.device_share import (
@@ -149,33 +150,13 @@ def gpu_requirement(canonical: dict[str, int]) -> GPURequirement:
     return GPURequirement(per, count, shared)
 
 
-@dataclass(frozen=True)
-class LabelSelector:
-    match_labels: dict[str, str] = field(default_factory=dict)
-    expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        for k, op, values in self.expressions:
-            present = k in labels
-            if (op == "In" and (not present or labels[k] not in values)) or (
-                    op == "NotIn" and present and labels[k] in values) or (
-                    op == "Exists" and not present) or (op == "DoesNotExist" and present):
-                return False
-        return True
-
-
-def parse_selector(obj: object) -> LabelSelector:
-    if not isinstance(obj, dict):
-        raise InvalidDeviceRequest(f"invalid label selector {obj!r}")
-    exprs = []
-    for e in obj.get("matchExpressions") or []:
-        op = e.get("operator")
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise InvalidDeviceRequest(f"invalid label selector operator {op!r}")
-        exprs.append((str(e.get("key")), str(op), frozenset(str(v) for v in e.get("values") or [])))
-    return LabelSelector({str(k): str(v) for k, v in (obj.get("matchLabels") or {}).items()}, tuple(exprs))
+def parse_selector(obj: object, where: str = "selector") -> LabelSelector:
+    """A DeviceHint's selector (metav1.LabelSelector in the annotation's JSON); one that does not convert refuses
+    the pod."""
+    try:
+        return decoded_label_selector(obj, where)
+    except SelectorError as e:
+        raise InvalidDeviceRequest(f"invalid label selector: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -235,8 +216,8 @@ def plan_pod(pod: JSON, requests: dict[str, int]) -> PodPlan:
             raise InvalidDeviceRequest(f"invalid annotation {ANNOTATION_DEVICE_ALLOCATE_HINT}: {dtype} "
                                        "is not an object")
         hints[str(dtype)] = DeviceHint(
-            parse_selector(h["selector"]) if h.get("selector") is not None else None,
-            parse_selector(h["vfSelector"]) if h.get("vfSelector") is not None else None,
+            parse_selector(h["selector"], f"{dtype}.selector") if h.get("selector") is not None else None,
+            parse_selector(h["vfSelector"], f"{dtype}.vfSelector") if h.get("vfSelector") is not None else None,
             str(h.get("allocateStrategy") or ""), str(h.get("requiredTopologyScope") or ""),
             str(h.get("exclusivePolicy") or ""))
     joint = _annotation_json(annotations, ANNOTATION_DEVICE_JOINT_ALLOCATE) or {}

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import selector_or_nothing
 from apis.core.objects import JSON
 from apis.scheduling.quota import (
     ANNOTATION_QUOTA_RESOURCE_KEYS,
@@ -27,7 +28,6 @@ from apis.scheduling.quota import (
 )
 from scheduler.cluster import Cluster, NodeInfo, key
 from scheduler.elasticquota.model import Resources, add, resource_json
-from scheduler.noderesource.strategy import selector_matches
 
 UNBOUNDED_MAX = str((2**63 - 1) // 2000)  # resource.NewQuantity(math.MaxInt64/2000, DecimalSI)
 FNV64_OFFSET, FNV64_PRIME = 0xCBF29CE484222325, 0x100000001B3
@@ -87,8 +87,9 @@ def root_quota(profile: JSON, cluster: Cluster, existing: JSON | None = None) ->
         raise InvalidInput("spec.quotaLabels: must be a map of strings")
     total: Resources = {}
     unschedulable: Resources = {}
+    nodes = selector_or_nothing(selector)  # one that does not convert selects no node
     for node in cluster.nodes.values():
-        if not selector_matches(selector, (node.obj.get("metadata") or {}).get("labels") or {}):
+        if nodes is None or not nodes.matches((node.obj.get("metadata") or {}).get("labels") or {}):
             continue
         total = add(total, node.allocatable)
         if (node.obj.get("spec") or {}).get("unschedulable") or not _ready(node):

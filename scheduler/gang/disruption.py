@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from apis.core.labelselector import LabelSelector, SelectorError, decoded_label_selector
 from apis.core.objects import JSON
 from scheduler.cluster import key
-from scheduler.deviceshare.requests import InvalidDeviceRequest, LabelSelector, parse_selector
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,8 @@ class Budgets:
             if not isinstance(sel, dict) or not (sel.get("matchLabels") or sel.get("matchExpressions")):
                 continue
             try:
-                selector = parse_selector(sel)
-            except InvalidDeviceRequest as e:
+                selector = decoded_label_selector(sel, "spec.selector")
+            except SelectorError as e:
                 log.warning("PodDisruptionBudget %s ignored: %s", key(pdb), e)
                 continue
             allowed = status.get("disruptionsAllowed")

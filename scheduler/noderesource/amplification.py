@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
-from apis.core.objects import JSON, JSONMapping
+from apis.core.labelselector import LabelSelector, selector_or_nothing
+from apis.core.objects import JSONMapping
 from apis.core.resources import CPU
 from apis.core.shape import json_object
 from apis.extension.node import ANNOTATION_NODE_RESOURCE_AMPLIFICATION_RATIO, cpu_normalization_ratio
-from scheduler.noderesource.strategy import CONFIG_NAME, CONFIG_NAMESPACE, ConfigError, selector_matches
+from scheduler.noderesource.strategy import CONFIG_NAME, CONFIG_NAMESPACE, ConfigError
 
 AMPLIFICATION_KEY = "resource-amplification-config"
 
@@ -31,13 +32,13 @@ class AmplificationStrategy:
 @dataclass(frozen=True)
 class AmplificationConfig:
     strategy: AmplificationStrategy = field(default_factory=AmplificationStrategy)
-    node_configs: tuple[tuple[JSON | None, AmplificationStrategy], ...] = ()  # (nodeSelector, merged strategy)
+    node_configs: tuple[tuple[LabelSelector | None, AmplificationStrategy], ...] = ()  # (nodeSelector, merged)
 
     def for_node(self, node: JSONMapping) -> AmplificationStrategy:
         """GetStrategyCopy: the first node config whose selector matches, else the cluster's."""
         labels = (node.get("metadata") or {}).get("labels") or {}
         for selector, strategy in self.node_configs:
-            if selector_matches(selector, labels):
+            if selector is not None and selector.matches(labels):
                 return strategy
         return self.strategy
 
@@ -73,13 +74,11 @@ def parse_amplification_config(cm: JSONMapping | None) -> AmplificationConfig:
     nodes = raw.get("nodeConfigs") or []
     if not isinstance(nodes, list):
         raise ConfigError(f"{where}nodeConfigs: want a list")
-    out: list[tuple[JSON | None, AmplificationStrategy]] = []
+    out: list[tuple[LabelSelector | None, AmplificationStrategy]] = []
     for i, nc in enumerate(nodes):
         if not isinstance(nc, dict):
             raise ConfigError(f"{where}nodeConfigs[{i}]: want an object")
-        selector = nc.get("nodeSelector")
-        out.append((selector if isinstance(selector, dict) else None,
-                    _strategy(nc, cluster, f"{where}nodeConfigs[{i}].")))
+        out.append((selector_or_nothing(nc.get("nodeSelector")), _strategy(nc, cluster, f"{where}nodeConfigs[{i}].")))
     return AmplificationConfig(cluster, tuple(out))
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import LabelSelector, selector_or_nothing
 from apis.core.objects import JSON, JSONMapping
 from apis.core.shape import json_object
 from apis.extension.node import (
@@ -121,7 +121,7 @@ def invalid_field(strategy: JSONMapping) -> str | None:
 @dataclass(frozen=True)
 class NodeConfig:
     name: str
-    selector: JSON | None  # None matches no node (a nil LabelSelector)
+    selector: LabelSelector | None  # None matches no node (a nil selector, or one that does not convert)
     strategy: JSON  # already merged over the cluster strategy
 
 
@@ -137,7 +137,7 @@ class ColocationConfig:
         labels = meta.get("labels") or {}
         strategy = self.strategy
         for nc in self.node_configs:
-            if selector_matches(nc.selector, labels):
+            if nc.selector is not None and nc.selector.matches(labels):
                 strategy = nc.strategy
                 break
         annotation = (meta.get("annotations") or {}).get(ANNOTATION_COLOCATION_STRATEGY)
@@ -197,31 +197,6 @@ def parse_config_map(cm: JSONMapping | None) -> ColocationConfig:
             log.warning("colocation node config %s is invalid (%s): the cluster strategy is used for its nodes",
                         name, bad)
             merged = dict(cluster)
-        selector = nc.get("nodeSelector")
-        nodes.append(NodeConfig(name, selector if isinstance(selector, dict) else None, merged))
+        nodes.append(NodeConfig(name, selector_or_nothing(nc.get("nodeSelector")), merged))
     return ColocationConfig(cluster, tuple(nodes))
 
-
-def selector_matches(selector: JSONMapping | None, labels: Mapping[str, str]) -> bool:
-    """metav1.LabelSelectorAsSelector(selector).Matches(labels): nil matches nothing, {} everything; a selector
-    that does not convert matches nothing."""
-    if selector is None:
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        if not isinstance(expr, dict):
-            return False
-        key, op, values = str(expr.get("key")), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            return False
-    return True

@@ -32,6 +32,7 @@ from scheduler.plugins.existingaffinity import (
     ExistingTerms,
 )
 from scheduler.plugins.podcounts import MatchCounts, Signature, TopologyDomains, domain_sums, per_node, pod_signature
+from scheduler.plugins.podmemo import ParsedPod, ScoreMemo, StampedState
 
 REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 REASON_ANTI = "node(s) didn't match pod anti-affinity rules"
@@ -48,11 +49,6 @@ class _Filter:
     fits: BoolArray
 
 
-def _stamp(index: NodeIndex) -> tuple[int, int, int]:
-    """Changes whenever a node of the index changes (a pod placed or removed, a label edited)."""
-    return id(index), index.epoch, index.log_start + len(index.log)
-
-
 class InterPodAffinity:
     name = "InterPodAffinity"
 
@@ -64,21 +60,13 @@ class InterPodAffinity:
         self._counts = MatchCounts()
         self._domains = TopologyDomains()
         self._existing = ExistingTerms()
-        self._parsed: tuple[JSON | None, PodAffinity | SelectorError] = (None, NONE)
-        self._filtered: tuple[JSON | None, tuple[int, int, int], _Filter | None] = (None, (0, 0, 0), None)
-        self._candidates: tuple[JSON | None, BoolArray | None] = (None, None)
-        self._scored: tuple[JSON | None, tuple[int, int, int], int, IntArray | int] = (None, (0, 0, 0), 0, 0)
+        self._parsed = ParsedPod[PodAffinity](pod_affinity, NONE)
+        self._filtered = StampedState[_Filter | None](self._compute_filter, None)
+        self._scored = ScoreMemo(self._compute_scores)
 
     # -- the pod --------------------------------------------------------------------------------------------------
     def _affinity(self, pod: JSON) -> PodAffinity | SelectorError:
-        seen, parsed = self._parsed
-        if pod is not seen:
-            try:
-                parsed = pod_affinity(pod)
-            except SelectorError as e:
-                parsed = e
-            self._parsed = (pod, parsed)
-        return parsed
+        return self._parsed.get(pod)
 
     def prefilter(self, pod: JSON, cluster: Cluster) -> str | None:
         parsed = self._affinity(pod)
@@ -104,13 +92,7 @@ class InterPodAffinity:
 
     # -- Filter ---------------------------------------------------------------------------------------------------
     def _filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
-        stamp = _stamp(index)
-        seen, when, state = self._filtered
-        if pod is seen and when == stamp:
-            return state
-        state = self._compute_filter(pod, index)
-        self._filtered = (pod, stamp, state)
-        return state
+        return self._filtered.get(pod, index)
 
     def _compute_filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
         a = self._affinity(pod)
@@ -171,7 +153,7 @@ class InterPodAffinity:
 
     # -- PreScore, Score, NormalizeScore --------------------------------------------------------------------------
     def prescore(self, pod: JSON, index: NodeIndex, candidates: BoolArray) -> None:
-        self._candidates = (pod, candidates)
+        self._scored.prescore(pod, candidates)
 
     def _weights(self) -> Mapping[str, int]:
         """The weight (signed) an existing pod's term of each role gives a pod it matches."""
@@ -181,15 +163,7 @@ class InterPodAffinity:
         return out
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int:
-        stamp = _stamp(index)
-        seen, cand = self._candidates
-        candidates = cand if pod is seen and cand is not None and len(cand) == len(index) else None
-        s_pod, s_when, s_cand, s_got = self._scored
-        if s_pod is pod and s_when == stamp and s_cand == id(candidates):
-            return s_got
-        got = self._compute_scores(pod, index, candidates)
-        self._scored = (pod, stamp, id(candidates), got)
-        return got
+        return self._scored.get(pod, index)
 
     def _compute_scores(self, pod: JSON, index: NodeIndex, candidates: BoolArray | None) -> IntArray | int:
         a = self._affinity(pod)
@@ -233,12 +207,7 @@ class InterPodAffinity:
         return raw
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        index = node_index(cluster)
-        got = self.score_vector(pod, index)
-        if isinstance(got, int):
-            return got
-        row = index.pos.get(node.name)
-        return 0 if row is None else int(got[row])
+        return self._scored.node_score(pod, node_index(cluster), node.name, 0)
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """(score − min) × 100 / (max − min) over the nodes scored, in floating point as kube; 0 when all equal."""

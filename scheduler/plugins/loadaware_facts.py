@@ -34,6 +34,7 @@ from apis.extension.priority import (
 )
 from apis.extension.qos import LABEL_POD_QOS
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
+from apis.slo.nodemetric import Usage, node_metric_status
 from scheduler.amplification import ratio_text, status_allocatable
 from scheduler.cluster import (
     NodeInfo,
@@ -306,26 +307,27 @@ class NodeLoads:
         if (known is not None and known.key[0] is nm and known.key[1] == update_time and known.key[2] is node.obj
                 and known.key[3] is node.allocatable):
             return known
-        status = nm.get("status") or {}
-        metric = status.get("nodeMetric")
+        st = node_metric_status(nm)
         interval = ((nm.get("spec") or {}).get("metricCollectPolicy") or {}).get("reportIntervalSeconds")
         usages: dict[str, Vector] = {}
         prod_usages: dict[str, Vector] = {}
-        for pm in status.get("podsMetric") or []:
-            k = f"{pm.get('namespace')}/{pm.get('name')}"
-            vec = self.vector((pm.get("podUsage") or {}).get("resources"))
-            usages[k] = vec
-            if pm.get("priority") == PRIORITY_PROD:
-                prod_usages[k] = vec
+        for pm in st.pods:
+            vec = self._over_resources(pm.usage)
+            usages[pm.key] = vec
+            if pm.priority == PRIORITY_PROD:
+                prod_usages[pm.key] = vec
         facts = self._metrics[node.name] = _MetricFacts(
-            key, metric is not None, _parse_time(status.get("updateTime")),
+            key, st.has_node_metric, st.update_time,
             float(interval) if isinstance(interval, int | float) and interval else DEFAULT_REPORT_INTERVAL,
             usages, prod_usages,
-            self.vector((metric.get("systemUsage") or {}).get("resources"))
-            if self.prod_usage_include_sys and isinstance(metric, dict) else None,
-            self.vector((metric.get("nodeUsage") or {}).get("resources")) if isinstance(metric, dict) else None,
+            self._over_resources(st.system_usage) if self.prod_usage_include_sys and st.has_node_metric else None,
+            self._over_resources(st.node_usage) if st.has_node_metric else None,
             self._capacity(node), json_annotation(node.obj, ANNOTATION_USAGE_THRESHOLDS))
         return facts
+
+    def _over_resources(self, usage: Usage) -> Vector:
+        """Decoded usage over the plugin's resources; absent ones are 0."""
+        return {r: usage.get(r, 0) for r in self.resources}
 
     def vector(self, resources: object) -> Vector:
         """A ResourceList (quantity strings) over the plugin's resources; absent ones are 0."""

@@ -41,6 +41,7 @@ from scheduler.plugins.podcounts import (
     per_node,
     pod_signature,
 )
+from scheduler.plugins.podmemo import ParsedPod, ScoreMemo, StampedState
 
 REASON = "node(s) didn't match pod topology spread constraints"
 REASON_LABEL = REASON + " (missing required label)"
@@ -57,10 +58,6 @@ class _Filter:
     fits: BoolArray
 
 
-def _stamp(index: NodeIndex) -> tuple[int, int, int]:
-    return id(index), index.epoch, index.log_start + len(index.log)
-
-
 class PodTopologySpread:
     name = "PodTopologySpread"
 
@@ -69,21 +66,13 @@ class PodTopologySpread:
         self._counts = MatchCounts()
         self._domains = TopologyDomains()
         self._affinity_masks: OrderedDict[tuple[PodNodeAffinity, int], BoolArray] = OrderedDict()
-        self._parsed: tuple[JSON | None, tuple[SpreadConstraint, ...] | SelectorError] = (None, ())
-        self._filtered: tuple[JSON | None, tuple[int, int, int], _Filter | None] = (None, (0, 0, 0), None)
-        self._candidates: tuple[JSON | None, BoolArray | None] = (None, None)
-        self._scored: tuple[JSON | None, tuple[int, int, int], int, IntArray | int] = (None, (0, 0, 0), 0, 0)
+        self._parsed = ParsedPod[tuple[SpreadConstraint, ...]](spread_constraints, ())
+        self._filtered = StampedState[_Filter | None](self._compute_filter, None)
+        self._scored = ScoreMemo(self._compute_scores)
 
     # -- the pod --------------------------------------------------------------------------------------------------
     def _constraints(self, pod: JSON) -> tuple[SpreadConstraint, ...] | SelectorError:
-        seen, parsed = self._parsed
-        if pod is not seen:
-            try:
-                parsed = spread_constraints(pod)
-            except SelectorError as e:
-                parsed = e
-            self._parsed = (pod, parsed)
-        return parsed
+        return self._parsed.get(pod)
 
     def _of(self, pod: JSON, when: str) -> tuple[SpreadConstraint, ...]:
         got = self._constraints(pod)
@@ -151,13 +140,7 @@ class PodTopologySpread:
 
     # -- Filter ---------------------------------------------------------------------------------------------------
     def _filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
-        stamp = _stamp(index)
-        seen, when, state = self._filtered
-        if pod is seen and when == stamp:
-            return state
-        state = self._compute_filter(pod, index)
-        self._filtered = (pod, stamp, state)
-        return state
+        return self._filtered.get(pod, index)
 
     def _compute_filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
         constraints = self._of(pod, DO_NOT_SCHEDULE)
@@ -219,18 +202,10 @@ class PodTopologySpread:
 
     # -- PreScore, Score, NormalizeScore --------------------------------------------------------------------------
     def prescore(self, pod: JSON, index: NodeIndex, candidates: BoolArray) -> None:
-        self._candidates = (pod, candidates)
+        self._scored.prescore(pod, candidates)
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int:
-        stamp = _stamp(index)
-        seen, cand = self._candidates
-        candidates = cand if pod is seen and cand is not None and len(cand) == len(index) else None
-        s_pod, s_when, s_cand, s_got = self._scored
-        if s_pod is pod and s_when == stamp and s_cand == id(candidates):
-            return s_got
-        got = self._compute_scores(pod, index, candidates)
-        self._scored = (pod, stamp, id(candidates), got)
-        return got
+        return self._scored.get(pod, index)
 
     def _compute_scores(self, pod: JSON, index: NodeIndex, candidates: BoolArray | None) -> IntArray | int:
         # a pod without constraints would get kube's default ones only through its Services / ReplicaSets /
@@ -269,12 +244,7 @@ class PodTopologySpread:
         return raw
 
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
-        index = node_index(cluster)
-        got = self.score_vector(pod, index)
-        if isinstance(got, int):
-            return got
-        row = index.pos.get(node.name)
-        return NOT_SCORED if row is None else int(got[row])
+        return self._scored.node_score(pod, node_index(cluster), node.name, NOT_SCORED)
 
     def normalize(self, scores: IntArray, top: int) -> IntArray:
         """100 × (max + min − score) / max over the nodes scored (all 100 when max is 0); the others 0."""

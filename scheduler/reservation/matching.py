@@ -29,27 +29,6 @@ def ignored(pod: JSON) -> bool:
     return (_meta(pod).get("labels") or {}).get(LABEL_RESERVATION_IGNORED) == "true"
 
 
-def _selector_matches(sel: object, labels: dict[str, str]) -> bool:
-    if not isinstance(sel, dict):
-        return False
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in sel.get("matchExpressions") or []:
-        k, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In" and labels.get(k) not in values:
-            return False
-        if op == "NotIn" and k in labels and labels[k] in values:
-            return False
-        if op == "Exists" and k not in labels:
-            return False
-        if op == "DoesNotExist" and k in labels:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            return False
-    return True
-
-
 def _ref_matches(ref: object, name: object, namespace: str, uid: object, kind: object = None) -> bool:
     if not isinstance(ref, dict):
         return False
@@ -77,16 +56,13 @@ def owner_of(r: Reservation, pod: JSON) -> bool:
                 _ref_matches(owner["controller"], c.get("name"), ns, c.get("uid"), c.get("kind"))
                 for c in controllers):
             return True
-        if owner.get("labelSelector") is not None and _selector_matches(owner["labelSelector"], labels):
-            return True
-    return False
+    return any(s.matches(labels) for s in r.owner_selectors)
 
 
 def selected_by_owner_selector(r: Reservation, pod: JSON) -> bool:
     """Whether one of the reservation's labelSelector owner terms selects the pod (the pods it may pre-allocate)."""
     labels = _meta(pod).get("labels") or {}
-    return any(isinstance(o, dict) and o.get("labelSelector") is not None
-               and _selector_matches(o["labelSelector"], labels) for o in r.spec.get("owners") or [])
+    return any(s.matches(labels) for s in r.owner_selectors)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from apis.core.errors import InvalidInput
+from apis.core.labelselector import LabelSelector, selector_or_nothing
 from apis.core.metatime import parse_time, rfc3339
 from apis.core.objects import JSON
 from apis.core.resources import PODS
@@ -127,6 +128,14 @@ class Reservation:
     def restricted(self) -> bool:
         """spec.allocatePolicy Restricted: owners get only what it reserved, for the resources it reserves."""
         return self.policy == RESTRICTED
+
+    @functools.cached_property
+    def owner_selectors(self) -> tuple[LabelSelector, ...]:
+        """spec.owners' labelSelector terms, converted once (upstream MatchReservationOwners skips a term whose
+        selector does not convert)."""
+        owners = [o for o in self.spec.get("owners") or [] if isinstance(o, dict)]
+        got = (selector_or_nothing(o.get("labelSelector")) for o in owners)
+        return tuple(s for s in got if s is not None)
 
     @functools.cached_property
     def order(self) -> int:

@@ -1,5 +1,9 @@
 """Strict readers for DeschedulerConfiguration fields, each refusal one line naming the field path.
 
+The readers both configurations share (boolean, string, string_list, mapping, check_keys, ConfigError) are
+scheduler.config.fields', re-exported here; those below read what only the descheduler has, or as its Go types
+decode (an integer of a Go integer type, a duration string only).
+
 Go's decoding is the model: a JSON type that does not fit the Go field is an error (a string where a number is
 wanted, a negative `uint`), `metav1.Duration` is a Go duration string, a LabelSelector must convert.
 """
@@ -12,10 +16,11 @@ from dataclasses import dataclass, field
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector
-from scheduler.config.fields import ConfigError, check_keys, mapping
+from scheduler.config.fields import TYPE_FIELDS, ConfigError, boolean, check_keys, mapping, string, string_list
 
-__all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "boolean", "check_keys", "duration", "integer",
-           "mapping", "namespaces", "percentages", "priority_threshold", "selector", "string", "string_list"]
+__all__ = ["ConfigError", "Namespaces", "PriorityThreshold", "args_object", "boolean", "check_keys", "duration",
+           "integer", "mapping", "member", "namespaces", "percentages", "priority_threshold", "selector", "string",
+           "string_list"]
 
 INT32 = (-(2**31), 2**31 - 1)
 UINT32 = (0, 2**32 - 1)
@@ -66,15 +71,6 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def boolean(raw: Mapping[str, object], name: str, where: str, default: bool | None = False) -> bool | None:
-    v = raw.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ConfigError(f"{where}.{name}: must be true or false, got {v!r}")
-    return v
-
-
 def integer(raw: Mapping[str, object], name: str, where: str, bounds: tuple[int, int] = INT32) -> int | None:
     """An integer of a Go integer type (bounds), None when absent."""
     v = raw.get(name)
@@ -88,24 +84,6 @@ def integer(raw: Mapping[str, object], name: str, where: str, bounds: tuple[int,
         kind = "a non-negative integer" if bounds[0] == 0 else "an integer"
         raise ConfigError(f"{where}.{name}: must be {kind} of at most {bounds[1]}, got {v!r}")
     return v
-
-
-def string(raw: Mapping[str, object], name: str, where: str, default: str = "") -> str:
-    v = raw.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, str):
-        raise ConfigError(f"{where}.{name}: must be a string, got {v!r}")
-    return v
-
-
-def string_list(raw: Mapping[str, object], name: str, where: str) -> list[str]:
-    v = raw.get(name)
-    if v is None:
-        return []
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(f"{where}.{name}: must be a list of strings, got {v!r}")
-    return list(v)
 
 
 def duration(raw: Mapping[str, object], name: str, where: str) -> float | None:
@@ -131,33 +109,41 @@ def selector(raw: Mapping[str, object], name: str, where: str) -> LabelSelector 
         raise ConfigError(str(e)) from None
 
 
-def namespaces(raw: Mapping[str, object], name: str, where: str) -> Namespaces | None:
+def member(raw: Mapping[str, object], name: str, where: str,
+           keys: Sequence[str] | None = None) -> tuple[Mapping[str, object], str] | None:
+    """The object at `name` and its field path, None when absent; with `keys`, strictly those fields."""
     v = raw.get(name)
     if v is None:
         return None
     at = f"{where}.{name}"
     m = mapping(v, at)
-    check_keys(m, ("include", "exclude"), at)
+    if keys is not None:
+        check_keys(m, keys, at)
+    return m, at
+
+
+def namespaces(raw: Mapping[str, object], name: str, where: str) -> Namespaces | None:
+    got = member(raw, name, where, ("include", "exclude"))
+    if got is None:
+        return None
+    m, at = got
     return Namespaces(tuple(string_list(m, "include", at)), tuple(string_list(m, "exclude", at)))
 
 
 def priority_threshold(raw: Mapping[str, object], name: str, where: str) -> PriorityThreshold | None:
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where, ("value", "name"))
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
-    check_keys(m, ("value", "name"), at)
+    m, at = got
     return PriorityThreshold(integer(m, "value", at), string(m, "name", at))
 
 
 def percentages(raw: Mapping[str, object], name: str, where: str) -> dict[str, float] | None:
     """ResourceThresholds: resource name → percentage (a JSON number), None when absent."""
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where)
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
+    m, at = got
     out: dict[str, float] = {}
     for k, x in m.items():
         if isinstance(x, bool) or not isinstance(x, int | float):
@@ -168,14 +154,15 @@ def percentages(raw: Mapping[str, object], name: str, where: str) -> dict[str, f
 
 def weights(raw: Mapping[str, object], name: str, where: str) -> dict[str, int] | None:
     """resource name → int64 weight, None when absent."""
-    v = raw.get(name)
-    if v is None:
+    got = member(raw, name, where)
+    if got is None:
         return None
-    at = f"{where}.{name}"
-    m = mapping(v, at)
+    m, at = got
     return {str(k): int(integer(m, str(k), at, INT64) or 0) for k in m}
 
 
-def accepted(fields: Sequence[str]) -> tuple[str, ...]:
-    """The keys an args object accepts: its fields and its TypeMeta."""
-    return ("apiVersion", "kind", *fields)
+def args_object(raw: object, where: str, fields: Sequence[str]) -> Mapping[str, object]:
+    """A plugin's args: an object holding only its `fields` and its TypeMeta."""
+    m = mapping(raw, where)
+    check_keys(m, (*TYPE_FIELDS, *fields), where)
+    return m

@@ -122,7 +122,7 @@ def parse_config(doc: object) -> DeschedulerConfig:
                           f"{m.get('apiVersion')!r}/{m.get('kind')!r}")
     where = "config"
     cfg = DeschedulerConfig(
-        dry_run=bool(boolean(m, "dryRun", where)),
+        dry_run=boolean(m, "dryRun", where),
         node_selector=selector(m, "nodeSelector", where),
         max_pods_per_node=integer(m, "maxNoOfPodsToEvictPerNode", where, UINT),
         max_pods_per_namespace=integer(m, "maxNoOfPodsToEvictPerNamespace", where, UINT),
@@ -132,7 +132,7 @@ def parse_config(doc: object) -> DeschedulerConfig:
     )
     interval = duration(m, "deschedulingInterval", where)
     cfg.descheduling_interval = interval or 0.0
-    cfg.enable_profiling = bool(boolean(m, "enableProfiling", where, True))
+    cfg.enable_profiling = boolean(m, "enableProfiling", where, True)
     contention = boolean(m, "enableContentionProfiling", where, None)
     cfg.enable_contention_profiling = cfg.enable_profiling if contention is None else contention
     cfg.healthz_bind_address = _bind_address(m, "healthzBindAddress", where)
@@ -145,7 +145,7 @@ def _leader_election(m: Mapping[str, object], where: str) -> LeaderElection:
     at = f"{where}.leaderElection"
     lm = mapping(m.get("leaderElection"), at)
     check_keys(lm, _LEADER, at)
-    le = LeaderElection(leader_elect=bool(boolean(lm, "leaderElect", at, True)),
+    le = LeaderElection(leader_elect=boolean(lm, "leaderElect", at, True),
                         resource_lock=string(lm, "resourceLock", at) or "leases",
                         resource_namespace=string(lm, "resourceNamespace", at) or "koordinator-system",
                         resource_name=string(lm, "resourceName", at) or "koord-descheduler")

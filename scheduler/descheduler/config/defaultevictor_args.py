@@ -14,12 +14,13 @@ from scheduler.descheduler.config.common import (
     UINT,
     ConfigError,
     PriorityThreshold,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
     integer,
     mapping,
+    member,
     priority_threshold,
     selector,
     string,
@@ -86,13 +87,12 @@ class DefaultEvictorArgs:
 
 
 def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     args = DefaultEvictorArgs(
         label_selector=selector(m, "labelSelector", where),
         namespace_label_selector=selector(m, "namespaceLabelSelector", where),
         priority_threshold=priority_threshold(m, "priorityThreshold", where),
-        node_fit=bool(boolean(m, "nodeFit", where)),
+        node_fit=boolean(m, "nodeFit", where),
         min_replicas=integer(m, "minReplicas", where, UINT) or 0,
         min_pod_age=duration(m, "minPodAge", where),
         no_eviction_policy=string(m, "noEvictionPolicy", where),
@@ -104,19 +104,17 @@ def decode_defaultevictor_args(raw: object, where: str) -> DefaultEvictorArgs:
         except SelectorError as e:
             raise ConfigError(str(e)) from None
     for name, attr in _DEPRECATED.items():
-        setattr(args, attr, bool(boolean(m, name, where)))
+        setattr(args, attr, boolean(m, name, where))
     _protections(m, where, args)
     _validate(m, where, args)
     return args
 
 
 def _protections(m: object, where: str, args: DefaultEvictorArgs) -> None:
-    raw = mapping(m, where).get("podProtections")
-    if raw is None:
+    protections = member(mapping(m, where), "podProtections", where, ("extraEnabled", "defaultDisabled", "config"))
+    if protections is None:
         return
-    at = f"{where}.podProtections"
-    pm = mapping(raw, at)
-    check_keys(pm, ("extraEnabled", "defaultDisabled", "config"), at)
+    pm, at = protections
     for key, attr in (("extraEnabled", "extra_enabled"), ("defaultDisabled", "default_disabled")):
         v = pm.get(key)
         if v is None:
@@ -124,14 +122,12 @@ def _protections(m: object, where: str, args: DefaultEvictorArgs) -> None:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ConfigError(f"{at}.{key}: must be a list of protection names, got {v!r}")
         setattr(args, attr, list(v))
-    cfg = pm.get("config")
+    cfg = member(pm, "config", at, ("PodsWithPVC",))
     if cfg is not None:
-        cm = mapping(cfg, f"{at}.config")
-        check_keys(cm, ("PodsWithPVC",), f"{at}.config")
-        if cm.get("PodsWithPVC") is not None:
-            pvc_at = f"{at}.config.PodsWithPVC"
-            pvc = mapping(cm["PodsWithPVC"], pvc_at)
-            check_keys(pvc, ("protectedStorageClasses",), pvc_at)
+        cm, cfg_at = cfg
+        pvc_member = member(cm, "PodsWithPVC", cfg_at, ("protectedStorageClasses",))
+        if pvc_member is not None:
+            pvc, pvc_at = pvc_member
             classes = pvc.get("protectedStorageClasses") or []
             if not isinstance(classes, list):
                 raise ConfigError(f"{pvc_at}.protectedStorageClasses: must be a list")

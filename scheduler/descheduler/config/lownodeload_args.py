@@ -18,7 +18,7 @@ from scheduler.descheduler.config.common import (
     ConfigError,
     Namespaces,
     Problems,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
@@ -102,19 +102,18 @@ def default_args() -> LowNodeLoadArgs:
 
 
 def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     top = _pool_fields(m, where)
     expiration = integer(m, "nodeMetricExpirationSeconds", where, INT64)
     anomaly = m.get("anomalyCondition")
     args = LowNodeLoadArgs(
-        paused=bool(boolean(m, "paused", where)),
-        dry_run=bool(boolean(m, "dryRun", where)),
+        paused=boolean(m, "paused", where),
+        dry_run=boolean(m, "dryRun", where),
         number_of_nodes=integer(m, "numberOfNodes", where, INT32) or 0,
         node_metric_expiration_seconds=DEFAULT_EXPIRATION_SECONDS if expiration is None else expiration,
         evictable_namespaces=namespaces(m, "evictableNamespaces", where),
         pod_selectors=_pod_selectors(m, where),
-        node_fit=bool(boolean(m, "nodeFit", where, True)),
+        node_fit=boolean(m, "nodeFit", where, True),
     )
     timeout = duration(m, "detectorCacheTimeout", where)
     args.detector_cache_timeout = DEFAULT_DETECTOR_CACHE_TIMEOUT if timeout is None else timeout
@@ -142,7 +141,7 @@ def decode_lownodeload_args(raw: object, where: str) -> LowNodeLoadArgs:
 
 def _pool_fields(m: Mapping[str, object], where: str) -> NodePool:
     pool = NodePool(node_selector=selector(m, "nodeSelector", where),
-                    use_deviation_thresholds=bool(boolean(m, "useDeviationThresholds", where)))
+                    use_deviation_thresholds=boolean(m, "useDeviationThresholds", where))
     pool.high = percentages(m, "highThresholds", where)
     pool.low = percentages(m, "lowThresholds", where)
     pool.prod_high = percentages(m, "prodHighThresholds", where)
@@ -156,7 +155,7 @@ def _node_pool(raw: object, where: str, top: NodePool, top_raw: Mapping[str, obj
     m = mapping(raw, where)
     check_keys(m, _POOL_FIELDS, where)
     pool = NodePool(name=string(m, "name", where), node_selector=selector(m, "nodeSelector", where),
-                    use_deviation_thresholds=bool(boolean(m, "useDeviationThresholds", where)))
+                    use_deviation_thresholds=boolean(m, "useDeviationThresholds", where))
     for key, attr in zip(_THRESHOLDS, ("high", "low", "prod_high", "prod_low"), strict=True):
         own = percentages(m, key, where)
         # a map is shared with the top level when inherited, as upstream's (it is mutated in place, §3.2)
@@ -227,26 +226,21 @@ def validate(args: LowNodeLoadArgs, where: str) -> None:
     for i, pool in enumerate(args.node_pools):
         at = f"{where}.nodePools[{i}]"
         high, low, prod_high, prod_low = pool.high or {}, pool.low or {}, pool.prod_high or {}, pool.prod_low or {}
-        for r, v in high.items():
-            if v < 0:
-                p.invalid(f"{at}.highThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-        for r, v in low.items():
-            if v < 0:
-                p.invalid(f"{at}.lowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in high and v > high[r]:
-                p.invalid(f"{at}.lowThresholds[{r}]", v, "low percentage must be less than or equal to highThresholds")
-        for r, v in prod_high.items():
-            if v < 0:
-                p.invalid(f"{at}.ProdHighThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in high and v > high[r]:
-                p.invalid(f"{at}.ProdHighThresholds[{r}]", v,
-                          "node percentage must be greater than or equal to prodHighThresholds")
-        for r, v in prod_low.items():
-            if v < 0:
-                p.invalid(f"{at}.ProdLowThresholds[{r}]", v, "percentage must be greater than or equal to 0")
-            if r in prod_high and v > prod_high[r]:
-                p.invalid(f"{at}.ProdLowThresholds[{r}]", v,
-                          "low percentage must be less than or equal to prodHighThresholds")
+        # each threshold's path (upstream's spelling), its values, and the thresholds it may not exceed
+        checks: tuple[tuple[str, Thresholds, Thresholds, str], ...] = (
+            ("highThresholds", high, {}, ""),
+            ("lowThresholds", low, high, "low percentage must be less than or equal to highThresholds"),
+            ("ProdHighThresholds", prod_high, high,
+             "node percentage must be greater than or equal to prodHighThresholds"),
+            ("ProdLowThresholds", prod_low, prod_high,
+             "low percentage must be less than or equal to prodHighThresholds"),
+        )
+        for name, values, cap, above_cap in checks:
+            for r, v in values.items():
+                if v < 0:
+                    p.invalid(f"{at}.{name}[{r}]", v, "percentage must be greater than or equal to 0")
+                if r in cap and v > cap[r]:
+                    p.invalid(f"{at}.{name}[{r}]", v, above_cap)
         if pool.anomaly.consecutive_abnormalities <= 0:
             p.invalid(f"{at}.anomalyDetectionThresholds.consecutiveAbnormalities",
                       pool.anomaly.consecutive_abnormalities, "consecutiveAbnormalities must be greater than 0")

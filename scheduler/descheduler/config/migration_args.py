@@ -18,12 +18,13 @@ from scheduler.descheduler.config.common import (
     Namespaces,
     PriorityThreshold,
     Problems,
-    accepted,
+    args_object,
     boolean,
     check_keys,
     duration,
     integer,
     mapping,
+    member,
     namespaces,
     priority_threshold,
     selector,
@@ -136,19 +137,18 @@ def default_args() -> MigrationControllerArgs:
 
 
 def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
-    m = mapping(raw, where)
-    check_keys(m, accepted(_FIELDS), where)
+    m = args_object(raw, where, _FIELDS)
     a = MigrationControllerArgs(
-        dry_run=bool(boolean(m, "dryRun", where)),
-        evict_failed_bare_pods=bool(boolean(m, "evictFailedBarePods", where)),
-        evict_all_bare_pods=bool(boolean(m, "evictAllBarePods", where)),
-        evict_local_storage_pods=bool(boolean(m, "evictLocalStoragePods", where)),
-        evict_system_critical_pods=bool(boolean(m, "evictSystemCriticalPods", where)),
-        ignore_pvc_pods=bool(boolean(m, "ignorePvcPods", where)),
+        dry_run=boolean(m, "dryRun", where),
+        evict_failed_bare_pods=boolean(m, "evictFailedBarePods", where),
+        evict_all_bare_pods=boolean(m, "evictAllBarePods", where),
+        evict_local_storage_pods=boolean(m, "evictLocalStoragePods", where),
+        evict_system_critical_pods=boolean(m, "evictSystemCriticalPods", where),
+        ignore_pvc_pods=boolean(m, "ignorePvcPods", where),
         priority_threshold=priority_threshold(m, "priorityThreshold", where),
         label_selector=selector(m, "labelSelector", where),
         namespaces=namespaces(m, "namespaces", where),
-        node_fit=bool(boolean(m, "nodeFit", where)),
+        node_fit=boolean(m, "nodeFit", where),
         node_selector=string(m, "nodeSelector", where),
         skip_eviction_gates=string_list(m, "skipEvictionGates", where),
         max_migrating_globally=integer(m, "maxMigratingGlobally", where, INT32),
@@ -172,17 +172,14 @@ def decode_migration_args(raw: object, where: str) -> MigrationControllerArgs:
     limiters = _object_limiters(m, where)
     if limiters:
         a.object_limiters = limiters
-    if m.get("defaultDeleteOptions") is not None:
-        at = f"{where}.defaultDeleteOptions"
-        opts = mapping(m["defaultDeleteOptions"], at)
-        check_keys(opts, _DELETE_OPTIONS, at)
-        a.default_delete_options = dict(opts)
-    if m.get("arbitrationArgs") is not None:
-        at = f"{where}.arbitrationArgs"
-        am = mapping(m["arbitrationArgs"], at)
-        check_keys(am, ("enabled", "interval"), at)
+    options = member(m, "defaultDeleteOptions", where, _DELETE_OPTIONS)
+    if options is not None:
+        a.default_delete_options = dict(options[0])
+    arbitration = member(m, "arbitrationArgs", where, ("enabled", "interval"))
+    if arbitration is not None:
+        am, at = arbitration
         interval = duration(am, "interval", at)
-        a.arbitration = ArbitrationArgs(bool(boolean(am, "enabled", at)),
+        a.arbitration = ArbitrationArgs(boolean(am, "enabled", at),
                                         DEFAULT_ARBITRATION_INTERVAL if interval is None else interval)
     validate(a, where)
     return a

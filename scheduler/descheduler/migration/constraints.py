@@ -16,7 +16,7 @@ from apis.core.objects import JSON, as_object
 from apis.extension.descheduling import ANNOTATION_DESCHEDULER_EVICT
 from apis.extension.qos import pod_labels
 from scheduler.cluster import NodeInfo
-from scheduler.descheduler import nodeutil
+from scheduler.descheduler import nodeutil, podutil
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs
 
 Constraint = Callable[[JSON], str | None]  # why the pod may not be migrated, or None
@@ -36,16 +36,8 @@ class PodConstraints:
         """Every refusal, [] when the pod may be migrated (always [] with the evict annotation)."""
         if ANNOTATION_DESCHEDULER_EVICT in podmeta.pod_annotations(pod):
             return []
-        out = []
-        if podmeta.is_daemonset_pod(pod):
-            out.append("pod is a DaemonSet pod")
-        if podmeta.is_mirror_pod(pod):
-            out.append("pod is a mirror pod")
-        if podmeta.is_static_pod(pod):
-            out.append("pod is a static pod")
-        if podmeta.is_terminating(pod):
-            out.append("pod is terminating")
-        return out + [why for c in self.constraints if (why := c(pod)) is not None]
+        out = ["pod is a DaemonSet pod"] if podmeta.is_daemonset_pod(pod) else []
+        return out + podutil.never_moved(pod) + [why for c in self.constraints if (why := c(pod)) is not None]
 
     def node_fits(self, pod: JSON) -> bool:
         """Another ready node, matching the args' nodeSelector, fits the pod."""

@@ -67,15 +67,7 @@ class DefaultEvictor:
 
     def reasons(self, pod: JSON) -> list[str]:
         """Every check the pod fails (upstream's aggregated error)."""
-        out = []
-        if podmeta.is_mirror_pod(pod):
-            out.append("pod is a mirror pod")
-        if podmeta.is_static_pod(pod):
-            out.append("pod is a static pod")
-        if podmeta.is_terminating(pod):
-            out.append("pod is terminating")
-        out += [why for c in self.constraints if (why := c(pod)) is not None]
-        return out
+        return podutil.never_moved(pod) + [why for c in self.constraints if (why := c(pod)) is not None]
 
     def pre_eviction_filter(self, pod: JSON) -> bool:
         if self.args.node_fit:
