@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
-from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
 from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
@@ -227,7 +226,7 @@ class SecondaryScheduler:
         units: dict[str, list[Placement]] = {}
         for p in placements:
             if p.node is not None:
-                units.setdefault(p.annotations.get(ANNOTATION_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
+                units.setdefault(planner.units.get(p.pod) or p.pod, []).append(p)
         for unit, members in units.items():
             self._bind_unit(sched, unit, members, by_key)
         for p in placements:
@@ -347,7 +346,7 @@ class SecondaryScheduler:
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
         """Bind a unit's members (scheduler.binder); the members rolled back get the failure as their reason."""
-        targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations),
+        targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations, p.removed),
                           str((pods[p.pod].get("metadata") or {}).get("uid") or "")) for p in members]
         result = self.binder.bind(sched, targets, sched.release)
         for m in result.bound:  # counted on their node by the next cycles until the watch shows them there
