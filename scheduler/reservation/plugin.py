@@ -157,6 +157,21 @@ class ReservationPlugin:
         place(r, sched.cluster)
         return placed
 
+    def unplace(self, r: Reservation, reason: str) -> None:
+        """PreBindReservation failed (the pre-allocated pod's patch): the reservation is not bound — its reserve
+        pod leaves the node, the pods it took over are no longer its owners, and it is Pending with the reason,
+        to be placed again in a later cycle (upstream: the error fails the reserve pod's binding cycle)."""
+        cluster = self._cluster
+        node = cluster.nodes.get(str(r.node)) if cluster is not None else None
+        if node is not None and r.pod_key in node.pods:
+            node.remove_pod(r.pod_key)
+        for pod in r.pre_allocated:
+            release(r, pod)
+            ((pod.get("metadata") or {}).get("annotations") or {}).pop(ANNOTATION_RESERVATION_ALLOCATED, None)
+        r.pre_allocated.clear()
+        r.node, r.phase, r.reason, r.dirty = None, PENDING, reason, True
+        r.annotations = dict((r.obj.get("metadata") or {}).get("annotations") or {})
+
     def binds(self, pod: JSON) -> bool:
         """Bind: a reserve pod is bound by marking its Reservation Available (schedule_reservation); Skip for every
         other pod, which DefaultBinder binds."""
