@@ -13,7 +13,8 @@ from scheduler.cli import profile, simulate
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
 from scheduler.gang.model import pod_priority
-from scheduler.reservation.model import reserve_pod
+from scheduler.reservation import preallocation
+from scheduler.reservation.model import parse, reserve_pod
 from scheduler.reservation.plugin import NAME, ReservationPlugin
 
 RESV_CRD = "scheduling.koordinator.sh_reservations.yaml"
@@ -128,3 +129,18 @@ def test_reserve_pod_is_never_a_cheaper_victim() -> None:
     r = upstream_reservation()
     cluster = build_cluster([node("n1")])
     assert pod_priority(copy.deepcopy(reserve_pod(r)), cluster) == 2**31 - 1
+
+
+@pytest.mark.parametrize(("template", "obj", "want"), [
+    ("true", None, True), (None, "true", True), ("true", "false", False), (None, None, False)])
+def test_pre_allocation_required_is_read_from_the_reserve_pod(template: str | None, obj: str | None,
+                                                              want: bool) -> None:
+    """pre-allocation-required as upstream reads it: the reserve pod's labels, the object's over the template's."""
+    label = "scheduling.koordinator.sh/pre-allocation-required"
+    r = reservation("pre")
+    r["spec"]["preAllocation"] = True
+    if template is not None:
+        r["spec"]["template"]["metadata"]["labels"] = {label: template}
+    if obj is not None:
+        r["metadata"]["labels"][label] = obj
+    assert preallocation.required(parse(r)) is want
