@@ -144,3 +144,22 @@ def test_pre_allocation_required_is_read_from_the_reserve_pod(template: str | No
     if obj is not None:
         r["metadata"]["labels"][label] = obj
     assert preallocation.required(parse(r)) is want
+
+
+def test_pod_topology_spread_counts_the_reserve_pod_by_the_reservations_labels() -> None:
+    """maxSkew 1 over hostnames for `role: cache` pods: the reserve pod on the roomier n1 counts (its Reservation
+    object carries the label), so the pod goes to n2 though n1 would score higher."""
+    cluster = build_cluster([node("n1", cpu=64), node("n2")])
+    sched = Scheduler(cluster, profile(None))
+    resv = sched.plugin(NAME, ReservationPlugin)
+    assert resv is not None
+    resv.bind(cluster)
+    placed = resv.schedule_reservation(sched, resv.add(reservation("cache", {"role": "cache"})))
+    assert placed is not None and placed.node == "n1"
+    spread = pod("replica")
+    spread["metadata"]["labels"] = {"role": "cache"}
+    spread["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                   "whenUnsatisfiable": "DoNotSchedule",
+                                                   "labelSelector": {"matchLabels": {"role": "cache"}}}]
+    assert sched.schedule(spread).node == "n2"
+    assert sched.schedule(pod("plain")).node == "n1"  # what n1's room alone would choose
