@@ -82,7 +82,8 @@ class Binder:
             a = m.assumed
             labels, node_annotations = sched.prebind_patches(m.key)
             try:
-                meta = ({"annotations": a.annotations} if a.annotations else {}) | (
+                annotations = {**a.annotations, **dict.fromkeys(a.removed)}  # null: a merge patch deletes it
+                meta = ({"annotations": annotations} if annotations else {}) | (
                     {"labels": labels} if labels else {})
                 if meta:
                     self.client.patch(path_of(a.pod), {"metadata": meta})

@@ -113,6 +113,7 @@ class Assumed:
     pod: JSON
     node: str
     annotations: dict[str, str] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()  # annotations PreBind takes off the pod (sent as null in its patch)
 
 
 class _Clock:

@@ -53,9 +53,12 @@ class Placement:
     # not placed: the plugins that rejected it at PreFilter/Filter (kube-scheduler's UnschedulablePlugins, which
     # pick the cluster events that requeue it: scheduler.queue); empty when none is to blame (any event)
     plugins: frozenset[str] = frozenset()
+    # placed: annotations PreBind takes off the pod (Coscheduling's stale bind-gang pairs)
+    removed: tuple[str, ...] = ()
 
     def as_json(self) -> JSON:
         return {"pod": self.pod, "node": self.node, "annotations": self.annotations,
+                **({"removedAnnotations": list(self.removed)} if self.removed else {}),
                 **({"reason": self.reason} if self.node is None else {})}
 
 

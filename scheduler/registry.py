@@ -18,6 +18,7 @@ from scheduler.config.plugins import (
     PERMIT,
     PLUGINS,
     POST_FILTER,
+    PRE_BIND,
     PRE_FILTER,
     QUEUE_SORT,
     RESERVE,
@@ -127,7 +128,8 @@ def _coscheduling(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -
     preemption = a.enable_preemption or (simulate and "enablePreemption" not in a.explicit)
     aware = a.aware_network_topology or (simulate and "awareNetworkTopology" not in a.explicit)
     return Coscheduling(a, cfg.weight(name), admission=at(name, PRE_FILTER), permit=at(name, PERMIT),
-                        preemption=preemption and at(name, POST_FILTER), aware_network_topology=aware,
+                        prebind=at(name, PRE_BIND), preemption=preemption and at(name, POST_FILTER),
+                        aware_network_topology=aware,
                         match_policy=a.default_match_policy)
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from apis.core.objects import JSON
-from apis.scheduling.gang import ANNOTATION_BIND_GANG_GROUP_ID
 from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED
 from scheduler import extender_reservation as served
 from scheduler import malformed
@@ -36,6 +35,7 @@ from scheduler.interfaces import Placement
 from scheduler.metrics import SchedulerMetrics
 from scheduler.queue.hints import table
 from scheduler.queue.pending import MAX_IN_UNSCHEDULABLE_SECONDS, SchedulingQueue
+from scheduler.reservation.model import Reservation
 from scheduler.reservation.plugin import NAME as RESERVATION_PLUGIN
 from scheduler.reservation.plugin import ReservationPlugin
 
@@ -187,6 +187,7 @@ class SecondaryScheduler:
             for r in sorted(resv.book.values(), key=lambda r: r.name):
                 if r.scheduler_name == self.scheduler_name:
                     resv.schedule_reservation(sched, r)
+                    self._pre_allocate(resv, r)
         try:
             return self._pods(sched, cluster, pods)
         finally:
@@ -199,14 +200,23 @@ class SecondaryScheduler:
         for r in resv.book.values():
             if r.dirty and served.write(self.client, r.name, served.changed_annotations(r), r.status()):
                 r.dirty = False
-            for pod in r.pre_allocated:  # upstream PreBindReservation: the pre-allocated pod names its reservation
-                annotations = (pod.get("metadata") or {}).get("annotations") or {}
-                try:
-                    self.client.patch(path_of(pod), {"metadata": {"annotations": {
-                        ANNOTATION_RESERVATION_ALLOCATED: annotations.get(ANNOTATION_RESERVATION_ALLOCATED)}}})
-                except KoordletError as e:
-                    log.warning("pre-allocating %s to Reservation %s: %s", key(pod), r.name, e)
-            r.pre_allocated.clear()
+
+    def _pre_allocate(self, resv: ReservationPlugin, r: Reservation) -> None:
+        """Upstream PreBindReservation, before the reservation is bound (marked Available): each running pod it took
+        over is patched to name it, under the pod's uid (a pod re-created under the name is not taken). A failed
+        patch fails the binding: the reservation stays Pending with the reason and is tried again next cycle."""
+        for pod in r.pre_allocated:
+            meta = pod.get("metadata") or {}
+            allocated = (meta.get("annotations") or {}).get(ANNOTATION_RESERVATION_ALLOCATED)
+            patch = {"metadata": {"annotations": {ANNOTATION_RESERVATION_ALLOCATED: allocated},
+                                  **({"uid": meta["uid"]} if meta.get("uid") else {})}}
+            try:
+                self.client.patch(path_of(pod), patch)
+            except KoordletError as e:
+                log.warning("pre-allocating %s to Reservation %s: %s", key(pod), r.name, e)
+                resv.unplace(r, f"pre-allocating {key(pod)}: {e}")
+                return
+        r.pre_allocated.clear()
 
     def _pods(self, sched: Scheduler, cluster: Cluster, pending: list[JSON]) -> list[Placement]:
         pods, unit_of = pending, self._units(pending, cluster)
@@ -227,7 +237,7 @@ class SecondaryScheduler:
         units: dict[str, list[Placement]] = {}
         for p in placements:
             if p.node is not None:
-                units.setdefault(p.annotations.get(ANNOTATION_BIND_GANG_GROUP_ID) or p.pod, []).append(p)
+                units.setdefault(planner.units.get(p.pod) or p.pod, []).append(p)
         for unit, members in units.items():
             self._bind_unit(sched, unit, members, by_key)
         for p in placements:
@@ -347,7 +357,7 @@ class SecondaryScheduler:
 
     def _bind_unit(self, sched: Scheduler, unit: str, members: list[Placement], pods: dict[str, JSON]) -> None:
         """Bind a unit's members (scheduler.binder); the members rolled back get the failure as their reason."""
-        targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations),
+        targets = [Member(Assumed(pods[p.pod], str(p.node), p.annotations, p.removed),
                           str((pods[p.pod].get("metadata") or {}).get("uid") or "")) for p in members]
         result = self.binder.bind(sched, targets, sched.release)
         for m in result.bound:  # counted on their node by the next cycles until the watch shows them there

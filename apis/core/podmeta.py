@@ -9,6 +9,7 @@ from typing import Any
 
 from apis.core.objects import JSONMapping, as_object, as_objects
 
+DEFAULT_SCHEDULER_NAME = "default-scheduler"  # spec.schedulerName as the API server defaults it
 ANNOTATION_MIRROR_POD = "kubernetes.io/config.mirror"
 ANNOTATION_CONFIG_SOURCE = "kubernetes.io/config.source"
 ANNOTATION_POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"

@@ -30,6 +30,10 @@ DEPRECATED_ANNOTATION_BIND_GANG_GROUP_ID = "scheduling.koordinator.sh/bind-gang-
 DEPRECATED_ANNOTATION_BIND_GANG_MEMBER_COUNT = "scheduling.koordinator.sh/bind-gang-member-count"
 
 
+BIND_GANG_ANNOTATIONS = (ANNOTATION_BIND_GANG_GROUP_ID, ANNOTATION_BIND_GANG_MEMBER_COUNT,
+                         DEPRECATED_ANNOTATION_BIND_GANG_GROUP_ID, DEPRECATED_ANNOTATION_BIND_GANG_MEMBER_COUNT)
+
+
 def bind_gang_annotations(group_id: str, members: int) -> dict[str, str]:
     """What Coscheduling's PreBind writes on each member of a gang group: both spellings of the pair."""
     count = str(members)

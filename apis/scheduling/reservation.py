@@ -21,6 +21,11 @@ ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinit
 ANNOTATION_EXACT_MATCH_RESERVATION = "scheduling.koordinator.sh/exact-match-reservation"
 LABEL_RESERVATION_IGNORED = "scheduling.koordinator.sh/reservation-ignored"
 ANNOTATION_RESERVE_POD = "scheduling.koordinator.sh/reserve-pod"  # marks the pod that stands for a Reservation
+# on the reserve pod (upstream pkg/util/reservation): the Reservation's name (searched inversely), the node its
+# template names (spec.nodeName moved here, so no plugin takes the pod as bound) and spec.preAllocation
+ANNOTATION_RESERVATION_NAME = "scheduling.koordinator.sh/reservation-name"
+ANNOTATION_RESERVATION_NODE = "scheduling.koordinator.sh/reservation-node"
+ANNOTATION_IS_PRE_ALLOCATION = "scheduling.koordinator.sh/is-pre-allocation"
 LABEL_POD_PREEMPTIBLE = "scheduling.koordinator.sh/preemptible"  # "false": neither preempted nor lent from
 # on the Reservation: among those a pod may use on a node, the smallest non-zero order is preferred
 LABEL_RESERVATION_ORDER = "scheduling.koordinator.sh/reservation-order"

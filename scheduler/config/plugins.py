@@ -46,7 +46,8 @@ _OURS = (
                (PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE, SCORE, RESERVE, PRE_BIND, BIND)),
     PluginInfo("ElasticQuota", (PRE_ENQUEUE, PRE_FILTER, POST_FILTER, RESERVE), (PRE_FILTER, POST_FILTER, RESERVE)),
     # queueSort: v1.5 and v1.6 only (v1.7 dropped it); the file does not say which version wrote it, so accepted
-    PluginInfo("Coscheduling", (QUEUE_SORT, *_GANG), _GANG),
+    # preBind (the bind-gang annotations) is off by default as in v1.7.0's shipped config and chart; v1.8's enable it
+    PluginInfo("Coscheduling", (QUEUE_SORT, *_GANG), tuple(p for p in _GANG if p != PRE_BIND)),
     PluginInfo("SchedulingHint", (PRE_FILTER,)),
     PluginInfo("NodeResourcesFitPlus", (PRE_SCORE, SCORE)),
     PluginInfo("ScarceResourceAvoidance", (SCORE,)),

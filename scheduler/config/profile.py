@@ -17,6 +17,7 @@ from typing import Any
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON, JSONMapping
+from apis.core.podmeta import DEFAULT_SCHEDULER_NAME
 from scheduler.config import args as args_mod
 from scheduler.config.fields import ConfigError, check_keys, mapping, object_list, string, suggest
 from scheduler.config.plugins import (
@@ -42,7 +43,6 @@ log = logging.getLogger("koord-sched.config")
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 OLD_API_VERSIONS = ("kubescheduler.config.k8s.io/v1beta3", "kubescheduler.config.k8s.io/v1beta2")
 KIND = "KubeSchedulerConfiguration"
-DEFAULT_SCHEDULER_NAME = "default-scheduler"
 TOP_FIELDS = ("apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
               "metricsBindAddress", "enableProfiling", "enableContentionProfiling", "percentageOfNodesToScore",
               "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive")

@@ -7,8 +7,10 @@ import time
 
 from apis.core.objects import JSON, annotate
 from apis.scheduling.gang import (
+    ANNOTATION_BIND_GANG_GROUP_ID,
     ANNOTATION_GANG_MIN_AVAILABLE,
     ANNOTATION_NETWORK_TOPOLOGY_SELECTOR,
+    BIND_GANG_ANNOTATIONS,
     GANG_MODE_NON_STRICT,
     LABEL_JOB_KEY,
     MATCH_POLICY_ONCE_SATISFIED,
@@ -112,6 +114,20 @@ def _satisfied(gang: Gang, waiting: int, once: bool) -> bool:
     return waiting + gang.bound >= gang.min_member
 
 
+def binding_members(group: GangGroup, held: list[Assumed], once: bool) -> list[Assumed]:
+    """The pods waiting at Permit when the group first passed it (AllowGangGroup's snapshot in upstream
+    coscheduling/core/core.go): the shortest prefix of the assumed members that satisfies every gang; members
+    assumed after it are placed with the group but are not binding members."""
+    waiting = dict.fromkeys((g.id for g in group.gangs), 0)
+    for i, h in enumerate(held, 1):
+        gid = gang_id_of(h.pod)
+        if gid in waiting:
+            waiting[gid] += 1
+        if all(_satisfied(g, waiting[g.id], once) for g in group.gangs):
+            return held[:i]
+    return held
+
+
 class Planner:
     def __init__(self, sched: Scheduler, enable_preemption: bool) -> None:
         self.sched = sched
@@ -128,6 +144,7 @@ class Planner:
         self.victims: dict[str, tuple[JSON, str]] = {}  # victim key → (pod, node) of every preemption planned
         self.rejected_groups = 0  # GangGroups left waiting this plan
         self.blame: frozenset[str] = frozenset()  # the plugins the last rejected group's failure is put down to
+        self.units: dict[str, str] = {}  # pod key → the GangGroup it passed Permit with (bound as one unit)
 
     def fail_all(self, pods: list[JSON], reason: str, plugins: frozenset[str] = frozenset()) -> None:
         for p in pods:
@@ -186,7 +203,7 @@ class Planner:
             waiting = {g.id: sum(1 for h in held if gang_id_of(h.pod) == g.id) for g in group.gangs}
             short = [g for g in group.gangs if not _satisfied(g, waiting[g.id], once)]
             if not short:
-                self.commit(group, held)
+                self.commit(group, held, once)
                 if self.sched.metrics is not None:
                     self.sched.metrics.gang_groups.labels("permitted").inc()
                 return
@@ -258,13 +275,34 @@ class Planner:
             self.results[key(pod)] = Placement(key(pod), node, placed.annotations)
         return None
 
-    def commit(self, group: GangGroup, held: list[Assumed]) -> None:
-        """Permit passed for every gang: stamp PreBind's bind-gang annotations on all members at once."""
+    def commit(self, group: GangGroup, held: list[Assumed], once: bool) -> None:
+        """Permit passed for every gang: the members bind as one unit. With Coscheduling at PreBind, the binding
+        members get the bind-gang annotations (GetGangBindingInfo: none when they are a single pod)."""
         for h in held:
-            stamp = bind_gang_annotations(group.id, len(held))
+            self.units[key(h.pod)] = group.id
+        members = binding_members(group, held, once) if self.cos.prebind else []
+        if len(members) <= 1:
+            return
+        stamp = bind_gang_annotations(group.id, len(members))
+        for h in members:
             annotate(h.pod, stamp)
             placed = self.results[key(h.pod)]
             placed.annotations = {**placed.annotations, **stamp}
+
+    def drop_stale_stamps(self, pods: list[JSON]) -> None:
+        """Coscheduling's PreBind on a placed pod it gave no binding info (no gang, not a binding member, a
+        member placed alone once its group was satisfied): both bind-gang pairs the pod carries are deleted."""
+        if not self.cos.prebind:
+            return
+        for pod in pods:
+            placed = self.results.get(key(pod))
+            if placed is None or placed.node is None or ANNOTATION_BIND_GANG_GROUP_ID in placed.annotations:
+                continue
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            stale = tuple(k for k in BIND_GANG_ANNOTATIONS if k in annotations)
+            for k in stale:
+                del annotations[k]
+            placed.removed = stale
 
     # job-level preemption (preemption.go)
     def preempt(self, group: GangGroup, raw_spec: str | None) -> str:
@@ -501,5 +539,6 @@ def plan_jobs_detail(scheduler: Scheduler, pods: list[JSON], *, enable_preemptio
             continue
         done.add(group.id)
         planner.run_group(group)
+    planner.drop_stale_stamps(pods)
     return [planner.results.get(key(p)) or Placement(key(p), None, reason="not scheduled") for p in pods_in_order], \
         planner

@@ -34,11 +34,15 @@ class Coscheduling:
     name = NAME
 
     def __init__(self, args: object = None, weight: int = 1, *, admission: bool = True, permit: bool = True,
-                 preemption: bool = True, aware_network_topology: bool = True, topology_manager: bool = True,
+                 prebind: bool = True, preemption: bool = True, aware_network_topology: bool = True,
+                 topology_manager: bool = True,
                  match_policy: str = MATCH_POLICY_ONCE_SATISFIED) -> None:
         self.args = args
         self.weight = weight
         self.admission, self.permit, self.preemption = admission, permit, preemption
+        # PreBind writes (or removes) the bind-gang annotations only where the profile enables it there: the v1.7
+        # chart does not, v1.8's does (coscheduling.go PreBind)
+        self.prebind = prebind
         self.aware_network_topology = aware_network_topology
         # --enable-network-topology-manager: without the manager no tree snapshot exists and a gang carrying a
         # network-topology-spec is refused (framework_extender_factory.go, coscheduling/core/core.go)

@@ -19,12 +19,17 @@ from apis.core.errors import InvalidInput
 from apis.core.labelselector import LabelSelector, selector_or_nothing
 from apis.core.metatime import parse_time, rfc3339
 from apis.core.objects import JSON
+from apis.core.podmeta import DEFAULT_SCHEDULER_NAME
 from apis.core.resources import PODS
 from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED
+from apis.extension.priority import LABEL_POD_SUB_PRIORITY
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
 from apis.scheduling.reservation import (
     ANNOTATION_EXACT_MATCH_RESERVATION,
+    ANNOTATION_IS_PRE_ALLOCATION,
     ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
     ANNOTATION_RESERVE_POD,
     LABEL_RESERVATION_ORDER,
@@ -51,6 +56,7 @@ RESTRICTED = "Restricted"  # spec.allocatePolicy (Aligned, the other value, is t
 DEFAULT_POLICY = ""  # spec.allocatePolicy unset: Default (deprecated upstream, served as Aligned)
 REASON_PREFIX = "Reservation(s) "  # pkg/util/reservation ErrReasonPrefix
 DEFAULT_TTL = 24 * 3600.0  # reservation_types.go: ttl defaults to 24h
+MAX_INT32 = 2**31 - 1
 
 
 @dataclass
@@ -95,7 +101,7 @@ class Reservation:
 
     @functools.cached_property
     def pod_key(self) -> str:  # the name never changes; read for every reservation in every owner's cycle
-        return f"reservation/{self.name}"
+        return f"{reserve_pod_namespace(self.obj)}/reservation/{self.name}"
 
     @property
     def taints(self) -> list[JSON]:
@@ -214,8 +220,28 @@ class Reservation:
         return out
 
 
+def reserve_pod_namespace(obj: JSON) -> str:
+    """The reserve pod's namespace: the template's, else "default" (upstream NewReservePod)."""
+    tmeta = (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {})
+    return str(tmeta.get("namespace") or "default")
+
+
+def _reserve_pod_priority(spec: JSON, labels: JSON) -> int:
+    """The template's spec.priority, else the Reservation's koordinator.sh/priority label when it is an int32, else
+    the largest int32 so that nothing preempts it (upstream NewReservePod; a priorityClassName is not resolved)."""
+    if spec.get("priority") is not None:
+        return int(spec["priority"])
+    text = str(labels.get(LABEL_POD_SUB_PRIORITY) or "")
+    if re.fullmatch(r"[+-]?[0-9]+", text) and -(2**31) <= int(text) < 2**31:
+        return int(text)
+    return MAX_INT32
+
+
 def reserve_pod(obj: JSON) -> JSON:
-    """The pod a reservation is scheduled as: spec.template, named reservation/<name>."""
+    """The pod a reservation is scheduled as (upstream reservationutil.NewReservePod): spec.template, named
+    reservation/<name> (upstream names it by the uid) in the template's namespace; the Reservation's labels and
+    annotations over the template's, the reserve-pod and reservation-name markers, is-pre-allocation with
+    spec.preAllocation, a template's spec.nodeName moved to reservation-node; priority and schedulerName defaulted."""
     meta = obj.get("metadata") or {}
     tmpl = (obj.get("spec") or {}).get("template") or {}
     tmeta = tmpl.get("metadata") or {}
@@ -223,11 +249,18 @@ def reserve_pod(obj: JSON) -> JSON:
     for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         for part in ("requests", "limits"):  # the pod-count limit is the reservation's, not a request
             ((c.get("resources") or {}).get(part) or {}).pop(PODS, None)
+    labels = {**(tmeta.get("labels") or {}), **(meta.get("labels") or {})}
     annotations = {**(tmeta.get("annotations") or {}), **(meta.get("annotations") or {}),
-                   ANNOTATION_RESERVE_POD: "true"}
+                   ANNOTATION_RESERVE_POD: "true", ANNOTATION_RESERVATION_NAME: str(meta.get("name") or "")}
+    if (obj.get("spec") or {}).get("preAllocation") is True:
+        annotations[ANNOTATION_IS_PRE_ALLOCATION] = "true"
+    if spec.get("nodeName"):
+        annotations[ANNOTATION_RESERVATION_NODE] = str(spec.pop("nodeName"))
+    spec["priority"] = _reserve_pod_priority(spec, meta.get("labels") or {})
+    spec["schedulerName"] = spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"reservation/{meta.get('name')}", "uid": meta.get("uid"),
-                         "labels": dict(tmeta.get("labels") or {}), "annotations": annotations},
+            "metadata": {"name": f"reservation/{meta.get('name')}", "namespace": reserve_pod_namespace(obj),
+                         "uid": meta.get("uid"), "labels": labels, "annotations": annotations},
             "spec": spec}
 
 

@@ -18,6 +18,8 @@ import numpy as np
 from apis.core.objects import JSON, annotate
 from apis.scheduling.reservation import (
     ANNOTATION_RESERVATION_ALLOCATED,
+    ANNOTATION_RESERVATION_NAME,
+    ANNOTATION_RESERVATION_NODE,
     ReservationAllocated,
     encode_reservation_allocated,
 )
@@ -42,6 +44,7 @@ from scheduler.reservation.model import (
 
 ERR_AFFINITY = "node(s) no reservations match reservation affinity"  # plugin.go ErrReasonReservationAffinity
 ERR_POLICY_CONFLICT = "node(s) reservation allocate policy conflict"  # ErrReasonReservationAllocatePolicyConflict
+ERR_NODE_NOT_MATCH = "node(s) didn't match the nodeName specified by reservation"  # ErrReasonNodeNotMatchReservation
 ORDERLESS_SCORE = 10  # a serving node without reservation-order beside one with it (see _node_scores)
 
 
@@ -90,6 +93,7 @@ class ReservationPlugin:
         self._misfit: dict[str, str] = {}  # node → why its Restricted reservations cannot serve the pod
         self._scores: dict[str, int] = {}  # node → its score for the pod (see _node_scores)
         self._conflicts: frozenset[str] = frozenset()  # nodes a reservation being placed may not go to
+        self._pinned = ""  # the node a reservation being placed names in its template ("": any)
         # a spec.preAllocation reservation being placed: node → the running pod it would take over (off the node
         # for the cycle), node → why it cannot go there, and the reason for every other node ("": no objection)
         self._pre: dict[str, JSON] = {}
@@ -153,6 +157,21 @@ class ReservationPlugin:
         place(r, sched.cluster)
         return placed
 
+    def unplace(self, r: Reservation, reason: str) -> None:
+        """PreBindReservation failed (the pre-allocated pod's patch): the reservation is not bound — its reserve
+        pod leaves the node, the pods it took over are no longer its owners, and it is Pending with the reason,
+        to be placed again in a later cycle (upstream: the error fails the reserve pod's binding cycle)."""
+        cluster = self._cluster
+        node = cluster.nodes.get(str(r.node)) if cluster is not None else None
+        if node is not None and r.pod_key in node.pods:
+            node.remove_pod(r.pod_key)
+        for pod in r.pre_allocated:
+            release(r, pod)
+            ((pod.get("metadata") or {}).get("annotations") or {}).pop(ANNOTATION_RESERVATION_ALLOCATED, None)
+        r.pre_allocated.clear()
+        r.node, r.phase, r.reason, r.dirty = None, PENDING, reason, True
+        r.annotations = dict((r.obj.get("metadata") or {}).get("annotations") or {})
+
     def binds(self, pod: JSON) -> bool:
         """Bind: a reserve pod is bound by marking its Reservation Available (schedule_reservation); Skip for every
         other pod, which DefaultBinder binds."""
@@ -162,11 +181,12 @@ class ReservationPlugin:
     def begin_cycle(self, pod: JSON, cluster: Cluster) -> None:
         self.bind(cluster)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
-        self._misfit, self._scores, self._conflicts = {}, {}, frozenset()
+        self._misfit, self._scores, self._conflicts, self._pinned = {}, {}, frozenset(), ""
         self._pre, self._pre_refused, self._pre_default = {}, {}, ""
         if is_reserve_pod(pod):
-            name = str((pod.get("metadata") or {}).get("name") or "").removeprefix("reservation/")
-            placing = self.book.get(name)
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            self._pinned = str(annotations.get(ANNOTATION_RESERVATION_NODE) or "")
+            placing = self.book.get(str(annotations.get(ANNOTATION_RESERVATION_NAME) or ""))
             if placing is not None:
                 self._conflicts = self._policy_conflicts(placing)
                 if placing.pre_allocation:
@@ -311,7 +331,7 @@ class ReservationPlugin:
                 place(r, cluster)
             self._unlend(cluster.nodes[name], restored)
         self._view, self._restored, self._serving, self._chosen, self._held = None, {}, {}, None, {}
-        self._scores, self._conflicts = {}, frozenset()
+        self._scores, self._conflicts, self._pinned = {}, frozenset(), ""
 
     def _unlend(self, node: NodeInfo, restored: list[Reservation]) -> None:
         """The reserve pods are back: when nothing else touched the node in the cycle and they are the very objects
@@ -361,7 +381,10 @@ class ReservationPlugin:
 
     # -- extension points -------------------------------------------------------------------------------------
     def _refused(self, name: str) -> str | None:
-        """Why a reservation being placed may not go to the node (allocate policies, pre-allocation)."""
+        """Why a reservation being placed may not go to the node (its template's node, allocate policies,
+        pre-allocation)."""
+        if self._pinned and name != self._pinned:
+            return ERR_NODE_NOT_MATCH
         if name in self._conflicts:
             return ERR_POLICY_CONFLICT
         if name in self._pre:
@@ -384,7 +407,7 @@ class ReservationPlugin:
         return None
 
     def prefilter_vector(self, pod: JSON, index: NodeIndex) -> BoolArray | None:
-        if self._conflicts or self._pre_refused or self._pre_default:  # a reserve pod: rare, every node asked
+        if self._pinned or self._conflicts or self._pre_refused or self._pre_default:  # a reserve pod: every node
             return np.fromiter((self._refused(name) is None for name in index.names), dtype=np.bool_,
                                count=len(index))
         v = self._view

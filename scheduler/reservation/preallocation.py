@@ -21,10 +21,9 @@ ERR_NO_POD_FITS = "node(s) no pod(s) to meet the pre-allocation requirements"
 
 
 def required(r: Reservation) -> bool:
-    """pre-allocation-required on the reserve pod's labels: the template's, overwritten by the object's."""
-    tmpl = r.spec.get("template")
-    tmeta = tmpl.get("metadata") if isinstance(tmpl, dict) else None
-    labels = {**((tmeta or {}).get("labels") or {}), **((r.obj.get("metadata") or {}).get("labels") or {})}
+    """pre-allocation-required on the reserve pod's labels (the template's, overwritten by the object's: upstream
+    transformer.go reads extension.IsPreAllocationRequired(reservePod.Labels))."""
+    labels = (r.pod.get("metadata") or {}).get("labels") or {}
     return labels.get(LABEL_PRE_ALLOCATION_REQUIRED) == "true"
 
 

@@ -27,6 +27,7 @@ PODGROUPS = "scheduling.sigs.k8s.io/v1alpha1/podgroups"
 RESV = "scheduling.koordinator.sh/v1alpha1/reservations"
 DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 RESV_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"
+GANG_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
 GANG = ("train-0", "train-1")
 WORKLOAD = (*GANG, "shared", "owner")
 
@@ -69,6 +70,8 @@ def check_placed(out: dict[str, Any]) -> None:
     placed = {p["pod"]: p for p in out["placements"]}
     assert {k: p["node"] is not None for k, p in placed.items()} == {f"default/{n}": True for n in WORKLOAD}, out
     assert placed["default/train-0"]["node"] != "cpu-only" and placed["default/train-1"]["node"] != "cpu-only"
+    # no chart version enables Coscheduling at preBind: no bind-gang annotations (v1.8's chart adds it there)
+    assert GANG_ID not in placed["default/train-0"]["annotations"]
     shared = json.loads(placed["default/shared"]["annotations"][DEVICE_ALLOCATED])
     assert shared["gpu"][0]["resources"]["koordinator.sh/gpu-memory-ratio"] == "50"
     assert json.loads(placed["default/owner"]["annotations"][RESV_ALLOCATED])["name"] == "r1"
@@ -131,6 +134,7 @@ async def test_run_with_the_chart_configmap_and_command_line(version: str, km: k
     patches = {r.url.path.split("/")[-1]: json.loads(r.body) for r in km
                if r.method.value == "PATCH" and "/pods/" in r.url.path and not r.url.path.endswith("/status")}
     assert DEVICE_ALLOCATED in patches["shared"]["metadata"]["annotations"]
+    assert not any(GANG_ID in (patches[n]["metadata"].get("annotations") or {}) for n in GANG)
     assert json.loads(patches["owner"]["metadata"]["annotations"][RESV_ALLOCATED])["name"] == "r1"
     statuses = [json.loads(r.body)["status"] for r in km
                 if r.method.value == "PATCH" and r.url.path.endswith("/reservations/r1/status")]

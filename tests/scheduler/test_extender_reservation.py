@@ -94,7 +94,7 @@ async def test_owner_served_allocate_once(km: kmock.KubernetesEmulator, ext: Ext
     # a non-owner is ranked by the other plugins (the idle Reservation weight, 5000, left out of the 0..10 scale)
     scores = _scores(ext, _pod("other", "1", owner=False))
     assert scores["n2"] > scores["n1"]
-    assert "reservation/r1" in ext.scheduler.cluster.nodes["n1"].pods  # the cycles put everything back
+    assert "default/reservation/r1" in ext.scheduler.cluster.nodes["n1"].pods  # the cycles put everything back
 
     res = await asyncio.to_thread(_bind, ext, km, _pod("own", "4", owner=True), "n1")
     assert res == {"Error": ""}

@@ -73,7 +73,7 @@ def test_an_owner_takes_only_what_it_needs_and_the_rest_stays_reserved() -> None
     # 16 CPUs: the owner's 2, the 2 still reserved, 12 for `big` — which must not get the reserved two
     assert len(cpus(placed["default/big"])) == 12
     assert not cpus(placed["default/big"]) & {0, 1, 8, 9}
-    reserve_pod = cluster.nodes["n1"].pods["reservation/r-cpus"]
+    reserve_pod = cluster.nodes["n1"].pods["default/reservation/r-cpus"]
     assert set(resource_status(reserve_pod["metadata"]["annotations"]).cpus()) == {0, 1, 8, 9} - owner
 
 

@@ -127,11 +127,11 @@ def test_reserve_pod_device_annotation_shrinks_as_owners_take() -> None:
     sched = Scheduler(cluster, profile(None))
     resv = sched.plugin("Reservation", ReservationPlugin)
     resv.bind(cluster)
-    held = cluster.nodes["n1"].pods["reservation/r1"]["metadata"]["annotations"][DEV]
+    held = cluster.nodes["n1"].pods["default/reservation/r1"]["metadata"]["annotations"][DEV]
     assert gpus({DEV: held}) == [1, 3] and vfs({DEV: held}) == ["0000:01:00.2"]
     placed = sched.schedule(pod("owner1", 1, rdma=True, owner=True))
     assert placed.node == "n1"
-    held = cluster.nodes["n1"].pods["reservation/r1"]["metadata"]["annotations"][DEV]
+    held = cluster.nodes["n1"].pods["default/reservation/r1"]["metadata"]["annotations"][DEV]
     assert json.loads(held) == {"gpu": [HELD["gpu"][1]]}  # GPU 1 and the VF are the owner's now
     # the object keeps what was reserved (upstream never rewrites it)
     assert resv.book["r1"].annotations[DEV] == json.dumps(HELD)
@@ -144,7 +144,7 @@ def test_reserve_pod_device_annotation_shrinks_as_owners_take() -> None:
                                "status": {"phase": "Running"}}])
     sched2 = Scheduler(cluster2, profile(None))
     sched2.plugin("Reservation", ReservationPlugin).bind(cluster2)
-    held2 = cluster2.nodes["n1"].pods["reservation/r1"]["metadata"]["annotations"][DEV]
+    held2 = cluster2.nodes["n1"].pods["default/reservation/r1"]["metadata"]["annotations"][DEV]
     assert gpus({DEV: held2}) == [3]
     other = sched2.schedule(pod("other", 3))
     assert other.node is None  # 0 and 2 free, 3 still reserved

@@ -13,6 +13,7 @@ import pytest
 from apis.client.kubeapi import KubeClient, KubeConfig
 from scheduler.cli import main, profile
 from scheduler.cluster import Cluster, NodeInfo
+from scheduler.config.profile import parse_config
 from scheduler.framework import Scheduler
 from scheduler.gang.queuesort import priority_order
 from scheduler.runner import SecondaryScheduler
@@ -105,7 +106,7 @@ async def test_binds_whole_gang_and_ignores_other_schedulers(km: kmock.Kubernete
         node = pod["spec"]["nodeName"]
         assert node in GPU_NODES
         ann = pod["metadata"]["annotations"]
-        assert ann[GANG_ID] == "default/job"
+        assert GANG_ID not in ann  # the default profile, as v1.7's, has no Coscheduling at preBind
         minors.setdefault(node, []).extend(a["minor"] for a in json.loads(ann[ALLOCATED])["gpu"])
     for node, ms in minors.items():
         assert len(ms) == len(set(ms)) and (node != "gpu-a" or 0 not in ms)  # no GPU handed out twice
@@ -143,8 +144,16 @@ async def test_gang_without_enough_members_waits(km: kmock.KubernetesEmulator, r
     assert binds(km) == []
 
 
-async def test_binding_failure_rolls_back_unbound_members(km: kmock.KubernetesEmulator,
-                                                         runner: SecondaryScheduler) -> None:
+async def test_binding_failure_rolls_back_unbound_members(km: kmock.KubernetesEmulator) -> None:
+    """With Coscheduling at preBind (v1.8's chart) the members' bind-gang annotations go out with their patch and
+    are taken off again with the rest of what the unbound members were given."""
+    prebind = parse_config({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                            "profiles": [{"plugins": {"preBind": {"enabled": [{"name": "Coscheduling"}]}}}]})
+
+    def make(cluster: Cluster) -> Scheduler:
+        return Scheduler(cluster, profile(prebind))
+
+    runner = SecondaryScheduler(KubeClient(KubeConfig(server=str(km.url))), NAME, make)
     km.objects[PODGROUPS, "default", "job"] = podgroup("job", 3)
     add(km, member("g0", 4, created="2024-01-01T00:00:00Z"),
         member("g1", 4, created="2024-01-01T00:00:01Z", annotations={FAIL_BINDING: ""}),
@@ -159,6 +168,7 @@ async def test_binding_failure_rolls_back_unbound_members(km: kmock.KubernetesEm
     assert failure.rolled_back == ["default/g1", "default/g2"]
     assert binds(km) == ["g0", "g1"]  # g2's Binding is never attempted
     g0_node = stored(km, "g0")["spec"]["nodeName"]
+    assert stored(km, "g0")["metadata"]["annotations"][GANG_ID] == "default/job"
     for name in ("g1", "g2"):
         pod = stored(km, name)
         assert not pod["spec"]["nodeName"]

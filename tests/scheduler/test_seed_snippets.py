@@ -17,12 +17,17 @@ import yaml
 from scheduler.cli import main, profile, simulate
 from scheduler.cluster import build_cluster
 from scheduler.config import load_config
+from scheduler.config.profile import parse_config
 from scheduler.framework import Scheduler
 from scheduler.gang.topology import build_tree
 
 SEEDS = Path(__file__).parent / "seeds"
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 GANG_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
+# Coscheduling at preBind (as v1.8's chart and shipped config enable it; v1.7's do not): the bind-gang annotations
+# name each placed member's GangGroup
+PREBIND = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+           "profiles": [{"plugins": {"preBind": {"enabled": [{"name": "Coscheduling"}]}}}]}
 SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
 
 
@@ -125,7 +130,7 @@ def test_v17_ganggroup_of_two_podgroups(validate_crd: Callable[[str, dict[str, A
     assert "gang-example2" in short["placements"][0]["reason"]
     cluster = build_cluster([*pgs, node("n1", 8), node("n2", 8)])
     whole = simulate(cluster, [pod("a1", "1", group="gang-example1"), pod("b1", "1", group="gang-example2"),
-                               pod("b2", "1", group="gang-example2")])
+                               pod("b2", "1", group="gang-example2")], parse_config(PREBIND))
     assert all(p["node"] for p in whole["placements"])
     assert {p["annotations"][GANG_ID] for p in whole["placements"]} == {
         "default/gang-example1,default/gang-example2"}
@@ -220,8 +225,10 @@ def test_limits_only_pod_too_big_for_the_node_is_refused() -> None:
 def run_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
                  cluster: list[dict[str, Any]], pods: Path) -> tuple[int, dict[str, Any] | None, list[str]]:
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(cluster))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(PREBIND))
     with caplog.at_level(logging.WARNING):
-        rc = main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(pods), "-o", "json"])
+        rc = main(["simulate", "--config", str(tmp_path / "config.yaml"), "--cluster", str(tmp_path / "cluster.yaml"),
+                   "--pods", str(pods), "-o", "json"])
     out = capsys.readouterr().out
     return rc, (json.loads(out) if rc == 0 else None), [r.getMessage() for r in caplog.records]
 
