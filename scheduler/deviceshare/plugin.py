@@ -398,9 +398,13 @@ class DeviceShare:
                 None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))
 
     def _fill(self, i: int, d: DeviceTotals) -> None:
-        # rows are assigned from lists: one numpy call per row rather than one per element
+        # rows are assigned from lists: one numpy call per row rather than one per element; a type the node had
+        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums)
         for t in DEVICE_TYPES:
-            self._has[t][i] = t in d.types
+            has = t in d.types
+            if not has and not self._has[t][i]:
+                continue
+            self._has[t][i] = has
             totals, free = d.total_sum.get(t, {}), d.free_sum.get(t, {})
             self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
@@ -410,10 +414,9 @@ class DeviceShare:
             grow = len(d.gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
-        self._gpu_ok[i], self._gpu_free[i] = False, 0
-        if d.gpus:
-            self._gpu_ok[i, :len(d.gpus)] = [healthy for healthy, _ in d.gpus]
-            self._gpu_free[i, :len(d.gpus)] = [_gpu_row(free) for _, free in d.gpus]
+        pad = self._gpu_ok.shape[1] - len(d.gpus)  # whole rows, padded: two numpy calls for the GPUs
+        self._gpu_ok[i] = [healthy for healthy, _ in d.gpus] + [False] * pad
+        self._gpu_free[i] = [_gpu_row(free) for _, free in d.gpus] + [[0] * len(_GPU_COLUMNS)] * pad
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""
