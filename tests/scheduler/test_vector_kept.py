@@ -195,4 +195,5 @@ def test_device_rows_refilled_in_place_equal_a_fresh_fill() -> None:
         for pod in asks:
             kept = ds.prefilter_vector(pod, index), ds.score_vector(pod, index)  # type: ignore[attr-defined]
             whole = fresh.prefilter_vector(pod, index), fresh.score_vector(pod, index)
+            assert kept[0] is not None and whole[0] is not None
             assert np.array_equal(kept[0], whole[0]) and np.array_equal(kept[1], whole[1]), step
