@@ -53,6 +53,7 @@ class NodeIndex:
         self.versions: IntArray = np.zeros(len(self.nodes), dtype=np.int64)
         self.log: list[int] = []
         self.log_start = 0
+        self._logged: tuple[int, int, int, list[tuple[int, int]]] = (-1, -1, -1, [])  # see `logged`
         for n in self.nodes:
             n.watch(self, self._changed)
         self._map, self._members = nodes, getattr(nodes, "version", -1)
@@ -70,6 +71,17 @@ class NodeIndex:
             self.log_start += len(self.log)
             self.log = []
         self.log.append(i)
+
+    def logged(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(row, its version now) of every row changed from the start-th to the end-th change (positions counted from
+        the index's first, both within `log`), ascending by row: worked out once for the trackers that read the
+        same span in a cycle (every version change extends the log, so the span fixes the versions)."""
+        epoch, first, last, rows = self._logged
+        if epoch != self.epoch or first != start or last != end:
+            versions = self.versions
+            rows = [(i, versions.item(i)) for i in sorted(set(self.log[start - self.log_start:end - self.log_start]))]
+            self._logged = (self.epoch, start, end, rows)
+        return rows
 
     def version(self, node: NodeInfo) -> int | None:
         """The node's current version (None: not a node of this index)."""
@@ -133,11 +145,11 @@ class Tracker:
         if self._read == end:
             return []
         if self._read >= index.log_start and end - self._read <= LOG_FEW:  # usually: a few rows changed since
-            versions, seen = index.versions, self._seen
+            seen = self._seen
             rows: list[int] = []
-            for i in sorted(set(index.log[self._read - index.log_start:])):
-                if seen[i] != versions[i]:  # not back at the version last seen (NodeIndex.revert)
-                    seen[i] = versions[i]
+            for i, version in index.logged(self._read, end):  # shared by the trackers reading the same span
+                if seen.item(i) != version:  # not back at the version last seen (NodeIndex.revert)
+                    seen[i] = version
                     rows.append(i)
         else:
             diff = np.flatnonzero(index.versions != self._seen)

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
 # whose device plugins need the adapter's annotations
 _ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON, VENDOR_METAX)
+_PLANS_SIZE = 256  # distinct pod shapes whose plans are kept; a cluster's pods repeat a few
 
 
 def _utcnow() -> dt.datetime:
@@ -123,6 +124,7 @@ class DeviceShare:
         self._pod: JSON | None = None
         self._fingerprint: tuple[object, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
+        self._plans: dict[tuple[object, ...], PodPlan] = {}  # see plan: pods of one shape share one (read only)
         self._fits: dict[str, tuple[Any, bool, Allocations]] = {}  # node → ((state version, NUMA), complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
         self._tracker = Tracker()
@@ -176,17 +178,28 @@ class DeviceShare:
         return plugin
 
     def plan(self, pod: JSON) -> PodPlan:
-        """The pod's normalised device requests (cached for the current pod); raises InvalidDeviceRequest."""
+        """The pod's normalised device requests (cached for the current pod, and shared by the pods of one shape:
+        the same requests, device annotations and templates); raises InvalidDeviceRequest."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         fp = (*(annotations.get(a) for a in (ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE,
                                              ANNOTATION_GPU_PARTITION_SPEC)),
               self._catalog_version)
         if pod is not self._pod or fp != self._fingerprint or self._plan is None:
-            try:
-                self._plan = plan_pod(pod, pod_requests(pod))
-                self._plan_templates(self._plan)
-            except InvalidDeviceRequest as e:
-                self._plan = e
+            requests = pod_requests(pod)
+            shape = (fp, frozenset(requests.items()))  # all a plan is made of (plan_pod reads nothing else)
+            plan = self._plans.get(shape)
+            if plan is not None:
+                self._plan = plan
+            else:
+                try:
+                    plan = plan_pod(pod, requests)
+                    self._plan_templates(plan)
+                except InvalidDeviceRequest as e:
+                    self._plan = e  # not kept: each pod raises its own
+                else:
+                    if len(self._plans) >= _PLANS_SIZE:
+                        self._plans.clear()
+                    self._plan = self._plans[shape] = plan
             self._pod, self._fingerprint, self._fits = pod, fp, {}
         if isinstance(self._plan, InvalidDeviceRequest):
             raise self._plan
@@ -398,9 +411,13 @@ class DeviceShare:
                 None if gpu is None else (tuple(sorted(gpu.per_gpu.items())), gpu.count, gpu.shared))
 
     def _fill(self, i: int, d: DeviceTotals) -> None:
-        # rows are assigned from lists: one numpy call per row rather than one per element
+        # rows are assigned from lists: one numpy call per row rather than one per element; a type the node had
+        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums)
         for t in DEVICE_TYPES:
-            self._has[t][i] = t in d.types
+            has = t in d.types
+            if not has and not self._has[t][i]:
+                continue
+            self._has[t][i] = has
             totals, free = d.total_sum.get(t, {}), d.free_sum.get(t, {})
             self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
@@ -410,10 +427,9 @@ class DeviceShare:
             grow = len(d.gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
-        self._gpu_ok[i], self._gpu_free[i] = False, 0
-        if d.gpus:
-            self._gpu_ok[i, :len(d.gpus)] = [healthy for healthy, _ in d.gpus]
-            self._gpu_free[i, :len(d.gpus)] = [_gpu_row(free) for _, free in d.gpus]
+        pad = self._gpu_ok.shape[1] - len(d.gpus)  # whole rows, padded: two numpy calls for the GPUs
+        self._gpu_ok[i] = [healthy for healthy, _ in d.gpus] + [False] * pad
+        self._gpu_free[i] = [_gpu_row(free) for _, free in d.gpus] + [[0] * len(_GPU_COLUMNS)] * pad
 
     def _gpu_only(self, plan: PodPlan) -> bool:
         """Whether well-planned nodes filter and score the GPU alone (see _filter_types)."""

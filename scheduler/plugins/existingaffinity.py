@@ -52,8 +52,12 @@ def stated(pod: JSON) -> Iterator[Stated]:
     yield from ((ANTI_PREFERRED, w.weight, w.term) for w in a.preferred_anti)
 
 
+_NO_TERMS: Counter[Stated] = Counter()  # shared by every node none of whose pods states a term: never changed
+
+
 def _node_terms(node: NodeInfo) -> Counter[Stated]:
-    return Counter(s for p in node.pods.values() if has_pod_affinity(p) for s in stated(p))
+    stating = [p for p in node.pods.values() if has_pod_affinity(p)]
+    return Counter(s for p in stating for s in stated(p)) if stating else _NO_TERMS
 
 
 class ExistingTerms:
@@ -89,7 +93,7 @@ class ExistingTerms:
             for i in changed:
                 new = _node_terms(index.nodes[i])
                 old = self._rows[i]
-                if new != old:
+                if new is not old and new != old:
                     self._add(i, old, -1)
                     self._add(i, new, 1)
                     self._rows[i] = new

@@ -164,10 +164,11 @@ class LoadAware:
             self._has_metric[i] = st.has_metric
             self._custom[i] = isinstance(st.thresholds, dict)
             self._update[i] = np.nan if st.update_time is None else st.update_time
-            usage, prod = st.usage(), st.prod()
-            for r, j in self._col.items():
-                self._cap[i, j], self._usage[i, j], self._prod[i, j] = st.capacity.get(r, 0), usage.get(r, 0), \
-                    prod.get(r, 0)
+            usage, prod, cap = st.usage(), st.prod(), st.capacity
+            # whole rows from lists (the columns are self.resources in order): three numpy calls, not three a column
+            self._cap[i] = [cap.get(r, 0) for r in self.resources]
+            self._usage[i] = [usage.get(r, 0) for r in self.resources]
+            self._prod[i] = [prod.get(r, 0) for r in self.resources]
         if changed:
             self._expire_rows(changed)
 

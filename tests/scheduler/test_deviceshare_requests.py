@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.deviceshare.requests import (
     DeviceHint,
     InvalidDeviceRequest,
@@ -141,3 +143,26 @@ def test_malformed_pod_annotation_is_a_reason() -> None:
     pod = {"metadata": {"annotations": {"scheduling.koordinator.sh/device-allocate-hint": "{nope"}}}
     with pytest.raises(InvalidDeviceRequest, match="device-allocate-hint"):
         plan_pod(pod, {"nvidia.com/gpu": 1})
+
+
+def _gpu_pod(name: str, requests: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "t", "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}}
+
+
+def test_pods_of_one_shape_share_a_plan_and_any_difference_gets_its_own() -> None:
+    ds = DeviceShare()
+    whole = {"cpu": "1", "koordinator.sh/gpu": "100"}
+    joint = {"scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
+    first = ds.plan(_gpu_pod("a", whole))
+    assert ds.plan(_gpu_pod("b", dict(whole))) is first  # the same requests and annotations
+    with_rdma = {**whole, "koordinator.sh/rdma": "1"}
+    plain, jointly = ds.plan(_gpu_pod("c", with_rdma)), ds.plan(_gpu_pod("d", with_rdma, joint))
+    assert plain is not first and plain.joint_types == [] and jointly.joint_types == ["gpu", "rdma"]
+    assert ds.plan(_gpu_pod("e", {"cpu": "1", "koordinator.sh/gpu": "200"})).gpu == gpu_requirement(
+        {CORE: 200, RATIO: 200})
+    assert ds.plan(_gpu_pod("f", whole)) == plan_pod(_gpu_pod("f", whole), {"cpu": 1000, "koordinator.sh/gpu": 100})
+    bad = {"scheduling.koordinator.sh/device-allocate-hint": "{nope"}
+    for name in ("g", "h"):  # a refused shape is refused for every pod of it
+        with pytest.raises(InvalidDeviceRequest, match="device-allocate-hint"):
+            ds.plan(_gpu_pod(name, whole, bad))

@@ -81,3 +81,24 @@ def test_row_cache_recomputes_changed_rows_per_node_or_vectorised() -> None:
     got = rowcache.by_rows(cache, versions, ("k",), compute, one)
     assert calls == ["vector"]  # many rows: one numpy pass
     assert got.tolist() == (base * 10).tolist()
+
+
+def test_trackers_reading_the_same_span_share_it_and_still_see_a_revert_as_their_own() -> None:
+    cluster = _cluster(6)
+    index = node_index(cluster)
+    a, b, c = Tracker(), Tracker(), Tracker()
+    for t in (a, b, c):
+        assert t.changes(index) is None
+    node = cluster.nodes["n03"]
+    before = index.version(node)
+    assert before is not None
+    node.changed()
+    cluster.nodes["n05"].changed()
+    assert a.changes(index) == [3, 5]  # a saw n03's new version
+    index.revert(node, before)  # n03 is as it was: only a, which saw it otherwise, must look at it again
+    assert b.changes(index) == [5]
+    assert c.changes(index) == [5]  # the same span as b, answered from what b's read worked out
+    assert a.changes(index) == [3]
+    assert b.changes(index) == [] and c.changes(index) == []
+    cluster.nodes["n00"].changed()
+    assert [t.changes(index) for t in (a, b, c)] == [[0], [0], [0]]

@@ -14,8 +14,10 @@ import numpy as np
 
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
+from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.framework import Scheduler
 from scheduler.interfaces import Placement
+from scheduler.nodeindex import node_index
 from scheduler.plugins.loadaware import LoadAware
 
 T0 = 1_800_000_000.0  # the fake clock's start (NodeMetric update times are set relative to it)
@@ -160,3 +162,38 @@ def test_only_changed_rows_are_recomputed() -> None:
     assert pos[first.node] in asked[3]
     kept = sched.vectors.kept(_pod(4, 0), sched.cluster.__dict__["_node_index"])
     assert kept is not None and bool(np.all(kept.rank[~kept.mask] == -1))
+
+
+def _mixed_device(name: str, gpus: int, rdma: bool, rng: random.Random) -> dict[str, Any]:
+    device = _device(name, gpus, 0.8, rng)
+    if rdma:
+        device["spec"]["devices"].append({"type": "rdma", "id": f"{name}-nic", "minor": 0, "health": True,
+                                          "resources": {"koordinator.sh/rdma": "100"},
+                                          "topology": {"socketID": -1, "nodeID": 0, "pcieID": "p0"}})
+    return device
+
+
+def test_device_rows_refilled_in_place_equal_a_fresh_fill() -> None:
+    """DeviceShare's per-node arrays, refilled row by row as Device CRs gain and lose types and GPUs and pods take
+    devices, answer every request shape as a DeviceShare filling them all at once from the same cluster."""
+    rng = random.Random(11)
+    objects = _objects(rng, 16)
+    sched = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
+    ds = sched.profile.by_name["DeviceShare"]
+    asks = [_pod(900 + k, s) for k, s in enumerate((0, 1, 3))]
+    joint = _pod(999, 0)
+    joint["spec"]["containers"][0]["resources"]["requests"]["koordinator.sh/rdma"] = "1"
+    asks.append(joint)
+    for step in range(40):
+        if step % 2:
+            name = sorted(sched.cluster.nodes)[rng.randrange(16)]
+            sched.cluster.nodes[name].device = _mixed_device(name, rng.choice([0, 1, 2, 8]), rng.random() < 0.5, rng)
+        else:
+            sched.schedule(_pod(step, rng.choice([0, 1, 3])))
+        index = node_index(sched.cluster)
+        fresh = DeviceShare()
+        for pod in asks:
+            kept = ds.prefilter_vector(pod, index), ds.score_vector(pod, index)  # type: ignore[attr-defined]
+            whole = fresh.prefilter_vector(pod, index), fresh.score_vector(pod, index)
+            assert kept[0] is not None and whole[0] is not None
+            assert np.array_equal(kept[0], whole[0]) and np.array_equal(kept[1], whole[1]), step
