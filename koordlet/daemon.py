@@ -47,9 +47,11 @@ def next_tick(phase: float, interval: float, after: float) -> float:
         return after
     return phase + (math.floor((after - phase) / interval) + 1) * interval
 
-# The cyclic GC's thresholds once the heap is settled (Python's default: 700, 10, 10). The daemon's rounds allocate
-# thousands of short-lived, acyclic objects (freed by reference counting); at 700 a young collection ran every few
-# hundred ms and, with the older generations after it, cost ~0.6 ms of CPU a second at 250 pods for nothing found.
+
+# The cyclic GC's thresholds while the daemon runs (Python's default: 700, 10, 10; restored when run() ends, for
+# callers in-process). Its heap is settled and frozen (settle_heap); its rounds allocate thousands of short-lived,
+# acyclic objects (freed by reference counting): at 700 a young collection ran every few hundred ms and, with the
+# older generations after it, cost ~0.6 ms of CPU a second at 250 pods for nothing found.
 GC_THRESHOLDS = (20_000, 20, 20)
 
 

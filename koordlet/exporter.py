@@ -637,7 +637,8 @@ class _Server(ThreadingHTTPServer):
 
     def stop(self) -> None:
         self._stopping = True
-        os.write(self._wake_w, b"x")
+        with contextlib.suppress(OSError):  # stopped and closed before
+            os.write(self._wake_w, b"x")
 
     def server_close(self) -> None:
         super().server_close()
