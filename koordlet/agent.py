@@ -17,7 +17,7 @@ from apis.slo.decode import decode_nodeslo, nodeslo_config
 from koordlet import heap
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
-from koordlet.collectors.cgroups import CgroupUsageCollector
+from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS, CgroupUsageCollector
 from koordlet.collectors.hostapps import host_apps
 from koordlet.collectors.node import NodeCollector, parse_meminfo
 from koordlet.collectors.numamemory import PodNumaMemory
@@ -40,6 +40,7 @@ from koordlet.metriccache import MetricCache
 from koordlet.nodestate import NodeInfo, NodeMetricSpec, NodeState, SLOState
 from koordlet.prediction.predictor import Outcome, predict
 from koordlet.prediction.server import PeakPredictServer, training_pods
+from koordlet.qos.cpuburst_facts import containers_read_every_tick
 from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats, Evictor, Post
@@ -60,7 +61,7 @@ from koordlet.states.kubeletcpu import (
     read_cpu_manager_state,
     read_kubelet_config_file,
 )
-from koordlet.states.model import PodSource
+from koordlet.states.model import PodMeta, PodSource
 from koordlet.states.nodecpu import NodeCPUFacts, node_cpu_facts
 from koordlet.states.nodeslo import load_nodeslo_file
 from koordlet.states.pods import PodsDirSource
@@ -95,9 +96,13 @@ class Agent:
         self.cache = MetricCache(self._retention)
         self.node = NodeCollector(paths)
         psi = PSICollector(self.backend, self.health) if config.gate("PSICollector") else None
-        self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health), psi,
+        stride = max(1, round(CONTAINER_INTERVAL_SECONDS / config.collect_res_used_interval)) \
+            if config.collect_res_used_interval > 0 else 1
+        self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health,
+                                                                           container_stride=stride), psi,
                                self.health, page_cache=config.enable_pagecache_collector,
                                numa_memory=PodNumaMemory(paths, self.backend.version))
+        self._every_tick: tuple[list[PodMeta], SLOState, frozenset[str]] | None = None
         self._host_node_obj: JSON | None = None
         self._nrt_obj: JSON | None = None  # standalone: the NodeResourceTopology last written
         # BECPUEvict reads the besteffort cgroup's usage and limit and the BE requests, collected every tick
@@ -215,13 +220,24 @@ class Agent:
         now = time.time() if now is None else now
         mono_ns = time.monotonic_ns() if mono_ns is None else mono_ns
         pods = self.state.pods()
-        self.advisor.collect_usage(pods, self.state.nodeslo().host_apps, int(now * 1000), mono_ns)
+        self.advisor.collect_usage(pods, self.state.nodeslo().host_apps, int(now * 1000), mono_ns,
+                                   self._containers_every_tick(pods))
         if self.be_resource is not None:
             self.be_resource.collect(pods, self.cache, int(now * 1000), mono_ns)
         if self.schedlat is not None:
             self.schedlat.collect(pods, int(now * 1000), self.cache)
         self.collected_once = True
         self.metrics.collected()
+
+    def _containers_every_tick(self, pods: list[PodMeta]) -> frozenset[str]:
+        """The containers CPU burst reads per second (kept while the pod list and NodeSLO are the same objects)."""
+        slo = self.state.nodeslo()
+        kept = self._every_tick
+        if kept is None or kept[0] is not pods or kept[1] is not slo:
+            ids = containers_read_every_tick(pods, slo.spec.cpu_burst_strategy.config) \
+                if slo.present and self.config.gate("CPUBurst") else frozenset()
+            kept = self._every_tick = (pods, slo, ids)
+        return kept[2]
 
     def collect_psi(self) -> None:
         self.advisor.collect_psi(self.state.pods())

@@ -54,6 +54,7 @@ def test_pod_and_node_usage_over_ticks(simhost: SimHost, tmp_path: Path, validat
     rel_a, ctr_a = _pod_cgroups(simhost, pod_a, K8sQoS.BURSTABLE)
     rel_b, ctr_b = _pod_cgroups(simhost, pod_b, K8sQoS.BESTEFFORT)
     assert rel_a in {p.cgroup_dir for p in agent.state.pods()}
+    agent.advisor.cgroups.container_stride = 1  # containers every tick (the 10 s interval: test_container_interval)
 
     gib = 1 << 30
     for tick in range(4):

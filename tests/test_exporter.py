@@ -119,6 +119,7 @@ def test_nodemetric_mirror_needs_its_gate(tmp_path: Path) -> None:
 def test_pod_and_container_usage_series_after_collection(simhost: SimHost, tmp_path: Path) -> None:
     pod = make_pod("web", UID, "Burstable", containers=2, namespace="shop")
     agent = _agent(tmp_path, simhost, [pod])
+    agent.advisor.cgroups.container_stride = 1  # containers every tick (the 10 s interval: test_container_interval)
     rel = simhost.pod_dir(K8sQoS.BURSTABLE, UID)
     cids = [cs["containerID"] for cs in pod["status"]["containerStatuses"]]  # type: ignore[index]
     ctrs = [simhost.container_dir(rel, cid) for cid in cids]

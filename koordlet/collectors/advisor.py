@@ -106,10 +106,13 @@ class Advisor:
                 _rows([i for i, t in enumerate(targets) if t.scope == "hostapp"]))
         return cached
 
-    def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int) -> None:
+    def collect_usage(self, pods: list[PodMeta], apps: list[HostApp], now_ms: int, now_mono_ns: int,
+                      every_tick: frozenset[str] = frozenset()) -> None:
+        """`every_tick`: the IDs of the containers a per-second reader needs (the others are read every
+        `cgroups.container_stride` ticks)."""
         node = self.node.collect(now_mono_ns / 1e9)
         targets = self._targets_for(pods, apps)
-        usage = self.cgroups.collect(targets, now_mono_ns)
+        usage = self.cgroups.collect(targets, now_mono_ns, every_tick)
         self._store(node, targets, usage, now_ms)
         if self.numa_memory is not None and node.numa_memory_bytes:
             self._store_numa_memory(node, pods, now_ms)
@@ -155,9 +158,10 @@ class Advisor:
 
         columns = self._columns_for(targets)
         if now_ms >= self._last_store_ms:  # else the wall clock stepped back: the cache would drop the samples
-            read = usage.read
-            values = (np.where(read, usage.memory, np.nan), np.where(read, usage.memory_with_cache, np.nan)[
-                columns.cache_rows], usage.cpu, usage.throttled[columns.throttle_rows])
+            fresh = usage.fresh  # a row carried from an earlier tick was stored then
+            values = (np.where(fresh, usage.memory, np.nan), np.where(fresh, usage.memory_with_cache, np.nan)[
+                columns.cache_rows], np.where(fresh, usage.cpu, np.nan),
+                np.where(fresh, usage.throttled, np.nan)[columns.throttle_rows])
             columns.writer.add(now_ms, np.concatenate(values))
         self._last_store_ms = max(now_ms, self._last_store_ms)
         pods_cpu, pods_memory, pods_complete = _sums(usage, columns.pod_rows)

@@ -29,16 +29,19 @@ _usage = functools.partial(tuple.__new__, CgroupUsage)  # as CgroupUsage(...), w
 
 class TickUsage(Mapping[UsageId, CgroupUsage]):
     """Row i is target i of the tick: `read` whether its cgroup was read, CPU cores and throttled share (NaN where
-    there is no rate: a first read, a recreated cgroup, or not read), memory as read. Never changed once built:
-    the exporter's thread reads it while the next tick builds the next one. As a mapping, the read targets by
-    usage id (a repeated id: its last row), each built on access."""
+    there is no rate: a first read, a recreated cgroup, or not read), memory as read. `fresh` marks the rows read
+    at this tick; a row `read` but not fresh carries its values from the tick that last read it (a container read
+    every few ticks, see cgroups.CONTAINER_INTERVAL_SECONDS). Never changed once built: the exporter's thread reads
+    it while the next tick builds the next one. As a mapping, the rows with values by usage id (a repeated id: its
+    last row), each built on access."""
 
-    __slots__ = ("_lists", "cpu", "index", "memory", "memory_with_cache", "read", "throttled")
+    __slots__ = ("_lists", "cpu", "fresh", "index", "memory", "memory_with_cache", "read", "throttled")
 
     def __init__(self, index: Mapping[UsageId, int], read: Bools, cpu: Floats, memory: Int64s,
-                 memory_with_cache: Int64s, throttled: Floats) -> None:
+                 memory_with_cache: Int64s, throttled: Floats, fresh: Bools | None = None) -> None:
         self.index, self.read, self.cpu, self.throttled = index, read, cpu, throttled
         self.memory, self.memory_with_cache = memory, memory_with_cache
+        self.fresh = read if fresh is None else fresh
         self._lists: tuple[list[bool], list[float], list[int], list[int], list[float]] | None = None
 
     @classmethod

@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -36,6 +36,7 @@ from koordlet.qos.cpuburst_config import (
 from koordlet.qos.cpuqos import pod_cpu_request_milli
 from koordlet.qos.state import QoSState
 from koordlet.qos.steady import SteadyFacts
+from koordlet.states.model import PodMeta
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -223,6 +224,25 @@ def _targets(state: QoSState, node: CPUBurstConfig) -> list[_Target]:
         out.append((pod.cgroup_dir, state.cgroup_file("cpu.cfs_quota_us", pod.cgroup_dir), cfg, cfg.cfs_quota_burst,
                     tuple(targets)))
     return out
+
+
+def containers_read_every_tick(pods: Sequence[PodMeta], node: CPUBurstConfig) -> frozenset[str]:
+    """The containers whose per-second throttling or usage `_gather` reads (those with a CPU limit, of burstable
+    pods with the cfs-quota burst or a limiting token bucket): the collection tick reads them every tick, other
+    containers every few (cgroups.CONTAINER_INTERVAL_SECONDS)."""
+    out: set[str] = set()
+    for pod in pods:
+        if not burstable(pod):
+            continue
+        cfg, _ = pod_config(pod, node)
+        if not (cfg.cfs_quota_burst or _limited(cfg)):
+            continue
+        specs = container_specs(pod)
+        for c in pod.containers:
+            spec = specs.get(c.name)
+            if c.running and spec is not None and base_quota(spec) > 0:
+                out.add(c.container_id)
+    return frozenset(out)
 
 
 def share_pool_state(state: QoSState, threshold_percent: int, now_ms: int, window: float,

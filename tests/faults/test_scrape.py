@@ -60,7 +60,7 @@ class Node:
     ticks: int = 0
 
     def tick(self) -> int:
-        """One collection tick after the containers' memory changed; returns the marker (MiB) it shows."""
+        """One collection tick after the pods' memory changed; returns the marker (MiB) it shows."""
         self.ticks += 1
         for i, rel in enumerate(self.rels):
             self.host.write_cgroup(rel, SimCgroup(cpu_ns=self.ticks * SEC // 10, anon=(self.ticks + i) * MIB))
@@ -78,9 +78,9 @@ def node(tmp_path: Path) -> Iterator[Node]:
         uid = f"eeeeeeee-0000-4000-8000-{i:012d}"
         pod = make_pod(f"p{i}", uid, containers=CONTAINERS)
         prel = host.pod_dir(K8sQoS.BURSTABLE, uid)
-        host.write_cgroup(prel, SimCgroup(anon=MIB))
+        rels.append(prel)  # pods are read every tick (containers every 10 s)
         for cs in pod["status"]["containerStatuses"]:  # type: ignore[index]
-            rels.append(host.container_dir(prel, cs["containerID"]))
+            host.write_cgroup(host.container_dir(prel, cs["containerID"]), SimCgroup(anon=MIB))
         (pods_dir / f"p{i}.yaml").write_text(yaml.safe_dump(pod))
     agent = Agent(Config(node_name="n1", paths=host.paths, pods_dir=str(pods_dir), state_dir=str(tmp_path / "s")))
     agent.sync_pods()
@@ -132,13 +132,13 @@ def together(port: int, n: int) -> list[Scrape]:
 
 
 def marker(text: str) -> float:
-    """The first container's used memory (MiB), the value each tick changes; checks the whole exposition too."""
+    """The first pod's used memory (MiB), the value each tick changes; checks the whole exposition too."""
     values = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name == "koordlet_container_used_memory_bytes":
-            values = {s.labels["container_id"]: s.value for s in fam.samples}
-    assert len(values) == PODS * CONTAINERS, "incomplete exposition"
-    first = min(values)  # containers' ids sort as the pods and containers were made
+        if fam.name == "koordlet_pod_used_memory_bytes":
+            values = {s.labels["pod_uid"]: s.value for s in fam.samples}
+    assert len(values) == PODS, "incomplete exposition"
+    first = min(values)  # pods' uids sort as the pods were made
     return values[first] / MIB
 
 
