@@ -17,7 +17,7 @@ from apis.slo.decode import decode_nodeslo, nodeslo_config
 from koordlet import heap
 from koordlet.collectors.advisor import Advisor
 from koordlet.collectors.beresource import BEResourceCollector
-from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS, CgroupUsageCollector
+from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS, MAX_STRIDE, CgroupUsageCollector
 from koordlet.collectors.hostapps import host_apps
 from koordlet.collectors.node import NodeCollector, parse_meminfo
 from koordlet.collectors.numamemory import PodNumaMemory
@@ -96,7 +96,8 @@ class Agent:
         self.cache = MetricCache(self._retention)
         self.node = NodeCollector(paths)
         psi = PSICollector(self.backend, self.health) if config.gate("PSICollector") else None
-        stride = max(1, round(CONTAINER_INTERVAL_SECONDS / config.collect_res_used_interval)) \
+        # containers every CONTAINER_INTERVAL_SECONDS; at sub-second intervals more often (at most 60 phases)
+        stride = min(max(1, round(CONTAINER_INTERVAL_SECONDS / config.collect_res_used_interval)), MAX_STRIDE) \
             if config.collect_res_used_interval > 0 else 1
         self.advisor = Advisor(self.cache, self.node, CgroupUsageCollector(self.backend, self.health,
                                                                            container_stride=stride), psi,

@@ -107,3 +107,11 @@ def test_cpu_burst_containers_are_read_every_tick(tmp_path: Path) -> None:
         assert len(_samples(agent, "container_cpu_throttled", container_id=cs["containerID"])) == 9
     for cs in other["status"]["containerStatuses"]:  # a pod without CPU limits: no burst, every 10 s
         assert len(_samples(agent, "container_memory_usage", container_id=cs["containerID"])) == 1
+
+
+@pytest.mark.parametrize(("interval", "stride"), [(1.0, 10), (0.5, 20), (2.0, 5), (30.0, 1), (1e-9, 60)])
+def test_the_stride_follows_the_collection_interval(tmp_path: Path, interval: float, stride: int) -> None:
+    """Containers every 10 s whatever the tick; a tick longer than that reads them every tick; a tiny one is capped
+    (the read plan holds a row list per tick of the stride)."""
+    _, agent, _ = _node(tmp_path, [], collect_res_used_interval=interval)
+    assert agent.advisor.cgroups.container_stride == stride

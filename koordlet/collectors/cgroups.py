@@ -29,6 +29,7 @@ _CHUNK = 65536  # bytes asked of one pread: each stat file is a few KiB, so one 
 # (10 s). Pods and host applications (NodeMetric, system usage, evictions) are read every tick. Decision: "Containers
 # every 10 s" in docs/decisions.md.
 CONTAINER_INTERVAL_SECONDS = 10.0
+MAX_STRIDE = 60  # ticks between a container's reads at most (a read plan holds a row list per tick of the stride)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ class CgroupUsageCollector:
                     rows.append(_Row(t, error=e))
             old = plan
             plan = self._plan = _Plan(targets, rows, len(self.backend.stat_paths("")), every_tick,
-                                      max(self.container_stride, 1))
+                                      min(max(self.container_stride, 1), MAX_STRIDE))
             self._values = self._values.moved(old.index if old is not None else {}, plan.index)
             self._rates.retarget([(t.scope, t.key) for t in targets])
             self.files.retain({f for r in rows for f in r.paths})
