@@ -22,6 +22,7 @@ from apis.core.shape import object_ident
 from scheduler import kubeflags, tlsserve
 from scheduler.cluster import Cluster, build_cluster, key, load_objects, pod_problem
 from scheduler.config import ConfigError, SchedulerConfig, load_config
+from scheduler.config.describe import describe
 from scheduler.elasticquota.plugin import NAME as ELASTIC_QUOTA
 from scheduler.elasticquota.plugin import ElasticQuota
 from scheduler.elasticquota.profile import apply_profiles, with_tree_affinity
@@ -353,6 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         log.error("invalid --config: %s", e)
         return 2
+    for line in describe(cfg):  # the resolved plugin lists (kube-scheduler logs its component config so)
+        log.log(logging.INFO if ns.config else logging.DEBUG, "%s", line)
     try:
         feature_gates = kubeflags.gates(getattr(ns, "feature_gates", None))
     except ValueError as e:

@@ -1,7 +1,8 @@
 """The plugin names a KubeSchedulerConfiguration may use with koord-sched: where each runs here, and what it does.
 
-Our default profile is koord-scheduler's shipped `config/manager/scheduler-config.yaml` restricted to the plugins we
-implement; a user's file is merged onto it as kube-scheduler merges a file onto its defaults (see profile.py).
+Without a file, our default profile is koord-scheduler's shipped `config/manager/scheduler-config.yaml` restricted
+to the plugins we implement. A file's profile is merged onto kube-scheduler's own default plugins, as koord-scheduler
+(kube-scheduler's v1 defaulting) merges it (see profile.py).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ _OURS = (
     PluginInfo("DefaultPreemption", (POST_FILTER,), (POST_FILTER,), LATER,
                "pod-level preemption of lone pods is not implemented by koord-sched (a lone pod no "
                "node takes stays pending); gangs use Coscheduling's job preemption, owners Reservation's"),
-    # kube-scheduler's node plugins, in its default profile (multiPoint) and so in koord-scheduler's:
-    # after the plugins a file enables at a point, as kube's multiPoint expansion orders them
+    # kube-scheduler's node plugins: in its default (multiPoint) plugins, so under every file's profile; in our
+    # default profile after koord-scheduler's plugins
     PluginInfo("NodeUnschedulable", (FILTER,), (FILTER,)),
     PluginInfo("NodeName", (FILTER,), (FILTER,), NOOP,
                "a pod with spec.nodeName is bound already; koord-sched never takes one"),
@@ -81,19 +82,24 @@ _KUBE_NOOP = tuple(PluginInfo(n, pts, (), NOOP, "koord-sched reads no volumes or
                                   ("DynamicResources", (PRE_ENQUEUE, PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE,
                                                         RESERVE, PRE_BIND))))
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
-# It can change where a pod goes on our objects (node.status.images), so enabling it is refused.
-_KUBE = ("ImageLocality",)
-_KOORD = ("ElasticQuotaV2",)
-# kube-scheduler's default (multiPoint) plugins: in every profile unless disabled, so their pluginConfig is legal
-KUBE_DEFAULTS = frozenset(("SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeName", "TaintToleration",
-                           "NodeAffinity", "NodePorts", "NodeResourcesFit", "VolumeRestrictions", "EBSLimits",
-                           "GCEPDLimits", "NodeVolumeLimits", "AzureDiskLimits", "VolumeBinding", "VolumeZone",
-                           "PodTopologySpread", "InterPodAffinity", "DefaultPreemption",
-                           "NodeResourcesBalancedAllocation", "ImageLocality", "DefaultBinder"))
+# ImageLocality can change where a pod goes on our objects (node.status.images), so enabling it is refused; as one
+# of kube-scheduler's defaults under a file it is left out of the profile (said once).
+_NOT_IMPLEMENTED = (PluginInfo("ImageLocality", (SCORE,), (), NOT_IMPLEMENTED,
+                               "kube-scheduler's default score on node.status.images is not run by koord-sched"),
+                    PluginInfo("ElasticQuotaV2", POINTS, (), NOT_IMPLEMENTED))
+# kube-scheduler's default plugins (k8s v1.28 pkg/scheduler/apis/config/v1 default_plugins.go getDefaultPlugins, the
+# same in v1beta3), in order, with their multiPoint score weights (0: none given): a file's profile is merged onto
+# these; each expands to every point it implements
+KUBE_DEFAULT_PLUGINS = (("SchedulingGates", 0), ("PrioritySort", 0), ("NodeUnschedulable", 0), ("NodeName", 0),
+                        ("TaintToleration", 3), ("NodeAffinity", 2), ("NodePorts", 0), ("NodeResourcesFit", 1),
+                        ("VolumeRestrictions", 0), ("EBSLimits", 0), ("GCEPDLimits", 0), ("NodeVolumeLimits", 0),
+                        ("AzureDiskLimits", 0), ("VolumeBinding", 0), ("VolumeZone", 0), ("PodTopologySpread", 2),
+                        ("InterPodAffinity", 2), ("DefaultPreemption", 0), ("NodeResourcesBalancedAllocation", 1),
+                        ("ImageLocality", 1), ("DefaultBinder", 0))
+# in every profile unless disabled, so their pluginConfig is legal
+KUBE_DEFAULTS = frozenset(n for n, _ in KUBE_DEFAULT_PLUGINS)
 
-PLUGINS: dict[str, PluginInfo] = {p.name: p for p in (*_OURS, *_KUBE_NOOP)}
-for _n in (*_KUBE, *_KOORD):
-    PLUGINS[_n] = PluginInfo(_n, POINTS, (), NOT_IMPLEMENTED)
+PLUGINS: dict[str, PluginInfo] = {p.name: p for p in (*_OURS, *_KUBE_NOOP, *_NOT_IMPLEMENTED)}
 
 # score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1; kube-scheduler's
 # defaults give TaintToleration 3, NodeAffinity, PodTopologySpread and InterPodAffinity 2)

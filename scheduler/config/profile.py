@@ -1,16 +1,18 @@
 """KubeSchedulerConfiguration (v1) → the plugins of one profile per extension point, their score weights and args.
 
 Merge semantics are kube-scheduler's (`pkg/scheduler/apis/config/v1/default_plugins.go` mergePlugins and the
-framework's MultiPoint expansion): our default profile is a MultiPoint set; a point's `disabled` removes defaults
-there only ("*": every default at that point, and MultiPoint expansion is skipped for it); an `enabled` entry naming a
-default plugin re-configures it in place (its weight); other enabled plugins are appended. So `score.disabled: "*"`
-turns off the default scores and nothing else — DeviceShare still allocates in Reserve/PreBind.
+framework's MultiPoint expansion). A file's profile is merged onto kube-scheduler's default plugins (a MultiPoint set,
+KUBE_DEFAULT_PLUGINS), as koord-scheduler's v1 defaulting merges it: Koordinator's plugins run only where the file
+names them. Without a file, the profile is our default one (koord-scheduler's shipped config, also a MultiPoint set).
+A point's `disabled` removes defaults there only ("*": every default at that point, and MultiPoint expansion is
+skipped for it); an `enabled` entry naming a default plugin re-configures it in place (its weight); other enabled
+plugins are appended after the defaults.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from scheduler.config.fields import ConfigError, check_keys, mapping, object_lis
 from scheduler.config.plugins import (
     BIND,
     DEFAULT_WEIGHTS,
+    KUBE_DEFAULT_PLUGINS,
     KUBE_DEFAULTS,
     KUBE_TYPES,
     LATER,
@@ -47,6 +50,10 @@ TOP_FIELDS = ("apiVersion", "kind", "parallelism", "leaderElection", "clientConn
               "metricsBindAddress", "enableProfiling", "enableContentionProfiling", "percentageOfNodesToScore",
               "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive")
 PROFILE_FIELDS = ("schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig")
+OURS, KUBE = "koord-sched's default profile", "kube-scheduler's default plugins"  # what a profile is merged onto
+# a MultiPoint default set: the enabled plugins with their weights, and per point the plugins disabled there
+Base = tuple[list[tuple[str, int]], dict[str, list[str]]]
+Custom = dict[str, tuple[list[tuple[str, int]], list[str]]]  # a file's plugins: per point, (enabled, disabled)
 
 
 @dataclass
@@ -59,6 +66,8 @@ class SchedulerConfig:
     args: JSON = field(default_factory=dict)  # plugin → typed args given by pluginConfig
     explicit: set[str] = field(default_factory=set)  # plugins the file enabled by name somewhere
     named: bool = False  # the profile set schedulerName itself
+    base: str = OURS  # what the profile was merged onto (OURS without a file, KUBE with one)
+    left_out: list[str] = field(default_factory=list)  # kube-scheduler defaults kept by the file, not built here
     # the file's leaderElection (kube-scheduler's v1 defaults: leaderElect true, Lease kube-system/kube-scheduler)
     leader_elect: bool = False
     lease_namespace: str = "kube-system"
@@ -67,7 +76,7 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if not self.points:
-            self.points, self.weights = _expand({})
+            self.points, self.weights = _expand({}, _ours())
 
     def enabled_at(self, name: str, point: str) -> bool:
         return name in self.points.get(point, ())
@@ -141,7 +150,8 @@ def _merge_set(default_enabled: list[tuple[str, int]], default_disabled: list[st
     return out, off
 
 
-def _default_multipoint() -> tuple[list[tuple[str, int]], dict[str, list[str]]]:
+def _ours() -> Base:
+    """Our default profile (no file): koord-scheduler's plugins at the points its shipped config names."""
     enabled = [(p.name, DEFAULT_WEIGHTS.get(p.name, 0)) for p in PLUGINS.values() if p.default]
     disabled: dict[str, list[str]] = {}
     for p in PLUGINS.values():
@@ -152,10 +162,15 @@ def _default_multipoint() -> tuple[list[tuple[str, int]], dict[str, list[str]]]:
     return enabled, disabled
 
 
-def _expand(custom: dict[str, tuple[list[tuple[str, int]], list[str]]]
-            ) -> tuple[dict[str, list[str]], dict[str, int]]:
+def _kube() -> Base:
+    """kube-scheduler's default plugins, less those koord-sched does not build (ImageLocality: left out, said once
+    by parse_profile); none is disabled at a point."""
+    return [(n, w) for n, w in KUBE_DEFAULT_PLUGINS if PLUGINS[n].status != NOT_IMPLEMENTED], {}
+
+
+def _expand(custom: Custom, base: Base) -> tuple[dict[str, list[str]], dict[str, int]]:
     """Per extension point, the enabled plugins in order (MultiPoint expansion), and the score weights."""
-    mp_default, mp_disabled = _default_multipoint()
+    mp_default, mp_disabled = base
     mp_enabled, _ = _merge_set(mp_default, [], *custom.get(MULTI_POINT, ([], [])))
     points: dict[str, list[str]] = {}
     weights: dict[str, int] = {}
@@ -173,7 +188,8 @@ def _expand(custom: dict[str, tuple[list[tuple[str, int]], list[str]]]
             given = dict(enabled)
             multi = dict(mp_enabled)
             for n in points[point]:
-                w = given.get(n) or multi.get(n) or 0
+                # the point's own entry wins over the MultiPoint one (framework expandMultiPointPlugins)
+                w = given[n] if n in given else multi.get(n, 0)
                 weights[n] = w or 1  # kube-scheduler: a score weight of 0 means 1
     return points, weights
 
@@ -182,7 +198,7 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
     check_keys(profile, PROFILE_FIELDS, where)
     plugins = mapping(profile.get("plugins"), f"{where}.plugins")
     check_keys(plugins, (*POINTS, MULTI_POINT), f"{where}.plugins")
-    custom: dict[str, tuple[list[tuple[str, int]], list[str]]] = {}
+    custom: Custom = {}
     explicit: set[str] = set()
     for point, raw in plugins.items():
         w = f"{where}.plugins.{point}"
@@ -192,9 +208,12 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
         disabled = [n for n, _ in _plugin_list(section, "disabled", w, point)]
         custom[point] = (enabled, disabled)
         explicit.update(n for n, _ in enabled)
-    points, weights = _expand(custom)
+    points, weights = _expand(custom, _kube())
     named = string(profile, "schedulerName", where, "")
-    cfg = SchedulerConfig(named or DEFAULT_SCHEDULER_NAME, points, weights, explicit=explicit, named=bool(named))
+    cfg = SchedulerConfig(named or DEFAULT_SCHEDULER_NAME, points, weights, explicit=explicit, named=bool(named),
+                          base=KUBE, left_out=_left_out(custom))
+    for name in cfg.left_out:
+        log.info("%s: %s", name, PLUGINS[name].note)
     if profile.get("percentageOfNodesToScore") is not None:
         log.info("%s.percentageOfNodesToScore: koord-sched scores every feasible node; ignored", where)
     seen: set[str] = set()
@@ -221,36 +240,30 @@ def parse_profile(profile: JSONMapping, where: str) -> SchedulerConfig:
             continue
         _check_type(raw_args, entry.kind, f"{w}.args")
         cfg.args[name] = entry.parse(raw_args, f"{w}.args")
-    _fit_scoring(cfg, profile, custom, where)
     _validate(cfg, where)
     return cfg
 
 
-def _kube_default_kept(name: str, custom: dict[str, tuple[list[tuple[str, int]], list[str]]]) -> bool:
+def _left_out(custom: Custom) -> list[str]:
+    """kube-scheduler's defaults koord-sched does not build that the file leaves on at some point they implement."""
+    mp_off = set(custom.get(MULTI_POINT, ([], []))[1])
+    out = []
+    for name, _ in KUBE_DEFAULT_PLUGINS:
+        info = PLUGINS[name]
+        if info.status != NOT_IMPLEMENTED or name in mp_off or "*" in mp_off:
+            continue
+        if any(not {name, "*"} & set(custom.get(point, ([], []))[1]) for point in info.points):
+            out.append(name)
+    return out
+
+
+def _kube_default_kept(name: str, custom: Custom) -> bool:
     """A kube-scheduler default plugin koord-sched does not run is still in the profile (its pluginConfig legal)
     unless the file disables it by name or with "*" at multiPoint."""
     if name not in KUBE_DEFAULTS:
         return False
     off = custom.get(MULTI_POINT, ([], []))[1]
     return name not in off and "*" not in off
-
-
-def _fit_scoring(cfg: SchedulerConfig, profile: JSONMapping, custom: JSON, where: str) -> None:
-    """[decision] our defaults leave NodeResourcesFit's Score off (koord-sched's default profile is koord-scheduler's
-    plugins, not kube-scheduler's default scores); NodeResourcesFitArgs with a scoringStrategy turns it on at weight 1,
-    as it is in kube-scheduler's default profile, unless the file disables it at score."""
-    if "NodeResourcesFit" in cfg.points[SCORE]:
-        return
-    given = next((pc for pc in profile.get("pluginConfig") or [] if isinstance(pc, Mapping)
-                  and pc.get("name") == "NodeResourcesFit"), None)
-    if not given or not isinstance(given.get("args"), Mapping) or "scoringStrategy" not in given["args"]:
-        return
-    disabled = custom.get(SCORE, ([], []))[1]
-    if "*" in disabled or "NodeResourcesFit" in disabled:
-        return
-    cfg.points[SCORE].append("NodeResourcesFit")
-    cfg.weights["NodeResourcesFit"] = 1
-    log.info("%s: NodeResourcesFit scores with its scoringStrategy (weight 1, as in kube-scheduler's defaults)", where)
 
 
 def _check_type(raw: JSONMapping, kind: str, where: str) -> None:
@@ -337,8 +350,8 @@ def parse_config(doc: object, scheduler_name: str | None = None) -> SchedulerCon
         raise ConfigError(f"kind: {kind!r} is not supported; accepted: {KIND}")
     election = _leader_election(doc)
     profiles = object_list(doc, "profiles", "config")
-    if not profiles:
-        return election(SchedulerConfig())
+    if not profiles:  # kube-scheduler's one default profile: its default plugins
+        return election(parse_profile({}, "profiles[0]"))
     parsed = [election(parse_profile(p, f"profiles[{i}]")) for i, p in enumerate(profiles)]
     names = [p.scheduler_name for p in parsed]
     dup = next((n for n in names if names.count(n) > 1), None)

@@ -153,14 +153,19 @@ def test_scheduling_hint_narrows_the_nodes_and_a_bad_one_fails_the_pod() -> None
 def test_bind_order_reservation_then_default_binder() -> None:
     reserve = {"metadata": {"name": "r", "annotations": {"scheduling.koordinator.sh/reserve-pod": "true"}}}
     cluster = build_cluster(two_nodes())
-    chart_like = Scheduler(cluster, profile(parse_config(doc())))
+    chart_like = Scheduler(cluster, profile(parse_config(doc(bind={"disabled": [{"name": "*"}], "enabled": [
+        {"name": "Reservation"}, {"name": "DefaultBinder"}]}))))
     assert chart_like.binder(pod("p")) == "DefaultBinder" and chart_like.binder(reserve) == "Reservation"
+    # a file naming no bind plugin keeps kube-scheduler's: DefaultBinder alone, reserve pods included
+    kube_only = Scheduler(cluster, profile(parse_config(doc())))
+    assert kube_only.binder(pod("p")) == "DefaultBinder" and kube_only.binder(reserve) == "DefaultBinder"
     only_resv = Scheduler(cluster, profile(parse_config(doc(bind={"disabled": [{"name": "*"}], "enabled": [
         {"name": "Reservation"}]}))))
     assert only_resv.binder(pod("p")) is None and only_resv.binder(reserve) == "Reservation"
     # DefaultBinder ahead of Reservation takes the reserve pods too, and no reservation becomes Available
-    cfg = parse_config(doc(bind={"disabled": [{"name": "*"}], "enabled": [{"name": "DefaultBinder"},
-                                                                          {"name": "Reservation"}]}))
+    cfg = parse_config(doc(filter={"enabled": [{"name": "Reservation"}]}, reserve={"enabled": [
+        {"name": "Reservation"}]}, bind={"disabled": [{"name": "*"}], "enabled": [{"name": "DefaultBinder"},
+                                                                                  {"name": "Reservation"}]}))
     resv = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation", "metadata": {"name": "r1"},
             "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
                      "owners": [{"labelSelector": {"matchLabels": {"app": "a"}}}]}}

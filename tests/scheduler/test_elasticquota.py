@@ -15,6 +15,8 @@ from scheduler.elasticquota.manager import GroupQuotaManager
 from scheduler.elasticquota.model import QuotaSpec, validate_quotas
 from scheduler.elasticquota.runtime import redistribute
 
+from chartconfig import chart_config
+
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 GI = 1 << 30
 
@@ -270,8 +272,8 @@ def preemption_case(tmp_path: Path, qb_min: int, qa_running: bool, runtime: bool
             running("qb-1", 4, "qb", "n1", 1), running("qb-2", 4, "qb", "n2", 1),
             running("qa-0" if qa_running else "third", 4, "qa" if qa_running else third, "n3", 1000)]
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({"profiles": [{"pluginConfig": [
-        {"name": "ElasticQuota", "args": {"enableRuntimeQuota": runtime}}]}]}))
+    cfg.write_text(json.dumps(chart_config(pluginConfig=[
+        {"name": "ElasticQuota", "args": {"enableRuntimeQuota": runtime}}])))
     return simulate(build_cluster(objs), [gang_pod("hp", 4, "qa", 100)], str(cfg))
 
 

@@ -16,6 +16,7 @@ from scheduler.cluster import Cluster
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler
 
+from chartconfig import chart_config
 from kubedouble import PDBS, emulate_binding, emulate_eviction
 
 NAME = "koord-py"
@@ -58,8 +59,8 @@ def add(km: kmock.KubernetesEmulator, *pods: dict[str, Any]) -> None:
 
 def runner(km: kmock.KubernetesEmulator, tmp_path: Path, preemption: bool = True) -> SecondaryScheduler:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({"profiles": [{"pluginConfig": [
-        {"name": "Coscheduling", "args": {"enablePreemption": preemption}}]}]}))
+    cfg.write_text(json.dumps(chart_config(pluginConfig=[
+        {"name": "Coscheduling", "args": {"enablePreemption": preemption}}])))
 
     def make(cluster: Cluster) -> Scheduler:
         return Scheduler(cluster, profile(str(cfg)))

@@ -17,6 +17,8 @@ from scheduler.elasticquota.hooks import REGISTRY, QuotaHook, QuotaReader
 from scheduler.elasticquota.manager import QuotaInfo
 from scheduler.elasticquota.plugin import ElasticQuota
 
+from chartconfig import chart_config
+
 
 class Recorder(QuotaHook):
     """Refuses pods labelled `deny`, records every call."""
@@ -59,8 +61,8 @@ def recorder() -> Iterator[None]:
 
 def config(tmp_path: Path, factory: str = "recorder") -> str:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({"profiles": [{"pluginConfig": [{"name": "ElasticQuota", "args": {"hookPlugins": [
-        {"key": "rec", "factoryKey": factory, "factoryArgs": "x=1"}]}}]}]}))
+    cfg.write_text(json.dumps(chart_config(pluginConfig=[{"name": "ElasticQuota", "args": {"hookPlugins": [
+        {"key": "rec", "factoryKey": factory, "factoryArgs": "x=1"}]}}])))
     return str(cfg)
 
 

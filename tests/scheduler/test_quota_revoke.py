@@ -21,6 +21,8 @@ from scheduler.elasticquota.revoke import OverUseMonitor, pods_to_revoke
 from scheduler.framework import Scheduler
 from scheduler.runner import SecondaryScheduler
 
+from chartconfig import chart_config
+
 PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 
 
@@ -98,8 +100,8 @@ def node(name: str, cpu: int) -> dict[str, Any]:
 
 def config(tmp_path: Path, monitor: bool) -> str:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({"profiles": [{"pluginConfig": [
-        {"name": "ElasticQuota", "args": {"monitorAllQuotas": monitor, "delayEvictTime": "0s"}}]}]}))
+    cfg.write_text(json.dumps(chart_config(pluginConfig=[
+        {"name": "ElasticQuota", "args": {"monitorAllQuotas": monitor, "delayEvictTime": "0s"}}])))
     return str(cfg)
 
 
@@ -129,8 +131,8 @@ async def test_run_evicts_the_over_used_quota_pods_after_the_delay(km: kmock.Kub
                       labels={"quota.scheduling.koordinator.sh/name": "qa"}) for i in (1, 2, 3)),
         *(run_pod(f"qb-{i}", 4, 5, labels={"quota.scheduling.koordinator.sh/name": "qb"}) for i in (1, 2)))
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(json.dumps({"profiles": [{"pluginConfig": [
-        {"name": "ElasticQuota", "args": {"monitorAllQuotas": True, "delayEvictTime": "30s"}}]}]}))
+    cfg.write_text(json.dumps(chart_config(pluginConfig=[
+        {"name": "ElasticQuota", "args": {"monitorAllQuotas": True, "delayEvictTime": "30s"}}])))
 
     def make(cluster: Cluster) -> Scheduler:
         return Scheduler(cluster, profile(str(cfg)))

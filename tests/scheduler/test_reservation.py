@@ -11,8 +11,11 @@ import yaml
 
 from scheduler.cli import main, simulate
 from scheduler.cluster import build_cluster
-from scheduler.config import load_config
+from scheduler.config import parse_config
+from scheduler.config.repair import load_text
 from scheduler.reservation.matching import exact_match
+
+from chartconfig import in_chart
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 if not SEEDS.exists():
@@ -179,7 +182,8 @@ def test_affinity_name_served() -> None:
 
 
 def test_v16_preemption_inside_reservation() -> None:
-    cfg = load_config(str(CFG_SEED))
+    # the release text's snippet in the chart's configuration (alone it names Reservation at postFilter only)
+    cfg = parse_config(in_chart(load_text(CFG_SEED.read_text(), str(CFG_SEED)), "1.6.0"))
     cluster = build_cluster([node("n1", 4), resv("r1", 4, allocateOnce=False)])
     out = simulate(cluster, [pod("low", 4, OWNER, priority=1), pod("high", 4, OWNER, priority=100)], cfg)
     p, r = by_pod(out), by_resv(out)["r1"]

@@ -18,6 +18,7 @@ from scheduler.framework import Scheduler
 from scheduler.gang.queuesort import priority_order
 from scheduler.runner import SecondaryScheduler
 
+from chartconfig import chart_config
 from gpu_cluster import ALLOCATED, FAIL_BINDING, GPU_NODES, seed
 from gpu_cluster import pod as _pod
 
@@ -147,8 +148,7 @@ async def test_gang_without_enough_members_waits(km: kmock.KubernetesEmulator, r
 async def test_binding_failure_rolls_back_unbound_members(km: kmock.KubernetesEmulator) -> None:
     """With Coscheduling at preBind (v1.8's chart) the members' bind-gang annotations go out with their patch and
     are taken off again with the rest of what the unbound members were given."""
-    prebind = parse_config({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                            "profiles": [{"plugins": {"preBind": {"enabled": [{"name": "Coscheduling"}]}}}]})
+    prebind = parse_config(chart_config(enable={"preBind": ["Coscheduling"]}))
 
     def make(cluster: Cluster) -> Scheduler:
         return Scheduler(cluster, profile(prebind))

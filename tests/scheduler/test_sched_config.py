@@ -18,6 +18,7 @@ from scheduler.cluster import build_cluster
 from scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
 from scheduler.config.args import DEVICE_SCORING_RESOURCES, ScoringStrategy
 from scheduler.config.plugins import PLUGINS, RUN
+from scheduler.config.repair import load_text
 from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.framework import Scheduler
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
@@ -26,6 +27,7 @@ from scheduler.plugins.scarce import ScarceResourceAvoidance
 from scheduler.registry import REGISTRY, build
 from scheduler.reservation.plugin import ReservationPlugin
 
+from chartconfig import chart_config, in_chart, without
 from conftest import agent_device
 
 SEEDS = Path(__file__).parent / "seeds"
@@ -72,6 +74,15 @@ def profile_of(**plugins: Any) -> dict[str, Any]:
             "profiles": [{"schedulerName": "koord-scheduler", **plugins}]}
 
 
+def koord(*plugin_config: dict[str, Any]) -> dict[str, Any]:
+    """The chart's plugins with these pluginConfig entries (and no other)."""
+    return chart_config(pluginConfig=list(plugin_config))
+
+
+KOORD_PLUGINS = {"Coscheduling", "Reservation", "DeviceShare", "NodeNUMAResource", "LoadAwareScheduling",
+                 "ElasticQuota", "SchedulingHint"}
+
+
 def names(plugins: list[Any]) -> list[str]:
     return [p.name for p in plugins]
 
@@ -96,7 +107,12 @@ def test_defaults_when_absent() -> None:
     assert cfg.weight("Reservation") == 5000
     # upstream's shipped config binds with Reservation first (reserve pods), then DefaultBinder (every other pod)
     assert cfg.points["queueSort"] == ["PrioritySort"] and cfg.points["bind"] == ["Reservation", "DefaultBinder"]
-    assert parse_config({}).points == cfg.points
+    # a file's profile starts from kube-scheduler's default plugins instead: none of Koordinator's
+    kube = parse_config({})
+    assert kube.points["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "VolumeBinding",
+                                    "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation"]
+    assert kube.points["bind"] == ["DefaultBinder"] and kube.points["postFilter"] == ["DefaultPreemption"]
+    assert not KOORD_PLUGINS & {n for names in kube.points.values() for n in names}
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
     made = profile(None)
     filters, scorers = made.filters, made.scorers
@@ -137,9 +153,10 @@ def test_overrides(tmp_path: Path) -> None:
     path = tmp_path / "sched.yaml"
     path.write_text(YAML)
     cfg = load_config(str(path))
-    assert cfg.weights == {"LoadAwareScheduling": 3, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
-                           "Coscheduling": 1, "TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2,
-                           "InterPodAffinity": 2, "NodeResourcesFitPlus": 2, "ScarceResourceAvoidance": 1}
+    # kube-scheduler's default scores at their weights, then the file's
+    assert cfg.weights == {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "VolumeBinding": 1,
+                           "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesBalancedAllocation": 1,
+                           "LoadAwareScheduling": 3, "NodeResourcesFitPlus": 2, "ScarceResourceAvoidance": 1}
     la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
     assert la.aggregated is not None and la.aggregated.usage_aggregated_duration == 300
@@ -150,17 +167,27 @@ def test_overrides(tmp_path: Path) -> None:
     assert isinstance(by_name["LoadAwareScheduling"], LoadAware) and by_name["LoadAwareScheduling"].weight == 3
     assert isinstance(by_name["NodeResourcesFitPlus"], NodeResourcesFitPlus)
     assert isinstance(by_name["ScarceResourceAvoidance"], ScarceResourceAvoidance)
-    assert by_name["LoadAwareScheduling"] in filters  # the same instance filters and scores
+    # named at score only: LoadAwareScheduling scores and does not filter (upstream builds it at the points named)
+    assert by_name["LoadAwareScheduling"] not in filters and "LoadAwareScheduling" not in names(made.reservers)
+    cfg = parse_config(chart_config(enable={"score": [{"name": "NodeResourcesFitPlus", "weight": 2}]}))
+    made = profile(cfg)
+    share = next(s for s in made.scorers if s.name == "LoadAwareScheduling")
+    assert share in made.filters  # the same instance filters and scores
 
 
 def test_disabling_at_one_point_disables_it_there_only() -> None:
-    cfg = parse_config(profile_of(plugins={"score": {"disabled": [{"name": "*"}]}}))
+    cfg = parse_config(chart_config(plugins={"score": {"disabled": [{"name": "*"}]}}))
     plugins = build(cfg)
     assert plugins.scorers == ()
     assert "DeviceShare" in names(plugins.filters) and "DeviceShare" in names(plugins.reservers)
-    cfg = parse_config(profile_of(plugins={"filter": {"disabled": [{"name": "LoadAwareScheduling"}]}}))
+    # a kube-scheduler default disabled at one point runs at its others
+    cfg = parse_config(profile_of(plugins={"filter": {"disabled": [{"name": "TaintToleration"}]}}))
     plugins = build(cfg)
-    assert "LoadAwareScheduling" not in names(plugins.filters) and "LoadAwareScheduling" in names(plugins.scorers)
+    assert "TaintToleration" not in names(plugins.filters) and "TaintToleration" in names(plugins.scorers)
+    # `disabled` removes defaults only: a plugin the file enables at that point stays
+    cfg = parse_config(chart_config(plugins={"filter": {"disabled": [{"name": "LoadAwareScheduling"}], "enabled": [
+        {"name": "LoadAwareScheduling"}]}}))
+    assert "LoadAwareScheduling" in cfg.points["filter"]
     cfg = parse_config(profile_of(plugins={"multiPoint": {"disabled": [{"name": "*"}]},
                                            "queueSort": {"enabled": [{"name": "PrioritySort"}]},
                                            "bind": {"enabled": [{"name": "DefaultBinder"}]},
@@ -170,39 +197,45 @@ def test_disabling_at_one_point_disables_it_there_only() -> None:
     quota = next(r for r in plugins.reservers if r.name == "ElasticQuota") if "ElasticQuota" in names(
         plugins.reservers) else None
     assert quota is None
-    cfg = parse_config(profile_of(plugins={"preFilter": {"disabled": [{"name": "ElasticQuota"}]}}))
+    cfg = parse_config(without(chart_config(), "preFilter", "ElasticQuota"))
     quota = next(r for r in build(cfg).reservers if r.name == "ElasticQuota")
     assert not quota.check and quota.account
 
 
 def test_enabling_a_default_reconfigures_it_in_place() -> None:
-    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "DeviceShare", "weight": 5}]}}))
-    assert cfg.points["score"] == ["DeviceShare", "LoadAwareScheduling", "NodeNUMAResource", "Reservation",
-                                   "Coscheduling", "TaintToleration", "NodeAffinity", "PodTopologySpread",
-                                   "InterPodAffinity"]
-    assert cfg.weights["DeviceShare"] == 5
+    """kube-scheduler's framework: a default named at a point takes its weight from there and runs first (the
+    re-configured ones), then the other defaults, then the file's own plugins."""
+    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "NodeAffinity", "weight": 5},
+                                                                 {"name": "DeviceShare"}]}}))
+    assert cfg.points["score"] == ["NodeAffinity", "TaintToleration", "NodeResourcesFit", "VolumeBinding",
+                                   "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation",
+                                   "DeviceShare"]
+    assert (cfg.weights["NodeAffinity"], cfg.weights["DeviceShare"], cfg.weights["TaintToleration"]) == (5, 1, 3)
     cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
     assert cfg.weights["DeviceShare"] == 4
-    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "NodeResourcesBalancedAllocation"}]}}))
+    assert all(cfg.enabled_at("DeviceShare", p) for p in ("preFilter", "filter", "score", "reserve", "preBind"))
+    cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "TaintToleration", "weight": 7}]}}))
+    assert cfg.weights["TaintToleration"] == 7 and cfg.points["score"][0] == "TaintToleration"
+    cfg = parse_config(profile_of(plugins={"score": {"enabled": [{"name": "NodeResourcesBalancedAllocation",
+                                                                  "weight": 0}]}}))
     assert cfg.weights["NodeResourcesBalancedAllocation"] == 1  # weight 0/absent means 1, as kube-scheduler
 
 
 def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
     """The crash of issue #15: a DeviceShare pluginConfig entry; MostAllocated bin-packs GPU pods."""
-    cfg = parse_config(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
+    cfg = parse_config(koord({"name": "DeviceShare", "args": {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "DeviceShareArgs",
         "scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "koordinator.sh/gpu-core", "weight": 2},
                                                                    {"name": "koordinator.sh/gpu-memory-ratio",
-                                                                    "weight": 1}]}}}]))
+                                                                    "weight": 1}]}}}))
     share = next(p for p in build(cfg).scorers if p.name == "DeviceShare")
     assert share.scorer.most and share.scorer.weights == {"koordinator.sh/gpu-core": 2,
                                                           "koordinator.sh/gpu-memory-ratio": 1}
     assert share.args is cfg.plugin_args("DeviceShare")
-    only_type = parse_config(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
-        "scoringStrategy": {"type": "MostAllocated"}}}]))
+    only_type = parse_config(koord({"name": "DeviceShare", "args": {"scoringStrategy": {"type": "MostAllocated"}}}))
     assert only_type.plugin_args("DeviceShare").scoring_strategy.resources == DEVICE_SCORING_RESOURCES
     cluster = build_cluster(gpu_cluster_objects())
-    spread = simulate(cluster, [gpu_pod(f"p{i}") for i in range(2)])
+    spread = simulate(cluster, [gpu_pod(f"p{i}") for i in range(2)], parse_config(koord()))
     cluster = build_cluster(gpu_cluster_objects())
     packed = simulate(cluster, [gpu_pod(f"p{i}") for i in range(2)], only_type)
     assert len({p["node"] for p in spread["placements"]}) == 2
@@ -216,22 +249,25 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
      'profiles[0].plugins.score.enabled[0].name: ScorePlugin "Foo" does not exist'
      " (unknown plugin); supported: "
      "NodeResourcesFit,"),
-    ({"profiles": [{"pluginConfig": [{"name": "LoadAwareScheduling", "args": {"usageThreshold": {"cpu": 1}}}]}]},
+    ({"profiles": [{"pluginConfig": [{"name": "LoadAwareScheduling", "args": {}}]}]},
+     "profiles[0].pluginConfig[0].name: plugin LoadAwareScheduling has a pluginConfig but is not enabled at any "
+     "extension point of the profile"),
+    (koord({"name": "LoadAwareScheduling", "args": {"usageThreshold": {"cpu": 1}}}),
      "profiles[0].pluginConfig[0].args.usageThreshold: unknown field (did you mean 'usageThresholds'?)"),
-    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare", "args": {"scoringStrategy": {"type": "Most"}}}]}]},
+    (koord({"name": "DeviceShare", "args": {"scoringStrategy": {"type": "Most"}}}),
      "args.scoringStrategy.type: 'Most' is not supported; accepted: LeastAllocated, MostAllocated"),
-    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare", "args": {"scoringStrategy": {
-        "resources": [{"name": "koordinator.sh/gpu-core", "weight": 0}]}}}]}]},
+    (koord({"name": "DeviceShare", "args": {"scoringStrategy": {
+        "resources": [{"name": "koordinator.sh/gpu-core", "weight": 0}]}}}),
      "scoringStrategy.resources[0].weight: resource weight of koordinator.sh/gpu-core not in valid range (0, 100]"),
-    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"kind": "DeviceShareArgs"}}]}]},
+    (koord({"name": "Coscheduling", "args": {"kind": "DeviceShareArgs"}}),
      "profiles[0].pluginConfig[0].args.kind: 'DeviceShareArgs' does not match the plugin; expected CoschedulingArgs"),
-    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"defaultTimeout": "ten"}}]}]},
+    (koord({"name": "Coscheduling", "args": {"defaultTimeout": "ten"}}),
      "args.defaultTimeout: 'ten' is not a duration"),
-    ({"profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {"enablePreemption": "yes"}}]}]},
+    (koord({"name": "Coscheduling", "args": {"enablePreemption": "yes"}}),
      "args.enablePreemption: must be true or false, got 'yes'"),
-    ({"profiles": [{"pluginConfig": [{"name": "Reservation", "args": {"minCandidateNodesPercentage": 101}}]}]},
+    (koord({"name": "Reservation", "args": {"minCandidateNodesPercentage": 101}}),
      "args.minCandidateNodesPercentage: 101 is out of range (accepted: 0..100)"),
-    ({"profiles": [{"pluginConfig": [{"name": "ElasticQuota", "args": {"defaultQuotaGroupMax": {"cpu": "-1"}}}]}]},
+    (koord({"name": "ElasticQuota", "args": {"defaultQuotaGroupMax": {"cpu": "-1"}}}),
      "args.defaultQuotaGroupMax.cpu: must not be negative"),
     ({"profiles": [{"plugins": {"scores": {}}}]},
      "profiles[0].plugins.scores: unknown field (did you mean 'score'?)"),
@@ -239,15 +275,14 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
      "ImageLocality is not implemented by koord-sched; supported:"),
     ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "ScarceResourceAvoidance"}]}}}]},
      'plugin "ScarceResourceAvoidance" does not extend FilterPlugin plugin (it extends: score)'),
-    ({"profiles": [{"plugins": {"preBind": {"disabled": [{"name": "*"}]}}}]},
+    (chart_config(plugins={"preBind": {"disabled": [{"name": "*"}]}}),
      "DeviceShare must be enabled at both reserve and preBind or at neither"),
     ({"profiles": [{"plugins": {"queueSort": {"disabled": [{"name": "*"}]}}}]},
      "plugins.queueSort: no queue sort plugin is enabled"),
     ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "*"}]}}}]}, "'*' is only valid under disabled"),
     ({"apiVersion": "kubescheduler.config.k8s.io/v2"}, "apiVersion: 'kubescheduler.config.k8s.io/v2' is not supported"),
     ({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]}, "schedulerName 'a' is used by more than one"),
-    ({"profiles": [{"pluginConfig": [{"name": "DeviceShare"}, {"name": "DeviceShare"}]}]},
-     "repeated config for plugin DeviceShare"),
+    (koord({"name": "DeviceShare"}, {"name": "DeviceShare"}), "repeated config for plugin DeviceShare"),
     ({"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
         "type": "RequestedToCapacityRatio"}}}]}]}, "accepted: LeastAllocated, MostAllocated"),
 ])
@@ -273,8 +308,7 @@ def test_upstream_kube_plugin_names() -> None:
 
 def test_cli_exits_2_with_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(profile_of(pluginConfig=[{"name": "DeviceShare", "args": {
-        "scoringStrategy": {"type": "BinPack"}}}])))
+    bad.write_text(yaml.safe_dump(koord({"name": "DeviceShare", "args": {"scoringStrategy": {"type": "BinPack"}}})))
     (tmp_path / "c.yaml").write_text("")
     with caplog.at_level(logging.ERROR):
         rc = main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--pods", str(tmp_path / "c.yaml"),
@@ -332,15 +366,20 @@ def test_seed_v16_fitplus_packs_gpu_spreads_cpu() -> None:
 
 
 def test_seed_v16_scarce_keeps_device_allocation() -> None:
-    """`score.disabled: "*"`: CPU pods avoid GPU nodes, and GPU pods still get their devices (Reserve/PreBind)."""
+    """`score.disabled: "*"`: CPU pods avoid GPU nodes. The snippet alone names no DeviceShare, so GPU pods fit on
+    nvidia.com/gpu and get no devices, as upstream; in the chart's configuration they keep them (Reserve/PreBind)."""
     cfg = load_config(seed("v16-scarce.yaml"))
     assert cfg.points["score"] == ["NodeResourcesFitPlus", "ScarceResourceAvoidance"]
     assert cfg.plugin_args("NodeResourcesFitPlus").resources == {}  # enabled without args: no preference
-    cluster = build_cluster([*gpu_cluster_objects(), cpu_node("cpu-1", 96)])
-    result = simulate(cluster, [cpu_pod("c", "1"), gpu_pod("g")], cfg)
-    by = {p["pod"]: p for p in result["placements"]}
-    assert by["default/c"]["node"] == "cpu-1"
-    assert by["default/g"]["node"].startswith("gpu-") and ALLOCATED in by["default/g"]["annotations"]
+    chart = parse_config(in_chart(yaml.safe_load((SEEDS / "v16-scarce.yaml").read_text())))
+    assert chart.points["score"] == ["NodeResourcesFitPlus", "ScarceResourceAvoidance"]
+    for config, devices in ((cfg, False), (chart, True)):
+        cluster = build_cluster([*gpu_cluster_objects(), cpu_node("cpu-1", 96)])
+        result = simulate(cluster, [cpu_pod("c", "1"), gpu_pod("g")], config)
+        by = {p["pod"]: p for p in result["placements"]}
+        assert by["default/c"]["node"] == "cpu-1"
+        assert by["default/g"]["node"].startswith("gpu-")
+        assert (ALLOCATED in by["default/g"]["annotations"]) == devices
 
 
 def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixture) -> None:
@@ -352,7 +391,12 @@ def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixtu
     assert "kubescheduler.config.k8s.io/v1beta3 read as kubescheduler.config.k8s.io/v1" in text
     assert "not implemented" not in text
     assert cfg.plugin_args("Reservation").enable_preemption is True
-    assert "DefaultPreemption" not in cfg.points["postFilter"] and "Reservation" in cfg.points["postFilter"]
+    # the snippet ("# ...") names Reservation at postFilter only: there alone it runs, as upstream would run it
+    assert cfg.points["postFilter"] == ["Reservation"]
+    assert [p for p, names in cfg.points.items() if "Reservation" in names] == ["postFilter"]
+    # in the chart's configuration, as the notes mean it
+    cfg = parse_config(in_chart(load_text((SEEDS / "v16-reservation.yaml").read_text(), "v16-reservation"), "1.6.0"))
+    assert cfg.points["postFilter"] == ["Reservation"] and cfg.plugin_args("Reservation").enable_preemption
     made = profile(cfg)
     filters, scorers, reservers = made.filters, made.scorers, made.reservers
     resv = next(p for p in reservers if p.name == "Reservation")
@@ -363,9 +407,13 @@ def test_seed_v16_reservation_accepted_with_notes(caplog: pytest.LogCaptureFixtu
 def test_seed_network_topology_manual_config(name: str, caplog: pytest.LogCaptureFixture) -> None:
     """The manual's ConfigMap with its indentation lost: re-nested (logged), awareNetworkTopology and
     enablePreemption reach Coscheduling."""
-    with caplog.at_level(logging.WARNING, logger="koord-sched.config"):
-        cfg = load_config(seed(name))
+    with caplog.at_level(logging.WARNING, logger="koord-sched.config"), pytest.raises(ConfigError) as refused:
+        load_config(seed(name))
     assert any("indentation lost" in r.getMessage() for r in caplog.records)
+    # alone, the manual's ConfigMap enables no Coscheduling: its args would have no effect (refused, one line)
+    assert "plugin Coscheduling has a pluginConfig but is not enabled" in str(refused.value)
+    # its pluginConfig in the chart's configuration, as the manual means it
+    cfg = parse_config(in_chart(load_text((SEEDS / name).read_text(), name)))
     args = cfg.plugin_args("Coscheduling")
     assert args.aware_network_topology is True and args.enable_preemption is True
     assert args.explicit == {"awareNetworkTopology", "enablePreemption"}
@@ -381,7 +429,7 @@ def test_flush_left_that_fits_nowhere_is_refused(tmp_path: Path) -> None:
 
 
 def test_aware_network_topology_false_turns_topology_off_in_run_only() -> None:
-    off = parse_config(profile_of(pluginConfig=[{"name": "Coscheduling", "args": {"awareNetworkTopology": False}}]))
+    off = parse_config(koord({"name": "Coscheduling", "args": {"awareNetworkTopology": False}}))
     cos = next(r for r in build(off, simulate=True).reservers if r.name == "Coscheduling")
     assert cos.aware_network_topology is False
     default = SchedulerConfig()
@@ -434,23 +482,19 @@ def test_simulate_json_with_config(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_deviceshare_args_reach_the_plugin(tmp_path: Path) -> None:
     """gpuSharedResourceTemplatesConfig and gpuShareUnsupportedModels of a config file configure DeviceShare."""
     path = tmp_path / "sched.yaml"
-    path.write_text("""apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-  - schedulerName: koord-scheduler
-    pluginConfig:
-      - name: DeviceShare
-        args:
-          apiVersion: kubescheduler.config.k8s.io/v1
-          kind: DeviceShareArgs
-          gpuSharedResourceTemplatesConfig:
-            configMapNamespace: gpu-system
-            configMapName: vnpu-templates
-            matchedResources: [huawei.com/npu-core]
-          gpuShareUnsupportedModels:
-            - vendor: nvidia
-              model: L20
-""")
+    path.write_text(yaml.safe_dump(koord(yaml.safe_load("""
+name: DeviceShare
+args:
+  apiVersion: kubescheduler.config.k8s.io/v1
+  kind: DeviceShareArgs
+  gpuSharedResourceTemplatesConfig:
+    configMapNamespace: gpu-system
+    configMapName: vnpu-templates
+    matchedResources: [huawei.com/npu-core]
+  gpuShareUnsupportedModels:
+    - vendor: nvidia
+      model: L20
+"""))))
     cfg = load_config(str(path))
     [ds] = {id(p): p for p in profile(cfg).reservers if isinstance(p, DeviceShare)}.values()
     assert ds.templates.key == "gpu-system/vnpu-templates"

@@ -18,16 +18,18 @@ from scheduler.cli import main, profile, simulate
 from scheduler.cluster import build_cluster
 from scheduler.config import load_config
 from scheduler.config.profile import parse_config
+from scheduler.config.repair import load_text
 from scheduler.framework import Scheduler
 from scheduler.gang.topology import build_tree
+
+from chartconfig import chart_config, in_chart
 
 SEEDS = Path(__file__).parent / "seeds"
 ALLOCATED = "scheduling.koordinator.sh/device-allocated"
 GANG_ID = "internal.scheduling.koordinator.sh/bind-gang-group-id"
 # Coscheduling at preBind (as v1.8's chart and shipped config enable it; v1.7's do not): the bind-gang annotations
 # name each placed member's GangGroup
-PREBIND = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-           "profiles": [{"plugins": {"preBind": {"enabled": [{"name": "Coscheduling"}]}}}]}
+PREBIND = chart_config(enable={"preBind": ["Coscheduling"]})
 SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
 
 
@@ -142,8 +144,9 @@ def test_v17_ganggroup_of_two_podgroups(validate_crd: Callable[[str, dict[str, A
 
 
 def test_network_topology_manual_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The manual's 12 nodes, its config (indentation lost, as printed) and Example 1: the 4-pod PreferGather job
-    lands on spine-1 (node-5 … node-8)."""
+    """The manual's 12 nodes, its config (indentation lost, as printed; its pluginConfig in the chart's
+    configuration, which enables Coscheduling) and Example 1: the 4-pod PreferGather job lands on spine-1
+    (node-5 … node-8)."""
     from test_topology import cnt, nodes, podgroup, whole_node_pod
 
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([cnt(), *nodes()]))
@@ -151,16 +154,17 @@ def test_network_topology_manual_end_to_end(tmp_path: Path, capsys: pytest.Captu
                                            {"layer": "SpineLayer", "strategy": "PreferGather"}])
     members = [whole_node_pod(f"training-pod-{i}", group="topology-demo-job", index=i) for i in range(4)]
     (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([pg, *members]))
+    manual = load_text((SEEDS / "nt-manual-config.yaml").read_text(), "nt-manual-config.yaml")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(in_chart(manual)))
     assert main(["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "--pods", str(tmp_path / "pods.yaml"),
-                 "--config", str(SEEDS / "nt-manual-config.yaml"), "-o", "json"]) == 0
+                 "--config", str(tmp_path / "config.yaml"), "-o", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [p["node"] for p in out["placements"]] == ["node-5", "node-6", "node-7", "node-8"]
     # the same with awareNetworkTopology: false: no FindOneNode plan (coscheduling.go FindOneNodePlugin), so upstream's
     # second member finds no planned node and the job is refused (network_topology_workflow.go PreFilter)
     off = tmp_path / "off.yaml"
-    off.write_text(yaml.safe_dump({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                                   "profiles": [{"pluginConfig": [{"name": "Coscheduling", "args": {
-                                       "awareNetworkTopology": False}}]}]}))
+    off.write_text(yaml.safe_dump(chart_config(plugin_config=[{"name": "Coscheduling", "args": {
+        "awareNetworkTopology": False}}])))
     cluster = build_cluster([cnt(), *nodes()])
     cluster.podgroups["default/topology-demo-job"] = pg
     result = simulate(cluster, copy.deepcopy(members), load_config(str(off)))

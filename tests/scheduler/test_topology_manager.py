@@ -20,6 +20,7 @@ from scheduler.cli import main, simulate
 from scheduler.cluster import build_cluster
 from scheduler.config import load_config
 
+from chartconfig import chart_config
 from kubedouble import emulate_binding
 
 CHART_V17 = str(Path(__file__).parent / "seeds" / "chart" / "koord-scheduler-config-v1.7.0.yaml")
@@ -138,8 +139,7 @@ def test_without_aware_network_topology_only_a_lone_pending_member_goes_on(tmp_p
     """Upstream offers FindOneNode only with awareNetworkTopology: without it the second member finds no plan."""
     config = tmp_path / "config.yaml"
     off = {"name": "Coscheduling", "args": {"awareNetworkTopology": False}}
-    config.write_text(yaml.safe_dump({"apiVersion": "kubescheduler.config.k8s.io/v1",
-                                      "kind": "KubeSchedulerConfiguration", "profiles": [{"pluginConfig": [off]}]}))
+    config.write_text(yaml.safe_dump(chart_config(pluginConfig=[off])))
     gather = [{"layer": "BlockLayer", "strategy": "MustGather"}]
     pods = [whole_node_pod("solo-0", group="solo"), *(whole_node_pod(n, group="topo") for n in TOPO)]
     cluster = build_cluster([cnt(), *nodes(), podgroup("solo", 1, gather), podgroup("topo", 2, gather)])
