@@ -30,8 +30,8 @@ import psutil
 import yaml
 
 from benchmarks import calibration, chart
-from benchmarks.collection import bench_node, have_real_cgroups, print_table
-from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS, pod_targets
+from benchmarks.collection import bench_node, have_real_cgroups, print_table, tick_schedule
+from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupV1
 from koordlet.host.driver import CgroupDriver
@@ -104,20 +104,11 @@ def stop_agent(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     log.close()
 
 
-def tick_files(paths: HostPaths, pods_dir: Path) -> tuple[list[str], list[tuple[str, ...]]]:
-    """The files collection ticks read: node counters and each pod's stat files every tick, and each container's
-    stat files (one tuple per container), read every CONTAINER_INTERVAL_SECONDS, spread over the ticks."""
+def tick_files(paths: HostPaths, pods_dir: Path, stride: int) -> list[list[str]]:
+    """The files the collection ticks read (benchmarks.collection.tick_schedule) for the pods in `pods_dir`."""
     state = PodState(CgroupDriver.CGROUPFS, Health())
     state.update(PodsDirSource(str(pods_dir), Health()).list_pods())
-    backend = CgroupV1(paths)
-    every = [paths.proc("stat"), paths.proc("meminfo")]
-    containers: list[tuple[str, ...]] = []
-    for t in pod_targets(state.pods):
-        if t.scope == "container":
-            containers.append(backend.stat_paths(t.rel_dir))
-        else:
-            every += backend.stat_paths(t.rel_dir)
-    return every, containers
+    return tick_schedule(CgroupV1(paths), state.pods, stride, (paths.proc("stat"), paths.proc("meminfo")))
 
 
 def main() -> int:
@@ -166,16 +157,14 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path,
            "--addr", f"127.0.0.1:{port}", *extra]
     log = open(tmp / "koordlet.log", "wb")  # noqa: SIM115 - closed below, after the process
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    fds: list[int] = []
-    container_fds: list[list[int]] = []
+    opened: dict[str, int] = {}
     try:
         _wait_ready(port, proc)
         time.sleep(args.warmup)
-        every, containers = tick_files(paths, pods_dir)
         stride = round(CONTAINER_INTERVAL_SECONDS)  # the daemon's collection interval is 1 s
-        fds = [os.open(f, os.O_RDONLY | os.O_CLOEXEC) for f in every]
-        container_fds = [[os.open(f, os.O_RDONLY | os.O_CLOEXEC) for f in c] for c in containers]
-        due = [fds + [fd for c in container_fds[p::stride] for fd in c] for p in range(stride)]
+        schedule = tick_files(paths, pods_dir, stride)
+        opened = {f: os.open(f, os.O_RDONLY | os.O_CLOEXEC) for files in schedule for f in files}
+        due = [[opened[f] for f in files] for files in schedule]
         files = sum(map(len, due)) / stride
         ps = psutil.Process(proc.pid)
         loops0, cpu0, wall0 = _loops(port), ps.cpu_times(), time.monotonic()
@@ -193,7 +182,7 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path,
         rss = ps.memory_info().rss / (1 << 20)
         open_fds = ps.num_fds()
     finally:
-        for fd in [*fds, *(fd for c in container_fds for fd in c)]:
+        for fd in opened.values():
             os.close(fd)
         stop_agent(proc, log)
     wall = wall1 - wall0
