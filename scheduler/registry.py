@@ -34,6 +34,7 @@ from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.fit_score import NodeResourcesBalancedAllocation, NodeResourcesFitScore
 from scheduler.plugins.fitplus import NodeResourcesFitPlus
 from scheduler.plugins.hint import SchedulingHint
+from scheduler.plugins.imagelocality import ImageLocality
 from scheduler.plugins.interpodaffinity import InterPodAffinity
 from scheduler.plugins.intree import DefaultBinder, PrioritySort
 from scheduler.plugins.loadaware import LoadAware
@@ -168,6 +169,10 @@ def _spread(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plug
     return PodTopologySpread(cfg.weight(name))
 
 
+def _image_locality(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
+    return ImageLocality(cfg.weight(name))
+
+
 def _inter_pod_affinity(cfg: SchedulerConfig, name: str, made: Made, simulate: bool) -> Plugin:
     a = cfg.plugin_args(name)
     return InterPodAffinity(cfg.weight(name), a.hard_pod_affinity_weight, a.ignore_preferred_terms_of_existing_pods)
@@ -188,6 +193,7 @@ REGISTRY: dict[str, Entry] = {
     "NodePorts": Entry(_node_ports),
     "PodTopologySpread": Entry(_spread),
     "InterPodAffinity": Entry(_inter_pod_affinity),
+    "ImageLocality": Entry(_image_locality),
     "Reservation": Entry(_reservation),
     "DeviceShare": Entry(_deviceshare),
     "NodeNUMAResource": Entry(_numa),

@@ -71,6 +71,7 @@ _OURS = (
     PluginInfo("NodePorts", (PRE_FILTER, FILTER), (PRE_FILTER, FILTER)),
     PluginInfo("PodTopologySpread", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
     PluginInfo("InterPodAffinity", (PRE_FILTER, FILTER, PRE_SCORE, SCORE), (PRE_FILTER, FILTER, PRE_SCORE, SCORE)),
+    PluginInfo("ImageLocality", (SCORE,), (SCORE,)),
 )
 # kube-scheduler's volume and DRA plugins: koord-sched reads no PersistentVolume(Claim), StorageClass, CSINode or
 # ResourceClaim, so on the objects it schedules they have nothing to check: accepted as no-ops (docs/decisions.md).
@@ -82,11 +83,7 @@ _KUBE_NOOP = tuple(PluginInfo(n, pts, (), NOOP, "koord-sched reads no volumes or
                                   ("DynamicResources", (PRE_ENQUEUE, PRE_FILTER, FILTER, POST_FILTER, PRE_SCORE,
                                                         RESERVE, PRE_BIND))))
 # kube-scheduler's and koord-scheduler's other plugins: known names, not implemented by koord-sched.
-# ImageLocality can change where a pod goes on our objects (node.status.images), so enabling it is refused; as one
-# of kube-scheduler's defaults under a file it is left out of the profile (said once).
-_NOT_IMPLEMENTED = (PluginInfo("ImageLocality", (SCORE,), (), NOT_IMPLEMENTED,
-                               "kube-scheduler's default score on node.status.images is not run by koord-sched"),
-                    PluginInfo("ElasticQuotaV2", POINTS, (), NOT_IMPLEMENTED))
+_NOT_IMPLEMENTED = (PluginInfo("ElasticQuotaV2", POINTS, (), NOT_IMPLEMENTED),)
 # kube-scheduler's default plugins (k8s v1.28 pkg/scheduler/apis/config/v1 default_plugins.go getDefaultPlugins, the
 # same in v1beta3), in order, with their multiPoint score weights (0: none given): a file's profile is merged onto
 # these; each expands to every point it implements
@@ -102,10 +99,10 @@ KUBE_DEFAULTS = frozenset(n for n, _ in KUBE_DEFAULT_PLUGINS)
 PLUGINS: dict[str, PluginInfo] = {p.name: p for p in (*_OURS, *_KUBE_NOOP, *_NOT_IMPLEMENTED)}
 
 # score weights of our default profile (koord-scheduler's scheduler-config.yaml gives each 1; kube-scheduler's
-# defaults give TaintToleration 3, NodeAffinity, PodTopologySpread and InterPodAffinity 2)
+# defaults give TaintToleration 3, NodeAffinity, PodTopologySpread and InterPodAffinity 2, ImageLocality 1)
 DEFAULT_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2,
-                   "LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1, "Reservation": 5000,
-                   "Coscheduling": 1}
+                   "ImageLocality": 1, "LoadAwareScheduling": 1, "NodeNUMAResource": 1, "DeviceShare": 1,
+                   "Reservation": 5000, "Coscheduling": 1}
 
 
 def supported() -> list[str]:

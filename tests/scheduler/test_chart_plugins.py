@@ -84,8 +84,8 @@ def test_volume_plugins_are_accepted_as_no_ops_and_said_so(caplog: pytest.LogCap
     assert "VolumeBinding" in cfg.points["filter"]
     said = [r.getMessage() for r in caplog.records if "accepted" in r.getMessage()]
     assert sorted(m.split(":")[0] for m in said) == ["NodeVolumeLimits", "VolumeBinding"]
-    with pytest.raises(ConfigError, match="ImageLocality is not implemented"):
-        parse_config(doc(score={"enabled": [{"name": "ImageLocality"}]}))
+    with pytest.raises(ConfigError, match="ElasticQuotaV2 is not implemented"):
+        parse_config(doc(score={"enabled": [{"name": "ElasticQuotaV2"}]}))
 
 
 def pod(name: str, *, prio: int = 0, sub: str | None = None, gang: str = "", created: str = "",

@@ -93,7 +93,7 @@ def test_defaults_when_absent() -> None:
     # then kube-scheduler's default score plugins we run, at kube's weights
     assert cfg.points["score"] == ["LoadAwareScheduling", "NodeNUMAResource", "DeviceShare", "Reservation",
                                    "Coscheduling", "TaintToleration", "NodeAffinity", "PodTopologySpread",
-                                   "InterPodAffinity"]
+                                   "InterPodAffinity", "ImageLocality"]
     assert (cfg.weights["TaintToleration"], cfg.weights["NodeAffinity"]) == (3, 2)
     assert (cfg.weights["PodTopologySpread"], cfg.weights["InterPodAffinity"]) == (2, 2)
     assert cfg.weights["NodeNUMAResource"] == 1
@@ -110,7 +110,8 @@ def test_defaults_when_absent() -> None:
     # a file's profile starts from kube-scheduler's default plugins instead: none of Koordinator's
     kube = parse_config({})
     assert kube.points["score"] == ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "VolumeBinding",
-                                    "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation"]
+                                    "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation",
+                                    "ImageLocality"]
     assert kube.points["bind"] == ["DefaultBinder"] and kube.points["postFilter"] == ["DefaultPreemption"]
     assert not KOORD_PLUGINS & {n for names in kube.points.values() for n in names}
     assert cfg.plugin_args("LoadAwareScheduling").usage_thresholds == {"cpu": 65, "memory": 95}
@@ -156,7 +157,8 @@ def test_overrides(tmp_path: Path) -> None:
     # kube-scheduler's default scores at their weights, then the file's
     assert cfg.weights == {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "VolumeBinding": 1,
                            "PodTopologySpread": 2, "InterPodAffinity": 2, "NodeResourcesBalancedAllocation": 1,
-                           "LoadAwareScheduling": 3, "NodeResourcesFitPlus": 2, "ScarceResourceAvoidance": 1}
+                           "ImageLocality": 1, "LoadAwareScheduling": 3, "NodeResourcesFitPlus": 2,
+                           "ScarceResourceAvoidance": 1}
     la = cfg.plugin_args("LoadAwareScheduling")
     assert la.usage_thresholds == {"cpu": 70} and la.node_metric_expiration_seconds == 300
     assert la.aggregated is not None and la.aggregated.usage_aggregated_duration == 300
@@ -209,7 +211,7 @@ def test_enabling_a_default_reconfigures_it_in_place() -> None:
                                                                  {"name": "DeviceShare"}]}}))
     assert cfg.points["score"] == ["NodeAffinity", "TaintToleration", "NodeResourcesFit", "VolumeBinding",
                                    "PodTopologySpread", "InterPodAffinity", "NodeResourcesBalancedAllocation",
-                                   "DeviceShare"]
+                                   "ImageLocality", "DeviceShare"]
     assert (cfg.weights["NodeAffinity"], cfg.weights["DeviceShare"], cfg.weights["TaintToleration"]) == (5, 1, 3)
     cfg = parse_config(profile_of(plugins={"multiPoint": {"enabled": [{"name": "DeviceShare", "weight": 4}]}}))
     assert cfg.weights["DeviceShare"] == 4
@@ -271,8 +273,8 @@ def test_deviceshare_args_reach_the_scorer(tmp_path: Path) -> None:
      "args.defaultQuotaGroupMax.cpu: must not be negative"),
     ({"profiles": [{"plugins": {"scores": {}}}]},
      "profiles[0].plugins.scores: unknown field (did you mean 'score'?)"),
-    ({"profiles": [{"plugins": {"score": {"enabled": [{"name": "ImageLocality", "weight": 3}]}}}]},
-     "ImageLocality is not implemented by koord-sched; supported:"),
+    ({"profiles": [{"plugins": {"reserve": {"enabled": [{"name": "ElasticQuotaV2"}]}}}]},
+     "ElasticQuotaV2 is not implemented by koord-sched; supported:"),
     ({"profiles": [{"plugins": {"filter": {"enabled": [{"name": "ScarceResourceAvoidance"}]}}}]},
      'plugin "ScarceResourceAvoidance" does not extend FilterPlugin plugin (it extends: score)'),
     (chart_config(plugins={"preBind": {"disabled": [{"name": "*"}]}}),
