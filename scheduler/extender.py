@@ -415,10 +415,10 @@ class Extender:
         with self.lock, self.scheduler.cycle(pod) as cycle:
             cluster = self.scheduler.cluster
             nodes = [cluster.nodes[n] for n in names if n in cluster.nodes]
-            totals = cycle.scores(nodes)
-            weight = sum(s.weight for s in self.scheduler.profile.scorers) - served.idle_weight(self.scheduler, pod,
-                                                                                                 nodes)
-        # Plugin scores are 0..100 each, weighted; kube-scheduler wants 0..MaxExtenderPriority.
+            totals, weight = cycle.weighted_scores(nodes)
+        # Plugin scores are 0..100 each, weighted; kube-scheduler wants 0..MaxExtenderPriority. A plugin that scores
+        # every node 0 (the Reservation plugin for a pod no reservation serves, weight 5000; ImageLocality where no
+        # node holds the pod's images) is left out of the scale: it changes no ranking (docs/decisions.md)
         top = PLUGIN_MAX_SCORE * weight
         return [{"Host": n, "Score": totals.get(n, 0) * MAX_EXTENDER_PRIORITY // top if top else 0} for n in names]
 

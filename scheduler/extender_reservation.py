@@ -8,7 +8,7 @@ from apis.client.kubeapi import KubeClient
 from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON
 from apis.scheduling.reservation import ANNOTATION_RESERVATION_ALLOCATED, decode_reservation_allocated
-from scheduler.cluster import NodeInfo, key
+from scheduler.cluster import key
 from scheduler.framework import Scheduler
 from scheduler.reservation.model import AVAILABLE, Reservation, place, release
 from scheduler.reservation.model import load as load_book
@@ -62,17 +62,6 @@ def owner_gone(sched: Scheduler, pod: JSON) -> None:
         if r.phase == AVAILABLE and node is not None:
             node.remove_pod(r.pod_key)
             place(r, cluster)
-
-
-def idle_weight(sched: Scheduler, pod: JSON, nodes: list[NodeInfo]) -> int:
-    """The Reservation score's weight when it scores every node 0 (no reservation serves the pod), else 0.
-
-    **[decision]** its default weight is 5000: counted while idle, it would squash every other plugin's score
-    to 0 on kube-scheduler's 0..10 scale; a constant 0 changes no ranking, so it is left out of the scale then."""
-    resv = _plugin(sched)
-    if resv is None or resv not in sched.profile.scorers or any(resv.score(pod, n, sched.cluster) for n in nodes):
-        return 0
-    return int(resv.weight)
 
 
 def status_patch(sched: Scheduler, annotations: dict[str, str]) -> tuple[str, dict[str, str], JSON] | None:

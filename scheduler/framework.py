@@ -275,6 +275,11 @@ class Scheduler:
     def scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> list[int]:
         """The weighted total of every Score on each of `nodes` (each plugin's scores normalized over these nodes
         where it normalizes, then clamped to 0..100), as kube-scheduler scores the nodes that passed Filter."""
+        return self.weighted_scores(pod, nodes)[0]
+
+    def weighted_scores(self, pod: JSON, nodes: Sequence[NodeInfo]) -> tuple[list[int], int]:
+        """`scores`, and the summed weight of the plugins that gave some node more than 0 (the extender's scale: a
+        plugin scoring every node 0 changes no ranking)."""
         if self.profile.prescorers:
             index = node_index(self.cluster)
             candidates = np.zeros(len(index), dtype=np.bool_)
@@ -282,12 +287,15 @@ class Scheduler:
             for p in self.profile.prescorers:
                 p.prescore(pod, index, candidates)
         totals = np.zeros(len(nodes), dtype=np.int64)
+        active = 0
         for s, norm in zip(self.profile.scorers, self.profile.normalizers, strict=True):
             raw = np.fromiter((s.score(pod, n, self.cluster) for n in nodes), dtype=np.int64, count=len(nodes))
             if norm is not None and len(nodes):
                 raw = norm.normalize(raw, int(raw.max()))
-            totals += s.weight * np.clip(raw, 0, 100)
-        return [int(t) for t in totals]
+            clipped = np.clip(raw, 0, 100)
+            totals += s.weight * clipped
+            active += s.weight if clipped.any() else 0
+        return [int(t) for t in totals], active
 
     def reserve(self, pod: JSON, node: NodeInfo) -> dict[str, str]:
         """Every Reserve in order; the annotations they add. When one refuses (Unschedulable, raised on) the ones
@@ -461,7 +469,12 @@ class Cycle:
 
     def scores(self, nodes: list[NodeInfo]) -> dict[str, int]:
         """Weighted score per node (higher is better), normalized over these nodes."""
-        return dict(zip((n.name for n in nodes), self.sched.scores(self.pod, nodes), strict=True))
+        return self.weighted_scores(nodes)[0]
+
+    def weighted_scores(self, nodes: list[NodeInfo]) -> tuple[dict[str, int], int]:
+        """`scores`, and the summed weight of the plugins that scored some of these nodes above 0."""
+        totals, active = self.sched.weighted_scores(self.pod, nodes)
+        return dict(zip((n.name for n in nodes), totals, strict=True)), active
 
     # -- the whole cycle ----------------------------------------------------------------------------------------
     def run(self, attempt: bool = True) -> Placement:

@@ -107,9 +107,11 @@ class ImageLocality:
 
     def score_vector(self, pod: JSON, index: NodeIndex) -> IntArray | int:
         self._sync(index)
+        if not self._holders:
+            return 0  # no node lists an image: the sum is 0 everywhere, below the 23 MB floor
         held = [entry for name in pod_images(pod) if (entry := self._holders.get(name)) is not None]
         if not held:
-            return priority(0, _containers(pod))
+            return 0
         sums = np.zeros(self._nodes, dtype=np.int64)
         for rows, sizes in held:  # a node lists an image name once: rows are distinct
             sums[rows] += (sizes.astype(np.float64) * (len(rows) / self._nodes)).astype(np.int64)

@@ -23,6 +23,15 @@ def _each(sched: Scheduler, pod: dict[str, Any]) -> Placement:
     with sched.cycle(pod) as cycle:
         return cycle.run_each()
 
+# ImageLocality: images some nodes hold (a separate generator, so the other draws stay as they were)
+_IMAGES = [(["registry.local/a:1"], 500), (["registry.local/b:latest", "registry.local/b@sha256:1"], 1500),
+           (["registry.local/c:2"], 100)]
+
+
+def _images(rng: random.Random) -> list[dict[str, Any]]:
+    return [{"names": names, "sizeBytes": mb << 20} for names, mb in _IMAGES if rng.random() < 0.4]
+
+
 def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(nodes):
@@ -43,7 +52,8 @@ def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
         out.append({"kind": "Node", "metadata": {"name": name, "labels": labels, "annotations": annotations},
                     "spec": spec, "status": {"allocatable": {"cpu": str(rng.choice([8, 16, 32])), "memory": "64Gi",
                                                "pods": str(rng.choice([3, 10, 110])),
-                                               "koordinator.sh/gpu": str(100 * gpus)}}})
+                                               "koordinator.sh/gpu": str(100 * gpus)},
+                                             "images": _images(random.Random(f"{name}{nodes}"))}})
         if gpus:
             dev_labels = {"node.koordinator.sh/secondary-device-well-planned": "true"} if rng.random() < 0.2 else {}
             out.append({"kind": "Device", "metadata": {"name": name, "labels": dev_labels}, "spec": {"devices": [
@@ -95,7 +105,8 @@ def _pod(rng: random.Random, i: int) -> dict[str, Any]:
             {"numaTopologyPolicy": rng.choice(["SingleNUMANode", "Restricted", "BestEffort"])})
     elif numa < 0.25 and "." not in requests["cpu"] and "m" not in requests["cpu"]:
         labels["koordinator.sh/qosClass"] = "LSR"  # a cpuset is chosen (prod priority: the default class)
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+    image = random.Random(f"pod{i}").choice(["registry.local/a:1", "registry.local/b", "registry.local/c:2", "x"])
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": image, "resources": {"requests": requests}}]}
     if rng.random() < 0.3:
         spec["tolerations"] = [rng.choice([{"key": "spot", "operator": "Exists"}, {"operator": "Exists"},
                                            {"key": "gpu", "value": "x", "effect": "PreferNoSchedule"},
@@ -171,9 +182,9 @@ def test_vector_stage_matches_with_the_full_example_config() -> None:
         pods = [_pod(rng, i) for i in range(100)]
         fast = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
         slow = Scheduler(build_cluster(copy.deepcopy(objects)), profile(cfg))
-        # Reservation (default, weight 5000), NodeNUMAResource, TaintToleration, NodeAffinity, PodTopologySpread and
-        # InterPodAffinity included
-        assert len(fast.profile.scorers) == 13
+        # Reservation (default, weight 5000), NodeNUMAResource, TaintToleration, NodeAffinity, PodTopologySpread,
+        # InterPodAffinity and ImageLocality included
+        assert len(fast.profile.scorers) == 14
         for pod in pods:
             a, b = fast.schedule(copy.deepcopy(pod)), _each(slow, copy.deepcopy(pod))
             assert _as_tuple(a) == _as_tuple(b), (seed, pod["metadata"]["name"])
