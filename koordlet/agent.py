@@ -109,7 +109,9 @@ class Agent:
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress_status,
                                     evictions=self.eviction_stats,
-                                    max_staleness=config.collect_res_used_interval)
+                                    max_staleness=config.collect_res_used_interval,
+                                    working_set=self.advisor.cgroups.working_set,
+                                    container_series=not config.disable_container_metrics)
         self._count_node_info("cpu", bool(topology.cpus))  # the first node info collection
         if topology.cpus:  # upstream reads the NUMA info only after the CPU info
             self._count_node_info("numa", True)

@@ -50,9 +50,16 @@ def test_the_target_is_up_with_the_shipped_relabelling(stack: Stack) -> None:
 def test_node_and_pod_series_from_this_hosts_cgroups(stack: Stack) -> None:
     [node] = _eventually(stack, f'koordlet_node_used_memory_bytes{{node="{NODE_NAME}"}}')
     assert _value(node) > 0
-    pods = _eventually(stack, "koordlet_pod_used_memory_bytes", want=2)
-    assert {p["metric"]["pod_name"] for p in pods} == {"web-0", "spark-executor-1"}
+    pods = _eventually(stack, "koordlet_pod_memory_working_set_bytes", want=2)
+    assert {p["metric"]["pod"] for p in pods} == {"web-0", "spark-executor-1"}
     assert all(_value(p) > 0 for p in pods)  # a sleeping process has some memory
+    cpu = _eventually(stack, "koordlet_pod_cpu_usage_seconds_total", want=2)
+    assert {(p["metric"]["namespace"], p["metric"]["pod"]) for p in cpu} == {
+        (p["metric"]["namespace"], p["metric"]["pod"]) for p in pods}
+    # the shipped recording rule rates the counter: two scrapes in, each namespace has a CPU figure
+    rated = _eventually(stack, "namespace:koordlet_pod_cpu_usage_seconds:sum_rate", want=2, timeout=60)
+    assert {r["metric"]["namespace"] for r in rated} == {p["metric"]["namespace"] for p in pods}
+    assert all(_value(r) >= 0 for r in rated)
 
 
 @pytest.mark.realhost

@@ -116,14 +116,14 @@ class CgroupUsageCollector:
         stats = self.backend.parse_columns(contents, list(map(plan.paths.__getitem__, got)))
         read = np.array(got, dtype=np.intp)
         cpu_ns, memory, memory_cache = stats.cpu_usage_ns, stats.memory_usage, stats.memory_with_cache
-        periods, throttled = stats.nr_periods, stats.nr_throttled
+        periods, throttled, throttled_ns = stats.nr_periods, stats.nr_throttled, stats.throttled_ns
         if stats.failed:
             for pos, e in stats.failed.items():
                 self._unreadable(plan.rows[got[pos]], e)
             ok = np.ones(len(got), dtype=bool)
             ok[list(stats.failed)] = False
             read, cpu_ns, memory, memory_cache = read[ok], cpu_ns[ok], memory[ok], memory_cache[ok]
-            periods, throttled = periods[ok], throttled[ok]
+            periods, throttled, throttled_ns = periods[ok], throttled[ok], throttled_ns[ok]
         if plan.fast_generation != self.files.generation:
             plan.split(self.files.generation)
         self.health.cgroup_reads += len(read)
@@ -138,7 +138,9 @@ class CgroupUsageCollector:
         cpu[read], share[read] = cpu_read, share_read
         mem, mem_cache = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         mem[read], mem_cache[read] = memory, memory_cache
-        return TickUsage(plan.index, was_read, cpu, mem, mem_cache, share)
+        counters = np.zeros((4, n), dtype=np.int64)
+        counters[:, read] = (cpu_ns, periods, throttled, throttled_ns)
+        return TickUsage(plan.index, was_read, cpu, mem, mem_cache, share, counters)
 
     def last_read(self, file_name: str) -> dict[str, bytes]:
         """The contents of the tick's files named `file_name` (e.g. memory.numa_stat) as the last tick read them, by
@@ -151,6 +153,27 @@ class CgroupUsageCollector:
             return {}
         j = names.index(file_name)
         return {plan.paths[i][j]: data for i, data in zip(got, contents[j], strict=True)}
+
+    def working_set(self) -> dict[UsageId, int]:
+        """cAdvisor's working set of each pod and container the last tick read, by usage id, read now: the scrape
+        calls this, not the tick (docs/decisions.md "Pod series"). Memory.stat comes from the tick where the tick
+        reads it; a cgroup gone since is left out."""
+        last = self._last
+        if last is None:
+            return {}
+        plan, got, contents = last
+        names = [os.path.basename(p) for p in self.backend.stat_paths("")]
+        stat = contents[names.index("memory.stat")] if "memory.stat" in names else None
+        out: dict[UsageId, int] = {}
+        for k, i in enumerate(got):
+            t = plan.rows[i].target
+            if t.scope == "hostapp":
+                continue
+            try:
+                out[(t.scope, t.key)] = self.backend.working_set(t.rel_dir, None if stat is None else stat[k])
+            except (HostReadError, InvalidInput):
+                continue
+        return out
 
     def _read(self, plan: _Plan) -> tuple[list[int], list[list[bytes]]]:
         """The rows read and their files' contents, file by file: contents[j][k] is file j of row got[k]."""

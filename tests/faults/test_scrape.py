@@ -132,11 +132,11 @@ def together(port: int, n: int) -> list[Scrape]:
 
 
 def marker(text: str) -> float:
-    """The first container's used memory (MiB), the value each tick changes; checks the whole exposition too."""
+    """The first container's working set (MiB), the value each tick changes; checks the whole exposition too."""
     values = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name == "koordlet_container_used_memory_bytes":
-            values = {s.labels["container_id"]: s.value for s in fam.samples}
+        if fam.name == "koordlet_container_memory_working_set_bytes":
+            values = {(s.labels["pod"], s.labels["container"]): s.value for s in fam.samples}
     assert len(values) == PODS * CONTAINERS, "incomplete exposition"
     first = min(values)  # containers' ids sort as the pods and containers were made
     return values[first] / MIB
@@ -238,7 +238,7 @@ def test_views_render_separately_and_health_is_not_cached(node: Node) -> None:
     ext = [scrape(node.server.port, path="/external-metrics") for _ in range(3)]
     internal = [scrape(node.server.port, path="/internal-metrics") for _ in range(3)]
     assert node.probe.count - before == 1  # the probe is in the external registry: the internal view skips it
-    assert "koordlet_container_used_memory_bytes" in ext[0].text and "koordlet_start_time" not in ext[0].text
+    assert "koordlet_container_cpu_usage_seconds_total" in ext[0].text and "koordlet_start_time" not in ext[0].text
     assert "koordlet_start_time" in internal[0].text
     assert len({r.raw for r in internal}) == 1
     assert scrape(node.server.port, path="/healthz").raw == b"ok\n"
