@@ -34,7 +34,7 @@ from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
 from koordlet.collectors.usage import CgroupUsage, UsageId
 from koordlet.devices.metrics import DeviceCollector, DeviceView
-from koordlet.exposition import ExpositionCache, SharedRenderError, accepts_gzip
+from koordlet.exposition import ExpositionCache, GoCounterFamily, SharedRenderError, accepts_gzip
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.predictor import Outcome
@@ -136,19 +136,6 @@ class AgentMetrics:
         if which == "external":
             return render_text(self.external)
         return render_text(self.internal) + render_text(self.external)
-
-
-class GoCounterFamily(Metric):
-    """A counter exposed as a Go client exposes it: samples (and the TYPE line) named exactly as the family, so
-    upstream's `_total`-less names stay as they are (prometheus_client would add the suffix) and names that end in
-    `_total` are rendered by the fast path."""
-
-    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        super().__init__(name, documentation, "counter")
-        self._labelnames = tuple(labels)
-
-    def add_metric(self, labels: list[str], value: float) -> None:
-        self.add_sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
 
 
 class _Families(Collector):

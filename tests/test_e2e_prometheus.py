@@ -76,6 +76,19 @@ def test_device_health_and_allocatable_per_device(stack: Stack) -> None:
 
 
 @pytest.mark.realhost
+def test_rdma_ports_counters_and_models(stack: Stack) -> None:
+    """l20-pcie: 4 ConnectX-6 Dx PFs with 8 VFs each, every port ACTIVE at 100 Gb/s (examples/nodes/l20-pcie)."""
+    active = _eventually(stack, "koordlet_rdma_state_id == 4", want=36)
+    assert {s["metric"]["port"] for s in active} == {"1"}
+    assert len(stack.query("koordlet_rdma_rate_bytes_per_second == 12.5e9")) == 36
+    assert len(stack.query("koordlet_rdma_port_data_received_bytes_total")) == 36
+    pfs = stack.query('koordlet_device_healthy{type="rdma"}')
+    assert {s["metric"]["model"] for s in pfs} == {"MT2892 Family [ConnectX-6 Dx]"}
+    vfs = stack.query('koordlet_rdma_device_info{physical_function!=""}')
+    assert len(vfs) == 32 and {s["metric"]["model"] for s in vfs} == {"ConnectX Family mlx5Gen Virtual Function"}
+
+
+@pytest.mark.realhost
 def test_gpu_usage_per_gpu_pod_and_container_with_dcgm_labels(stack: Stack) -> None:
     require(len(stack.pod_pids) == 2, f"the example pods have no processes ({stack.pod_pids})")
     pods = {s["metric"]["pod"]: s for s in _eventually(stack, "koordlet_pod_gpu_core_usage_percent", want=2)}
