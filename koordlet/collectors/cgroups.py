@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -21,7 +22,7 @@ from koordlet.collectors.usage import CgroupUsage as CgroupUsage  # re-exported:
 from koordlet.collectors.usage import TickUsage, UsageId
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
-from koordlet.host.files import OpenFiles
+from koordlet.host.files import OpenFiles, descriptor_cap
 from koordlet.states.model import PodMeta
 
 _CHUNK = 65536  # bytes asked of one pread: each stat file is a few KiB, so one pread from offset 0 reads it whole
@@ -53,12 +54,14 @@ class _Plan:
     """The read plan of one target list, held between ticks: its rows, and the rows whose descriptors are all kept
     (`fast`), read by one `map` of pread over `fast_fds` while OpenFiles.generation is `fast_generation`."""
 
-    __slots__ = ("fast", "fast_fds", "fast_generation", "index", "paths", "rows", "slow", "targets", "width")
+    __slots__ = ("fast", "fast_fds", "fast_generation", "index", "index_of", "paths", "rows", "slow", "targets",
+                 "width")
 
     def __init__(self, targets: list[Target], rows: list[_Row], width: int) -> None:
         self.targets, self.rows, self.width = targets, rows, width
         self.paths = [r.paths for r in rows]
         self.index: dict[UsageId, int] = {(r.target.scope, r.target.key): i for i, r in enumerate(rows)}
+        self.index_of: list[UsageId] = [(r.target.scope, r.target.key) for r in rows]
         self.fast: list[int] = []
         self.fast_fds: list[int] = []
         self.slow = list(range(len(rows)))
@@ -86,6 +89,10 @@ class CgroupUsageCollector:
         self._tick = 0
         self._logged: dict[tuple[str, str], str] = {}  # (scope, label) → the reason a skip of it was logged for
         self._last: tuple[_Plan, list[int], list[list[bytes]]] | None = None  # the last tick's rows read, contents
+        # the scrape's working-set reads (another thread than the tick's): their own descriptors, paths per plan
+        self._ws_files = OpenFiles(descriptor_cap() // 4)
+        self._ws_lock = threading.Lock()
+        self._ws_paths: tuple[_Plan, list[tuple[str, str] | None]] | None = None
 
     def _plan_for(self, targets: list[Target]) -> _Plan:
         """Built when the target list is replaced (pods came or went), which also closes the descriptors of
@@ -156,8 +163,9 @@ class CgroupUsageCollector:
 
     def working_set(self) -> dict[UsageId, int]:
         """cAdvisor's working set of each pod and container the last tick read, by usage id, read now: the scrape
-        calls this, not the tick (docs/decisions.md "Pod series"). Memory.stat comes from the tick where the tick
-        reads it; a cgroup gone since is left out."""
+        calls this, not the tick (docs/decisions.md "Pod series"). memory.stat comes from the tick where the tick
+        reads it; the other files are read through descriptors kept for this (their own OpenFiles, a quarter of
+        the descriptor budget). A cgroup gone since is left out. Safe to call from any thread."""
         last = self._last
         if last is None:
             return {}
@@ -165,15 +173,34 @@ class CgroupUsageCollector:
         names = [os.path.basename(p) for p in self.backend.stat_paths("")]
         stat = contents[names.index("memory.stat")] if "memory.stat" in names else None
         out: dict[UsageId, int] = {}
-        for k, i in enumerate(got):
-            t = plan.rows[i].target
-            if t.scope == "hostapp":
-                continue
-            try:
-                out[(t.scope, t.key)] = self.backend.working_set(t.rel_dir, None if stat is None else stat[k])
-            except (HostReadError, InvalidInput):
-                continue
+        with self._ws_lock:
+            paths = self._ws_paths_for(plan)
+            files, working_set = self._ws_files, self.backend.working_set
+            for k, i in enumerate(got):
+                pair = paths[i]
+                if pair is None:
+                    continue
+                try:
+                    data = stat[k] if stat is not None else files.read(pair[1])
+                    out[plan.index_of[i]] = working_set(files.read(pair[0]), data, pair)
+                except HostReadError:
+                    files.forget(pair)
         return out
+
+    def _ws_paths_for(self, plan: _Plan) -> list[tuple[str, str] | None]:
+        """The working-set files of each row of a plan (None: a host application, or a refused dir), kept with
+        the plan; a new plan closes the descriptors of cgroups no longer read."""
+        if self._ws_paths is None or self._ws_paths[0] is not plan:
+            paths: list[tuple[str, str] | None] = []
+            for row in plan.rows:
+                try:
+                    ok = row.error is None and row.target.scope != "hostapp"
+                    paths.append(self.backend.working_set_paths(row.target.rel_dir) if ok else None)
+                except InvalidInput:
+                    paths.append(None)
+            self._ws_files.retain({p for pair in paths if pair is not None for p in pair})
+            self._ws_paths = (plan, paths)
+        return self._ws_paths[1]
 
     def _read(self, plan: _Plan) -> tuple[list[int], list[list[bytes]]]:
         """The rows read and their files' contents, file by file: contents[j][k] is file j of row got[k]."""
@@ -255,6 +282,8 @@ class CgroupUsageCollector:
 
     def close(self) -> None:
         self.files.close()
+        with self._ws_lock:
+            self._ws_files.close()
 
 
 def pod_targets(pods: list[PodMeta]) -> list[Target]:

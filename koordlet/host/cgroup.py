@@ -76,9 +76,13 @@ class CgroupBackend(Protocol):
 
     def stats(self, rel_dir: str) -> CgroupStats: ...
 
-    def working_set(self, rel_dir: str, memory_stat: bytes | None = None) -> int:
-        """cAdvisor's working set: memory usage minus the inactive page cache, at least 0. `memory_stat` is the
-        cgroup's memory.stat where the caller read it already (else it is read here)."""
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        """The files of cAdvisor's working set: memory usage (v1 memory.usage_in_bytes, v2 memory.current) and
+        memory.stat."""
+        ...
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        """cAdvisor's working set from those files' contents: usage minus the inactive page cache, at least 0."""
         ...
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats: ...
@@ -165,15 +169,17 @@ _V1_INACTIVE_FILE = IntFields(b"total_inactive_file")
 _V2_INACTIVE_FILE = IntFields(b"inactive_file")
 
 
-def _working_set(version: int, paths: HostPaths, rel_dir: str, memory_stat: bytes | None) -> int:
-    usage_path = resource_path(version, paths, "memory.usage_in_bytes", rel_dir)
+def _working_set_paths(version: int, paths: HostPaths, rel_dir: str) -> tuple[str, str]:
+    return (resource_path(version, paths, "memory.usage_in_bytes", rel_dir),
+            resource_path(version, paths, "memory.stat", rel_dir))
+
+
+def _working_set(inactive_file: IntFields, usage_data: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
     try:
-        usage = int(read_bytes(usage_path))
+        usage = int(usage_data)
     except ValueError as e:
-        raise HostReadError(f"{usage_path}: not an integer") from e
-    if memory_stat is None:
-        memory_stat = read_bytes(resource_path(version, paths, "memory.stat", rel_dir))
-    [inactive] = (_V1_INACTIVE_FILE if version == 1 else _V2_INACTIVE_FILE)(memory_stat)
+        raise HostReadError(f"{paths[0]}: not an integer") from e
+    [inactive] = inactive_file(memory_stat)
     return max(usage - (inactive or 0), 0)
 
 
@@ -251,8 +257,11 @@ class CgroupV1:
         return parse_columns(files, stat_paths, (_V1_USAGE_COLUMN, memory, _V1_THROTTLE_COLUMNS), _v1_counters,
                              self.parse_stats)
 
-    def working_set(self, rel_dir: str, memory_stat: bytes | None = None) -> int:
-        return _working_set(1, self.paths, rel_dir, memory_stat)
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        return _working_set_paths(1, self.paths, rel_dir)
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        return _working_set(_V1_INACTIVE_FILE, usage, memory_stat, paths)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         # Upstream reads v1 pressure files from the cpuacct dir (Anolis-style cgroup v1 PSI).
@@ -304,8 +313,11 @@ class CgroupV2:
     def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
         return parse_columns(files, stat_paths, (_V2_CPU_COLUMNS, _V2_MEM_COLUMNS), _v2_counters, self.parse_stats)
 
-    def working_set(self, rel_dir: str, memory_stat: bytes | None = None) -> int:
-        return _working_set(2, self.paths, rel_dir, memory_stat)
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        return _working_set_paths(2, self.paths, rel_dir)
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        return _working_set(_V2_INACTIVE_FILE, usage, memory_stat, paths)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         path = self._p(PSI_FILES[resource], rel_dir)
