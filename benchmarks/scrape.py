@@ -245,7 +245,7 @@ class Load:
                     raise OSError(f"HTTP {r.status}")
                 if not checked:  # once per scraper: the body is whole (gzip or not)
                     text = gzip.decompress(raw) if encoding == "gzip" else raw
-                    if not text.endswith(b"\n") or b"koordlet_container_used_memory_bytes{" not in text:
+                    if not text.endswith(b"\n") or b"koordlet_container_cpu_usage_seconds_total{" not in text:
                         raise OSError("incomplete exposition")
                     checked = True
                 with self._lock:
