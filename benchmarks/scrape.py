@@ -4,7 +4,8 @@ First in-process, no cgroups needed: the advisor's latest sample is filled in me
 measures only family building and text rendering: with the per-pod usage series through prometheus_client's
 generate_latest and through the exporter's renderer, without usage samples (requests, limits, health and process
 families: what the exporter had before the per-pod series), and the gzip of the rendered body. One render is the
-floor of what serving scrapers can cost the agent per collection tick.
+floor of what serving scrapers can cost the agent per collection tick. Then the number of series on /metrics, with
+and without --disable-container-metrics, and on the real cgroups below the cost of the scrape's working-set read.
 
 Then the real `koordlet run` on N pods × M containers of real cgroups (v1, as benchmarks.collection builds them):
 for a window with no scraper (the agent's own cost), then with 1, 20 and 50 scrapers that each scrape /metrics
@@ -44,7 +45,8 @@ from koordlet.metriccache import MetricCache
 from koordlet.states.model import ContainerMeta, PodMeta
 
 
-def fill(latest: Latest, n_pods: int, n_ctrs: int) -> None:
+def fill(latest: Latest, n_pods: int, n_ctrs: int) -> dict[tuple[str, str], int]:
+    """Pods, their usage and (returned) their working sets, as a collection tick and a scrape would have them."""
     pods = []
     usage: dict[tuple[str, str], CgroupUsage] = {}
     for i in range(n_pods):
@@ -55,10 +57,19 @@ def fill(latest: Latest, n_pods: int, n_ctrs: int) -> None:
                                for c in ctrs]}
         pods.append(PodMeta(uid, "bench", f"bench-{i}", "Burstable", "BE", "koord-batch", "Running", "", ctrs,
                             {"spec": spec}))
-        usage[("pod", uid)] = CgroupUsage(0.25 * n_ctrs, 300 << 20, 400 << 20, 0.1)
+        usage[("pod", uid)] = CgroupUsage(0.25 * n_ctrs, 300 << 20, 400 << 20, 0.1, 10**12, 10**5, 10**4, 10**11)
         for c in ctrs:
-            usage[("container", c.container_id)] = CgroupUsage(0.25, 100 << 20, 130 << 20, 0.1)
+            usage[("container", c.container_id)] = CgroupUsage(0.25, 100 << 20, 130 << 20, 0.1, 10**12, 10**5,
+                                                               10**4, 10**11)
     latest.pods, latest.usage = pods, usage
+    return {id_: u.memory + (10 << 20) for id_, u in usage.items()}
+
+
+def series(text: bytes) -> tuple[int, int]:
+    """Series in an exposition (sample lines), and those of the per-pod and per-container usage families."""
+    lines = [ln for ln in text.split(b"\n") if ln and not ln.startswith(b"#")]
+    usage = (b"koordlet_pod_cpu_", b"koordlet_pod_memory_", b"koordlet_container_cpu_", b"koordlet_container_memory_")
+    return len(lines), sum(1 for ln in lines if ln.startswith(usage))
 
 
 def per_scrape_ms(render: Callable[[], bytes], seconds: float) -> tuple[float, int]:
@@ -83,8 +94,8 @@ def main() -> int:
     args = ap.parse_args()
 
     latest = Latest()
-    fill(latest, args.pods, args.containers)
-    m = AgentMetrics("bench-node", Health(), latest, MetricCache(lambda _: 300.0))
+    working_set = fill(latest, args.pods, args.containers)
+    m = AgentMetrics("bench-node", Health(), latest, MetricCache(lambda _: 300.0), working_set=lambda: working_set)
     rows = [("with usage, generate_latest", per_scrape_ms(
         lambda: generate_latest(m.internal) + generate_latest(m.external), args.seconds))]
     rows.append(("with usage", per_scrape_ms(m.render, args.seconds)))
@@ -101,6 +112,14 @@ def main() -> int:
     for label, (ms, size) in rows:
         print(f"{label:<{w}}  {ms:>7.1f}  {ms / args.interval / 10:>7.3f}  {size / 1024:>5.0f}")
     print(f"(% of one core at one scrape every {args.interval:g} s)")
+    counts = {}
+    for off in (False, True):
+        m.container_series = not off
+        counts[off] = series(m.render())
+    m.container_series = True
+    print(f"series on /metrics at {args.pods} pods × {args.containers} containers: {counts[False][0]} "
+          f"({counts[False][1]} pod/container usage series); with --disable-container-metrics: {counts[True][0]} "
+          f"({counts[True][1]})")
     if not have_real_cgroups():
         return 2
     levels = [int(n) for n in args.scrapers.split(",")]
@@ -123,6 +142,9 @@ def render_floor(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, sta
             agent.collect()
         ms, _ = per_scrape_ms(lambda: gzip.compress(agent.metrics.render(), compresslevel=GZIP_LEVEL, mtime=0),
                               args.seconds)
+        ws_ms, _ = per_scrape_ms(lambda: repr(agent.advisor.cgroups.working_set()).encode(), args.seconds)
+        print(f"real cgroups: one render + gzip {ms:.1f} CPU ms, of which the working-set read (the scrape's only "
+              f"file reads, {len(agent.advisor.cgroups.working_set())} cgroups) {ws_ms:.1f} ms")
     finally:
         agent.close()
     return ms
@@ -223,7 +245,7 @@ class Load:
                     raise OSError(f"HTTP {r.status}")
                 if not checked:  # once per scraper: the body is whole (gzip or not)
                     text = gzip.decompress(raw) if encoding == "gzip" else raw
-                    if not text.endswith(b"\n") or b"koordlet_container_used_memory_bytes{" not in text:
+                    if not text.endswith(b"\n") or b"koordlet_container_cpu_usage_seconds_total{" not in text:
                         raise OSError("incomplete exposition")
                     checked = True
                 with self._lock:

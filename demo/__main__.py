@@ -28,7 +28,7 @@ Try in Prometheus (the first samples arrive within 10 s):
   koordlet_device_healthy
   koordlet_pod_gpu_core_usage_percent
   gpu:koordlet_gpu_memory_used:ratio
-  namespace:koordlet_pod_used_cpu_cores:sum
+  namespace:koordlet_pod_cpu_usage_seconds:sum_rate
   koordlet_agent_loop_last_success_timestamp_seconds
 
 Ctrl-C stops everything and removes the example pods' cgroups.""", flush=True)

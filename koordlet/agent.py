@@ -23,10 +23,12 @@ from koordlet.collectors.node import NodeCollector, parse_meminfo
 from koordlet.collectors.numamemory import PodNumaMemory
 from koordlet.collectors.psi import PSICollector
 from koordlet.config import Config
+from koordlet.devices import rdma
 from koordlet.devices.inventory import DeviceInventory
 from koordlet.devices.metrics import DeviceView
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia.usage import GpuUsageCollector
+from koordlet.devices.rdma_metrics import RDMACollector
 from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
 from koordlet.devices.report import PLURAL as DEVICE_PLURAL
@@ -115,7 +117,9 @@ class Agent:
         self.metrics = AgentMetrics(config.node_name, self.health, self.advisor.latest, self.cache,
                                     nodemetric_prom=config.gate("NodeMetricPromMetrics"), suppress=self.suppress_status,
                                     evictions=self.eviction_stats,
-                                    max_staleness=config.collect_res_used_interval)
+                                    max_staleness=config.collect_res_used_interval,
+                                    working_set=self.advisor.cgroups.working_set,
+                                    container_series=not config.disable_container_metrics)
         self._count_node_info("cpu", bool(topology.cpus))  # the first node info collection
         if topology.cpus:  # upstream reads the NUMA info only after the CPU info
             self._count_node_info("numa", True)
@@ -135,6 +139,9 @@ class Agent:
         self._device_obj: JSON | None = None
         if self.devices is not None:
             self.metrics.device_view = self.device_view
+        if config.gate("RDMADevices"):  # ports and counters read by the scrape (at most every 5 s), not the tick
+            self.metrics.external.register(RDMACollector(config.node_name, config.paths,
+                                                         lambda: self.advisor.latest.pods))
         self._qos: QoSManager | None = None
         # Loaded by the first collection tick, off the caller's thread (bcc compiles for a few tenths of a second).
         self.schedlat: SchedLatency | None = None
@@ -362,7 +369,7 @@ class Agent:
             return None
         composed = self.state.devices()
         return DeviceView(composed.devices, composed.labels, self.devices.gpus, self.advisor.latest.gpu,
-                          self.advisor.latest.pods)
+                          self.advisor.latest.pods, rdma.models(self.config.paths, composed.devices))
 
     def write_devices(self, composed: DeviceSet) -> bool:
         """Standalone: the Device object to the state dir and the HTTP endpoint, rewritten only on change."""

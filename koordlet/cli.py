@@ -144,6 +144,7 @@ def config_from_args(ns: argparse.Namespace, env: dict[str, str] | None = None, 
         collect_res_used_interval=ns.collect_res_used_interval, psi_collector_interval=ns.psi_collector_interval,
         collect_node_cpu_info_interval=ns.collect_node_cpu_info_interval,
         enable_pagecache_collector=ns.enable_pagecache_collector,
+        disable_container_metrics=ns.disable_container_metrics,
         # client-go's rest.Config: a QPS or burst of 0 takes its defaults (5 and 10); a negative QPS is no limit
         metric_gc_interval_seconds=ns.metric_gc_interval_seconds, kube_api_qps=ns.kube_api_qps or 5.0,
         kube_api_burst=ns.kube_api_burst or 10, kubeconfig=ns.kubeconfig,

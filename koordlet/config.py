@@ -168,6 +168,7 @@ class Config:
     psi_collector_interval: float = 10.0
     collect_node_cpu_info_interval: float = 60.0
     enable_pagecache_collector: bool = False
+    disable_container_metrics: bool = False  # ours: no per-container usage or PSI series on /metrics
     metric_gc_interval_seconds: int = 300
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30

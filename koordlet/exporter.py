@@ -16,7 +16,7 @@ import selectors
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,9 +32,9 @@ from apis.extension.resource_status import CPUSetError, parse_cpuset
 from apis.extension.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
-from koordlet.collectors.usage import CgroupUsage
+from koordlet.collectors.usage import CgroupUsage, UsageId
 from koordlet.devices.metrics import DeviceCollector, DeviceView
-from koordlet.exposition import ExpositionCache, SharedRenderError, accepts_gzip
+from koordlet.exposition import ExpositionCache, GoCounterFamily, SharedRenderError, accepts_gzip
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.predictor import Outcome
@@ -55,15 +55,19 @@ _BATCH_MID = (
 # Histogram buckets at 2, 8, 32 ... µs up to 2.1 s: every other log2 slot of the kernel's histogram (hist.py).
 _SCHEDLAT_BOUNDS = tuple(range(1, 22, 2))
 _PSI_PRECISIONS = ("avg10", "avg60", "avg300")  # upstream metrics/psi.go Precision10/60/300
-_POD_LABELS = ["node", "pod_uid", "pod_name", "pod_namespace"]  # upstream's PodPSI order
-_CONTAINER_LABELS = ["node", "container_id", "container_name", "pod_uid", "pod_name", "pod_namespace"]
-# (name after koordlet_<pod|container>_, help); values from CgroupUsage, see _add_usage.
-_USAGE_SERIES = (
-    ("used_cpu_cores", "CPU cores used by the {} over the last collection interval"),
-    ("used_memory_bytes", "Memory used by the {} without page cache (anon + unevictable) at the last collection"),
-    ("cpu_throttled_ratio", "Share of the {}'s CFS periods throttled over the last collection interval"),
+# Our own pod/container series label pods as cAdvisor does (docs/decisions.md "Pod series"), plus the pod's uid: two
+# pods of one name can briefly share a node (a StatefulSet pod recreated), and their series must not collide.
+POD_SERIES_LABELS = ["node", "namespace", "pod", "uid"]
+CONTAINER_SERIES_LABELS = [*POD_SERIES_LABELS, "container"]
+# (name after koordlet_<pod|container>_, help) of the cAdvisor-style counters, from the tick's cumulative reads
+_USAGE_COUNTERS = (
+    ("cpu_usage_seconds_total", "Cumulative CPU time consumed by the {} (cpuacct.usage / cpu.stat usage_usec)"),
+    ("cpu_cfs_periods_total", "CFS enforcement periods the {} has run (cpu.stat nr_periods; only with a quota)"),
+    ("cpu_cfs_throttled_periods_total", "CFS periods in which the {} was throttled (cpu.stat nr_throttled)"),
+    ("cpu_cfs_throttled_seconds_total", "Time the {} was throttled (cpu.stat throttled_time / throttled_usec)"),
 )
-
+_WORKING_SET = ("memory_working_set_bytes", "Working set of the {}: memory usage minus inactive page cache, as "
+                "cAdvisor and kubelet compute it (read at scrape time)")
 
 @dataclass
 class AgentMetrics:
@@ -83,6 +87,9 @@ class AgentMetrics:
     suppress: Callable[[], SuppressStatus] | None = None  # BE CPU suppress's numbers, as the QoS manager has them
     evictions: EvictionStats | None = None  # the eviction strategies' koordlet_pod_eviction{,_detail}
     device_view: Callable[[], DeviceView | None] | None = None  # gates Accelerators / RDMADevices
+    # the cgroups' working set, read when a scrape renders (CgroupUsageCollector.working_set), by usage id
+    working_set: Callable[[], Mapping[UsageId, int]] | None = None
+    container_series: bool = True  # --disable-container-metrics turns the per-container usage and PSI series off
     prediction: Outcome | None = None  # the last NodeMetric report's Prod reclaimable prediction
     # gate CPUSetAllocator: the runtime hook's cpuset rule (share pools from the NRT loop), None until computed
     cpuset_rule: Callable[[], CPUSetRule | None] | None = None
@@ -129,18 +136,6 @@ class AgentMetrics:
         if which == "external":
             return render_text(self.external)
         return render_text(self.internal) + render_text(self.external)
-
-
-class GoCounterFamily(Metric):
-    """A counter exposed as upstream's Go client exposes it: samples (and the TYPE line) named without `_total`, so
-    upstream's queries and dashboards find the same series (prometheus_client would add the suffix)."""
-
-    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        super().__init__(name, documentation, "counter")
-        self._labelnames = tuple(labels)
-
-    def add_metric(self, labels: list[str], value: float) -> None:
-        self.add_sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
 
 
 class _Families(Collector):
@@ -491,8 +486,7 @@ class _ExternalCollector(Collector):
         if self.m.schedlat is None:
             return
         h = HistogramMetricFamily("koordlet_pod_cpu_schedule_latency_seconds", "Run-queue wait of the pod's tasks "
-                                  "(runnable to running)", labels=["node", "pod_namespace", "pod_name", "pod_uid",
-                                                                   "qos", "source"])
+                                  "(runnable to running)", labels=["node", "namespace", "pod", "uid", "qos", "source"])
         for row in self.m.schedlat.latest:
             pod, total = row.pod, row.total
             buckets: list[tuple[str, float]] = []
@@ -548,24 +542,32 @@ class _ExternalCollector(Collector):
         return rows
 
     def _usage(self, latest: Latest) -> Iterator[Metric]:
-        """Per-pod and per-container usage of the last collection tick (upstream has no such series; names and
-        labels follow its node and PSI series). Built from the advisor's latest sample: no file is read here."""
+        """Per-pod and per-container series as cAdvisor's container_* (upstream has none): counters from the
+        collection tick's cumulative reads, and the working set read now (the one read a scrape makes)."""
         node, usage = self.m.node_name, latest.usage
-        fams = [GaugeMetricFamily(f"koordlet_{scope}_{name}", doc.format(scope), labels=labels)
-                for scope, labels in (("pod", _POD_LABELS), ("container", _CONTAINER_LABELS))
-                for name, doc in _USAGE_SERIES]
-        pod_cpu, pod_mem, pod_thr, ctr_cpu, ctr_mem, ctr_thr = fams
+        working_set = self.m.working_set() if self.m.working_set is not None else {}
+        scopes = [("pod", POD_SERIES_LABELS)] + ([("container", CONTAINER_SERIES_LABELS)]
+                                                  if self.m.container_series else [])
+        fams = {scope: ([GoCounterFamily(f"koordlet_{scope}_{name}", doc.format(scope), labels)
+                         for name, doc in _USAGE_COUNTERS],
+                        GaugeMetricFamily(f"koordlet_{scope}_{_WORKING_SET[0]}", _WORKING_SET[1].format(scope),
+                                          labels=labels))
+                for scope, labels in scopes}
+        pod_fams, ctr_fams = fams["pod"], fams.get("container")
         for pod in latest.pods:
+            labels = [node, pod.namespace, pod.name, pod.uid]
             u = usage.get(("pod", pod.uid))
             if u is not None:
-                labels = [node, pod.uid, pod.name, pod.namespace]
-                _add_usage(pod_cpu, pod_mem, pod_thr, labels, u)
+                _add_usage(pod_fams, labels, u, working_set.get(("pod", pod.uid)))
+            if ctr_fams is None:
+                continue
             for c in pod.containers:
                 u = usage.get(("container", c.container_id))
                 if u is not None:
-                    labels = [node, c.container_id, c.name, pod.uid, pod.name, pod.namespace]
-                    _add_usage(ctr_cpu, ctr_mem, ctr_thr, labels, u)
-        yield from fams
+                    _add_usage(ctr_fams, [*labels, c.name], u, working_set.get(("container", c.container_id)))
+        for counters, ws in fams.values():
+            yield from counters
+            yield ws
 
     def _psi(self, latest: Latest) -> Iterator[Metric]:
         common = ["psi_resource_type", "psi_precision", "psi_degree", "cpu_full_supported"]
@@ -581,7 +583,7 @@ class _ExternalCollector(Collector):
             if reading is not None:
                 for labels, value in _psi_samples(reading):
                     pod_g.add_metric(base + labels, value)
-            for c in pod.containers:
+            for c in pod.containers if self.m.container_series else ():
                 reading = psi.get(("container", c.container_id))
                 if reading is None:
                     continue
@@ -592,14 +594,16 @@ class _ExternalCollector(Collector):
         yield ctr_g
 
 
-def _add_usage(cpu: GaugeMetricFamily, mem: GaugeMetricFamily, throttled: GaugeMetricFamily, labels: list[str],
-               u: CgroupUsage) -> None:
-    # CPU rate and throttled ratio need two reads of the cgroup: absent on its first tick rather than a fake 0.
-    if u.cpu_cores is not None:
-        cpu.add_metric(labels, u.cpu_cores)
-    mem.add_metric(labels, u.memory)
-    if u.throttled_ratio is not None:
-        throttled.add_metric(labels, u.throttled_ratio)
+def _add_usage(fams: tuple[list[GoCounterFamily], GaugeMetricFamily], labels: list[str], u: CgroupUsage,
+               working_set: int | None) -> None:
+    cpu, periods, throttled, throttled_s = fams[0]
+    cpu.add_metric(labels, u.cpu_ns / 1e9)
+    if u.nr_periods > 0:  # CFS bandwidth series only once a quota has run (cAdvisor likewise)
+        periods.add_metric(labels, u.nr_periods)
+        throttled.add_metric(labels, u.nr_throttled)
+        throttled_s.add_metric(labels, u.throttled_ns / 1e9)
+    if working_set is not None:
+        fams[1].add_metric(labels, working_set)
 
 
 def _psi_samples(reading: PSIReading) -> Iterator[tuple[list[str], float]]:

@@ -204,7 +204,7 @@ _TYPE_SUFFIX = {"counter": "_total"}
 
 def _families(registry: CollectorRegistry) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
     """(name as exposed, type, help, label names) of every family a registry can expose, samples or not."""
-    from koordlet.exporter import GoCounterFamily
+    from koordlet.exposition import GoCounterFamily
 
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
@@ -222,8 +222,10 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
     """The agent's registries with the optional `parts` switched on (stub state: only family shapes matter)."""
     from koordlet.collectors.advisor import Latest
     from koordlet.devices.metrics import DeviceView
+    from koordlet.devices.rdma_metrics import RDMACollector
     from koordlet.exporter import AgentMetrics
     from koordlet.health import Health
+    from koordlet.host.paths import HostPaths
     from koordlet.metriccache import MetricCache
     from koordlet.nri.metrics import NriMetrics
     from koordlet.podresources.metrics import ProxyMetrics
@@ -244,6 +246,7 @@ def _agent_registries(parts: set[str]) -> list[CollectorRegistry]:
         m.evictions.record("ns", "pod", "evicted")  # Go counter families exist once they have a series
     if "Accelerators, RDMADevices" in parts:
         m.device_view = DeviceView
+        m.external.register(RDMACollector("node", HostPaths.under("/nonexistent"), list))  # no devices: shapes only
     if "CPUSetAllocator" in parts or "PerCPUMetric" in parts:
         m.cpuset_rule = lambda: None
         m.per_cpu_metric = "PerCPUMetric" in parts

@@ -22,6 +22,8 @@ class SimCgroup:
     file: int = 0
     nr_periods: int = 0
     nr_throttled: int = 0
+    throttled_ns: int = 0
+    kernel: int = 0  # kernel memory charged to the cgroup: in its usage file, in no memory.stat LRU line
     numa_anon: dict[int, int] | None = None  # bytes of anon memory per NUMA node: writes memory.numa_stat
 
 
@@ -128,7 +130,9 @@ class SimHost:
         if self.version == 2:
             (root / rel / "cpu.stat").write_text(
                 f"usage_usec {cg.cpu_ns // 1000}\nuser_usec 0\nsystem_usec 0\n"
-                f"nr_periods {cg.nr_periods}\nnr_throttled {cg.nr_throttled}\nthrottled_usec 0\n")
+                f"nr_periods {cg.nr_periods}\nnr_throttled {cg.nr_throttled}\n"
+                f"throttled_usec {cg.throttled_ns // 1000}\nnr_bursts 0\nburst_usec 0\n")
+            (root / rel / "memory.current").write_text(f"{cg.anon + cg.file + cg.kernel}\n")
             (root / rel / "memory.stat").write_text(
                 f"anon {cg.anon}\nfile {cg.file}\ninactive_anon {cg.anon // 2}\nactive_anon {cg.anon - cg.anon // 2}\n"
                 f"inactive_file {cg.file // 2}\nactive_file {cg.file - cg.file // 2}\nunevictable 0\n")
@@ -144,7 +148,9 @@ class SimHost:
                 f"total_inactive_file {cg.file // 2}\ntotal_active_file {cg.file - cg.file // 2}\n"
                 f"total_unevictable 0\n")
             (root / "cpu" / rel / "cpu.stat").write_text(
-                f"nr_periods {cg.nr_periods}\nnr_throttled {cg.nr_throttled}\nthrottled_time 0\n")
+                f"nr_periods {cg.nr_periods}\nnr_throttled {cg.nr_throttled}\nthrottled_time {cg.throttled_ns}\n"
+                "nr_bursts 0\nburst_time 0\n")
+            (root / "memory" / rel / "memory.usage_in_bytes").write_text(f"{cg.anon + cg.file + cg.kernel}\n")
         if cg.numa_anon is not None:
             self._write_numa_stat(rel, cg.numa_anon)
 

@@ -50,9 +50,16 @@ def test_the_target_is_up_with_the_shipped_relabelling(stack: Stack) -> None:
 def test_node_and_pod_series_from_this_hosts_cgroups(stack: Stack) -> None:
     [node] = _eventually(stack, f'koordlet_node_used_memory_bytes{{node="{NODE_NAME}"}}')
     assert _value(node) > 0
-    pods = _eventually(stack, "koordlet_pod_used_memory_bytes", want=2)
-    assert {p["metric"]["pod_name"] for p in pods} == {"web-0", "spark-executor-1"}
+    pods = _eventually(stack, "koordlet_pod_memory_working_set_bytes", want=2)
+    assert {p["metric"]["pod"] for p in pods} == {"web-0", "spark-executor-1"}
     assert all(_value(p) > 0 for p in pods)  # a sleeping process has some memory
+    cpu = _eventually(stack, "koordlet_pod_cpu_usage_seconds_total", want=2)
+    assert {(p["metric"]["namespace"], p["metric"]["pod"]) for p in cpu} == {
+        (p["metric"]["namespace"], p["metric"]["pod"]) for p in pods}
+    # the shipped recording rule rates the counter: two scrapes in, each namespace has a CPU figure
+    rated = _eventually(stack, "namespace:koordlet_pod_cpu_usage_seconds:sum_rate", want=2, timeout=60)
+    assert {r["metric"]["namespace"] for r in rated} == {p["metric"]["namespace"] for p in pods}
+    assert all(_value(r) >= 0 for r in rated)
 
 
 @pytest.mark.realhost
@@ -66,6 +73,19 @@ def test_device_health_and_allocatable_per_device(stack: Stack) -> None:
     [mem] = _eventually(stack, 'koordlet_device_allocatable{type="gpu",minor="0",resource="koordinator.sh/gpu-memory"}')
     assert mem["metric"]["unit"] == "byte" and _value(mem) == 46068 * (1 << 20)
     assert len(stack.query('koordlet_device_allocatable{type="rdma",resource="koordinator.sh/rdma"} == 100')) == 4
+
+
+@pytest.mark.realhost
+def test_rdma_ports_counters_and_models(stack: Stack) -> None:
+    """l20-pcie: 4 ConnectX-6 Dx PFs with 8 VFs each, every port ACTIVE at 100 Gb/s (examples/nodes/l20-pcie)."""
+    active = _eventually(stack, "koordlet_rdma_state_id == 4", want=36)
+    assert {s["metric"]["port"] for s in active} == {"1"}
+    assert len(stack.query("koordlet_rdma_rate_bytes_per_second == 12.5e9")) == 36
+    assert len(stack.query("koordlet_rdma_port_data_received_bytes_total")) == 36
+    pfs = stack.query('koordlet_device_healthy{type="rdma"}')
+    assert {s["metric"]["model"] for s in pfs} == {"MT2892 Family [ConnectX-6 Dx]"}
+    vfs = stack.query('koordlet_rdma_device_info{physical_function!=""}')
+    assert len(vfs) == 32 and {s["metric"]["model"] for s in vfs} == {"ConnectX Family mlx5Gen Virtual Function"}
 
 
 @pytest.mark.realhost

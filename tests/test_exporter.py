@@ -31,6 +31,11 @@ def _samples(agent: Agent, which: str = "all") -> dict[str, list[Any]]:
     return out
 
 
+def _sample_set(text: bytes) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                  for fam in text_string_to_metric_families(text.decode()) for s in fam.samples)
+
+
 def _agent(tmp_path: Path, host: SimHost, pods: list[dict[str, Any]], gates: str = "") -> Agent:
     pods_dir = tmp_path / "pods"
     pods_dir.mkdir(exist_ok=True)
@@ -126,57 +131,107 @@ def test_pod_and_container_usage_series_after_collection(simhost: SimHost, tmp_p
     mib = 1 << 20
     for tick in range(2):  # c0 uses 0.5 core and c1 0.25; the pod is throttled in 3 of its 12 periods
         simhost.write_cgroup(rel, SimCgroup(cpu_ns=int(0.75 * SEC) * tick, anon=96 * mib, file=500 * mib,
-                                            nr_periods=12 * tick, nr_throttled=3 * tick))
-        simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=SEC // 2 * tick, anon=64 * mib, nr_periods=12 * tick))
-        simhost.write_cgroup(ctrs[1], SimCgroup(cpu_ns=SEC // 4 * tick, anon=32 * mib, nr_periods=12 * tick,
-                                                nr_throttled=6 * tick))
+                                            kernel=8 * mib, nr_periods=12 * tick, nr_throttled=3 * tick,
+                                            throttled_ns=SEC // 10 * tick))
+        simhost.write_cgroup(ctrs[0], SimCgroup(cpu_ns=SEC // 2 * tick, anon=64 * mib))  # no CFS quota
+        simhost.write_cgroup(ctrs[1], SimCgroup(cpu_ns=SEC // 4 * tick, anon=32 * mib, file=2 * mib,
+                                                nr_periods=12 * tick, nr_throttled=6 * tick,
+                                                throttled_ns=SEC // 20 * tick))
         agent.collect(now=1e9 + tick, mono_ns=tick * SEC)
 
     s = _samples(agent, "external")
-    pod_labels = {"node": "n1", "pod_uid": UID, "pod_name": "web", "pod_namespace": "shop"}
-    [cpu] = s["koordlet_pod_used_cpu_cores"]
+    pod_labels = {"node": "n1", "namespace": "shop", "pod": "web", "uid": UID}
+    [cpu] = s["koordlet_pod_cpu_usage_seconds_total"]
     assert cpu.labels == pod_labels and cpu.value == pytest.approx(0.75)
-    [mem] = s["koordlet_pod_used_memory_bytes"]
-    assert mem.labels == pod_labels and mem.value == 96 * mib  # page cache (file) left out
-    [thr] = s["koordlet_pod_cpu_throttled_ratio"]
-    assert thr.labels == pod_labels and thr.value == pytest.approx(0.25)
+    [ws] = s["koordlet_pod_memory_working_set_bytes"]
+    # cAdvisor's usage − inactive_file: anon, kernel memory and the active half of the page cache
+    assert ws.labels == pod_labels and ws.value == 96 * mib + 8 * mib + 250 * mib
+    assert [x.value for x in s["koordlet_pod_cpu_cfs_periods_total"]] == [12]
+    assert [x.value for x in s["koordlet_pod_cpu_cfs_throttled_periods_total"]] == [3]
+    assert [x.value for x in s["koordlet_pod_cpu_cfs_throttled_seconds_total"]] == [pytest.approx(0.1)]
 
     def by_container(name: str) -> dict[str, float]:
         out = {}
-        for x in s[name]:
-            assert x.labels == {"node": "n1", "container_id": x.labels["container_id"],
-                                "container_name": x.labels["container_name"], **{k: v for k, v in pod_labels.items()
-                                                                                 if k != "node"}}
-            assert cids[int(x.labels["container_name"][1:])] == x.labels["container_id"]
-            out[x.labels["container_name"]] = x.value
+        for x in s.get(name, []):
+            assert x.labels == {**pod_labels, "container": x.labels["container"]}
+            out[x.labels["container"]] = x.value
         return out
 
-    assert by_container("koordlet_container_used_cpu_cores") == pytest.approx({"c0": 0.5, "c1": 0.25})
-    assert by_container("koordlet_container_used_memory_bytes") == {"c0": 64 * mib, "c1": 32 * mib}
-    assert by_container("koordlet_container_cpu_throttled_ratio") == pytest.approx({"c0": 0.0, "c1": 0.5})
-    assert "koordlet_pod_used_cpu_cores" not in _samples(agent, "internal")
-    assert agent.metrics.render("external") == generate_latest(agent.metrics.external)
+    assert by_container("koordlet_container_cpu_usage_seconds_total") == pytest.approx({"c0": 0.5, "c1": 0.25})
+    assert by_container("koordlet_container_memory_working_set_bytes") == {"c0": 64 * mib, "c1": 33 * mib}
+    # CFS series only where a quota ran (c1), as cAdvisor
+    assert by_container("koordlet_container_cpu_cfs_throttled_periods_total") == {"c1": 6}
+    assert by_container("koordlet_container_cpu_cfs_throttled_seconds_total") == pytest.approx({"c1": 0.05})
+    text = agent.metrics.render("external").decode()
+    assert "# TYPE koordlet_pod_cpu_usage_seconds_total counter\n" in text
+    assert "# TYPE koordlet_container_memory_working_set_bytes gauge\n" in text
+    assert not any(old in text for old in ("pod_name=", "pod_namespace=", "used_cpu_cores{", "throttled_ratio"))
+    assert "koordlet_pod_cpu_usage_seconds_total" not in _samples(agent, "internal")
+    # the same samples as prometheus_client writes (its TYPE lines would add a second `_total` to the counters)
+    assert _sample_set(agent.metrics.render("external")) == _sample_set(generate_latest(agent.metrics.external))
 
-    # the scrape reads no file: with the cgroups gone, it still shows the last tick
+    # the working set is read when a scrape renders: with the cgroups gone, counters of the last tick remain
     simhost.remove_cgroup(rel)
-    assert _samples(agent, "external")["koordlet_pod_used_memory_bytes"][0].value == 96 * mib
+    after_rm = _samples(agent, "external")
+    assert after_rm["koordlet_pod_cpu_usage_seconds_total"][0].value == pytest.approx(0.75)
+    assert "koordlet_pod_memory_working_set_bytes" not in after_rm
     # a deleted pod's series are gone after the next collection
     (tmp_path / "pods" / "web.yaml").unlink()
     agent.sync_pods()
     agent.collect(now=1e9 + 2, mono_ns=2 * SEC)
     after = _samples(agent, "external")
-    assert not any(name in after for name in ("koordlet_pod_used_cpu_cores", "koordlet_pod_used_memory_bytes",
-                                              "koordlet_container_used_memory_bytes"))
+    ours = ("koordlet_pod_cpu_usage", "koordlet_pod_memory", "koordlet_container_")
+    assert [n for n in after if n.startswith(ours)] == []
 
 
-def test_first_tick_has_memory_but_no_rate(tmp_path: Path) -> None:
+def test_counters_are_there_from_the_first_tick_and_reset_with_a_recreated_container(tmp_path: Path) -> None:
+    """A counter needs no previous read; a restarted container is a new cgroup whose counter starts again, which
+    Prometheus' rate() takes as a reset (as cAdvisor's series)."""
     host = SimHost(tmp_path / "h", 1, CgroupDriver.SYSTEMD).setup()
-    agent = _agent(tmp_path, host, [make_pod("a", UID, "Guaranteed")])
-    host.write_cgroup(host.pod_dir(K8sQoS.GUARANTEED, UID), SimCgroup(cpu_ns=5 * SEC, anon=1 << 20))
+    pod = make_pod("a", UID, "Guaranteed")
+    agent = _agent(tmp_path, host, [pod])
+    agent.advisor.cgroups.container_stride = 1  # containers every tick (the 10 s interval: test_container_interval)
+    rel = host.pod_dir(K8sQoS.GUARANTEED, UID)
+    ctr = host.container_dir(rel, pod["status"]["containerStatuses"][0]["containerID"])  # type: ignore[index]
+    host.write_cgroup(rel, SimCgroup(cpu_ns=5 * SEC, anon=1 << 20))
+    host.write_cgroup(ctr, SimCgroup(cpu_ns=5 * SEC, anon=1 << 20))
     agent.collect(now=1e9, mono_ns=0)
     s = _samples(agent, "external")
-    assert [x.value for x in s["koordlet_pod_used_memory_bytes"]] == [1 << 20]
-    assert "koordlet_pod_used_cpu_cores" not in s and "koordlet_pod_cpu_throttled_ratio" not in s
+    assert [x.value for x in s["koordlet_pod_cpu_usage_seconds_total"]] == [5.0]
+    assert [x.value for x in s["koordlet_container_cpu_usage_seconds_total"]] == [5.0]
+    assert [x.value for x in s["koordlet_pod_memory_working_set_bytes"]] == [1 << 20]
+    host.remove_cgroup(ctr)
+    host.write_cgroup(ctr, SimCgroup(cpu_ns=SEC // 2, anon=1 << 20))  # recreated: its counter starts again
+    host.write_cgroup(rel, SimCgroup(cpu_ns=5 * SEC + SEC // 2, anon=1 << 20))  # the pod's keeps counting
+    agent.collect(now=1e9 + 1, mono_ns=SEC)
+    s = _samples(agent, "external")
+    assert [x.value for x in s["koordlet_container_cpu_usage_seconds_total"]] == [0.5]
+    assert [x.value for x in s["koordlet_pod_cpu_usage_seconds_total"]] == [5.5]
+
+
+def test_disable_container_metrics_keeps_the_pod_series_only(tmp_path: Path) -> None:
+    host = SimHost(tmp_path / "h", 2, CgroupDriver.SYSTEMD).setup()
+    pod = make_pod("a", UID, "Burstable", containers=3)
+    pods_dir = tmp_path / "pods"
+    pods_dir.mkdir()
+    (pods_dir / "a.yaml").write_text(yaml.safe_dump(pod))
+    rel = host.pod_dir(K8sQoS.BURSTABLE, UID)
+    host.write_cgroup(rel, SimCgroup(cpu_ns=SEC, anon=1 << 20))
+    for cs in pod["status"]["containerStatuses"]:  # type: ignore[index]
+        host.write_cgroup(host.container_dir(rel, cs["containerID"]), SimCgroup(cpu_ns=SEC, anon=1 << 20))
+    counts = {}
+    for off in (False, True):
+        agent = Agent(Config(node_name="n1", paths=host.paths, pods_dir=str(pods_dir),
+                             state_dir=str(tmp_path / f"s{off}"),
+                             feature_gates=parse_feature_gates("PSICollector=true"),
+                             disable_container_metrics=off))
+        agent.sync_pods()
+        agent.collect(now=1e9, mono_ns=0)
+        agent.collect_psi()
+        s = _samples(agent, "external")
+        counts[off] = sum(len(v) for k, v in s.items() if k.startswith("koordlet_container_"))
+        assert len(s["koordlet_pod_cpu_usage_seconds_total"]) == 1 and "koordlet_pod_psi" in s
+    assert counts[False] > 0 and counts[True] == 0
 
 
 def test_psi_series_use_upstream_precision_labels(tmp_path: Path) -> None:
@@ -196,7 +251,7 @@ def test_psi_series_use_upstream_precision_labels(tmp_path: Path) -> None:
     assert {k[2] for k in rows} == {"avg10", "avg60", "avg300"}
     assert {r: rows[(r, "some", "avg10")].labels["cpu_full_supported"] for r in ("cpu", "mem", "io")} == {
         "cpu": "false", "mem": "true", "io": "true"}
-    assert rows[("cpu", "some", "avg10")].labels["pod_name"] == "a"
+    assert rows[("cpu", "some", "avg10")].labels["pod_name"] == "a"  # upstream's family: upstream's labels
 
 
 def test_render_text_is_byte_identical_to_prometheus_client() -> None:

@@ -189,7 +189,7 @@ def test_ticks_go_to_the_metric_cache_and_the_exporter(tmp_path: Path) -> None:
     assert r.p99_seconds == pytest.approx(quantile(hist, 0.99))
     metrics = AgentMetrics("node-a", Health(), Latest(), cache, schedlat=sl)
     text = metrics.render("external").decode()
-    labels = 'node="node-a",pod_name="web",pod_namespace="ns",pod_uid="u1",qos="LS",source="ebpf"'
+    labels = 'namespace="ns",node="node-a",pod="web",qos="LS",source="ebpf",uid="u1"'
     assert f'koordlet_pod_cpu_schedule_latency_seconds_bucket{{le="0.000512",{labels}}} 0.0' in text
     assert f'koordlet_pod_cpu_schedule_latency_seconds_bucket{{le="0.002048",{labels}}} 4.0' in text
     assert f"koordlet_pod_cpu_schedule_latency_seconds_count{{{labels}}} 4.0" in text

@@ -17,8 +17,9 @@ _NUMA = (b"total=%d N0=1\nfile=1 N0=1\nanon=1 N0=1\nunevictable=1 N0=1\nhierarch
 _V1_STAT = (b"cache 1\ntotal_inactive_anon %d\ntotal_active_anon %d\ntotal_inactive_file %d\ntotal_active_file %d\n"
             b"total_unevictable %d\n")
 _V2_STAT = b"anon 5\nfile 6\ninactive_anon %d\nactive_anon %d\ninactive_file %d\nactive_file %d\nunevictable %d\n"
-_V2_CPU = b"usage_usec %d\nuser_usec 1\nsystem_usec 2\nnr_periods %d\nnr_throttled %d\nthrottled_usec 4\n"
-_V1_CPU = b"nr_periods %d\nnr_throttled %d\nthrottled_time 3\n"
+_V2_CPU = (b"usage_usec %d\nuser_usec 1\nsystem_usec 2\nnr_periods %d\nnr_throttled %d\nthrottled_usec %d\n"
+           b"nr_bursts 0\nburst_usec 0\n")
+_V1_CPU = b"nr_periods %d\nnr_throttled %d\nthrottled_time %d\n"
 
 counters = st.one_of(st.integers(0, 10**12), st.integers(0, 2**64), st.sampled_from([0, 2**53 + 1, 2**63 - 1,
                                                                                        2**63, 10**18, 10**19]))
@@ -48,9 +49,9 @@ def cgroup_files(draw: st.DrawFn, version: int, numa: bool) -> tuple[bytes, ...]
         return template % tuple(draw(counters) for _ in range(n))
 
     if version == 2:
-        return one(_V2_CPU, 3), one(_V2_STAT, 5)
+        return one(_V2_CPU, 4), one(_V2_STAT, 5)
     usage = draw(garbage) if draw(st.integers(0, 9)) == 0 else b"%d\n" % draw(counters)
-    return usage, one(_NUMA, 4) if numa else one(_V1_STAT, 5), one(_V1_CPU, 2)
+    return usage, one(_NUMA, 4) if numa else one(_V1_STAT, 5), one(_V1_CPU, 3)
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +77,14 @@ def test_columns_are_parse_stats_row_by_row(backends: dict[tuple[int, bool], Cgr
                 want = None  # beyond a column's int64: refused
         except HostReadError:
             want = None
-        got = tuple(int(c[i]) for c in cols[:5])
+        got = tuple(int(c[i]) for c in cols[:6])
         assert (None if i in cols.failed else got) == want, (i, contents)
 
 
 def test_a_counter_beyond_64_bits_is_refused_with_its_path(tmp_path: Path) -> None:
     backend = _backend(tmp_path, 1, False)
     paths = [backend.stat_paths("a"), backend.stat_paths("b")]
-    cols = backend.parse_columns([[b"%d\n" % 2**64, b"5\n"], [_V1_STAT % (1, 2, 3, 4, 5)] * 2, [_V1_CPU % (1, 0)] * 2],
-                                 paths)
+    cols = backend.parse_columns([[b"%d\n" % 2**64, b"5\n"], [_V1_STAT % (1, 2, 3, 4, 5)] * 2,
+                                  [_V1_CPU % (1, 0, 0)] * 2], paths)
     assert list(cols.failed) == [0] and "cpuacct.usage" in str(cols.failed[0])
     assert cols.cpu_usage_ns.tolist() == [0, 5] and cols.memory_usage.tolist() == [0, 1 + 2 + 5]

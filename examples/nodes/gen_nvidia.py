@@ -167,11 +167,14 @@ So each RDMA NIC shares its PCIe root with two GPUs (joint GPU + RDMA allocation
 | L20 memory | 48 GB GDDR6 with ECC; NVML total 46068 MiB | 48 GB from the L20 specification; 46068 MiB is what NVML reports for 48 GB AD102 boards (L40/L40S) — no L20 `nvidia-smi -q` is in the fixtures, so this value is an assumption |
 | no NVLink, no MIG | `nvlinks: []`, `migMode: null` | L20 is a PCIe-only Ada Lovelace board without NVLink or MIG |
 | ConnectX-6 Dx | PF 15b3:101d, VFs 15b3:101e starting at function 2 | `lspci-vvv.h100x8-hgx-cx7.gpud.txt` (`MT2892 Family [ConnectX-6 Dx]`), mlx5 SR-IOV layout |
+| ConnectX-6 Dx ports | PF `hca_type` MT4125, VF MT4126, `fw_ver` 22.39.1002, `100 Gb/sec (4X EDR)`, Ethernet (RoCE) | `ibstat.h100-server.cx7.some-down-polling.gpud.txt` (MT4125, 22.39.1002, Rate 100, Ethernet), `ibstat.a100-server.all-active.gpud.txt` (MT4126 VFs) |
 | driver version | 535.161.08 | `nvidia-smi-q.h100x8.535.161.08.gpud.txt` |
 
 ## Synthetic parts
 
 - GPU UUIDs (`uuid5` of node and bus id); `uverbsN` numbering (9 per NIC); no GPU processes, no XID events.
+- The ports' `counters/` and `hw_counters/` files are mlx5's names, all 0 (an idle NIC; the fixtures carry no counter
+  values); no `board_id` (none of a CX-6 Dx is in the fixtures).
 
 ## What koordlet reports
 

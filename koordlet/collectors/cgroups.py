@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -17,11 +18,11 @@ import numpy as np
 
 from apis.core.errors import HostReadError, InvalidInput
 from koordlet.collectors.rates import PREV_TTL_TICKS, Rates
+from koordlet.collectors.usage import Bools, TickUsage, UsageId
 from koordlet.collectors.usage import CgroupUsage as CgroupUsage  # re-exported: what the mapping holds
-from koordlet.collectors.usage import TickUsage, UsageId
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
-from koordlet.host.files import OpenFiles
+from koordlet.host.files import OpenFiles, descriptor_cap
 from koordlet.states.model import PodMeta
 
 _CHUNK = 65536  # bytes asked of one pread: each stat file is a few KiB, so one pread from offset 0 reads it whole
@@ -60,8 +61,8 @@ class _Plan:
     containers), split into the rows whose descriptors are all kept (`fast`, read by one `map` of pread over
     `fast_fds` while OpenFiles.generation is `fast_generation`) and the others (`slow`, read row by row)."""
 
-    __slots__ = ("due", "due_rows", "every_tick", "fast", "fast_fds", "fast_generation", "index", "paths", "rows",
-                 "slow", "stride", "targets", "width")
+    __slots__ = ("due", "due_rows", "every_tick", "fast", "fast_fds", "fast_generation", "index", "index_of", "paths",
+                 "rows", "slow", "stride", "targets", "width")
 
     def __init__(self, targets: list[Target], rows: list[_Row], width: int, every_tick: frozenset[str],
                  stride: int) -> None:
@@ -69,6 +70,7 @@ class _Plan:
         self.every_tick, self.stride = every_tick, stride
         self.paths = [r.paths for r in rows]
         self.index: dict[UsageId, int] = {(r.target.scope, r.target.key): i for i, r in enumerate(rows)}
+        self.index_of: list[UsageId] = [(r.target.scope, r.target.key) for r in rows]
         phase = [-1] * len(rows)
         if stride > 1:
             strided = [i for i, t in enumerate(targets) if t.scope == "container" and t.key not in every_tick]
@@ -97,12 +99,13 @@ class _Values:
     """Every row's newest values (`has`: read once at least and readable when last due), kept between ticks so a
     container read every few ticks keeps its figures in between."""
 
-    __slots__ = ("cpu", "has", "mem", "mem_cache", "share")
+    __slots__ = ("counters", "cpu", "has", "mem", "mem_cache", "share")
 
     def __init__(self, n: int) -> None:
         self.has = np.zeros(n, dtype=bool)
         self.cpu, self.share = np.full(n, np.nan), np.full(n, np.nan)
         self.mem, self.mem_cache = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.counters = np.zeros((4, n), dtype=np.int64)  # as TickUsage.counters
 
     def moved(self, old_index: dict[UsageId, int], new_index: dict[UsageId, int]) -> _Values:
         """These values re-indexed for a new target list (a target that stays keeps its figures)."""
@@ -111,7 +114,7 @@ class _Values:
         if pairs:
             to, frm = np.array(pairs, dtype=np.intp).T
             for name in self.__slots__:
-                getattr(out, name)[to] = getattr(self, name)[frm]
+                getattr(out, name)[..., to] = getattr(self, name)[..., frm]
         return out
 
 
@@ -130,7 +133,12 @@ class CgroupUsageCollector:
         self._rates = Rates()
         self._tick = 0
         self._logged: dict[tuple[str, str], str] = {}  # (scope, label) → the reason a skip of it was logged for
-        self._last: tuple[_Plan, list[int], list[list[bytes]]] | None = None  # the last tick's rows read, contents
+        # the last tick's plan, rows read, their contents, and which rows have figures (read now or carried)
+        self._last: tuple[_Plan, list[int], list[list[bytes]], Bools] | None = None
+        # the scrape's working-set reads (another thread than the tick's): their own descriptors, paths per plan
+        self._ws_files = OpenFiles(descriptor_cap() // 4)
+        self._ws_lock = threading.Lock()
+        self._ws_paths: tuple[_Plan, list[tuple[str, str] | None]] | None = None
 
     def _plan_for(self, targets: list[Target], every_tick: frozenset[str]) -> _Plan:
         """Built when the target list is replaced (pods came or went) or the containers read every tick change,
@@ -165,18 +173,17 @@ class CgroupUsageCollector:
         plan = self._plan_for(targets, every_tick)
         phase = tick % plan.stride
         got, contents = self._read(plan, phase)
-        self._last = (plan, got, contents)
         stats = self.backend.parse_columns(contents, list(map(plan.paths.__getitem__, got)))
         read = np.array(got, dtype=np.intp)
         cpu_ns, memory, memory_cache = stats.cpu_usage_ns, stats.memory_usage, stats.memory_with_cache
-        periods, throttled = stats.nr_periods, stats.nr_throttled
+        periods, throttled, throttled_ns = stats.nr_periods, stats.nr_throttled, stats.throttled_ns
         if stats.failed:
             for pos, e in stats.failed.items():
                 self._unreadable(plan.rows[got[pos]], e)
             ok = np.ones(len(got), dtype=bool)
             ok[list(stats.failed)] = False
             read, cpu_ns, memory, memory_cache = read[ok], cpu_ns[ok], memory[ok], memory_cache[ok]
-            periods, throttled = periods[ok], throttled[ok]
+            periods, throttled, throttled_ns = periods[ok], throttled[ok], throttled_ns[ok]
         if plan.fast_generation != self.files.generation:
             plan.split(self.files.generation)
         self.health.cgroup_reads += len(read)
@@ -194,20 +201,68 @@ class CgroupUsageCollector:
         values.has[read] = True
         values.cpu[read], values.share[read] = cpu_read, share_read
         values.mem[read], values.mem_cache[read] = memory, memory_cache
-        return TickUsage(plan.index, values.has.copy(), values.cpu.copy(), values.mem.copy(), values.mem_cache.copy(),
-                         values.share.copy(), fresh)
+        values.counters[:, read] = (cpu_ns, periods, throttled, throttled_ns)
+        has = values.has.copy()
+        self._last = (plan, got, contents, has)
+        return TickUsage(plan.index, has, values.cpu.copy(), values.mem.copy(), values.mem_cache.copy(),
+                         values.share.copy(), values.counters.copy(), fresh)
 
     def last_read(self, file_name: str) -> dict[str, bytes]:
         """The contents of the tick's files named `file_name` (e.g. memory.numa_stat) as the last tick read them, by
         path; empty when the tick reads no such file. Built on demand: a reader every few ticks re-reads nothing."""
         if self._last is None:
             return {}
-        plan, got, contents = self._last
+        plan, got, contents, _ = self._last
         names = [os.path.basename(p) for p in self.backend.stat_paths("")]
         if file_name not in names:
             return {}
         j = names.index(file_name)
         return {plan.paths[i][j]: data for i, data in zip(got, contents[j], strict=True)}
+
+    def working_set(self) -> dict[UsageId, int]:
+        """cAdvisor's working set of each pod and container with figures at the last tick (read then, or carried
+        from an earlier one), by usage id, read now: the scrape calls this, not the tick (docs/decisions.md "Pod
+        series"). memory.stat comes from the tick where the tick read it; the other files are read through
+        descriptors kept for this (their own OpenFiles, a quarter of the descriptor budget). A cgroup gone since is
+        left out. Safe to call from any thread."""
+        last = self._last
+        if last is None:
+            return {}
+        plan, got, contents, has = last
+        names = [os.path.basename(p) for p in self.backend.stat_paths("")]
+        stat = contents[names.index("memory.stat")] if "memory.stat" in names else None
+        from_tick = dict(zip(got, stat, strict=True)) if stat is not None else {}
+        out: dict[UsageId, int] = {}
+        with self._ws_lock:
+            paths = self._ws_paths_for(plan)
+            files, working_set = self._ws_files, self.backend.working_set
+            for i in np.flatnonzero(has).tolist():
+                pair = paths[i]
+                if pair is None:
+                    continue
+                try:
+                    data = from_tick.get(i)
+                    if data is None:
+                        data = files.read(pair[1])
+                    out[plan.index_of[i]] = working_set(files.read(pair[0]), data, pair)
+                except HostReadError:
+                    files.forget(pair)
+        return out
+
+    def _ws_paths_for(self, plan: _Plan) -> list[tuple[str, str] | None]:
+        """The working-set files of each row of a plan (None: a host application, or a refused dir), kept with
+        the plan; a new plan closes the descriptors of cgroups no longer read."""
+        if self._ws_paths is None or self._ws_paths[0] is not plan:
+            paths: list[tuple[str, str] | None] = []
+            for row in plan.rows:
+                try:
+                    ok = row.error is None and row.target.scope != "hostapp"
+                    paths.append(self.backend.working_set_paths(row.target.rel_dir) if ok else None)
+                except InvalidInput:
+                    paths.append(None)
+            self._ws_files.retain({p for pair in paths if pair is not None for p in pair})
+            self._ws_paths = (plan, paths)
+        return self._ws_paths[1]
 
     def _read(self, plan: _Plan, phase: int) -> tuple[list[int], list[list[bytes]]]:
         """The rows due at this phase that were read and their files' contents, file by file: contents[j][k] is file
@@ -290,6 +345,8 @@ class CgroupUsageCollector:
 
     def close(self) -> None:
         self.files.close()
+        with self._ws_lock:
+            self._ws_files.close()
 
 
 def pod_targets(pods: list[PodMeta]) -> list[Target]:

@@ -58,6 +58,7 @@ class DeviceView:
     gpus: Sequence[GpuInfo] = ()
     samples: Sequence[gpu_usage.Sample] = ()
     pods: Sequence[PodMeta] = ()
+    models: dict[str, str] = field(default_factory=dict)  # device id → model, where not from NVML (RDMA: PCI ids)
 
 
 def _unit(resource: str) -> str:
@@ -72,7 +73,8 @@ def device_families(node: str, view: DeviceView) -> Iterator[Metric]:
     names = {g.uuid: g.name for g in view.gpus}
     for entry in view.devices:
         dtype, uuid = str(entry.get("type", "")), str(entry.get("id", ""))
-        model = names.get(uuid) or (view.node_labels.get(LABEL_GPU_MODEL, "") if dtype == "gpu" else "")
+        model = names.get(uuid) or view.models.get(uuid) or (
+            view.node_labels.get(LABEL_GPU_MODEL, "") if dtype == "gpu" else "")
         base = [node, dtype, str(entry.get("minor", "")), uuid, model]
         healthy.add_metric(base, 1.0 if entry.get("health") else 0.0)
         for res, q in sorted((entry.get("resources") or {}).items()):

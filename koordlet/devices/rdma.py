@@ -26,6 +26,7 @@ from apis.extension.resources import RESOURCE_RDMA
 from apis.scheduling.device import DEVICE_TYPE_RDMA
 from koordlet.devices import pci
 from koordlet.devices.model import DeviceEntry, DeviceSet, topology
+from koordlet.devices.pcinames import model_name
 from koordlet.health import Health
 from koordlet.host.files import read_text
 from koordlet.host.paths import HostPaths
@@ -235,6 +236,13 @@ def _check_numa(paths: HostPaths, health: Health, bdf: str) -> None:
         int(pci.attr(paths, bdf, "numa_node"))
     except (HostReadError, ValueError) as e:
         health.skip("rdma", "unreadable-numa-node", bdf, f"{e}; nodeID 0 reported")
+
+
+def models(paths: HostPaths, entries: Sequence[DeviceEntry]) -> dict[str, str]:
+    """Device id (the PF's PCI address) → model name from its PCI vendor/device ids, for the RDMA entries: the
+    Device CR has no model field, so the name is read here for the device series' `model` label."""
+    return {str(e["id"]): model_name(*pci.vendor_device(paths, str(e["id"])))
+            for e in entries if e.get("type") == DEVICE_TYPE_RDMA and e.get("id")}
 
 
 def infiniband_devices(paths: HostPaths, bdf: str, health: Health | None = None) -> list[str]:

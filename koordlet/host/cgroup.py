@@ -32,6 +32,7 @@ class CgroupStats(NamedTuple):
     memory_with_cache: int  # bytes, with page cache
     nr_periods: int
     nr_throttled: int
+    throttled_ns: int  # time the cgroup's tasks spent throttled (cpu.stat throttled_time / throttled_usec)
 
 
 # CgroupStats from a ready tuple without the generated __new__'s argument handling: half the cost, per cgroup per tick.
@@ -75,6 +76,15 @@ class CgroupBackend(Protocol):
 
     def stats(self, rel_dir: str) -> CgroupStats: ...
 
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        """The files of cAdvisor's working set: memory usage (v1 memory.usage_in_bytes, v2 memory.current) and
+        memory.stat."""
+        ...
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        """cAdvisor's working set from those files' contents: usage minus the inactive page cache, at least 0."""
+        ...
+
     def psi(self, rel_dir: str, resource: str) -> PSIStats: ...
 
     def psi_supported(self) -> bool: ...
@@ -89,10 +99,10 @@ class CgroupBackend(Protocol):
 _MEM_KEYS = (b"inactive_anon", b"active_anon", b"inactive_file", b"active_file", b"unevictable")
 _V2_MEM = IntFields(*_MEM_KEYS)
 _V1_MEM = IntFields(*(b"total_" + k for k in _MEM_KEYS))
-_V1_THROTTLE = IntFields(b"nr_periods", b"nr_throttled")
+_V1_THROTTLE = IntFields(b"nr_periods", b"nr_throttled", b"throttled_time")
 _V1_MEM_BLOCK, _V1_THROTTLE_HEAD = _V1_MEM.block, _V1_THROTTLE.head
 _V2_MEM_BLOCK = _V2_MEM.block
-_V2_CPU = IntFields(b"usage_usec", b"nr_periods", b"nr_throttled")
+_V2_CPU = IntFields(b"usage_usec", b"nr_periods", b"nr_throttled", b"throttled_usec")
 
 
 def _memory(data: bytes, fields: IntFields, path: str) -> tuple[int, int]:
@@ -136,21 +146,41 @@ _V1_NUMA_COLUMNS = Layout.of(_NUMA_BLOCK, _I64_MAX // (3 * _PAGE_SIZE))
 _V1_MEM_COLUMNS = Layout.of(_V1_MEM_BLOCK, _I64_MAX // 5)
 _V1_THROTTLE_COLUMNS = Layout.of(_V1_THROTTLE_HEAD, _I64_MAX - 1)
 _V2_CPU_COLUMNS = Layout.of(re.compile(rb"usage_usec (\d+)\n(?:[^\n]*\n)*?nr_periods (\d+)\nnr_throttled (\d+)"
-                                       rb"(?:\n|$)").match, _I64_MAX // 1000)
+                                       rb"\nthrottled_usec (\d+)(?:\n|$)").match, _I64_MAX // 1000)
 _V2_MEM_COLUMNS = Layout.of(_V2_MEM_BLOCK, _I64_MAX // 5)
 
 
 def _v1_counters(usage: Int64s, memory: Int64s, throttle: Int64s) -> tuple[Int64s, ...]:
     if memory.shape[1] == 3:  # memory.numa_stat, in pages: file, anon, unevictable
         mem = (memory[:, 1] + memory[:, 2]) * _PAGE_SIZE
-        return usage[:, 0], mem, mem + memory[:, 0] * _PAGE_SIZE, throttle[:, 0], throttle[:, 1]
+        return usage[:, 0], mem, mem + memory[:, 0] * _PAGE_SIZE, throttle[:, 0], throttle[:, 1], throttle[:, 2]
     anon = memory[:, 0] + memory[:, 1] + memory[:, 4]  # memory.stat: inactive/active anon, file, unevictable
-    return usage[:, 0], anon, anon + memory[:, 2] + memory[:, 3], throttle[:, 0], throttle[:, 1]
+    return usage[:, 0], anon, anon + memory[:, 2] + memory[:, 3], throttle[:, 0], throttle[:, 1], throttle[:, 2]
 
 
 def _v2_counters(cpu: Int64s, memory: Int64s) -> tuple[Int64s, ...]:
     anon = memory[:, 0] + memory[:, 1] + memory[:, 4]
-    return cpu[:, 0] * 1000, anon, anon + memory[:, 2] + memory[:, 3], cpu[:, 1], cpu[:, 2]
+    return cpu[:, 0] * 1000, anon, anon + memory[:, 2] + memory[:, 3], cpu[:, 1], cpu[:, 2], cpu[:, 3] * 1000
+
+
+# cAdvisor's working set (container/libcontainer/handler.go setMemoryStats): usage − the hierarchical inactive page
+# cache, floored at 0; usage is v1 memory.usage_in_bytes / v2 memory.current (kernel memory included).
+_V1_INACTIVE_FILE = IntFields(b"total_inactive_file")
+_V2_INACTIVE_FILE = IntFields(b"inactive_file")
+
+
+def _working_set_paths(version: int, paths: HostPaths, rel_dir: str) -> tuple[str, str]:
+    return (resource_path(version, paths, "memory.usage_in_bytes", rel_dir),
+            resource_path(version, paths, "memory.stat", rel_dir))
+
+
+def _working_set(inactive_file: IntFields, usage_data: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+    try:
+        usage = int(usage_data)
+    except ValueError as e:
+        raise HostReadError(f"{paths[0]}: not an integer") from e
+    [inactive] = inactive_file(memory_stat)
+    return max(usage - (inactive or 0), 0)
 
 
 def parse_psi(data: bytes, path: str) -> PSIStats:
@@ -218,14 +248,20 @@ class CgroupV1:
         else:
             mem, mem_cache = _memory(mem_data, _V1_MEM, stat_paths[1])
         if m := _V1_THROTTLE_HEAD(data):
-            return _stats((usage, mem, mem_cache, int(m[1]), int(m[2])))
-        periods, throttled = _V1_THROTTLE(data)
-        return _stats((usage, mem, mem_cache, periods or 0, throttled or 0))
+            return _stats((usage, mem, mem_cache, int(m[1]), int(m[2]), int(m[3])))
+        periods, throttled, throttled_ns = _V1_THROTTLE(data)
+        return _stats((usage, mem, mem_cache, periods or 0, throttled or 0, throttled_ns or 0))
 
     def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
         memory = _V1_NUMA_COLUMNS if self.numa_stat else _V1_MEM_COLUMNS
         return parse_columns(files, stat_paths, (_V1_USAGE_COLUMN, memory, _V1_THROTTLE_COLUMNS), _v1_counters,
                              self.parse_stats)
+
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        return _working_set_paths(1, self.paths, rel_dir)
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        return _working_set(_V1_INACTIVE_FILE, usage, memory_stat, paths)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         # Upstream reads v1 pressure files from the cpuacct dir (Anolis-style cgroup v1 PSI).
@@ -264,7 +300,7 @@ class CgroupV2:
 
     def parse_stats(self, contents: Sequence[bytes], stat_paths: tuple[str, ...]) -> CgroupStats:
         cpu_data, data = contents
-        usage, periods, throttled = _V2_CPU(cpu_data)
+        usage, periods, throttled, throttled_us = _V2_CPU(cpu_data)
         if usage is None:
             raise HostReadError(f"{stat_paths[0]}: no usage_usec")
         if m := _V2_MEM_BLOCK(data):
@@ -272,10 +308,16 @@ class CgroupV2:
             mem, mem_cache = anon, anon + int(m[3]) + int(m[4])
         else:
             mem, mem_cache = _memory(data, _V2_MEM, stat_paths[1])
-        return _stats((usage * 1000, mem, mem_cache, periods or 0, throttled or 0))
+        return _stats((usage * 1000, mem, mem_cache, periods or 0, throttled or 0, (throttled_us or 0) * 1000))
 
     def parse_columns(self, files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, ...]]) -> StatColumns:
         return parse_columns(files, stat_paths, (_V2_CPU_COLUMNS, _V2_MEM_COLUMNS), _v2_counters, self.parse_stats)
+
+    def working_set_paths(self, rel_dir: str) -> tuple[str, str]:
+        return _working_set_paths(2, self.paths, rel_dir)
+
+    def working_set(self, usage: bytes, memory_stat: bytes, paths: tuple[str, str]) -> int:
+        return _working_set(_V2_INACTIVE_FILE, usage, memory_stat, paths)
 
     def psi(self, rel_dir: str, resource: str) -> PSIStats:
         path = self._p(PSI_FILES[resource], rel_dir)

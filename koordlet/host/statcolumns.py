@@ -43,6 +43,7 @@ class StatColumns(NamedTuple):
     memory_with_cache: Int64s
     nr_periods: Int64s
     nr_throttled: Int64s
+    throttled_ns: Int64s
     failed: dict[int, HostReadError]
 
 
@@ -65,7 +66,7 @@ def parse_columns(files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, 
                   counters: Callable[..., tuple[Int64s, ...]],
                   parse_row: Callable[[Sequence[bytes], tuple[str, ...]], tuple[int, ...]]) -> StatColumns:
     """`files[j][i]`: the content of `stat_paths[i][j]`. Rows whose files all match their layout are converted
-    together, `counters(*per-file digit arrays)` giving the five columns; any other row goes through
+    together, `counters(*per-file digit arrays)` giving the six columns; any other row goes through
     `parse_row` (the backend's parse_stats), so each row has exactly the values parse_stats gives it."""
     n = len(stat_paths)
     plain = [_plain(data) if layout.plain else None for layout, data in zip(layouts, files, strict=True)]
@@ -84,7 +85,7 @@ def parse_columns(files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, 
     for d, layout in zip(digits, layouts, strict=True):
         if d.max(initial=0) > layout.limit:
             over |= (d > layout.limit).any(axis=1)
-    cols = [np.zeros(n, dtype=np.int64) for _ in range(5)]
+    cols = [np.zeros(n, dtype=np.int64) for _ in range(6)]
     for col, values in zip(cols, counters(*digits), strict=True):
         col[fast] = values
     if over.any():
@@ -101,4 +102,4 @@ def parse_columns(files: Sequence[list[bytes]], stat_paths: Sequence[tuple[str, 
     if failed:
         for col in cols:
             col[list(failed)] = 0
-    return StatColumns(cols[0], cols[1], cols[2], cols[3], cols[4], failed)
+    return StatColumns(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], failed)

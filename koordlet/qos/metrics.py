@@ -33,7 +33,7 @@ SCALED: dict[str, tuple[str, str]] = {
                      "Run-time replenished within a period (in microseconds) in container-level set by koordlet"),
 }
 REFUSED = "koordlet_resctrl_group_refused"  # no upstream family: upstream hands CLOSIDs out first come, first served
-REFUSED_LABELS = ["node", "pod_namespace", "pod_name", "pod_uid"]
+REFUSED_LABELS = ["node", "namespace", "pod", "uid"]  # ours: cAdvisor's pod labels (docs/decisions.md "Pod series")
 # executor results → the two histograms' status; results absent here are not recorded (upstream ignores an
 # unsupported file and a vanished cgroup: isUpdateErrIgnored)
 _UPDATE_STATUS = {"written": "success", "unchanged": "success", "invalid": "failed", "error": "failed"}
@@ -54,7 +54,7 @@ class QoSMetrics:
         # note kind → (pod_namespace, pod_name, container_id, container_name) → the value last written; only the
         # QoS loop changes it, a scrape copies its items in one step
         self.scaled: dict[str, dict[tuple[str, ...], float]] = {kind: {} for kind in SCALED}
-        # (pod_namespace, pod_name, pod_uid) of the pods the last pass refused a resctrl group of their own
+        # (namespace, pod, uid) of the pods the last pass refused a resctrl group of their own
         self.resctrl_refused: frozenset[tuple[str, str, str]] = frozenset()
         self._child = LabelledChildren()
         registry.register(_RefusedCollector(self))  # empty without gate Resctrl: only pod-level groups are refused

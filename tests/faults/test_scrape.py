@@ -56,7 +56,7 @@ class Node:
     agent: Agent
     server: HttpServer
     probe: RenderProbe
-    rels: list[str]  # the containers' cgroups, the first one's memory marks each tick
+    rels: list[str]  # the pods' cgroups, the first one's memory marks each tick
     ticks: int = 0
 
     def tick(self) -> int:
@@ -132,13 +132,13 @@ def together(port: int, n: int) -> list[Scrape]:
 
 
 def marker(text: str) -> float:
-    """The first pod's used memory (MiB), the value each tick changes; checks the whole exposition too."""
+    """The first pod's working set (MiB), the value each tick changes; checks the whole exposition too."""
     values = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name == "koordlet_pod_used_memory_bytes":
-            values = {s.labels["pod_uid"]: s.value for s in fam.samples}
+        if fam.name == "koordlet_pod_memory_working_set_bytes":
+            values = {s.labels["pod"]: s.value for s in fam.samples}
     assert len(values) == PODS, "incomplete exposition"
-    first = min(values)  # pods' uids sort as the pods were made
+    first = min(values)  # pods' names sort as the pods were made
     return values[first] / MIB
 
 
@@ -238,7 +238,7 @@ def test_views_render_separately_and_health_is_not_cached(node: Node) -> None:
     ext = [scrape(node.server.port, path="/external-metrics") for _ in range(3)]
     internal = [scrape(node.server.port, path="/internal-metrics") for _ in range(3)]
     assert node.probe.count - before == 1  # the probe is in the external registry: the internal view skips it
-    assert "koordlet_container_used_memory_bytes" in ext[0].text and "koordlet_start_time" not in ext[0].text
+    assert "koordlet_container_cpu_usage_seconds_total" in ext[0].text and "koordlet_start_time" not in ext[0].text
     assert "koordlet_start_time" in internal[0].text
     assert len({r.raw for r in internal}) == 1
     assert scrape(node.server.port, path="/healthz").raw == b"ok\n"

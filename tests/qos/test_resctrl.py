@@ -717,8 +717,8 @@ def test_hostile_pods_leave_a_latency_sensitive_pod_its_group(tmp_path: Path) ->
     shown = plan_json(results, p, executor)  # what `koordlet plan -o json` prints
     assert {(e["object"], e["reason"]) for e in shown["errors"]} == {(f"Pod/{n}", REASON_CLOSID) for n in refused}
     samples = [s for fam in registry.collect() if fam.name == "koordlet_resctrl_group_refused" for s in fam.samples]
-    assert {s.labels["pod_name"] for s in samples} == {n.split("/")[1] for n in refused}
-    assert {s.labels["pod_uid"] for s in samples} == {f"h{i:03d}" for i in range(6, 300, 2)}
+    assert {s.labels["pod"] for s in samples} == {n.split("/")[1] for n in refused}
+    assert {s.labels["uid"] for s in samples} == {f"h{i:03d}" for i in range(6, 300, 2)}
     assert all(s.value == 1 and s.labels["node"] == "node-1" for s in samples)
     metrics.planned(Plan())  # nobody refused any more: no series
     assert [s for fam in registry.collect() if fam.name == "koordlet_resctrl_group_refused" for s in fam.samples] == []
