@@ -26,6 +26,7 @@ from koordlet.config import Config
 from koordlet.devices.inventory import DeviceInventory
 from koordlet.devices.metrics import DeviceView
 from koordlet.devices.model import DeviceSet
+from koordlet.devices.nvidia.telemetry import TelemetryCollector
 from koordlet.devices.nvidia.usage import GpuUsageCollector
 from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
 from koordlet.devices.report import GROUP as DEVICE_GROUP
@@ -334,7 +335,8 @@ class Agent:
         backend = self.devices.nvml()
         if backend is not None and self.devices.gpus:
             if self.advisor.gpu is None:
-                self.advisor.gpu = GpuUsageCollector(backend, self.backend, self.health, self.devices.gpus)
+                self.advisor.gpu = GpuUsageCollector(backend, self.backend, self.health, self.devices.gpus,
+                                                     telemetry=TelemetryCollector(backend, self.health))
             else:
                 self.advisor.gpu.gpus = list(self.devices.gpus)
         return composed
@@ -344,8 +346,11 @@ class Agent:
         if self.devices is None:
             return None
         composed = self.state.devices()
+        gpu = self.advisor.gpu
         return DeviceView(composed.devices, composed.labels, self.devices.gpus, self.advisor.latest.gpu,
-                          self.advisor.latest.pods)
+                          self.advisor.latest.pods, self.devices.driver_version,
+                          gpu.telemetry.latest if gpu is not None and gpu.telemetry is not None else {},
+                          self.devices.xid_counts)
 
     def write_devices(self, composed: DeviceSet) -> bool:
         """Standalone: the Device object to the state dir and the HTTP endpoint, rewritten only on change."""
