@@ -124,13 +124,13 @@ def telemetry_families(node: str, gpus: Sequence[GpuInfo], driver: str, readings
         labels = [*base, "", "", *owner]
         r = readings.get(g.bus_id, {})
         for name, _, read, key, scale in _GAUGES:
-            value = _value(r, read, key)
+            value = _value(r, read, key, scale)
             if value is not None:
-                gauges[name].add_metric(labels, value * scale)
+                gauges[name].add_metric(labels, value)
         for name, _, read, key, scale in _COUNTERS:
-            value = _value(r, read, key)
+            value = _value(r, read, key, scale)
             if value is not None:
-                counters[name].add_metric(labels, value * scale)
+                counters[name].add_metric(labels, value)
         mem = r.get("memory")
         if mem is not None:
             for k in fb:
@@ -173,8 +173,10 @@ def telemetry_families(node: str, gpus: Sequence[GpuInfo], driver: str, readings
     yield from (reason, ecc, retired, remapped, pcie, nvlink_data, nvlink_errors, xid_total, last_xid)
 
 
-def _value(r: Mapping[str, Any], read: str, key: str | None) -> float | None:
+def _value(r: Mapping[str, Any], read: str, key: str | None, scale: float) -> float | None:
+    """The read's value in the family's unit; a scale below 1 divides (67740 mW / 1000 is 67.74, × 1e-3 is not)."""
     v = r.get(read)
     if v is None:
         return None
-    return float(v[key] if key is not None else v)
+    raw = float(v[key] if key is not None else v)
+    return raw * scale if scale >= 1 else raw / round(1 / scale)
