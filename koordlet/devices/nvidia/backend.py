@@ -307,6 +307,19 @@ class PynvmlBackend:
             links.append(NvLink(link, active, speed if active else None, remote_type, remote_bus))
         return tuple(links)
 
+    def _active_link_ids(self, h: Any) -> tuple[int, ...]:
+        """The active NVLinks (as _nvlinks walks them, without asking what is at their far end)."""
+        nvml = self._nvml
+        active = []
+        for link in range(_MAX_LINKS):
+            state = self._optional(lambda link=link: nvml.nvmlDeviceGetNvLinkState(h, link),  # type: ignore[misc]
+                                   "NOT_SUPPORTED", "INVALID_ARGUMENT", "FUNCTION_NOT_FOUND")
+            if state is None:
+                break
+            if state:
+                active.append(link)
+        return tuple(active)
+
     def _nvlink_peers(self, bus_id: str, h: Any) -> tuple[str, ...]:
         nvml = self._nvml
         if not self._handles or len(self._handles) < 2:
@@ -348,7 +361,7 @@ class PynvmlBackend:
         h = self._handle(bus_id)
         links = self._active_links.get(bus_id)
         if links is None:
-            links = self._active_links[bus_id] = tuple(x.link for x in self._nvlinks(h) if x.active)
+            links = self._active_links[bus_id] = self._active_link_ids(h)
         try:
             with self._calls() as nvml:
                 return reader(nvml, h, links)

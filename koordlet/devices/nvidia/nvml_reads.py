@@ -26,10 +26,8 @@ Reader = Callable[[Any, Any, Sequence[int]], Any]
 
 def _field_int(value: Any) -> int:
     """An nvmlFieldValue_t's integer, whichever member its valueType says (double, uint, ulong, ulonglong, sll)."""
-    kind = int(value.valueType)
-    v = value.value
-    number = {0: v.dVal, 1: v.uiVal, 2: v.ulVal, 3: v.ullVal, 4: v.sllVal}.get(kind, v.ullVal)
-    return int(number)
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(int(value.valueType), "ullVal")
+    return int(getattr(value.value, member))
 
 
 def _fields(nvml: Any, h: Any, ids: Sequence[int | tuple[int, int]]) -> list[int]:
