@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -56,6 +57,7 @@ def test_an_unsupported_read_is_asked_once_a_failing_one_every_pass() -> None:
     assert tel.unsupported[BUS] >= {"memoryTemperature", "retiredPages"}
     assert "totalEnergyConsumption" not in tel.unsupported[BUS]
     assert health.skipped[("gpu", "telemetry-unreadable")] == 3
+    assert not health.once("gpu-telemetry-unsupported:memoryTemperature", logging.INFO, "")  # logged, once
     assert tel.latest[BUS]["temperature"] == dev["telemetry"]["temperature"]
     assert set(tel.latest[BUS]) == set(dev["telemetry"])
 

@@ -108,7 +108,9 @@ class TelemetryCollector:
             except NvmlError as e:
                 if e.name in UNSUPPORTED:
                     skip.add(read)
-                    log.info("GPU %s: NVML %s: %s; not asked again", bus, read, e.name)
+                    log.debug("GPU %s: NVML %s: %s; not asked again", bus, read, e.name)
+                    self.health.once(f"gpu-telemetry-unsupported:{read}", logging.INFO, "NVML %s: %s on GPU %s "
+                                     "(each GPU that refuses it is not asked again)", read, e.name, bus)
                     continue
                 self.health.skip("gpu", "telemetry-unreadable", f"{bus} {read}", str(e))
                 if e.name == "GPU_IS_LOST":
