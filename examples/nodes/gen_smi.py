@@ -87,7 +87,8 @@ prints as `N/A` is recorded as the NOT_SUPPORTED error NVML gave nvidia-smi.
 
 - sysfs: each GPU directly below its root complex at its real bus id and PCI device id (the output shows no bridges;
   a10g-smi's output blanks the device id, 10de:2237 is the A10G's).
-- Reads nvidia-smi -q does not print (total energy, NVLink counters, per-process SM utilisation) are absent.
+- Reads nvidia-smi -q does not print (total energy, NVLink counters, per-process SM utilisation) are recorded as
+  NOT_SUPPORTED (energy, NVLink) or empty (per-process utilisation).
 - h100-hgx-smi only: the NVLinks (18 × 26562 MB/s to NVSwitches) come from `nvidia-smi-nvlink-status.h100…` and
   `nvidia-smi-topo-m.h100x8-nv18.compact.txt`, the switches' bus ids are unknown.
 """

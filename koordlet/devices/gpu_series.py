@@ -156,11 +156,12 @@ def telemetry_families(node: str, gpus: Sequence[GpuInfo], driver: str, readings
         if (t := r.get("pcieThroughput")) is not None:
             pcie.add_metric([*labels, "tx"], float(t["txKBps"] * KIB))
             pcie.add_metric([*labels, "rx"], float(t["rxKBps"] * KIB))
-        if (n := r.get("nvlink")) is not None:
+        if (n := r.get("nvlinkThroughput")) is not None:
             nvlink_data.add_metric([*labels, "tx"], float(n["txKiB"] * KIB))
             nvlink_data.add_metric([*labels, "rx"], float(n["rxKiB"] * KIB))
-            for key, err in (("replayErrors", "replay"), ("recoveryErrors", "recovery"),
-                             ("crcFlitErrors", "crc_flit"), ("crcDataErrors", "crc_data")):
+        if (n := r.get("nvlinkErrors")) is not None:
+            for key, err in (("replay", "replay"), ("recovery", "recovery"), ("crcFlit", "crc_flit"),
+                             ("crcData", "crc_data")):
                 nvlink_errors.add_metric([*labels, err], float(n[key]))
         if xid is not None:
             tally = xid.tally(g.bus_id)

@@ -134,12 +134,15 @@ def test_live_reads_translate_pynvmls_answers() -> None:
     assert backend.telemetry(bus, "memory") == {"used": 1 << 30, "free": (79 << 30) - (1 << 29), "reserved": 1 << 29}
     assert backend.telemetry(bus, "powerUsage") == 312456
     assert backend.telemetry(bus, "clocksEventReasons") == 0x88
+    nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: (_ for _ in ()).throw(FakeNVMLError(13))
+    nvml.nvmlDeviceGetCurrentClocksThrottleReasons = lambda handle: 0x4  # a driver before R535: the old name
+    assert backend.telemetry(bus, "clocksEventReasons") == 0x4
     assert backend.telemetry(bus, "remappedRows") == {"correctable": 0, "uncorrectable": 2, "pending": True,
                                                        "failure": False}
-    # the two active links' data counters and the four error totals in one field-values call
-    assert backend.telemetry(bus, "nvlink") == {"txKiB": 200, "rxKiB": 20, "replayErrors": 1, "recoveryErrors": 2,
-                                                "crcFlitErrors": 3, "crcDataErrors": 4}
-    assert nvml.fields_asked[-1][4:] == [(138, 0), (139, 0), (138, 1), (139, 1)]
+    # the two active links' data counters in one field-values call, the four error totals in another
+    assert backend.telemetry(bus, "nvlinkThroughput") == {"txKiB": 200, "rxKiB": 20}
+    assert nvml.fields_asked[-1] == [(138, 0), (139, 0), (138, 1), (139, 1)]
+    assert backend.telemetry(bus, "nvlinkErrors") == {"replay": 1, "recovery": 2, "crcFlit": 3, "crcData": 4}
     assert backend.telemetry(bus, "migDevices") == [
         {"gpuInstanceId": gi, "computeInstanceId": 0, "profile": "1g.10gb", "uuid": f"MIG-{gi}",
          "memoryUsed": gi << 20, "memoryFree": (20 << 30) - (gi << 20), "memoryTotal": 20 << 30} for gi in (3, 5)]

@@ -39,7 +39,8 @@ READ_FAMILY = {
     "remappedRows": "koordlet_gpu_remapped_rows_total",
     "pcieThroughput": "koordlet_gpu_pcie_throughput_bytes_per_second",
     "pcieReplayCounter": "koordlet_gpu_pcie_replays_total",
-    "nvlink": "koordlet_gpu_nvlink_data_bytes_total",
+    "nvlinkThroughput": "koordlet_gpu_nvlink_data_bytes_total",
+    "nvlinkErrors": "koordlet_gpu_nvlink_errors_total",
 }
 
 

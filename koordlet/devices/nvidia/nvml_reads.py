@@ -18,8 +18,9 @@ _PCIE_TX, _PCIE_RX = 0, 1  # NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES
 _FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
 _FI_NVLINK_TX, _FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX (KiB, scope = link)
 # NVML_FI_DEV_NVLINK_{REPLAY,RECOVERY,CRC_FLIT,CRC_DATA}_ERROR_COUNT_TOTAL
-_FI_NVLINK_ERRORS = (("replayErrors", 52), ("recoveryErrors", 59), ("crcFlitErrors", 38), ("crcDataErrors", 45))
+_FI_NVLINK_ERRORS = (("replay", 52), ("recovery", 59), ("crcFlit", 38), ("crcData", 45))
 _NVML_SUCCESS = 0
+_FUNCTION_NOT_FOUND = 13  # NVML_ERROR_FUNCTION_NOT_FOUND: the driver's library predates the call
 
 Reader = Callable[[Any, Any, Sequence[int]], Any]
 
@@ -86,9 +87,16 @@ def clocks(nvml: Any, h: Any, _links: Sequence[int]) -> dict[str, int]:
 
 
 def clocks_event_reasons(nvml: Any, h: Any, _links: Sequence[int]) -> int:
-    get = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        nvml.nvmlDeviceGetCurrentClocksThrottleReasons  # the name before driver R535
-    return int(get(h))
+    """nvmlDeviceGetCurrentClocksEventReasons, or its name before R535 where the driver's library (or pynvml) lacks
+    the new one."""
+    get = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if get is not None:
+        try:
+            return int(get(h))
+        except nvml.NVMLError as e:
+            if int(getattr(e, "value", 0)) != _FUNCTION_NOT_FOUND:
+                raise
+    return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
 
 
 def ecc_errors(nvml: Any, h: Any, _links: Sequence[int]) -> dict[str, int]:
@@ -119,16 +127,20 @@ def pcie_replay_counter(nvml: Any, h: Any, _links: Sequence[int]) -> int:
     return int(nvml.nvmlDeviceGetPcieReplayCounter(h))
 
 
-def nvlink(nvml: Any, h: Any, links: Sequence[int]) -> dict[str, int]:
-    """One field-values call: the error totals and the data counters of every active link."""
+def nvlink_throughput(nvml: Any, h: Any, links: Sequence[int]) -> dict[str, int]:
+    """One field-values call for the data counters of every active link."""
     if not links:
         raise nvml.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED: a GPU without active NVLinks has nothing to count
-    ids: list[int | tuple[int, int]] = [fid for _, fid in _FI_NVLINK_ERRORS]
-    ids += [(fid, link) for link in links for fid in (_FI_NVLINK_TX, _FI_NVLINK_RX)]
-    values = _fields(nvml, h, ids)
-    errors = dict(zip([k for k, _ in _FI_NVLINK_ERRORS], values, strict=False))
-    data = values[len(_FI_NVLINK_ERRORS):]
-    return {"txKiB": sum(data[0::2]), "rxKiB": sum(data[1::2]), **errors}
+    values = _fields(nvml, h, [(fid, link) for link in links for fid in (_FI_NVLINK_TX, _FI_NVLINK_RX)])
+    return {"txKiB": sum(values[0::2]), "rxKiB": sum(values[1::2])}
+
+
+def nvlink_errors(nvml: Any, h: Any, links: Sequence[int]) -> dict[str, int]:
+    """One field-values call for the four error totals over all links."""
+    if not links:
+        raise nvml.NVMLError(3)
+    values = _fields(nvml, h, [fid for _, fid in _FI_NVLINK_ERRORS])
+    return dict(zip([k for k, _ in _FI_NVLINK_ERRORS], values, strict=True))
 
 
 def mig_devices(nvml: Any, h: Any, _links: Sequence[int]) -> list[dict[str, Any]]:
@@ -164,5 +176,6 @@ READERS: dict[str, Reader] = {
     "memoryTemperature": memory_temperature, "powerUsage": power_usage, "totalEnergyConsumption": total_energy,
     "clocks": clocks, "clocksEventReasons": clocks_event_reasons, "eccErrors": ecc_errors,
     "retiredPages": retired_pages, "remappedRows": remapped_rows, "pcieThroughput": pcie_throughput,
-    "pcieReplayCounter": pcie_replay_counter, "nvlink": nvlink, "migDevices": mig_devices,
+    "pcieReplayCounter": pcie_replay_counter, "nvlinkThroughput": nvlink_throughput,
+    "nvlinkErrors": nvlink_errors, "migDevices": mig_devices,
 }

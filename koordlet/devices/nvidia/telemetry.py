@@ -49,8 +49,10 @@ READS: dict[str, tuple[str | tuple[str, ...], float]] = {
     "remappedRows": (("correctable", "uncorrectable", "pending", "failure"), 0.0),  # nvmlDeviceGetRemappedRows
     "pcieThroughput": (("txKBps", "rxKBps"), PCIE_THROUGHPUT_PERIOD),  # nvmlDeviceGetPcieThroughput, KB/s
     "pcieReplayCounter": ("int", 0.0),  # nvmlDeviceGetPcieReplayCounter
-    # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX} summed over active links (KiB), *_ERROR_COUNT_TOTAL fields
-    "nvlink": (("txKiB", "rxKiB", "replayErrors", "recoveryErrors", "crcFlitErrors", "crcDataErrors"), 0.0),
+    # fields NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX} summed over the active links, KiB
+    "nvlinkThroughput": (("txKiB", "rxKiB"), 0.0),
+    # fields NVML_FI_DEV_NVLINK_{REPLAY,RECOVERY,CRC_FLIT,CRC_DATA}_ERROR_COUNT_TOTAL (older GPUs have these alone)
+    "nvlinkErrors": (("replay", "recovery", "crcFlit", "crcData"), 0.0),
     "migDevices": ("mig", 0.0),  # nvmlDeviceGetMigDeviceHandleByIndex → instance ids, name, memory
 }
 MIG_KEYS = ("gpuInstanceId", "computeInstanceId", "profile", "uuid", "memoryUsed", "memoryFree", "memoryTotal")
