@@ -74,6 +74,19 @@ def test_pcie_throughput_keeps_its_own_slower_period() -> None:
     assert backend.reads[(BUS, "utilization")] == int(PCIE_THROUGHPUT_PERIOD // 5) + 1
 
 
+def test_one_gpu_per_pass_pays_for_a_pcie_sample() -> None:
+    backend = SnapshotBackend(json.loads((A10.parents[1] / "h100-hgx-smi" / "nvml-snapshot.json").read_text()))
+    buses = backend.bus_ids()
+    clock = _Clock()
+    tel = TelemetryCollector(backend, Health(), period=5.0, clock=clock)
+    for n in range(1, 9):
+        tel.collect(buses)
+        assert sum(backend.reads[(b, "pcieThroughput")] for b in buses) == n  # one 20 ms sample pair a pass
+        assert sum("pcieThroughput" in tel.latest[b] for b in buses) == n
+        clock.now += 5.0
+    assert all(backend.reads[(b, "pcieThroughput")] == 1 for b in buses)
+
+
 def _field(value: int, ret: int = 0) -> Any:
     return SimpleNamespace(nvmlReturn=ret, valueType=1, value=SimpleNamespace(uiVal=value))
 

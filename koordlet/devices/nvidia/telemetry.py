@@ -8,7 +8,8 @@ per tick. Other failures are reported and asked again next pass.
 
 Cost (docs/decisions.md "GPU telemetry"): one pass every TELEMETRY_PERIOD seconds, on the collection tick that
 falls due, about 25 NVML calls per GPU through handles kept by the backend; PCIe throughput (a 20 ms NVML sample per
-direction) only every PCIE_THROUGHPUT_PERIOD seconds.
+direction) only every PCIE_THROUGHPUT_PERIOD seconds and for one GPU per pass, so a pass waits for at most one such
+sample (40 ms) however many GPUs the node has.
 """
 
 from __future__ import annotations
@@ -90,37 +91,54 @@ class TelemetryCollector:
         buses = list(bus_ids)
         for bus in buses:
             self.latest[bus] = self._read_gpu(bus, now)
+        for read, (_, every) in READS.items():
+            if every:
+                self._read_slow(buses, read, every, now)
         for gone in set(self.latest) - set(buses):
             del self.latest[gone]
         return True
 
     def _read_gpu(self, bus: str, now: float) -> dict[str, Any]:
+        """Every read due each pass; a slow read's last value is carried over (_read_slow refreshes it)."""
         skip = self.unsupported.setdefault(bus, set())
         old = self.latest.get(bus, {})
         out: dict[str, Any] = {}
         for read, (_, every) in READS.items():
             if read in skip:
                 continue
-            at = self._read_at.get((bus, read))
-            if every and at is not None and now - at < every and read in old:
-                out[read] = old[read]  # a slow read keeps its last value between its own periods
+            if every:
+                if read in old:
+                    out[read] = old[read]
                 continue
-            try:
-                out[read] = self.backend.telemetry(bus, read)
-            except NvmlError as e:
-                if e.name in UNSUPPORTED:
-                    skip.add(read)
-                    log.debug("GPU %s: NVML %s: %s; not asked again", bus, read, e.name)
-                    self.health.once(f"gpu-telemetry-unsupported:{read}", logging.INFO, "NVML %s: %s on GPU %s "
-                                     "(each GPU that refuses it is not asked again)", read, e.name, bus)
-                    continue
-                self.health.skip("gpu", "telemetry-unreadable", f"{bus} {read}", str(e))
-                if e.name == "GPU_IS_LOST":
-                    break
-                continue
-            self._read_at[(bus, read)] = now
-            self.health.recovered("gpu", "telemetry-unreadable", f"{bus} {read}")
+            if not self._read(bus, read, now, out):
+                break
         return out
+
+    def _read_slow(self, buses: list[str], read: str, every: float, now: float) -> None:
+        """The one GPU most overdue for a slow read (never read first), if any is due."""
+        due = [b for b in buses if read not in self.unsupported.get(b, ())
+               and now - self._read_at.get((b, read), float("-inf")) >= every]
+        if due:
+            bus = min(due, key=lambda b: self._read_at.get((b, read), float("-inf")))
+            self._read(bus, read, now, self.latest[bus])
+
+    def _read(self, bus: str, read: str, now: float, out: dict[str, Any]) -> bool:
+        """One read into `out`; False when the GPU is lost (the rest of its pass is skipped)."""
+        try:
+            out[read] = self.backend.telemetry(bus, read)
+        except NvmlError as e:
+            out.pop(read, None)
+            if e.name in UNSUPPORTED:
+                self.unsupported.setdefault(bus, set()).add(read)
+                log.debug("GPU %s: NVML %s: %s; not asked again", bus, read, e.name)
+                self.health.once(f"gpu-telemetry-unsupported:{read}", logging.INFO, "NVML %s: %s on GPU %s "
+                                 "(each GPU that refuses it is not asked again)", read, e.name, bus)
+                return True
+            self.health.skip("gpu", "telemetry-unreadable", f"{bus} {read}", str(e))
+            return e.name != "GPU_IS_LOST"
+        self._read_at[(bus, read)] = now
+        self.health.recovered("gpu", "telemetry-unreadable", f"{bus} {read}")
+        return True
 
 
 @dataclass(frozen=True)
