@@ -43,7 +43,8 @@ def _exposed(node: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     backend.init()
     gpus = [backend.device(b) for b in backend.bus_ids()]
     tel = TelemetryCollector(backend, Health(), period=0)
-    tel.collect([g.bus_id for g in gpus])
+    for _ in gpus:  # PCIe throughput is sampled for one GPU a pass
+        tel.collect([g.bus_id for g in gpus])
     samples = []
     for fam in telemetry_families("node-1", gpus, backend.driver_version(), tel.latest, XidCounts(), []):
         for s in fam.samples:
