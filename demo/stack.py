@@ -171,7 +171,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
         _wait(f"{agent_url}/readyz", procs[-1], "koordlet")
         config = local_scrape_config(agent_port, NODE_NAME, interval)
         config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
-        config["rule_files"] = [str(DEPLOY / "prometheus" / "rules.yaml")]
+        config["rule_files"] = [str(DEPLOY / "prometheus" / name) for name in ("rules.yaml", "dcgm-rules.yaml")]
         (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         logs.append(open(work / "prometheus.log", "wb"))  # noqa: SIM115 - closed in finally
         procs.append(subprocess.Popen(

@@ -27,6 +27,7 @@ from koordlet.devices import rdma
 from koordlet.devices.inventory import DeviceInventory
 from koordlet.devices.metrics import DeviceView
 from koordlet.devices.model import DeviceSet
+from koordlet.devices.nvidia.telemetry import TelemetryCollector
 from koordlet.devices.nvidia.usage import GpuUsageCollector
 from koordlet.devices.rdma_metrics import RDMACollector
 from koordlet.devices.report import API_VERSION as DEVICE_API_VERSION
@@ -358,7 +359,8 @@ class Agent:
         backend = self.devices.nvml()
         if backend is not None and self.devices.gpus:
             if self.advisor.gpu is None:
-                self.advisor.gpu = GpuUsageCollector(backend, self.backend, self.health, self.devices.gpus)
+                self.advisor.gpu = GpuUsageCollector(backend, self.backend, self.health, self.devices.gpus,
+                                                     telemetry=TelemetryCollector(backend, self.health))
             else:
                 self.advisor.gpu.gpus = list(self.devices.gpus)
         return composed
@@ -368,8 +370,12 @@ class Agent:
         if self.devices is None:
             return None
         composed = self.state.devices()
+        gpu = self.advisor.gpu
         return DeviceView(composed.devices, composed.labels, self.devices.gpus, self.advisor.latest.gpu,
-                          self.advisor.latest.pods, rdma.models(self.config.paths, composed.devices))
+                          self.advisor.latest.pods, models=rdma.models(self.config.paths, composed.devices),
+                          driver_version=self.devices.driver_version,
+                          telemetry=gpu.telemetry.latest if gpu is not None and gpu.telemetry is not None else {},
+                          xid=self.devices.xid_counts)
 
     def write_devices(self, composed: DeviceSet) -> bool:
         """Standalone: the Device object to the state dir and the HTTP endpoint, rewritten only on change."""

@@ -18,6 +18,7 @@ from koordlet.devices import rdma, xpu
 from koordlet.devices.model import DeviceSet
 from koordlet.devices.nvidia.backend import GpuInfo, NvmlBackend, NvmlError
 from koordlet.devices.nvidia.health import XidHealth, XidWatcher
+from koordlet.devices.nvidia.telemetry import XidCounts
 from koordlet.devices.report import compose
 from koordlet.health import Health
 
@@ -36,6 +37,8 @@ class DeviceInventory:
             netlink = rdma.PyRoute2Netlink()  # this host's links; a simulated node has none to ask
         self.netlink = netlink
         self.xid = XidHealth(quiet_period=config.gpu_health_recovery_seconds)
+        self.xid_counts = XidCounts()  # every XID by GPU and code (the watcher records, the exporter reads)
+        self.driver_version = ""  # NVML's, as of the last round
         self._nvml: NvmlBackend | None = None
         self._nvml_ready: bool | None = None  # False: the configured snapshot could not be loaded
         self.gpus: list[GpuInfo] = []  # the NVML inventory of the last round (for usage and XID watching)
@@ -68,7 +71,8 @@ class DeviceInventory:
         backend = self.nvml()
         if backend is None or self._watcher is not None or not self.gpus:
             return
-        self._watcher = XidWatcher(backend, self.xid, [g.bus_id for g in self.gpus], self.health)
+        self._watcher = XidWatcher(backend, self.xid, [g.bus_id for g in self.gpus], self.health,
+                                   counts=self.xid_counts)
         self._watcher.start()
 
     def close(self) -> None:
@@ -105,6 +109,7 @@ class DeviceInventory:
             self.health.skip("gpu", "nvml-driver-version-failed", backend.name, str(e))
             driver = None
         self.gpus = [g.info for g in gpus]
+        self.driver_version = driver or self.driver_version
         self._last["nvidia"] = build_device_set(gpus, driver, state=self.xid, now=now,
                                                 partition_policy=self.config.gpu_partition_policy)
 

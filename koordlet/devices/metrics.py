@@ -7,7 +7,7 @@ scrape from the device round's last result and the collection tick's last GPU sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,15 +16,15 @@ from prometheus_client.registry import Collector
 
 from apis.core.quantity import parse_quantity
 from apis.extension.device_share import LABEL_GPU_MODEL
+from koordlet.devices.gpu_series import GPU_LABELS, gpu_label_values, telemetry_families
 from koordlet.devices.model import DeviceEntry
 from koordlet.devices.nvidia import usage as gpu_usage
 from koordlet.devices.nvidia.backend import GpuInfo
+from koordlet.devices.nvidia.telemetry import XidCounts
 from koordlet.states.model import PodMeta
 
 DEVICE_LABELS = ["node", "type", "minor", "uuid", "model"]
-# dcgm-exporter's labels (its exporter's `gpu`, `UUID`, `device`, `modelName`; `pod`, `namespace`, `container` from
-# its kubelet PodResources mapping), after our `node`
-GPU_LABELS = ["node", "gpu", "UUID", "device", "modelName"]
+# dcgm-exporter's labels (gpu_series.GPU_LABELS; `pod`, `namespace`, `container` here name the process owner)
 POD_GPU_LABELS = [*GPU_LABELS, "namespace", "pod"]
 CONTAINER_GPU_LABELS = [*POD_GPU_LABELS, "container"]
 
@@ -59,6 +59,9 @@ class DeviceView:
     samples: Sequence[gpu_usage.Sample] = ()
     pods: Sequence[PodMeta] = ()
     models: dict[str, str] = field(default_factory=dict)  # device id → model, where not from NVML (RDMA: PCI ids)
+    driver_version: str = ""
+    telemetry: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # bus id → telemetry readings
+    xid: XidCounts | None = None
 
 
 def _unit(resource: str) -> str:
@@ -86,6 +89,7 @@ def device_families(node: str, view: DeviceView) -> Iterator[Metric]:
     yield healthy
     yield alloc
     yield from gpu_families(node, view)
+    yield from telemetry_families(node, view.gpus, view.driver_version, view.telemetry, view.xid, view.pods)
 
 
 def gpu_families(node: str, view: DeviceView) -> Iterator[Metric]:
@@ -100,7 +104,7 @@ def gpu_families(node: str, view: DeviceView) -> Iterator[Metric]:
         gpu = by_uuid.get(s.labels.get("gpu_device_uuid", ""))
         if fam is None or gpu is None:
             continue
-        values = [node, str(gpu.minor), gpu.uuid, f"nvidia{gpu.minor}", gpu.name]
+        values = gpu_label_values(node, gpu, view.driver_version)
         if "pod_uid" in s.labels:
             pod = pods.get(s.labels["pod_uid"])
             if pod is None:

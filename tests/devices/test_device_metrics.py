@@ -57,8 +57,10 @@ def test_gpu_usage_carries_dcgm_exporter_labels() -> None:
                Sample(NODE_MEMORY, {"gpu_minor": "9", "gpu_device_uuid": "GPU-unknown"}, 1.0)]
     fams = _families(DeviceView([], {}, [GPU], samples, [_pod()]))
     [node] = fams["koordlet_gpu_memory_used_bytes"].samples
-    assert node.labels == {"node": "n1", "gpu": "3", "UUID": "GPU-aaaa", "device": "nvidia3",
-                           "modelName": "NVIDIA L20"}
+    # dcgm-exporter's `gpu` and `device` name the GPU's index (DCGM's GPU id), not its minor
+    assert node.labels == {"node": "n1", "gpu": "0", "UUID": "GPU-aaaa", "pci_bus_id": "00000000:18:00.0",
+                           "device": "nvidia0", "modelName": "NVIDIA L20", "Hostname": "n1",
+                           "DCGM_FI_DRIVER_VERSION": ""}
     [pod] = fams["koordlet_pod_gpu_memory_used_bytes"].samples
     assert (pod.labels["namespace"], pod.labels["pod"], pod.value) == ("ml", "train-0", 512.0)
     [ctr] = fams["koordlet_container_gpu_core_usage_percent"].samples

@@ -39,7 +39,8 @@ def _tree(root: Path) -> dict[str, tuple[str, str | bytes]]:
     return out
 
 
-@pytest.mark.parametrize("node", ["h800-nvlink", "l20-pcie", "ascend-910b", "mlu370"])
+@pytest.mark.parametrize("node", ["h800-nvlink", "l20-pcie", "ascend-910b", "mlu370", "a10-smi", "h100-hgx-smi",
+                                  "rtx4090x8-smi", "a100-mig-smi", "a10g-smi", "t4-smi"])
 def test_committed_tree_matches_generator(tmp_path: Path, node: str) -> None:
     require(FIXTURES.is_dir(), "shared/fixtures/vendor-outputs not found (the xPU nodes replay recorded outputs)")
     gen = _generate_module()

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON
+from koordlet.devices.nvidia.nvml_reads import READERS
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,11 @@ class NvmlBackend(Protocol):
         """The next event of a registered GPU, or None when `timeout_ms` passed without one."""
         ...
 
+    def telemetry(self, bus_id: str, read: str) -> Any:
+        """One telemetry read (a name of telemetry.READS), shaped as READS says; INVALID_ARGUMENT for an unknown
+        name."""
+        ...
+
 
 # -- live NVML through pynvml -------------------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class PynvmlBackend:
         self._handles: JSON = {}
         self._events: Any = None
         self._lock = threading.Lock()
+        self._active_links: dict[str, tuple[int, ...]] = {}  # bus id → active NVLinks, for the nvlink read
 
     @contextmanager
     def _calls(self) -> Iterator[Any]:
@@ -264,10 +271,12 @@ class PynvmlBackend:
             index = int(nvml.nvmlDeviceGetIndex(h))
             total = int(nvml.nvmlDeviceGetMemoryInfo(h).total)
         mig = self._optional(lambda: nvml.nvmlDeviceGetMigMode(h), "NOT_SUPPORTED", "FUNCTION_NOT_FOUND")
+        links = self._nvlinks(h)
+        self._active_links[bus_id] = tuple(x.link for x in links if x.active)
         return GpuInfo(bus_id=bus_id, index=index, name=name, uuid=uuid, minor=minor, memory_total=total,
                        mig_current=None if mig is None else bool(mig[0]),
                        mig_pending=None if mig is None else bool(mig[1]),
-                       nvlinks=self._nvlinks(h), nvlink_peers=self._nvlink_peers(bus_id, h))
+                       nvlinks=links, nvlink_peers=self._nvlink_peers(bus_id, h))
 
     def _nvlinks(self, h: Any) -> tuple[NvLink, ...]:
         nvml = self._nvml
@@ -297,6 +306,19 @@ class PynvmlBackend:
                         remote_bus = ""
             links.append(NvLink(link, active, speed if active else None, remote_type, remote_bus))
         return tuple(links)
+
+    def _active_link_ids(self, h: Any) -> tuple[int, ...]:
+        """The active NVLinks (as _nvlinks walks them, without asking what is at their far end)."""
+        nvml = self._nvml
+        active = []
+        for link in range(_MAX_LINKS):
+            state = self._optional(lambda link=link: nvml.nvmlDeviceGetNvLinkState(h, link),  # type: ignore[misc]
+                                   "NOT_SUPPORTED", "INVALID_ARGUMENT", "FUNCTION_NOT_FOUND")
+            if state is None:
+                break
+            if state:
+                active.append(link)
+        return tuple(active)
 
     def _nvlink_peers(self, bus_id: str, h: Any) -> tuple[str, ...]:
         nvml = self._nvml
@@ -331,6 +353,20 @@ class PynvmlBackend:
                 return []
             raise
         return [UtilizationSample(int(s.pid), int(s.smUtil), int(s.timeStamp)) for s in samples]
+
+    def telemetry(self, bus_id: str, read: str) -> Any:
+        reader = READERS.get(read)
+        if reader is None:
+            raise NvmlError.named("INVALID_ARGUMENT", f"unknown telemetry read {read!r}")
+        h = self._handle(bus_id)
+        links = self._active_links.get(bus_id)
+        if links is None:
+            links = self._active_links[bus_id] = self._active_link_ids(h)
+        try:
+            with self._calls() as nvml:
+                return reader(nvml, h, links)
+        except AttributeError as e:  # a pynvml older than the NVML function
+            raise NvmlError.named("FUNCTION_NOT_FOUND", f"{read}: {e}") from e
 
     def xid_supported(self, bus_id: str) -> bool:
         h = self._handle(bus_id)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from koordlet.devices.nvidia.backend import NvmlBackend, NvmlError, XidEvent
+from koordlet.devices.nvidia.telemetry import XidCounts
 from koordlet.health import Health
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,10 @@ class XidWatcher:
     """Registers the GPUs for critical XID events and feeds XidHealth from a daemon thread."""
 
     def __init__(self, backend: NvmlBackend, state: XidHealth, bus_ids: Iterable[str], health: Health,
-                 wait_ms: int = WAIT_MS, clock: Callable[[], float] = time.time) -> None:
+                 wait_ms: int = WAIT_MS, clock: Callable[[], float] = time.time,
+                 counts: XidCounts | None = None) -> None:
         self.backend = backend
+        self.counts = counts  # every event by GPU and code, for the koordlet_gpu_xid_errors series
         self.state = state
         self.bus_ids = list(bus_ids)
         self.health = health
@@ -131,6 +134,8 @@ class XidWatcher:
             return None
         if ev is None:
             return None
+        if self.counts is not None:
+            self.counts.record(ev, self.bus_ids)
         now = self.clock()
         hit = self.state.event(ev, self.bus_ids, now)
         if hit:

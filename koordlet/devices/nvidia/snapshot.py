@@ -7,6 +7,7 @@ import copy
 import json
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from koordlet.devices.nvidia.backend import (
     XidEvent,
     normalize_bus_id,
 )
+from koordlet.devices.nvidia.telemetry import MIG_KEYS, READS
 
 SNAPSHOT_FORMAT = "koordlet.nvml-snapshot/v1"
 _UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
@@ -35,6 +37,8 @@ class _SnapDevice:
     processes: list[ComputeProcess] = field(default_factory=list)
     utilization: list[UtilizationSample] = field(default_factory=list)
     xid_supported: bool = True
+    telemetry: JSON = field(default_factory=dict)  # read name → value (telemetry.READS)
+    telemetry_errors: dict[str, str] = field(default_factory=dict)  # read name → NVML error name
 
 
 class SnapshotBackend:
@@ -53,6 +57,7 @@ class SnapshotBackend:
         self._events = [XidEvent(int(e["xid"]), normalize_bus_id(e["pciBusId"]) if e.get("pciBusId") else None,
                                  str(e.get("uuid", ""))) for e in doc.get("xidEvents", [])]
         self._registered: set[str] = set()
+        self.reads: Counter[tuple[str, str]] = Counter()  # (bus id, telemetry read) → times asked
         self._closed = threading.Event()
         self._lock = threading.Lock()
 
@@ -98,6 +103,18 @@ class SnapshotBackend:
     def xid_supported(self, bus_id: str) -> bool:
         return self._dev(bus_id, "events").xid_supported
 
+    def telemetry(self, bus_id: str, read: str) -> Any:
+        """The recorded value; the recorded error, or NOT_SUPPORTED for a read the snapshot does not hold."""
+        if read not in READS:
+            raise NvmlError.named("INVALID_ARGUMENT", f"unknown telemetry read {read!r}")
+        d = self._dev(bus_id, "device")
+        self.reads[(bus_id, read)] += 1
+        if read in d.telemetry_errors:
+            raise NvmlError.named(d.telemetry_errors[read], f"{bus_id}: {read}: {d.telemetry_errors[read]}")
+        if read not in d.telemetry:
+            raise NvmlError.named("NOT_SUPPORTED", f"{bus_id}: {read} not in {self.name}")
+        return copy.deepcopy(d.telemetry[read])
+
     def register_xid(self, bus_id: str) -> None:
         d = self._dev(bus_id, "events")
         if not d.xid_supported:
@@ -138,7 +155,8 @@ def _parse_device(bus: str, d: JSON) -> _SnapDevice:
         [ComputeProcess(int(p["pid"]), int(p.get("usedGpuMemory") or 0)) for p in d.get("processes", [])],
         [UtilizationSample(int(u["pid"]), int(u["smUtil"]), int(u.get("timeStamp", 0)))
          for u in d.get("utilization", [])],
-        bool(d.get("xidSupported", True)))
+        bool(d.get("xidSupported", True)), dict(d.get("telemetry") or {}),
+        {str(k): str(v) for k, v in (d.get("telemetryErrors") or {}).items()})
 
 
 # -- snapshot validation, dump and load ---------------------------------------------------------------------------
@@ -223,6 +241,7 @@ def validate_snapshot(doc: Any) -> None:
             _check(isinstance(u, dict) and _is_int(u.get("pid"), 1) and _is_int(u.get("smUtil"))
                    and _is_int(u.get("timeStamp", 0)), f"{w}.utilization[{j}]",
                    "needs pid ≥ 1, smUtil and optional timeStamp (integers)")
+        _check_telemetry(d, w)
     events = doc.get("xidEvents", [])
     _check(isinstance(events, list), "xidEvents", "must be a list")
     for j, e in enumerate(events):
@@ -230,6 +249,35 @@ def validate_snapshot(doc: Any) -> None:
         if e.get("pciBusId") is not None:
             _check_bus(e["pciBusId"], f"xidEvents[{j}].pciBusId")
         _check(isinstance(e.get("uuid", ""), str), f"xidEvents[{j}].uuid", "must be a string")
+
+
+def _check_telemetry(d: JSON, w: str) -> None:
+    tel = d.get("telemetry", {})
+    _check(isinstance(tel, dict), f"{w}.telemetry", "must be an object")
+    for read, value in tel.items():
+        rw = f"{w}.telemetry.{read}"
+        _check(read in READS, rw, f"unknown read (expected one of {', '.join(READS)})")
+        shape = READS[read][0]
+        if shape == "int":
+            _check(_is_int(value), rw, "must be a non-negative integer")
+        elif shape == "mig":
+            _check(isinstance(value, list), rw, "must be a list of MIG instances")
+            for j, m in enumerate(value):
+                _check(isinstance(m, dict) and all(k in m for k in MIG_KEYS), f"{rw}[{j}]",
+                       f"needs {', '.join(MIG_KEYS)}")
+                _check(isinstance(m["profile"], str) and isinstance(m["uuid"], str)
+                       and all(_is_int(m[k]) for k in MIG_KEYS if k not in ("profile", "uuid")), f"{rw}[{j}]",
+                       "profile and uuid are strings, the others non-negative integers")
+        else:
+            _check(isinstance(value, dict) and set(value) == set(shape), rw, f"must be an object of {', '.join(shape)}")
+            for k, v in value.items():
+                _check(_is_int(v) or isinstance(v, bool), f"{rw}.{k}", "must be a non-negative integer or boolean")
+    errors = d.get("telemetryErrors", {})
+    _check(isinstance(errors, dict), f"{w}.telemetryErrors", "must be an object")
+    for read, name in errors.items():
+        _check(read in READS, f"{w}.telemetryErrors.{read}", "unknown read")
+        _check(name in ERROR_CODES, f"{w}.telemetryErrors.{read}", f"unknown NVML error {name!r}")
+        _check(read not in tel, f"{w}.telemetryErrors.{read}", "a read has a value or an error, not both")
 
 
 def load_snapshot(path: str) -> SnapshotBackend:
@@ -300,6 +348,7 @@ def dump_snapshot(backend: NvmlBackend) -> JSON:
             errors["utilization"] = e.name
         if errors:
             entry["errors"] = errors
+        _dump_telemetry(backend, bus, entry)
         devices.append(entry)
     doc["devices"] = devices
     if isinstance(backend, SnapshotBackend):
@@ -307,6 +356,19 @@ def dump_snapshot(backend: NvmlBackend) -> JSON:
         if events:
             doc["xidEvents"] = [{"xid": e.xid, "pciBusId": e.bus_id, "uuid": e.uuid} for e in events]
     return doc
+
+
+def _dump_telemetry(backend: NvmlBackend, bus: str, entry: JSON) -> None:
+    values: JSON = {}
+    errors: dict[str, str] = {}
+    for read in READS:
+        try:
+            values[read] = backend.telemetry(bus, read)
+        except NvmlError as e:
+            errors[read] = e.name
+    entry["telemetry"] = values
+    if errors:
+        entry["telemetryErrors"] = errors
 
 
 def write_snapshot(doc: JSON, path: str) -> None:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from apis.core.errors import HostReadError, InvalidInput
 from koordlet.devices.nvidia.backend import ComputeProcess, GpuInfo, NvmlBackend, NvmlError, UtilizationSample
+from koordlet.devices.nvidia.telemetry import TelemetryCollector
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupBackend
 from koordlet.host.files import read_bytes
@@ -134,14 +135,16 @@ def pid_owners(cgroups: CgroupBackend, pods: Sequence[PodMeta], health: Health) 
 
 
 class GpuUsageCollector:
-    """The advisor's GPU hook: one NVML pass per tick over the inventory, folded with cgroup PID ownership."""
+    """The advisor's GPU hook: one NVML pass per tick over the inventory, folded with cgroup PID ownership; the
+    device telemetry (when given) is read on the same tick when its period is due."""
 
     def __init__(self, backend: NvmlBackend, cgroups: CgroupBackend, health: Health,
-                 gpus: Sequence[GpuInfo] = ()) -> None:
+                 gpus: Sequence[GpuInfo] = (), telemetry: TelemetryCollector | None = None) -> None:
         self.backend = backend
         self.cgroups = cgroups
         self.health = health
         self.gpus: list[GpuInfo] = list(gpus)  # replace when discovery finds a new inventory
+        self.telemetry = telemetry
 
     def read(self) -> dict[str, dict[int, ProcessUsage]]:
         out: dict[str, dict[int, ProcessUsage]] = {}
@@ -159,6 +162,8 @@ class GpuUsageCollector:
     def collect(self, pods: Sequence[PodMeta]) -> list[Sample]:
         if not self.gpus:
             return []
+        if self.telemetry is not None:
+            self.telemetry.collect([g.bus_id for g in self.gpus])
         per_gpu = self.read()
         owners = pid_owners(self.cgroups, pods, self.health) if any(per_gpu.values()) else {}
         return fold(self.gpus, per_gpu, owners)
