@@ -28,7 +28,7 @@ _KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_le
              "offset", "inf", "nan"}
 
 
-def _substituted(expr: str) -> str:
+def substituted(expr: str) -> str:
     for name, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
         expr = expr.replace(name, value)
     assert "$" not in expr, f"a Grafana variable the check does not know: {expr}"
@@ -38,7 +38,7 @@ def _substituted(expr: str) -> str:
 def metric_names(expr: str) -> set[str]:
     """The series names a PromQL expression selects: strings, label matchers, ranges and the label lists of
     by/without/on/ignoring/group_* are dropped; what remains and is not a function call, keyword or number is one."""
-    e = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', _substituted(expr))
+    e = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', substituted(expr))
     e = re.sub(r"\{[^}]*\}", " ", e)
     e = re.sub(r"\[[^\]]*\]", " ", e)
     e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
@@ -125,7 +125,7 @@ def test_the_name_check_finds_every_series(expr: str, names: set[str]) -> None:
 
 def test_every_panel_query_parses(tmp_path: Path) -> None:
     """promtool parses each query (Grafana's variables substituted) as a recording rule's expression."""
-    exprs = [_substituted(expr) for _, _, expr in panel_queries()]
+    exprs = [substituted(expr) for _, _, expr in panel_queries()]
     doc = {"groups": [{"name": "panels", "rules": [{"record": f"panel_{i}", "expr": e}
                                                     for i, e in enumerate(exprs)]}]}
     (tmp_path / "panels.yaml").write_text(yaml.safe_dump(doc))
