@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
+from test_deploy import SERVICE_MONITOR_SCHEMA
 from test_deploy_alerts import promtool
 from test_deploy_chart import kubectl
 
@@ -176,16 +178,34 @@ def _render(tmp_path: Path, extra: dict[str, Any] | None = None) -> list[dict[st
 
 def test_component_labels_the_monitors_for_kube_prometheus_stack(tmp_path: Path) -> None:
     objs = _render(tmp_path)
-    monitoring = {o["kind"]: o for o in objs if o["apiVersion"].startswith("monitoring.coreos.com/")}
-    assert set(monitoring) == {"ServiceMonitor", "PrometheusRule"}
-    for obj in monitoring.values():
-        assert obj["metadata"]["labels"] == {"koord-app": "koordlet", "release": "kube-prometheus-stack"}
-    # the objects are deploy/servicemonitor/'s, otherwise unchanged
-    shipped = {d["kind"]: d for name in ("servicemonitor.yaml", "prometheusrule.yaml")
-               for d in yaml.safe_load_all((DEPLOY / "servicemonitor" / name).read_text()) if d}
-    for kind, obj in monitoring.items():
-        assert {**obj, "metadata": shipped[kind]["metadata"]} == shipped[kind]
+    monitoring = {(o["kind"], o["metadata"]["name"]): o for o in objs
+                  if o["apiVersion"].startswith("monitoring.coreos.com/")}
+    # the objects are deploy/servicemonitor/'s, the label added and nothing else changed
+    shipped = {(d["kind"], d["metadata"]["name"]): d for p in (DEPLOY / "servicemonitor").glob("*.yaml")
+               for d in yaml.safe_load_all(p.read_text()) if d}
+    assert set(monitoring) == set(shipped) == {("ServiceMonitor", "koordlet-py"), ("PrometheusRule", "koordlet-py"),
+                                               ("ServiceMonitor", "koord-sched")}
+    for key, obj in monitoring.items():
+        assert obj["metadata"]["labels"] == {**shipped[key]["metadata"]["labels"], "release": "kube-prometheus-stack"}
+        assert {**obj, "metadata": shipped[key]["metadata"]} == shipped[key]
     assert {o["kind"] for o in objs} >= {"DaemonSet", "Service"}  # the user's resources are kept
+
+
+def test_koord_sched_service_monitor_scrapes_its_metrics_port() -> None:
+    [sm] = yaml.safe_load_all((DEPLOY / "servicemonitor" / "koord-sched.yaml").read_text())
+    jsonschema.validate(sm, SERVICE_MONITOR_SCHEMA)
+    [svc] = yaml.safe_load_all((DEPLOY / "scheduler" / "service.yaml").read_text())
+    [deployment] = yaml.safe_load_all((DEPLOY / "scheduler" / "deployment.yaml").read_text())
+    assert sm["metadata"]["namespace"] == svc["metadata"]["namespace"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    [endpoint] = sm["spec"]["endpoints"]
+    port = next(p for p in svc["spec"]["ports"] if p["name"] == endpoint["port"])
+    tmpl = deployment["spec"]["template"]
+    [ctr] = tmpl["spec"]["containers"]
+    assert {"name": port["targetPort"], "containerPort": port["port"]}.items() <= next(
+        c for c in ctr["ports"] if c["name"] == port["targetPort"]).items()
+    assert endpoint["path"] == tmpl["metadata"]["annotations"]["prometheus.io/path"]
+    assert str(port["port"]) == tmpl["metadata"]["annotations"]["prometheus.io/port"]
 
 
 def test_component_ships_each_dashboard_to_grafanas_sidecar(tmp_path: Path) -> None:
@@ -206,9 +226,9 @@ def test_another_release_name_is_one_patch(tmp_path: Path) -> None:
     patch = {"target": {"group": "monitoring.coreos.com"},
              "patch": '[{"op": "replace", "path": "/metadata/labels/release", "value": "monitoring"}]'}
     objs = _render(tmp_path, {"patches": [patch]})
-    releases = {o["kind"]: o["metadata"]["labels"].get("release") for o in objs
-                if o["apiVersion"].startswith("monitoring.coreos.com/")}
-    assert releases == {"ServiceMonitor": "monitoring", "PrometheusRule": "monitoring"}
+    releases = [o["metadata"]["labels"].get("release") for o in objs
+                if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert releases == ["monitoring"] * 3
 
 
 def test_servicemonitor_directory_still_applies_with_kubectl_f() -> None:
