@@ -143,7 +143,7 @@ def test_gpu_snapshot_gives_the_pods_processes() -> None:
 
 # Panels of the agent's dashboards that this stack (a standalone agent with the DaemonSet's gates, a simulated
 # GPU+RDMA node, two example pods) leaves empty, and why. The test fails when one of them gets data, so the list
-# stays true. koord-scheduler's dashboard needs koord-sched and is checked by name only (test_deploy_dashboards.py).
+# stays true. koord-scheduler's dashboard: tests/scheduler/test_dashboard_scheduler.py.
 NO_DATA_HERE = {
     ("koordlet-node-pods.json", "Host applications: CPU"): "no host application in a NodeSLO (standalone)",
     ("koordlet-node-pods.json", "Host applications: memory"): "no host application in a NodeSLO (standalone)",
