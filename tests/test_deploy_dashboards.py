@@ -88,7 +88,7 @@ def test_committed_dashboards_are_what_the_module_writes() -> None:
     assert files == {d.file for d in dashboards.DASHBOARDS}
     for d in dashboards.DASHBOARDS:
         assert (MONITORING / "dashboards" / d.file).read_text() == dashboards.text(d), \
-            f"{d.file} is stale: python -m demo.dashboards --write"
+            f"{d.file} is stale: make docs (python -m demo.dashboards --write)"
 
 
 def test_every_panel_and_rule_names_families_that_exist() -> None:
