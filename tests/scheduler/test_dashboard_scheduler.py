@@ -35,10 +35,7 @@ from gpu_cluster import pod, seed
 
 NAME = "koord-py"
 PODGROUPS = "scheduling.sigs.k8s.io/v1alpha1/podgroups"
-NO_DATA_HERE = {
-    "Gang groups decided": "no PodGroup in this cluster",
-    "Malformed API objects": "no malformed object in this cluster",
-}
+NO_DATA_HERE = {"Gang groups decided": "no PodGroup in this cluster"}
 
 
 def _free_port() -> int:
@@ -92,6 +89,9 @@ def prometheus(work: Path, target: str) -> Iterator[Callable[[str], list[dict[st
 async def test_every_panel_of_the_scheduler_dashboard_returns_data(kmock: kmock.KubernetesEmulator,
                                                                    tmp_path: Path) -> None:
     seed(kmock, (PODGROUPS,))
+    # one malformed object, so the malformed-objects panel has data here as in a cluster that has one
+    kmock.objects["v1/nodes", None, "broken"] = {"apiVersion": "v1", "metadata": {"name": "broken"},
+                                                 "status": {"allocatable": {"cpu": "lots"}}}
     for name, gpus in (("p1", 1), ("p2", 2), ("huge", 64)):
         p = pod(name, {"nvidia.com/gpu": gpus})
         p["spec"]["schedulerName"] = NAME
