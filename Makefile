@@ -112,9 +112,11 @@ image-test:
 demo: $(STAMP) $(PB) ebpf-setup
 	$(BIN)/python -m demo
 
-# Regenerates the configuration and metrics references in README.md (tests/test_reference.py fails when stale).
+# Regenerates the configuration and metrics references in README.md (tests/test_reference.py fails when stale)
+# and the Grafana dashboards of deploy/monitoring/dashboards/ (tests/test_deploy_dashboards.py).
 docs: $(STAMP) $(PB)
 	$(BIN)/python -m koordlet.reference --write README.md
+	$(BIN)/python -m demo.dashboards --write
 
 clean:
 	rm -rf $(VENV) state .pytest_cache .mypy_cache .ruff_cache koordlet/pb/*_pb2.py koordlet/pb/*_pb2.pyi

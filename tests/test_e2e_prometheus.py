@@ -1,18 +1,23 @@
 """End to end: Debian's prometheus scrapes the agent (simulated GPU+RDMA node, this host's cgroups) with the
-DaemonSet's scrape config and recording rules, and its HTTP API answers node, pod, device and agent-health queries."""
+DaemonSet's scrape config and rules, and its HTTP API answers node, pod, device and agent-health queries, every panel
+of the agent's dashboards (deploy/monitoring/) has data, every rule evaluates and no alert is raised."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from test_deploy_dashboards import substituted
 
+from demo.dashboards import DASHBOARDS, SCHEDULER
 from demo.stack import DEPLOY, GPU_WORK, NODE_NAME, Stack, gpu_snapshot, local_scrape_config, running
 
 from conftest import require
@@ -152,3 +157,76 @@ def test_gpu_snapshot_gives_the_pods_processes() -> None:
     assert dev0["processes"] == [{"pid": 4242, "usedGpuMemory": 20 << 30}]
     assert next(d for d in snap["devices"] if d["index"] == 1)["processes"] == []  # spark has no pid here
     assert Path(DEPLOY).is_dir()
+
+
+# --- deploy/monitoring/'s dashboards and deploy/prometheus/'s alerts against the running agent --------------------
+
+# Panels of the agent's dashboards that this stack (a standalone agent with the DaemonSet's gates, a simulated
+# GPU+RDMA node, two example pods) leaves empty, and why. The test fails when one of them gets data, so the list
+# stays true. koord-scheduler's dashboard: tests/scheduler/test_dashboard_scheduler.py.
+NO_DATA_HERE = {
+    ("koordlet-node-pods.json", "Host applications: CPU"): "no host application in a NodeSLO (standalone)",
+    ("koordlet-node-pods.json", "Host applications: memory"): "no host application in a NodeSLO (standalone)",
+    ("koordlet-node-pods.json", "Batch and mid CPU allocatable"): "no Node object standalone",
+    ("koordlet-node-pods.json", "Batch and mid memory allocatable"): "no Node object standalone",
+    ("koordlet-colocation.json", "Batch allocatable CPU"): "no Node object standalone",
+    ("koordlet-colocation.json", "Batch allocatable memory"): "no Node object standalone",
+    ("koordlet-colocation.json", "CPU cores BE may use"): "gate BECPUSuppress is off in the DaemonSet",
+    ("koordlet-colocation.json", "CPU used by LS and BE"): "gate BECPUSuppress is off in the DaemonSet",
+    ("koordlet-colocation.json", "Pods evicted by koordlet"): "eviction gates off; nothing evicted",
+    ("koordlet-colocation.json", "Pods evicted (last 5 minutes)"): "eviction gates off; nothing evicted",
+    ("koordlet-colocation.json", "Pods evicted by koord-descheduler"): "no koord-descheduler in this stack",
+    ("koordlet-qos.json", "CPU burst: scaled CFS quota"): "gate CPUBurst is off in the DaemonSet",
+    ("koordlet-qos.json", "resctrl groups refused"): "gate Resctrl is off in the DaemonSet",
+    ("koordlet-qos.json", "NRI calls by outcome"): "the stack runs with --enable-nri-runtime-hook=false",
+    ("koordlet-agent.json", "Settings without effect"): "the DaemonSet sets no flag without effect",
+    ("koordlet-agent.json", "NodeMetric report failures"): "standalone reports to a file, which does not fail",
+    ("koordlet-agent.json", "kubelet requests p99"): "no kubelet standalone",
+    ("koordlet-agent.json", "NRI connected"): "the stack runs with --enable-nri-runtime-hook=false",
+    ("koordlet-agent.json", "PodResources proxy requests"): "gate PodResourcesProxy is off in the DaemonSet",
+}
+# Panels whose data depends on this host: they must have data exactly when the query beside them has
+_PSI = "koordlet_agent_kernel_capability{capability=~'psi-.*'} == 1"
+_EBPF = "koordlet_agent_kernel_capability{capability='cpu-schedule-latency-ebpf'} == 1"  # buckets need eBPF
+HOST_DEPENDENT = {
+    ("koordlet-node-pods.json", "CPU pressure by pod (some, avg10)"): _PSI,
+    ("koordlet-node-pods.json", "Memory pressure by pod (full, avg10)"): _PSI,
+    ("koordlet-qos.json", "CPU pressure by container (some, avg10)"): _PSI,
+    ("koordlet-qos.json", "Run-queue wait p99 by QoS class"): _EBPF,
+    ("koordlet-agent.json", "eBPF programs' CPU"): _EBPF,
+}
+
+
+def _panels_with_data(stack: Stack, panels: dict[tuple[str, str], list[str]]) -> set[tuple[str, str]]:
+    return {key for key, exprs in panels.items() if any(stack.query(e) for e in exprs)}
+
+
+@pytest.mark.realhost
+def test_every_panel_of_the_agents_dashboards_returns_data(stack: Stack) -> None:
+    panels = {(d.file, p.title): [substituted(q.expr) for q in p.queries]
+              for d in DASHBOARDS if d is not SCHEDULER for row in d.rows for p in row.panels}
+    assert set(NO_DATA_HERE) | set(HOST_DEPENDENT) <= set(panels)
+    _eventually(stack, 'koordlet_agent_kernel_capability{capability="nvml"}')
+    want = set(panels) - set(NO_DATA_HERE) - {k for k, cond in HOST_DEPENDENT.items() if not stack.query(cond)}
+    deadline = time.monotonic() + 40  # rates need two scrapes, changes() and histograms a few
+    while (missing := want - _panels_with_data(stack, panels)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not missing, f"panels without data: {sorted(missing)}"
+    assert not _panels_with_data(stack, {k: panels[k] for k in set(panels) - want}), \
+        "a panel listed as empty here has data: take it off NO_DATA_HERE / HOST_DEPENDENT"
+
+
+@pytest.mark.realhost
+def test_prometheus_evaluates_every_rule_and_no_alert_is_raised(stack: Stack) -> None:
+    _eventually(stack, "namespace:koordlet_pod_cpu_usage_seconds:sum_rate")
+    with urllib.request.urlopen(f"{stack.prometheus_url}/api/v1/rules", timeout=10) as r:
+        groups = json.load(r)["data"]["groups"]
+    rules = {rule["name"]: rule for g in groups for rule in g["rules"]}
+    shipped = [g for f in ("rules.yaml", "dcgm-rules.yaml")
+               for g in yaml.safe_load((DEPLOY / "prometheus" / f).read_text())["groups"]]
+    assert set(rules) == {r.get("alert") or r.get("record") for g in shipped for r in g["rules"]}
+    assert all(rule["health"] == "ok" for rule in rules.values()), [r for r in rules.values() if r["health"] != "ok"]
+    # The simulated node's RDMA NICs have no netdev on this host: the agent skips their netlink reads every round,
+    # which is what KoordletSkippingItems is for (pending: it fires after 15 minutes). Nothing else is raised.
+    raised = {(a["metric"]["alertname"], a["metric"].get("kind", "")) for a in stack.query("ALERTS")}
+    assert raised <= {("KoordletSkippingItems", "rdma-netlink")}, raised
