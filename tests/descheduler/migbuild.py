@@ -46,6 +46,13 @@ def workload(kind: str, uid: str, replicas: int | None, *, api_version: str = "a
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
 
 
+def placed(node_name: str) -> JSON:
+    """A Reservation's status once a scheduler placed it on the node (upstream SetReservationAvailable)."""
+    return {"phase": "Available", "nodeName": node_name, "currentOwners": [],
+            "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled"},
+                           {"type": "Ready", "status": "True", "reason": "Available"}]}
+
+
 def pmj(name: str, pod: JSON, phase: str = "", *, passed: bool = False, created: str = "2024-04-30T00:00:00Z",
         annotations: dict[str, str] | None = None) -> JSON:
     meta = pod["metadata"]
