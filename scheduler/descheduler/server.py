@@ -26,11 +26,11 @@ from apis.core.errors import KoordletError
 from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
-from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec
+from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec, snapshot
 from scheduler.descheduler.kube import KubeAccess, Tally
 from scheduler.descheduler.metrics import DeschedulerMetrics
 from scheduler.descheduler.registry import registry
-from scheduler.descheduler.runner import prepared, snapshot
+from scheduler.descheduler.runner import prepared
 from scheduler.descheduler.serving import WATCHDOG_TIMEOUT
 from scheduler.leaderelection import LeaderElector, LeaseConfig
 

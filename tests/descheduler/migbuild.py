@@ -7,12 +7,11 @@ from typing import Any
 
 from apis.scheduling.migration import decode_job
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs, decode_migration_args
-from scheduler.descheduler.interfaces import EvictOptions, Snapshot
+from scheduler.descheduler.interfaces import EvictOptions, Snapshot, snapshot
 from scheduler.descheduler.limiter import Limiter
 from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
 from scheduler.descheduler.migration.plugin import MigrationController
-from scheduler.descheduler.runner import snapshot
 
 from deschedbuild import node
 

@@ -65,15 +65,16 @@ def is_arbitrating(pod: JSON) -> bool:
 
 
 class MigrationFilter:
-    """The checks over the round's snapshot (`snapshot()`), the jobs known (`jobs()`) and the object limiters."""
+    """The checks over the round's snapshot (`snapshot()`), the jobs known (`jobs()`) and the object limiters (their
+    own, or `limiters` shared with another filter)."""
 
     def __init__(self, args: MigrationControllerArgs, snapshot: Callable[[], Snapshot],
-                 jobs: Callable[[], MigratingJobs]) -> None:
+                 jobs: Callable[[], MigratingJobs], *, limiters: ObjectLimiters | None = None) -> None:
         self.args = gated(args)
         self.skip = set(args.skip_eviction_gates)
         self.snapshot = snapshot
         self.jobs = jobs
-        self.limiters = ObjectLimiters(args.object_limiters)
+        self.limiters = limiters if limiters is not None else ObjectLimiters(args.object_limiters)
         self.constraints = PodConstraints(self.args, lambda: self.snapshot().nodes())
         self._view: _View | None = None
 
