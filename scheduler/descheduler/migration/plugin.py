@@ -190,13 +190,21 @@ class MigrationController:
 
     def run_controller(self, stop: threading.Event) -> None:
         """The controller loop (migration.controller) until `stop`."""
+        loop = self.controller_loop()
+        if loop is not None:
+            loop.run(stop)
+
+    def controller_loop(self) -> ControllerLoop | None:
+        """The loop over the cluster of Handle.kube (None in a simulation), made once."""
         kube = self.handle.kube
         if kube is None:
-            return
-        api = KubeMigrationAPI(kube.client)
-        reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time)
-        self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed, self.args.arbitration.interval)
-        self.loop.run(stop)
+            return None
+        if self.loop is None:
+            api = KubeMigrationAPI(kube.client)
+            reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time)
+            self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed,
+                                       self.args.arbitration.interval)
+        return self.loop
 
     def _arbitrate_listed(self, waiting: Sequence[PodMigrationJob], listed: Sequence[PodMigrationJob]
                           ) -> list[arbitrator.Decision]:
