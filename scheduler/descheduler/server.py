@@ -78,7 +78,7 @@ class InCluster:
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
-        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0])
+        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version)
         self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube)
         self.rounds = 0
         self.stop = threading.Event()  # `run`'s: a round waiting for the first lists gives up on it

@@ -34,8 +34,8 @@ SOURCES = (*RESOURCES, JOBS, "events.k8s.io/v1/events")
 
 
 @pytest.fixture
-async def loop(kmock: kmock.KubernetesEmulator) -> ControllerLoop:
-    """Three pods of one ReplicaSet (10 replicas) on n1, the third never to be evicted (eviction cost MaxInt32);
+async def ticking(kmock: kmock.KubernetesEmulator) -> tuple[ControllerLoop, list[int]]:
+    """The MigrationController's loop, and how many times it copied the live view. Three pods of one ReplicaSet (10 replicas) on n1, the third never to be evicted (eviction cost MaxInt32);
     a Pending EvictDirectly job for each; maxMigratingGlobally 1."""
     for res in SOURCES:
         kmock.resources[res] = {}
@@ -64,7 +64,15 @@ async def loop(kmock: kmock.KubernetesEmulator) -> ControllerLoop:
     assert isinstance(plugin, MigrationController)
     made = plugin.controller_loop()
     assert made is not None
-    return made
+    copies = [0]
+    view = r.kube.objects
+
+    def counted() -> list[JSON]:
+        copies[0] += 1
+        return view()
+
+    r.kube.objects = counted
+    return made, copies
 
 
 def job(km: kmock.KubernetesEmulator, name: str) -> JSON:
@@ -77,9 +85,11 @@ def evicted(km: kmock.KubernetesEmulator) -> list[str]:
                   and r.url.path.endswith("/eviction"))
 
 
-async def test_one_tick_arbitrates_then_reconciles_what_passed(kmock: kmock.KubernetesEmulator,
-                                                               loop: ControllerLoop) -> None:
+async def test_one_tick_arbitrates_then_reconciles_what_passed(
+        kmock: kmock.KubernetesEmulator, ticking: tuple[ControllerLoop, list[int]]) -> None:
+    loop, copies = ticking
     await asyncio.to_thread(loop.tick)
+    assert copies == [1]  # the live view, copied for the arbitration
     never = job(kmock, "job-never")["status"]
     assert (never["phase"], never["reason"], never["message"]) == (
         "Failed", "ForbiddenMigratePod",
@@ -98,11 +108,12 @@ async def test_one_tick_arbitrates_then_reconciles_what_passed(kmock: kmock.Kube
     assert ANNOTATION_PASSED_ARBITRATION not in job(kmock, waiting)["metadata"]["annotations"]
     assert loop.waiting == 1
 
-    # the next tick lists again (a job waits) and finds nothing due: no second eviction, nothing written
+    # the next tick lists again (a job waits) and arbitrates it again over the same view (not copied again): it
+    # still waits; nothing is due, so no second eviction and nothing written
     writes = sum(1 for r in kmock if r.method.value != "GET")
     await asyncio.to_thread(loop.tick)
     assert evicted(kmock) == [passed[0][4:]] and job(kmock, waiting)["status"] == {"phase": "Pending"}
-    assert sum(1 for r in kmock if r.method.value != "GET") == writes
+    assert sum(1 for r in kmock if r.method.value != "GET") == writes and copies == [1]
 
 
 def test_requeues_follow_the_outcome_and_the_version() -> None:

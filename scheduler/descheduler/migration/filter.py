@@ -227,8 +227,10 @@ class MigrationFilter:
         return workload.replicas if workload is not None else 0
 
     def view(self) -> _View:
+        """The indexes of the snapshot's objects (kept while they are the same objects, whatever its clock)."""
         snap = self.snapshot()
-        if self._view is None or self._view.snapshot is not snap:
+        if self._view is None or self._view.snapshot.cluster is not snap.cluster \
+                or self._view.snapshot.objects is not snap.objects:
             self._view = _View(snap)
         return self._view
 

@@ -14,6 +14,7 @@ arbitration) under one lock.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -66,6 +67,7 @@ class MigrationController:
         self.lock = threading.RLock()  # the round's calls and the controller thread's
         # `run`'s controller thread: the same checks over the live view and the jobs it listed, the same buckets
         self.live: tuple[Snapshot, MigratingJobs] | None = None
+        self.view: tuple[int, Snapshot] | None = None  # the live view's version and the snapshot made of it
         self.live_checks = MigrationFilter(args, lambda: self._live()[0], lambda: self._live()[1],
                                            limiters=self.checks.limiters)
         self.listed: list[PodMigrationJob] = []
@@ -220,11 +222,15 @@ class MigrationController:
             return self._arbitrate(self.live_checks, waiting, listed, self._invalidate_live)
 
     def _live(self) -> tuple[Snapshot, MigratingJobs]:
-        """The controller's view: the cluster `run` watches, at the wall clock, and the jobs last listed."""
+        """The controller's view: the cluster `run` watches (a snapshot made again only when it changed), at the wall
+        clock, and the jobs last listed."""
         if self.live is None:
             kube = self.handle.kube
-            objects = kube.objects() if kube is not None else []
-            self.live = (snapshot(objects, time.time()), MigratingJobs(list(self.listed), self.passed))
+            version = kube.version() if kube is not None else 0
+            if self.view is None or self.view[0] != version:
+                self.view = (version, snapshot(kube.objects() if kube is not None else [], time.time()))
+            now = dataclasses.replace(self.view[1], now=time.time())
+            self.live = (now, MigratingJobs(list(self.listed), self.passed))
         return self.live
 
     def _invalidate_live(self) -> None:
@@ -237,7 +243,6 @@ class MigrationController:
 
     def _evicted(self, pod: JSON) -> None:
         with self.lock:
-            self.live = None  # the workload as it is now
             self.live_checks.track(pod, time.time())
 
     # ---- SimulationOutput ----
