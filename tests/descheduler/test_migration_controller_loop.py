@@ -35,8 +35,9 @@ SOURCES = (*RESOURCES, JOBS, "events.k8s.io/v1/events")
 
 @pytest.fixture
 async def ticking(kmock: kmock.KubernetesEmulator) -> tuple[ControllerLoop, list[int]]:
-    """The MigrationController's loop, and how many times it copied the live view. Three pods of one ReplicaSet (10 replicas) on n1, the third never to be evicted (eviction cost MaxInt32);
-    a Pending EvictDirectly job for each; maxMigratingGlobally 1."""
+    """The MigrationController's loop, and how many times it copied the live view. Three pods of one ReplicaSet
+    (10 replicas) on n1, the third never to be evicted (eviction cost MaxInt32); a Pending EvictDirectly job for
+    each; maxMigratingGlobally 1."""
     for res in SOURCES:
         kmock.resources[res] = {}
     emulate_status(kmock, JOBS)
