@@ -8,10 +8,10 @@ What it proves:
   (passed-arbitration), its Reservation is placed by koord-sched on another node (Scheduled=True/Scheduled,
   Ready=True/Available), only then is the old pod evicted, and the job succeeds once the replacement pod is bound
   into the reservation and Ready;
-- the PodDisruptionBudget (minAvailable 7 of 8) holds at every step: fewer than 7 ready web pods is never seen,
-  and an eviction it refuses (429) is retried, not forced;
-- a restart of koord-descheduler mid-migration (two jobs waiting for their Reservations) resumes those jobs: the
-  new instance creates no second job or Reservation for their pods;
+- the PodDisruptionBudget (minAvailable 7 of 8) holds at every step: fewer than 7 ready web pods is never seen;
+  while one pod is still starting it refuses the first eviction (429), which is retried, not forced;
+- a restart of koord-descheduler mid-migration (a job waiting for its Reservation, before koord-sched runs)
+  resumes that job: the new instance creates no second job or Reservation for its pod, and carries it out;
 - nothing is evicted when no target fits: when koord-sched cannot place the Reservation the job reports
   ReservationScheduled=False/Unschedulable, times out, deletes its Reservation, and the pod stays.
 """
@@ -260,7 +260,6 @@ def condition(obj: JSON, type_: str) -> tuple[str, str]:
 
 async def test_hot_node_drained_through_reservations_placed_by_koord_sched_with_a_restart(
         kmock: kmock.KubernetesEmulator, cluster: Cluster) -> None:
-    t0 = time.monotonic()
     first = descheduler(kmock)
     a = Running(rounds_of(first))
     # without a scheduler the job waits for its Reservation
@@ -284,7 +283,6 @@ async def test_hot_node_drained_through_reservations_placed_by_koord_sched_with_
         await sched.close()
 
     jobs = stored(kmock, JOBS)
-    print("DEBUG", time.monotonic() - t0, cluster.describe())
     pods = [j["spec"]["podRef"]["name"] for j in jobs]
     assert len(cluster.posted("/podmigrationjobs")) == 3 and len(set(pods)) == 3 and waiting <= set(pods)
     creators = {j["metadata"]["annotations"]["koordinator.sh/job-created-by"] for j in jobs}
@@ -316,7 +314,8 @@ async def test_hot_node_drained_through_reservations_placed_by_koord_sched_with_
 async def test_nothing_is_evicted_when_koord_sched_cannot_place_the_reservation(
         kmock: kmock.KubernetesEmulator, cluster: Cluster) -> None:
     """n2 and n3 are tainted: the descheduler (nodeFit off) migrates, koord-sched finds no node for the
-    Reservation, the job times out (ttl 1s) and deletes it; the pod is never evicted."""
+    Reservation (Scheduled=False/Unschedulable, reported on the job), the job times out (ttl 2s) and deletes it;
+    the pod is never evicted."""
     for n in ("n2", "n3"):
         kmock.objects["v1/nodes", None, n].patch({"spec": {"taints": [{"key": "dedicated", "value": "x",
                                                                       "effect": "NoSchedule"}]}})
