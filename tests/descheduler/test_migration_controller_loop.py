@@ -117,6 +117,24 @@ async def test_one_tick_arbitrates_then_reconciles_what_passed(
     assert sum(1 for r in kmock if r.method.value != "GET") == writes and copies == [1]
 
 
+async def test_a_deleted_job_takes_its_reservation_with_it(kmock: kmock.KubernetesEmulator,
+                                                          ticking: tuple[ControllerLoop, list[int]]) -> None:
+    loop, _ = ticking
+    kmock.resources["scheduling.koordinator.sh/v1alpha1/reservations"] = {}
+    kmock.objects["scheduling.koordinator.sh/v1alpha1/reservations", None, "r-held"] = {
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation", "metadata": {"name": "r-held"}}
+    held = pmj("job-held", owned("a", "n1"), "Running", passed=True, created=rfc3339(time.time()))
+    held["spec"].update({"paused": True, "reservationOptions": {"reservationRef": {"name": "r-held"}}})
+    kmock.objects[JOBS, None, "job-held"] = held
+    await asyncio.to_thread(loop.tick)
+    kmock.objects[JOBS, None, "job-held"].delete()  # by a person
+    loop.kick.set()
+    await asyncio.to_thread(loop.tick)
+    deletes = [r.url.path for r in kmock if r.method.value == "DELETE"]
+    assert deletes == ["/apis/scheduling.koordinator.sh/v1alpha1/reservations/r-held"]
+    assert kmock.objects["scheduling.koordinator.sh/v1alpha1/reservations", None, "r-held"].deleted
+
+
 def test_requeues_follow_the_outcome_and_the_version() -> None:
     q = Requeues()
     assert q.is_due("j", "1", 0.0)  # never reconciled

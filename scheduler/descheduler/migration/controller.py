@@ -6,7 +6,8 @@ a job that passes is annotated passed-arbitration by an Update, one that fails n
 ForbiddenMigratePod with a Warning Event; a retryable refusal leaves it waiting), arbitrator/handler.go (a created
 job waits for arbitration; an update enqueues a reconcile), controller.go (the workqueue's RequeueAfter, the
 scavenger every minute). Here the jobs are listed through the API: when a round has created one, when jobs wait for
-arbitration or a requeue is due, and every RESYNC seconds otherwise. A job waits for arbitration while it is Pending
+arbitration or a requeue is due, and every RESYNC seconds otherwise; a job gone from one list to the next takes its
+Reservation with it (the delete predicate of controller.go's New). A job waits for arbitration while it is Pending
 (or has no phase) and does not carry passed-arbitration; one that does, or is Running, is reconciled, so a restarted
 descheduler carries on with the jobs it finds (docs/decisions.md).
 """
@@ -85,6 +86,7 @@ class ControllerLoop:
         self.listed = -math.inf
         self.scavenged = -math.inf
         self.waiting = 0  # jobs left waiting for arbitration by the last tick
+        self.reservations: dict[str, str] = {}  # job → its Reservation, as last listed
 
     def run(self, stop: threading.Event) -> None:
         """wait.Until: a tick at once, then one every interval; an API error costs the tick, with one line."""
@@ -120,6 +122,19 @@ class ControllerLoop:
                     log.warning("PodMigrationJob %s: %s", job.name, outcome.error)
                 self.requeues.done(job.name, _version(job.obj), outcome, now)
         self.requeues.keep({j.name for j in jobs})
+        self._forget_deleted(jobs)
+
+    def _forget_deleted(self, jobs: list[m.PodMigrationJob]) -> None:
+        """A job deleted since the last list takes its Reservation with it (upstream's delete predicate)."""
+        names = {j.name for j in jobs}
+        for name, reservation in self.reservations.items():
+            if name not in names:
+                log.info("PodMigrationJob %s deleted: deleting its Reservation %s", name, reservation)
+                try:
+                    self.api.delete_reservation(reservation)
+                except KoordletError as e:
+                    log.warning("deleting Reservation %s of deleted PodMigrationJob %s: %s", reservation, name, e)
+        self.reservations = {j.name: j.reservation_name for j in jobs if j.reservation_name}
 
     def _list(self) -> list[m.PodMigrationJob]:
         out = []
