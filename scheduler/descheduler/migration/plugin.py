@@ -212,6 +212,7 @@ class MigrationController:
                           ) -> list[arbitrator.Decision]:
         """The controller's arbitration: the live view and the jobs just listed; the jobs that passed before (the
         annotation, or Running) are known as passed, finished ones no longer."""
+        self._view_now()  # the copy of a changed view is made before the lock: the round does not wait for it
         with self.lock:
             self.listed, self.live = list(listed), None
             for j in listed:
@@ -225,13 +226,17 @@ class MigrationController:
         """The controller's view: the cluster `run` watches (a snapshot made again only when it changed), at the wall
         clock, and the jobs last listed."""
         if self.live is None:
-            kube = self.handle.kube
-            version = kube.version() if kube is not None else 0
-            if self.view is None or self.view[0] != version:
-                self.view = (version, snapshot(kube.objects() if kube is not None else [], time.time()))
-            now = dataclasses.replace(self.view[1], now=time.time())
+            now = dataclasses.replace(self._view_now(), now=time.time())
             self.live = (now, MigratingJobs(list(self.listed), self.passed))
         return self.live
+
+    def _view_now(self) -> Snapshot:
+        """The snapshot of the live view, made again when the view changed (the controller thread's own)."""
+        kube = self.handle.kube
+        version = kube.version() if kube is not None else 0
+        if self.view is None or self.view[0] != version:
+            self.view = (version, snapshot(kube.objects() if kube is not None else [], time.time()))
+        return self.view[1]
 
     def _invalidate_live(self) -> None:
         if self.live is not None:
