@@ -76,6 +76,8 @@ def list_and_watch(
             if not listed:
                 rv = list_fn() or None
                 listed = True
+            if stop.is_set():  # stopped while listing: a watch opened now would outlive the close that stop came with
+                return
             started, events = clock.now(), 0
             for event in watch_fn(rv):
                 if stop.is_set():

@@ -14,7 +14,10 @@ API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 KIND = "Reservation"
 PHASE_PENDING, PHASE_AVAILABLE, PHASE_SUCCEEDED, PHASE_FAILED = "Pending", "Available", "Succeeded", "Failed"
 CONDITION_SCHEDULED, CONDITION_READY = "Scheduled", "Ready"
-REASON_UNSCHEDULABLE, REASON_EXPIRED = "Unschedulable", "Expired"
+# the conditions' reasons (reservation_types.go): Scheduled is True/Scheduled or False/Unschedulable; Ready is
+# True/Available, or False/Succeeded or False/Expired
+REASON_SCHEDULED, REASON_UNSCHEDULABLE = "Scheduled", "Unschedulable"
+REASON_AVAILABLE, REASON_SUCCEEDED, REASON_EXPIRED = "Available", "Succeeded", "Expired"
 
 ANNOTATION_RESERVATION_ALLOCATED = "scheduling.koordinator.sh/reservation-allocated"  # {"name": ..., "uid": ...}
 ANNOTATION_RESERVATION_AFFINITY = "scheduling.koordinator.sh/reservation-affinity"

@@ -11,12 +11,12 @@ Points per round (framework.Framework.run_round): every profile's `deschedule` p
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from apis.core.objects import JSON
-from scheduler.cluster import Cluster, NodeInfo, key
+from scheduler.cluster import Cluster, NodeInfo, build_cluster, key
 from scheduler.descheduler.kube import KubeAccess
 
 DESCHEDULE = "deschedule"
@@ -67,6 +67,16 @@ class Snapshot:
 
     def of_kind(self, kind: str) -> list[JSON]:
         return list(self.objects.get(kind, ()))
+
+
+def snapshot(objects: Iterable[JSON], now: float) -> Snapshot:
+    """The cluster (nodes, their pods and NodeMetrics, PDBs, Reservations, PriorityClasses) and every object by
+    kind."""
+    objs = list(objects)
+    by_kind: dict[str, list[JSON]] = {}
+    for o in objs:
+        by_kind.setdefault(str(o.get("kind") or ""), []).append(o)
+    return Snapshot(build_cluster(objs), by_kind, now)
 
 
 class EvictionLimiter(Protocol):

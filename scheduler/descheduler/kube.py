@@ -123,21 +123,28 @@ def _nothing() -> list[JSON]:
     return []
 
 
+def _unversioned() -> int:
+    return 0
+
+
 @dataclass
 class KubeAccess:
     """Handle.kube in `run`: the API client (for plugins that write their own objects, e.g. PodMigrationJobs), Pod
     Events, the metrics, the Eviction API, and `objects()`: a private copy of the live view now (every object `run`
-    lists and watches, kind filled in), for a controller working between rounds."""
+    lists and watches, kind filled in), for a controller working between rounds; `version()` changes whenever that
+    view does (a controller rebuilds what it derives from it only then)."""
 
     client: KubeClient
     events: PodEvents
     metrics: DeschedulerMetrics
     evictor: PodEvictor
     objects: Callable[[], list[JSON]] = _nothing
+    version: Callable[[], int] = _unversioned
 
     @classmethod
     def of(cls, client: KubeClient, metrics: DeschedulerMetrics | None = None,
-           clock: Callable[[], float] = time.time, objects: Callable[[], list[JSON]] = _nothing) -> KubeAccess:
+           clock: Callable[[], float] = time.time, objects: Callable[[], list[JSON]] = _nothing,
+           version: Callable[[], int] = _unversioned) -> KubeAccess:
         events = PodEvents(client, clock=clock)
         metrics = metrics if metrics is not None else DeschedulerMetrics()
-        return cls(client, events, metrics, PodEvictor(client, events, metrics), objects)
+        return cls(client, events, metrics, PodEvictor(client, events, metrics), objects, version)

@@ -7,25 +7,15 @@ usage leaves the node's), and nothing takes its place: a simulation does not sch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from apis.core.objects import JSON
-from scheduler.cluster import build_cluster, key
+from scheduler.cluster import key
 from scheduler.descheduler.config.lownodeload_args import LowNodeLoadArgs, with_cache_timeout_at_least
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
-from scheduler.descheduler.interfaces import Reporter, SimulationOutput, Snapshot
+from scheduler.descheduler.interfaces import Reporter, SimulationOutput, snapshot
 from scheduler.descheduler.registry import check_supported, registry
-
-
-def snapshot(objects: Iterable[JSON], now: float) -> Snapshot:
-    """The cluster (nodes, their pods and NodeMetrics, PDBs, Reservations, PriorityClasses) and every object by
-    kind."""
-    objs = list(objects)
-    by_kind: dict[str, list[JSON]] = {}
-    for o in objs:
-        by_kind.setdefault(str(o.get("kind") or ""), []).append(o)
-    return Snapshot(build_cluster(objs), by_kind, now)
 
 
 def prepared(config: DeschedulerConfig) -> DeschedulerConfig:

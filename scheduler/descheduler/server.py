@@ -26,11 +26,11 @@ from apis.core.errors import KoordletError
 from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
-from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec
+from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec, snapshot
 from scheduler.descheduler.kube import KubeAccess, Tally
 from scheduler.descheduler.metrics import DeschedulerMetrics
 from scheduler.descheduler.registry import registry
-from scheduler.descheduler.runner import prepared, snapshot
+from scheduler.descheduler.runner import prepared
 from scheduler.descheduler.serving import WATCHDOG_TIMEOUT
 from scheduler.leaderelection import LeaderElector, LeaseConfig
 
@@ -78,7 +78,7 @@ class InCluster:
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
-        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0])
+        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version)
         self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube)
         self.rounds = 0
         self.stop = threading.Event()  # `run`'s: a round waiting for the first lists gives up on it

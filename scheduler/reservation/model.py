@@ -32,11 +32,18 @@ from apis.scheduling.reservation import (
     ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
     ANNOTATION_RESERVE_POD,
+    CONDITION_READY,
+    CONDITION_SCHEDULED,
     LABEL_RESERVATION_ORDER,
     PHASE_AVAILABLE,
     PHASE_FAILED,
     PHASE_PENDING,
     PHASE_SUCCEEDED,
+    REASON_AVAILABLE,
+    REASON_EXPIRED,
+    REASON_SCHEDULED,
+    REASON_SUCCEEDED,
+    REASON_UNSCHEDULABLE,
     ReservationAllocated,
     decode_reservation_allocated,
     decode_reservation_order,
@@ -185,8 +192,7 @@ class Reservation:
         return self.pod_limit is not None and len(self.owners) >= self.pod_limit
 
     def status(self, now: float | None = None) -> JSON:
-        """The status subresource; the condition carries lastProbeTime (now) and lastTransitionTime (kept from
-        the object's condition of the same type and status, else now), as upstream's reservation controller."""
+        """The status subresource, its conditions as _conditions writes them."""
         out: JSON = {"phase": self.phase}
         if self.node:
             out["nodeName"] = self.node
@@ -202,21 +208,47 @@ class Reservation:
             out["allocated"] = resource_json(used)
         if self.owner_refs:
             out["currentOwners"] = self.owner_refs
-        reason = {PENDING: "Unschedulable", AVAILABLE: "Available", SUCCEEDED: "Succeeded",
-                  FAILED: "Expired"}[self.phase]
-        ctype = "Scheduled" if self.phase == PENDING else "Ready"
-        cond: JSON = {"type": ctype, "status": "False" if self.phase in (PENDING, FAILED) else "True",
-                      "reason": reason}
-        if self.reason:
-            cond["message"] = self.reason
-        stamp = rfc3339(time.time() if now is None else now)
-        before = next((c for c in (self.obj.get("status") or {}).get("conditions") or []
-                       if isinstance(c, dict) and c.get("type") == ctype), {})
-        cond["lastProbeTime"] = stamp
-        cond["lastTransitionTime"] = (before.get("lastTransitionTime") or stamp
-                                      if before.get("status") == cond["status"] else stamp)
-        if self.phase != PENDING or self.reason:
-            out["conditions"] = [cond]
+        conditions = self._conditions(rfc3339(time.time() if now is None else now))
+        if conditions is not None:
+            out["conditions"] = conditions
+        return out
+
+
+    def _conditions(self, stamp: str) -> list[JSON] | None:
+        """The conditions upstream's pkg/util/reservation writes for the phase (None: leave them as they are):
+        Available → exactly Scheduled=True/Scheduled and Ready=True/Available (SetReservationAvailable); Succeeded
+        → Ready=False/Succeeded; Failed → Ready=False/Expired with the reason as message (SetReservationExpired);
+        Pending with a reason → Scheduled=False/Unschedulable with it, or a Scheduled=True kept as it is
+        (SetReservationUnschedulable). Other conditions stay. Every condition written carries lastProbeTime `stamp`;
+        lastTransitionTime stays while the condition's status does, else it is `stamp`."""
+        if self.phase == AVAILABLE:
+            wanted = [(CONDITION_SCHEDULED, "True", REASON_SCHEDULED, ""),
+                      (CONDITION_READY, "True", REASON_AVAILABLE, "")]
+        elif self.phase == SUCCEEDED:
+            wanted = [(CONDITION_READY, "False", REASON_SUCCEEDED, "")]
+        elif self.phase == FAILED:
+            wanted = [(CONDITION_READY, "False", REASON_EXPIRED, self.reason)]
+        elif self.reason:
+            wanted = [(CONDITION_SCHEDULED, "False", REASON_UNSCHEDULABLE, self.reason)]
+        else:
+            return None
+        before = [c for c in (self.obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict)]
+        out = [] if self.phase == AVAILABLE else [dict(c) for c in before]
+        for ctype, status, reason, message in wanted:
+            old = next((c for c in before if c.get("type") == ctype), {})
+            if ctype == CONDITION_SCHEDULED and status == "False" and old.get("status") == "True":
+                status, reason, message = "True", str(old.get("reason") or REASON_SCHEDULED), ""  # placed: kept
+            cond: JSON = {"type": ctype, "status": status, "reason": reason}
+            if message:
+                cond["message"] = message
+            cond["lastProbeTime"] = stamp
+            cond["lastTransitionTime"] = (old.get("lastTransitionTime") or stamp
+                                          if old.get("status") == status else stamp)
+            at = next((i for i, c in enumerate(out) if c.get("type") == ctype), None)
+            if at is None:
+                out.append(cond)
+            else:
+                out[at] = cond
         return out
 
 

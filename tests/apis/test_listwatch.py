@@ -163,3 +163,22 @@ def test_stop_during_a_wait_ends_the_loop() -> None:
     list_and_watch(stop, failing_list, lambda rv: iter(()), lambda e: None, clock=Stopping(),
                    on_error=lambda e, w: None)
     assert calls == ["list"]
+
+
+def test_no_watch_opens_after_a_stop_that_came_during_the_list() -> None:
+    """The cache's stop() sets the event and closes the client (aborting the open watches): a watch opened after
+    that would live until the server ends it."""
+    stop = threading.Event()
+    watches: list[str | None] = []
+
+    def list_fn() -> str:
+        stop.set()
+        return "7"
+
+    def watch_fn(rv: str | None) -> Iterator[dict[str, Any]]:
+        watches.append(rv)
+        return iter(())
+
+    list_and_watch(stop, list_fn, watch_fn, lambda e: None, clock=FakeClock())
+    assert watches == []
+

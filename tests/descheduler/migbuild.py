@@ -7,12 +7,11 @@ from typing import Any
 
 from apis.scheduling.migration import decode_job
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs, decode_migration_args
-from scheduler.descheduler.interfaces import EvictOptions, Snapshot
+from scheduler.descheduler.interfaces import EvictOptions, Snapshot, snapshot
 from scheduler.descheduler.limiter import Limiter
 from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
 from scheduler.descheduler.migration.plugin import MigrationController
-from scheduler.descheduler.runner import snapshot
 
 from deschedbuild import node
 
@@ -44,6 +43,13 @@ def workload(kind: str, uid: str, replicas: int | None, *, api_version: str = "a
     if selector is not None:
         spec["selector"] = selector
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def placed(node_name: str) -> JSON:
+    """A Reservation's status once a scheduler placed it on the node (upstream SetReservationAvailable)."""
+    return {"phase": "Available", "nodeName": node_name, "currentOwners": [],
+            "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled"},
+                           {"type": "Ready", "status": "True", "reason": "Available"}]}
 
 
 def pmj(name: str, pod: JSON, phase: str = "", *, passed: bool = False, created: str = "2024-04-30T00:00:00Z",

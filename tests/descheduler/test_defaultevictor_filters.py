@@ -11,10 +11,9 @@ import pytest
 
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.defaultevictor_args import decode_defaultevictor_args
-from scheduler.descheduler.interfaces import EvictOptions, Snapshot
+from scheduler.descheduler.interfaces import EvictOptions, Snapshot, snapshot
 from scheduler.descheduler.limiter import Limiter
 from scheduler.descheduler.plugins.defaultevictor import DefaultEvictor
-from scheduler.descheduler.runner import snapshot
 
 from deschedbuild import CRITICAL, LOCAL_VOLUME, MIRROR, NOW, config, node, node_metrics, pod, simulate
 

@@ -21,8 +21,8 @@ from scheduler.descheduler.interfaces import (
     EvictOptions,
     Handle,
     PluginSpec,
+    snapshot,
 )
-from scheduler.descheduler.runner import snapshot
 
 from deschedbuild import node, pod
 

@@ -160,7 +160,8 @@ class Probe:
     def run_controller(self, stop: threading.Event) -> None:
         kube = self.handle.kube
         assert kube is not None
-        while not stop.wait(0.01) and not self.kinds:
+        # the first round's list fills the view one collection after another: wait for the three
+        while not stop.wait(0.01) and not {"Node", "Pod", "NodeMetric"} <= self.kinds:
             self.kinds = {str(o.get("kind")) for o in kube.objects()}
         self.seen.set()
         stop.wait()

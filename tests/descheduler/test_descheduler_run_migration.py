@@ -14,7 +14,7 @@ from test_migration_kube import emulate_status
 
 from apis.core.metatime import rfc3339
 from scheduler.descheduler.config.decode import parse_config
-from scheduler.descheduler.migration import plugin as migration
+from scheduler.descheduler.migration import controller
 from scheduler.descheduler.server import InCluster
 
 from deschedbuild import config
@@ -31,7 +31,7 @@ async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: 
     kmock.resources["events.k8s.io/v1/events"] = {}
     emulate_status(kmock, JOBS)
     emulate_put(kmock, JOBS)
-    monkeypatch.setattr(migration, "RECONCILE_PERIOD", 0.05)
+    monkeypatch.setattr(controller, "RESYNC", 0.05)
     cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
     prof = cfg["profiles"][0]
     prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]

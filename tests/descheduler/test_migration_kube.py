@@ -20,7 +20,7 @@ from scheduler.descheduler.migration.kubeapi import KubeMigrationAPI, reconcile_
 from scheduler.descheduler.migration.reconcile import REQUEUE, Outcome, Reconciler
 
 from kubedouble import PDBS, emulate_eviction, emulate_put, status_failure
-from migbuild import T0, owned, pmj
+from migbuild import T0, owned, placed, pmj
 
 JOBS = "scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
 RESERVATIONS = "scheduling.koordinator.sh/v1alpha1/reservations"
@@ -123,7 +123,7 @@ async def test_restart_resumes_instead_of_duplicating(km: kmock.KubernetesEmulat
     assert job["spec"]["reservationOptions"]["reservationRef"]["name"] == "uid-job"
     assert len(posts(km, "/reservations")) == 1
     # koord-sched places the reservation; then the descheduler restarts
-    km.objects[RESERVATIONS, None, "uid-job"].patch({"status": {"phase": "Available", "nodeName": "n2"}})
+    km.objects[RESERVATIONS, None, "uid-job"].patch({"status": placed("n2")})
     second = reconciler(km, clock)
     clock[0] += 10
     out = await asyncio.to_thread(reconcile_all, second[1], second[0])

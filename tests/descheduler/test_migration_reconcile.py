@@ -18,7 +18,7 @@ from apis.scheduling import migration as m
 from scheduler.descheduler.config.migration_args import decode_migration_args
 from scheduler.descheduler.migration.reconcile import REQUEUE, Outcome, Reconciler, scavengeable
 
-from migbuild import T0, owned, pmj
+from migbuild import T0, owned, placed, pmj
 
 JSON = dict[str, Any]
 Validate = Callable[[str, dict[str, Any]], None]
@@ -118,8 +118,7 @@ def test_reservation_first_to_success(validate_crd: Validate) -> None:
     reservation = api.reservations["job-uid"]
     assert reservation["spec"]["ttl"] == "5m0s" and api.evictions == []
     assert r.reconcile(job) == Outcome(REQUEUE)  # not placed yet
-    reservation["status"] = {"phase": "Available", "nodeName": "n2",
-                             "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}
+    reservation["status"] = placed("n2")
     assert r.reconcile(job) == Outcome(REQUEUE)
     assert job["status"]["nodeName"] == "n2" and [e[0] for e in api.evictions] == ["p"]
     assert ("Normal", "ReservationScheduled", 'Assigned Reservation "job-uid" to node "n2"') in api.events
@@ -143,12 +142,14 @@ def test_reservation_first_to_success(validate_crd: Validate) -> None:
 
 
 @pytest.mark.parametrize(("status", "reason"), [
-    ({"phase": "Available", "nodeName": "n1", "conditions": [{"type": "Ready", "status": "True"}]},
-     "ForbiddenMigratePod"),
+    (placed("n1"), "ForbiddenMigratePod"),
     ({"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "Expired"}]},
      "ReservationExpired"),
     ({"phase": "Available"}, "Unschedulable"),
-    ({"phase": "Succeeded", "nodeName": "n2"}, "ForbiddenMigratePod"),
+    # IsReservationScheduled: a nodeName alone is not enough, the Scheduled=True/Scheduled condition is needed
+    ({"phase": "Available", "nodeName": "n2", "conditions": [{"type": "Ready", "status": "True",
+                                                              "reason": "Available"}]}, "Unschedulable"),
+    ({**placed("n2"), "phase": "Succeeded"}, "ForbiddenMigratePod"),
 ])
 def test_reservation_outcomes_that_fail_the_job(status: JSON, reason: str, validate_crd: Validate) -> None:
     r, api, job, _, _ = setup(validate_crd)
@@ -261,7 +262,7 @@ def test_a_pending_pod_migrates_without_eviction(validate_crd: Validate) -> None
         r.reconcile(job)
         reservation = api.reservations["uid-job"]
         assert reservation["spec"]["owners"][0]["object"]["uid"] == "uid-p"
-        reservation["status"] = {"phase": "Available", "nodeName": "n2"}
+        reservation["status"] = placed("n2")
         if other_took_it:
             reservation["status"]["currentOwners"] = [{"namespace": "default", "name": "x", "uid": "uid-x"}]
             assert r.reconcile(job) == Outcome() and job["status"]["reason"] == "ForbiddenMigratePod"

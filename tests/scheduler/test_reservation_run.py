@@ -58,6 +58,8 @@ async def test_reservation_placed_then_owner_served(km: kmock.KubernetesEmulator
     assert status_patches and status_patches[-1]["status"]["phase"] == "Available"
     assert status_patches[-1]["status"]["nodeName"] == "n1"
     assert status_patches[-1]["status"]["allocatable"] == {"cpu": "6"}
+    assert {(c["type"], c["status"], c["reason"]) for c in status_patches[-1]["status"]["conditions"]} == \
+        {("Scheduled", "True", "Scheduled"), ("Ready", "True", "Available")}
     validate_crd("scheduling.koordinator.sh_reservations.yaml", {**r, "status": status_patches[-1]["status"]})
     # the next cycle lists it Available (as the API now holds it) and serves the owner
     km.objects[RESV, None, "r1"] = {**r, "status": status_patches[-1]["status"]}
@@ -74,9 +76,12 @@ async def test_reservation_placed_then_owner_served(km: kmock.KubernetesEmulator
     validate_crd("scheduling.koordinator.sh_reservations.yaml", {**r, "status": last})
 
 
-def test_condition_timestamps(validate_crd: Any) -> None:
-    """lastProbeTime is the write's time; lastTransitionTime stays while the condition's status does."""
-    from scheduler.reservation.model import AVAILABLE, SUCCEEDED, parse
+def test_conditions_as_upstream_writes_them(validate_crd: Any) -> None:
+    """pkg/util/reservation: Available is Scheduled=True/Scheduled and Ready=True/Available; Succeeded turns Ready
+    False/Succeeded and keeps Scheduled; expiry turns Ready False/Expired; an unschedulable pending one has
+    Scheduled=False/Unschedulable with the reason. lastProbeTime is the write's time; lastTransitionTime stays
+    while the condition's status does."""
+    from scheduler.reservation.model import AVAILABLE, PENDING, SUCCEEDED, parse
 
     obj = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
            "metadata": {"name": "r1", "uid": "uid-r1"},
@@ -85,19 +90,32 @@ def test_condition_timestamps(validate_crd: Any) -> None:
            "status": {"phase": AVAILABLE, "nodeName": "n1", "conditions": [
                {"type": "Ready", "status": "True", "reason": "Available",
                 "lastTransitionTime": "2024-05-01T00:00:00Z", "lastProbeTime": "2024-05-01T00:00:00Z"}]}}
+
+    def conds(status: dict[str, Any]) -> dict[str, tuple[str, str, str, str]]:
+        return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"], c["lastProbeTime"])
+                for c in status["conditions"]}
+
     r = parse(obj, now=1714521600.0)
-    st = r.status(now=1714525200.0)  # an hour later, still Ready=True
-    (cond,) = st["conditions"]
-    assert cond["lastProbeTime"] == "2024-05-01T01:00:00Z"
-    assert cond["lastTransitionTime"] == "2024-05-01T00:00:00Z"
+    st = r.status(now=1714525200.0)  # an hour later, still Ready=True; Scheduled=True is added
+    assert conds(st) == {"Ready": ("True", "Available", "2024-05-01T00:00:00Z", "2024-05-01T01:00:00Z"),
+                         "Scheduled": ("True", "Scheduled", "2024-05-01T01:00:00Z", "2024-05-01T01:00:00Z")}
     validate_crd("scheduling.koordinator.sh_reservations.yaml", {**obj, "status": st})
+    r.obj = {**obj, "status": st}
     r.phase, r.reason = SUCCEEDED, ""
-    (cond,) = r.status(now=1714528800.0)["conditions"]
-    assert cond["type"] == "Ready" and cond["status"] == "True"  # Succeeded stays Ready=True: no transition
-    assert cond["lastTransitionTime"] == "2024-05-01T00:00:00Z"
+    st = r.status(now=1714528800.0)
+    assert conds(st) == {"Ready": ("False", "Succeeded", "2024-05-01T02:00:00Z", "2024-05-01T02:00:00Z"),
+                         "Scheduled": ("True", "Scheduled", "2024-05-01T01:00:00Z", "2024-05-01T01:00:00Z")}
     r.phase, r.reason = "Failed", "reservation expired"
-    (cond,) = r.status(now=1714528800.0)["conditions"]
-    assert cond["status"] == "False" and cond["lastTransitionTime"] == "2024-05-01T02:00:00Z"
+    failed = r.status(now=1714528800.0)
+    (ready,) = [c for c in failed["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "Expired", "reservation expired")
+    pending = parse({**obj, "status": {}}, now=1714521600.0)
+    assert "conditions" not in pending.status(now=1714521600.0)  # not tried yet: nothing to say
+    pending.phase, pending.reason = PENDING, "0/3 nodes are available"
+    (sched,) = pending.status(now=1714521600.0)["conditions"]
+    assert (sched["type"], sched["status"], sched["reason"], sched["message"]) == \
+        ("Scheduled", "False", "Unschedulable", "0/3 nodes are available")
+    validate_crd("scheduling.koordinator.sh_reservations.yaml", {**obj, "status": pending.status(now=0.0)})
 
 
 async def test_a_malformed_reservation_is_marked_failed_once(km: kmock.KubernetesEmulator) -> None:

@@ -65,15 +65,16 @@ def is_arbitrating(pod: JSON) -> bool:
 
 
 class MigrationFilter:
-    """The checks over the round's snapshot (`snapshot()`), the jobs known (`jobs()`) and the object limiters."""
+    """The checks over the round's snapshot (`snapshot()`), the jobs known (`jobs()`) and the object limiters (their
+    own, or `limiters` shared with another filter)."""
 
     def __init__(self, args: MigrationControllerArgs, snapshot: Callable[[], Snapshot],
-                 jobs: Callable[[], MigratingJobs]) -> None:
+                 jobs: Callable[[], MigratingJobs], *, limiters: ObjectLimiters | None = None) -> None:
         self.args = gated(args)
         self.skip = set(args.skip_eviction_gates)
         self.snapshot = snapshot
         self.jobs = jobs
-        self.limiters = ObjectLimiters(args.object_limiters)
+        self.limiters = limiters if limiters is not None else ObjectLimiters(args.object_limiters)
         self.constraints = PodConstraints(self.args, lambda: self.snapshot().nodes())
         self._view: _View | None = None
 
@@ -226,8 +227,10 @@ class MigrationFilter:
         return workload.replicas if workload is not None else 0
 
     def view(self) -> _View:
+        """The indexes of the snapshot's objects (kept while they are the same objects, whatever its clock)."""
         snap = self.snapshot()
-        if self._view is None or self._view.snapshot is not snap:
+        if self._view is None or self._view.snapshot.cluster is not snap.cluster \
+                or self._view.snapshot.objects is not snap.objects:
             self._view = _View(snap)
         return self._view
 

@@ -4,19 +4,22 @@ Upstream: controllers/migration/controller.go (Filter, PreEvictionFilter, Evict)
 `dryRun` in the args: Evict answers true and creates nothing. In a simulation the jobs created are the plugin's
 output (`podMigrationJobs`); the PodMigrationJobs of the first round's snapshot (the cluster directory) are
 arbitrated once, before that round, and count against the limits as they stand; in `run` (Handle.kube set) a job
-is also created in the cluster, and run_controller reconciles every job there and scavenges; a job created in a
-round migrates until its pod leaves the state (the simulation removes an evicted pod), and the object limiters then
-count its eviction at the job's creation.
+is also created in the cluster, and run_controller (migration.controller) arbitrates the pending jobs there on
+arbitrationArgs.interval, reconciles the others and scavenges; a job created in a round migrates until its pod
+leaves the state (the simulation removes an evicted pod), and the object limiters then count its eviction at the
+job's creation. The round and the controller thread share the limits' state (object limiters, jobs that passed
+arbitration) under one lock.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from apis.core.errors import InvalidInput, KoordletError
 from apis.core.objects import JSON, as_object
@@ -30,16 +33,15 @@ from apis.scheduling.migration import KIND, PHASE_PENDING, PodMigrationJob, PodR
 from scheduler.cluster import key
 from scheduler.descheduler.config.common import ConfigError
 from scheduler.descheduler.config.migration_args import EVICTION_POLICIES, MigrationControllerArgs, default_args
-from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle, PluginSpec, Snapshot
+from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle, PluginSpec, Snapshot, snapshot
 from scheduler.descheduler.migration import arbitrator
+from scheduler.descheduler.migration.controller import ControllerLoop
 from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
-from scheduler.descheduler.migration.kubeapi import JOBS, KubeMigrationAPI, reconcile_all, scavenge
+from scheduler.descheduler.migration.kubeapi import JOBS, KubeMigrationAPI
 from scheduler.descheduler.migration.reconcile import Reconciler
 
 NAME = "MigrationController"
-RECONCILE_PERIOD = 3.0  # seconds: upstream's requeue of a waiting job
-SCAVENGE_PERIOD = 60.0  # seconds: upstream's scavenger
 log = logging.getLogger("koord-descheduler.migration")
 
 
@@ -62,18 +64,32 @@ class MigrationController:
         self.seen: Snapshot | None = None
         self.current: MigratingJobs | None = None  # jobs(), until a job is created or the round changes
         self.checks = MigrationFilter(args, lambda: self.handle.snapshot, self.jobs)
+        self.lock = threading.RLock()  # the round's calls and the controller thread's
+        # `run`'s controller thread: the same checks over the live view and the jobs it listed, the same buckets
+        self.live: tuple[Snapshot, MigratingJobs] | None = None
+        self.view: tuple[int, Snapshot] | None = None  # the live view's version and the snapshot made of it
+        self.live_checks = MigrationFilter(args, lambda: self._live()[0], lambda: self._live()[1],
+                                           limiters=self.checks.limiters)
+        self.listed: list[PodMigrationJob] = []
+        self.loop: ControllerLoop | None = None
 
     # ---- FilterPlugin ----
 
     def filter(self, pod: JSON) -> bool:
-        return self.checks.filter(pod)
+        with self.lock:
+            return self.checks.filter(pod)
 
     def pre_eviction_filter(self, pod: JSON) -> bool:
-        return self.checks.pre_eviction_filter(pod)
+        with self.lock:
+            return self.checks.pre_eviction_filter(pod)
 
     # ---- EvictorPlugin ----
 
     def evict(self, pod: JSON, options: EvictOptions) -> bool:
+        with self.lock:
+            return self._evict(pod, options)
+
+    def _evict(self, pod: JSON, options: EvictOptions) -> bool:
         if self.args.dry_run:
             log.info("dry run: would migrate pod %s (%s): %s", key(pod), options.plugin, options.reason)
             return True
@@ -94,6 +110,8 @@ class MigrationController:
             except KoordletError as e:
                 log.warning("pod %s: creating PodMigrationJob %s: %s", key(pod), job.name, e)
                 return False
+            if self.loop is not None:
+                self.loop.kick.set()  # upstream's create event: the job waits for the next arbitration
         self.created.append((job, pod))
         self.migrating_created.append((job, pod))
         if self.current is not None:
@@ -147,50 +165,102 @@ class MigrationController:
         for j in self.given:
             if j not in waiting and arbitrator.is_migrating(j):
                 self.passed.add(j.ident)
-        pods = self.checks.pods_by_key()
+
+        def invalidate() -> None:
+            self.current = None
+
+        decisions = self._arbitrate(self.checks, waiting, self.given, invalidate)
+        self.changed = [d.job for d in decisions if d.outcome != arbitrator.WAITING]
+
+    def _arbitrate(self, checks: MigrationFilter, waiting: Sequence[PodMigrationJob],
+                   known: Sequence[PodMigrationJob], invalidate: Callable[[], None]) -> list[arbitrator.Decision]:
+        """One arbitration of `waiting` by `checks`; `invalidate` drops the counts of the jobs checks sees, so a
+        job that just passed counts for the next."""
+        pods = checks.pods_by_key()
         pod_of = {j.name: pods[j.pod_ref.key] for j in waiting if j.pod_ref.key in pods}
+
         def fresh(check: Callable[[JSON], str | None]) -> Callable[[JSON], str | None]:
             def run(pod: JSON) -> str | None:
-                self.current = None  # a job that just passed counts for the next
+                invalidate()
                 return check(pod)
             return run
 
-        decisions = arbitrator.arbitrate(waiting, pod_of, fresh(self.checks.non_retryable),
-                                         fresh(self.checks.retryable), self.passed,
-                                         lambda owner: self._migrating_of_owner(owner, pods))
-        self.changed = [d.job for d in decisions if d.outcome != arbitrator.WAITING]
-
-    def _migrating_of_owner(self, owner: str, pods: Mapping[str, JSON]) -> int:
-        uids = {str(as_object(p.get("metadata")).get("uid") or "") for p in pods.values()
-                if any(r.get("uid") == owner for r in as_object(p.get("metadata")).get("ownerReferences") or [])}
-        return sum(1 for j in self.given or [] if j.pod_ref.uid in uids and arbitrator.is_migrating(j))
+        return arbitrator.arbitrate(waiting, pod_of, fresh(checks.non_retryable), fresh(checks.retryable),
+                                    self.passed, lambda owner: _migrating_of_owner(owner, pods, known))
 
     # ---- interfaces.Controller (`run` only) ----
 
     def run_controller(self, stop: threading.Event) -> None:
-        """Every RECONCILE_PERIOD, one reconcile pass over every job in the cluster; every SCAVENGE_PERIOD, the
-        scavenger. An API error costs the pass, with one line."""
+        """The controller loop (migration.controller) until `stop`."""
+        loop = self.controller_loop()
+        if loop is not None:
+            loop.run(stop)
+
+    def controller_loop(self) -> ControllerLoop | None:
+        """The loop over the cluster of Handle.kube (None in a simulation), made once."""
         kube = self.handle.kube
         if kube is None:
-            return
-        checks = self.checks
-        reconciler = Reconciler(self.args, KubeMigrationAPI(kube.client),
-                                limited=lambda pod: checks.limiters.exceeded(checks.subject(pod), time.time()),
-                                evicted=lambda pod: self.checks.track(pod, time.time()), now=time.time)
-        scavenged = time.monotonic()
-        while not stop.wait(RECONCILE_PERIOD):
-            try:
-                reconcile_all(kube.client, reconciler)
-                if time.monotonic() - scavenged >= SCAVENGE_PERIOD:
-                    scavenged = time.monotonic()
-                    scavenge(kube.client, time.time())
-            except KoordletError as e:
-                log.warning("PodMigrationJobs: reconcile pass skipped: %s", e)
+            return None
+        if self.loop is None:
+            api = KubeMigrationAPI(kube.client)
+            reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time)
+            self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed,
+                                       self.args.arbitration.interval)
+        return self.loop
+
+    def _arbitrate_listed(self, waiting: Sequence[PodMigrationJob], listed: Sequence[PodMigrationJob]
+                          ) -> list[arbitrator.Decision]:
+        """The controller's arbitration: the live view and the jobs just listed; the jobs that passed before (the
+        annotation, or Running) are known as passed, finished ones no longer."""
+        self._view_now()  # the copy of a changed view is made before the lock: the round does not wait for it
+        with self.lock:
+            self.listed, self.live = list(listed), None
+            for j in listed:
+                if not j.active:
+                    self.passed.discard(j.ident)
+                elif j not in waiting and arbitrator.is_migrating(j):
+                    self.passed.add(j.ident)
+            return self._arbitrate(self.live_checks, waiting, listed, self._invalidate_live)
+
+    def _live(self) -> tuple[Snapshot, MigratingJobs]:
+        """The controller's view: the cluster `run` watches (a snapshot made again only when it changed), at the wall
+        clock, and the jobs last listed."""
+        if self.live is None:
+            now = dataclasses.replace(self._view_now(), now=time.time())
+            self.live = (now, MigratingJobs(list(self.listed), self.passed))
+        return self.live
+
+    def _view_now(self) -> Snapshot:
+        """The snapshot of the live view, made again when the view changed (the controller thread's own)."""
+        kube = self.handle.kube
+        version = kube.version() if kube is not None else 0
+        if self.view is None or self.view[0] != version:
+            self.view = (version, snapshot(kube.objects() if kube is not None else [], time.time()))
+        return self.view[1]
+
+    def _invalidate_live(self) -> None:
+        if self.live is not None:
+            self.live = (self.live[0], MigratingJobs(list(self.listed), self.passed))
+
+    def _limited(self, pod: JSON) -> bool:
+        with self.lock:
+            return self.live_checks.limiters.exceeded(self.live_checks.subject(pod), time.time())
+
+    def _evicted(self, pod: JSON) -> None:
+        with self.lock:
+            self.live_checks.track(pod, time.time())
 
     # ---- SimulationOutput ----
 
     def simulation_output(self) -> Mapping[str, object]:
         return {"podMigrationJobs": [j.obj for j in self.changed] + [j.obj for j, _ in self.created]}
+
+
+def _migrating_of_owner(owner: str, pods: Mapping[str, JSON], known: Sequence[PodMigrationJob]) -> int:
+    """The migrating jobs (arbitrator.is_migrating) over the pods of that batch Job."""
+    uids = {str(as_object(p.get("metadata")).get("uid") or "") for p in pods.values()
+            if any(r.get("uid") == owner for r in as_object(p.get("metadata")).get("ownerReferences") or [])}
+    return sum(1 for j in known if j.pod_ref.uid in uids and arbitrator.is_migrating(j))
 
 
 def new(args: object, handle: Handle) -> MigrationController:

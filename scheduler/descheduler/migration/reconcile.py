@@ -177,9 +177,10 @@ class Reconciler:
         status = as_object(r.get("status"))
         phase = str(status.get("phase") or "")
         scheduled = _condition(r, rsv.CONDITION_SCHEDULED)
-        if scheduled is not None and scheduled.get("reason") == rsv.REASON_UNSCHEDULABLE:
-            self._write(job, m.COND_RESERVATION_SCHEDULED, m.FALSE, m.REASON_UNSCHEDULABLE,
-                        str(scheduled.get("message") or ""), WARNING)
+        if scheduled is not None and scheduled.get("reason") == rsv.REASON_UNSCHEDULABLE and self._write(
+                job, m.COND_RESERVATION_SCHEDULED, m.FALSE, m.REASON_UNSCHEDULABLE,
+                str(scheduled.get("message") or ""), WARNING):
+            self.api.update_job(job.obj)  # syncReservationScheduleFailed's status update
         if phase in ("", rsv.PHASE_PENDING):
             return Outcome(REQUEUE)
         ready = _condition(r, rsv.CONDITION_READY)
@@ -322,11 +323,13 @@ def _migrates_pending_pod(r: JSON) -> bool:
 
 
 def _scheduled(r: JSON) -> bool:
-    """A Scheduled=True condition, or (koord-sched writes only Ready once placed) phase Available or Succeeded."""
-    cond = _condition(r, rsv.CONDITION_SCHEDULED)
-    if cond is not None and cond.get("status") == m.TRUE:
-        return True
-    return as_object(r.get("status")).get("phase") in (rsv.PHASE_AVAILABLE, rsv.PHASE_SUCCEEDED)
+    """IsReservationScheduled (migration/reservation): a nodeName and a Scheduled condition True with reason
+    Scheduled, as koord-sched and koord-scheduler write them when they place one."""
+    if not as_object(r.get("status")).get("nodeName"):
+        return False
+    return any(isinstance(c, dict) and c.get("type") == rsv.CONDITION_SCHEDULED
+               and c.get("reason") == rsv.REASON_SCHEDULED and c.get("status") == m.TRUE
+               for c in as_object(r.get("status")).get("conditions") or [])
 
 
 def _ready(pod: JSON) -> bool:
