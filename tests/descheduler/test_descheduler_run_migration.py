@@ -5,8 +5,10 @@ the rounds, carries them out through the Eviction API (EvictDirectly)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+from typing import Any
 
 import kmock
 import pytest
@@ -53,3 +55,45 @@ async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: 
     assert all(j["spec"]["mode"] == "EvictDirectly" for j in created)
     assert len(writes(kmock, "/eviction")) == 2
 
+
+
+@pytest.mark.parametrize("policy", ["Delete", "SoftEviction"])
+async def test_the_eviction_policy_decides_how_the_controller_evicts(kmock: kmock.KubernetesEmulator,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     policy: str) -> None:
+    """MigrationControllerArgs.evictionPolicy (spec §8.5): Delete sends the pod's DELETE, SoftEviction only annotates
+    the pod (`scheduling.koordinator.sh/soft-eviction`, another component deletes it); neither uses the Eviction API."""
+    seed(kmock, update_time=rfc3339(time.time()))
+    kmock.resources[JOBS] = {}
+    kmock.resources["events.k8s.io/v1/events"] = {}
+    emulate_status(kmock, JOBS)
+    emulate_put(kmock, JOBS)
+    monkeypatch.setattr(controller, "RESYNC", 0.05)
+    cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
+    prof = cfg["profiles"][0]
+    prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]
+    prof["pluginConfig"].append({"name": "MigrationController",
+                                 "args": {"defaultJobMode": "EvictDirectly", "evictionPolicy": policy}})
+    r = InCluster(client(kmock), parse_config(cfg), watch=False)
+    stop = threading.Event()
+    running = asyncio.create_task(asyncio.to_thread(r.run, stop))
+    pods_written: list[Any] = []
+    try:
+        deadline = asyncio.get_running_loop().time() + 5
+        while True:
+            method = "DELETE" if policy == "Delete" else "PATCH"
+            pods_written = [w for w in kmock if w.method.value == method and "/pods/" in w.url.path]
+            if len(pods_written) >= 2:
+                break
+            assert asyncio.get_running_loop().time() < deadline, "the jobs' pods were not evicted"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await running
+    created = sorted(j.data["spec"]["podRef"]["name"] for j in writes(kmock, "/podmigrationjobs"))
+    assert sorted(w.url.path.rsplit("/", 1)[1] for w in pods_written) == created
+    assert not writes(kmock, "/eviction")
+    if policy == "SoftEviction":
+        for w in pods_written:
+            value = json.loads(w.data["metadata"]["annotations"]["scheduling.koordinator.sh/soft-eviction"])
+            assert {"timestamp", "initiator", "reason"} <= set(value)
