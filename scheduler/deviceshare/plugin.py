@@ -17,6 +17,9 @@ from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITION_SPEC,
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
+    LABEL_GPU_VENDOR,
     LABEL_SECONDARY_DEVICE_WELL_PLANNED,
 )
 from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPES
@@ -28,7 +31,14 @@ from scheduler.deviceshare.allocator import (
     Scorer,
 )
 from scheduler.deviceshare.requests import RESOURCE_NAMES, InvalidDeviceRequest, PodPlan, instances, plan_pod
-from scheduler.deviceshare.state import Allocations, DeviceState, DeviceTotals, NodeDeviceState, encode_allocations
+from scheduler.deviceshare.state import (
+    Allocation,
+    Allocations,
+    DeviceState,
+    DeviceTotals,
+    NodeDeviceState,
+    encode_allocations,
+)
 from scheduler.deviceshare.templates import (
     ERR_NO_TEMPLATE,
     Catalog,
@@ -63,6 +73,8 @@ _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
 # whose device plugins need the adapter's annotations
 _ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON, VENDOR_METAX)
 _PLANS_SIZE = 256  # distinct pod shapes whose plans are kept; a cluster's pods repeat a few
+_ALLOCATIONS_SIZE = 64  # allocations kept per device layout (see DeviceShare._unused_allocation)
+_ALLOCATOR_LABELS = (LABEL_GPU_VENDOR, LABEL_GPU_MODEL, LABEL_GPU_PARTITION_POLICY)  # what the allocator reads
 
 
 def _utcnow() -> dt.datetime:
@@ -77,6 +89,12 @@ def _gpu_row(free: dict[str, int]) -> list[int]:
         if c is not None:
             row[c] = v
     return row
+
+
+def _copied(allocs: Allocations) -> Allocations:
+    """A copy its holder may change without changing `allocs`."""
+    return {t: [Allocation(a.minor, dict(a.resources), list(a.vfs), a.template) for a in items]
+            for t, items in allocs.items()}
 
 
 def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
@@ -224,8 +242,32 @@ class DeviceShare:
         cached = self._fits.get(node.name)
         if cached is not None and cached[0] == stamp and (cached[1] or not complete):
             return cached[2]
-        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
+        if not preferred and st.unused():  # no device held on the node: its layout's allocation
+            allocs = self._unused_allocation(st, plan, node.labels, types, numa)
+        else:
+            allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
         self._fits[node.name] = (stamp, len(types) == len(plan.requests), allocs)
+        return allocs
+
+    def _unused_allocation(self, st: NodeDeviceState, plan: PodPlan, labels: dict[str, str], types: list[str],
+                           numa: frozenset[int] | None) -> Allocations:
+        """The allocator's answer on a node none of whose devices is held, kept per layout: there it depends
+        only on the layout, the plan, the types, the NUMA nodes and the labels the allocator reads (vendor, model,
+        partition policy of the Node and the Device CR, the CR's partition table). Each caller gets its own copy.
+        A node whose partition table was read before (possibly under other labels) is allocated afresh."""
+        if st.partition_cache is not None:
+            return self.allocator.allocate_within(st, plan, labels, types, numa)
+        memo = st.layout.allocations
+        at = (id(plan), tuple(types), numa, *(labels.get(k) for k in _ALLOCATOR_LABELS),
+              *(st.labels.get(k) for k in _ALLOCATOR_LABELS), st.annotations.get(ANNOTATION_GPU_PARTITIONS))
+        kept = memo.get(at)
+        if kept is not None and kept[0] is plan:
+            _, allocs, st.partition_cache, st.topology_cache = kept
+            return _copied(allocs)
+        allocs = self.allocator.allocate_within(st, plan, labels, types, numa)  # raises Unschedulable: not kept
+        if len(memo) >= _ALLOCATIONS_SIZE:
+            memo.clear()
+        memo[at] = (plan, _copied(allocs), st.partition_cache, st.topology_cache)  # the plan held: its id stays
         return allocs
 
     def numa_hints(self, pod: JSON, node: NodeInfo, numa_nodes: list[int]) -> tuple[str, list[Any]] | None:
