@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from json.encoder import encode_basestring_ascii  # what json.dumps writes a string as
 from typing import Any
 
 from apis.core.errors import InvalidInput
@@ -79,9 +81,40 @@ def allocations_from(decoded: DecodedAllocations) -> Allocations:
 
 def encode_allocations(allocs: Allocations, ids: dict[tuple[str, int], str]) -> str:
     """The `device-allocated` annotation koord-scheduler writes for these allocations, each device's `id` from `ids`
-    (by type and minor)."""
+    (by type and minor). Encoded once per distinct allocation (minors, amounts, VFs, template, which ids are set)
+    with a placeholder for each id, which is then filled in: nodes have their own ids, and pods repeat the rest."""
+    order = [(dtype, a) for dtype, items in allocs.items() for a in items]
+    named = [ids.get((dtype, a.minor), "") for dtype, a in order]
+    key = tuple((dtype, a.minor, tuple(a.resources.items()), tuple((v.minor, v.bus_id) for v in a.vfs), a.template,
+                 bool(n)) for (dtype, a), n in zip(order, named, strict=True))
+    parts = _ENCODED.get(key)
+    if parts is None:
+        text = _encode(allocs, {(dtype, a.minor): f"{_MARK}{k}{_MARK}" for k, (dtype, a) in enumerate(order)}, ids)
+        pieces = _PLACEHOLDER.split(text)  # text, the k of an id, text, ...
+        if "\\u0000" in "".join(pieces[0::2]) or len(pieces) // 2 != sum(1 for n in named if n):
+            return _encode(allocs, ids, ids)  # a value holding the mark itself: never remembered
+        if len(_ENCODED) >= _ENCODED_SIZE:
+            _ENCODED.clear()
+        parts = _ENCODED[key] = (tuple(pieces[0::2]), tuple(int(k) for k in pieces[1::2]))
+    texts, which = parts
+    out = [texts[0]]
+    for k, text in zip(which, texts[1:], strict=True):
+        out.append(encode_basestring_ascii(named[k]))
+        out.append(text)
+    return "".join(out)
+
+
+_MARK = "\x00"  # placeholders: a string no annotation the scheduler writes holds
+_PLACEHOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')  # a placeholder as JSON writes it (with its quotes)
+_ENCODED: dict[tuple[object, ...], tuple[tuple[str, ...], tuple[int, ...]]] = {}  # see encode_allocations
+_ENCODED_SIZE = 1024
+
+
+def _encode(allocs: Allocations, named: dict[tuple[str, int], str], ids: dict[tuple[str, int], str]) -> str:
+    """encode_device_allocations of the working allocations, an `id` written where `ids` has one (from `named`)."""
     return encode_device_allocations({dtype: [DeviceAllocation(a.minor, {r: Decimal(v) for r, v in a.resources.items()},
-                                                               ids.get((dtype, a.minor), ""),
+                                                               named[(dtype, a.minor)] if ids.get((dtype, a.minor))
+                                                               else "",
                                                                tuple(VirtualFunction(v.minor, v.bus_id) for v in a.vfs),
                                                                a.template) for a in items]
                                       for dtype, items in allocs.items()})
@@ -338,7 +371,8 @@ class NodeDeviceState:
         if pod_key in self.pods:
             self.remove(pod_key)
         self.pods[pod_key] = allocs
-        self._apply(allocs, 1)
+        if allocs:  # a pod holding no device changes nothing (most pods: a node's first Filter counts them all)
+            self._apply(allocs, 1)
 
     def remove(self, pod_key: str) -> None:
         allocs = self.pods.pop(pod_key, None)
