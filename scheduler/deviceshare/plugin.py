@@ -157,6 +157,7 @@ class DeviceShare:
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
+        self._filled: list[DeviceTotals | None] = []  # what each row was last filled from (see _fill)
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
         self._shaped: tuple[Any, PodPlan | None, tuple[object, ...]] = (None, None, ())  # the last prefilter_shape
 
@@ -440,6 +441,7 @@ class DeviceShare:
             free.append(got[1])
         self._gpu_ok = np.array(ok, dtype=np.bool_).reshape(n, width)
         self._gpu_free = np.array(free, dtype=np.int64).reshape(n, width, cols)
+        self._filled = list(nodes)
 
     def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any],
                  one: Callable[[int], Any] | None = None) -> Any:
@@ -454,14 +456,20 @@ class DeviceShare:
 
     def _fill(self, i: int, d: DeviceTotals) -> None:
         # rows are assigned from lists: one numpy call per row rather than one per element; a type the node had
-        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums)
+        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums). What the
+        # row was filled from last is held, so what is the same object now is not written again: the summed
+        # totals are shared and never changed (a layout's, unused_totals'), a GPU's free map is replaced when it
+        # changes (NodeDeviceState._refresh_free) — a placement rewrites one GPU, not eight.
+        was, self._filled[i] = self._filled[i], d
+        same_totals = was is not None and d.total_sum is was.total_sum
         for t in DEVICE_TYPES:
             has = t in d.types
             if not has and not self._has[t][i]:
                 continue
+            if not (same_totals and self._has[t][i] == has):
+                self._total[t][i] = [d.total_sum.get(t, {}).get(r, 0) for r in self._weighted]
             self._has[t][i] = has
-            totals, free = d.total_sum.get(t, {}), d.free_sum.get(t, {})
-            self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
+            free = d.free_sum.get(t, {})
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
         self._planned[i] = d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
         self._table[i] = bool(d.annotations.get(ANNOTATION_GPU_PARTITIONS))
@@ -469,6 +477,13 @@ class DeviceShare:
             grow = len(d.gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
+        if was is not None and len(was.gpus) == len(d.gpus):
+            for k, ((healthy, free), (was_healthy, was_free)) in enumerate(zip(d.gpus, was.gpus, strict=True)):
+                if free is not was_free:
+                    self._gpu_free[i, k] = _gpu_row(free)
+                if healthy != was_healthy:
+                    self._gpu_ok[i, k] = healthy
+            return
         pad = self._gpu_ok.shape[1] - len(d.gpus)  # whole rows, padded: two numpy calls for the GPUs
         self._gpu_ok[i] = [healthy for healthy, _ in d.gpus] + [False] * pad
         self._gpu_free[i] = [_gpu_row(free) for _, free in d.gpus] + [[0] * len(_GPU_COLUMNS)] * pad
