@@ -23,7 +23,7 @@ from apis.extension.device_share import (
     LABEL_SECONDARY_DEVICE_WELL_PLANNED,
 )
 from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPES
-from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import Cluster, NodeInfo, cycle_of, key, pod_requests
 from scheduler.config.args import DeviceShareArgs
 from scheduler.deviceshare.allocator import (
     LEAST_ALLOCATED,
@@ -142,6 +142,7 @@ class DeviceShare:
         self._pod: JSON | None = None
         self._fingerprint: tuple[object, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
+        self._plan_cycle: object | None = None  # the cycle (cluster.cycle_of) `_plan` was last checked in
         self._plans: dict[tuple[object, ...], PodPlan] = {}  # see plan: pods of one shape share one (read only)
         self._fits: dict[str, tuple[Any, bool, Allocations]] = {}  # node → ((state version, NUMA), complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
@@ -199,6 +200,12 @@ class DeviceShare:
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod, and shared by the pods of one shape:
         the same requests, device annotations and templates); raises InvalidDeviceRequest."""
+        cycle = cycle_of(pod)
+        if (cycle is not None and cycle is self._plan_cycle and pod is self._pod and self._plan is not None
+                and self._fingerprint[-1] == self._catalog_version):
+            if isinstance(self._plan, InvalidDeviceRequest):  # asked again in the pod's own cycle: unchanged
+                raise self._plan
+            return self._plan
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         fp = (*(annotations.get(a) for a in (ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE,
                                              ANNOTATION_GPU_PARTITION_SPEC)),
@@ -220,6 +227,7 @@ class DeviceShare:
                         self._plans.clear()
                     self._plan = self._plans[shape] = plan
             self._pod, self._fingerprint, self._fits = pod, fp, {}
+        self._plan_cycle = cycle
         if isinstance(self._plan, InvalidDeviceRequest):
             raise self._plan
         return self._plan
@@ -547,7 +555,7 @@ class DeviceShare:
         return self._prefilter_rows(plan, rows)
 
     def _prefilter_row(self, plan: PodPlan, i: int) -> bool:
-        """`_prefilter_rows` of one row, in Python."""
+        """`_prefilter_rows` of one row, in Python (the GPUs counted until enough of them fit)."""
         gpu_only = self._gpu_only(plan)
         planned = bool(self._planned[i])
         ok = True
@@ -555,13 +563,16 @@ class DeviceShare:
             cond = t in self._has and bool(self._has[t][i])
             if cond and t == DEVICE_TYPE_GPU and plan.gpu is not None and not self._table[i]:
                 wants = [(_GPU_COLUMNS.get(r), v) for r, v in plan.gpu.per_gpu.items()]
-                if any(c is None and v > 0 for c, v in wants):
-                    fitting = 0
-                else:
-                    fitting = sum(1 for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(),
-                                                             strict=True)
-                                  if healthy and all(free[c] >= v for c, v in wants if c is not None))
-                cond = fitting >= plan.gpu.count
+                need = plan.gpu.count
+                fitting = 0
+                if not any(c is None and v > 0 for c, v in wants):
+                    asked = [(c, v) for c, v in wants if c is not None]
+                    for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(), strict=True):
+                        if healthy and all(free[c] >= v for c, v in asked):
+                            fitting += 1
+                            if fitting >= need:
+                                break
+                cond = fitting >= need
             ok = ok and ((cond or planned) if gpu_only and t != DEVICE_TYPE_GPU else cond)
         return ok
 
