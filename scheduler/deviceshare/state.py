@@ -131,10 +131,16 @@ def parse_devices(device: JSON | None) -> dict[str, dict[int, DeviceInfo]]:
     return _parse(device)[0]
 
 
-def _parse(device: JSON | None) -> tuple[dict[str, dict[int, DeviceInfo]], dict[tuple[str, int], str], bool]:
-    """(parse_devices, each device's id by type and minor, whether no entry was left out)."""
+_Listed = list[tuple[str, int, bool, dict[str, int]]]  # (type, minor, health, healthy amounts) per device entry
+
+
+def _parse(device: JSON | None) -> tuple[dict[str, dict[int, DeviceInfo]], dict[tuple[str, int], str], bool,
+                                         _Listed]:
+    """(parse_devices, each device's id by type and minor, whether no entry was left out, the entries read as
+    unused_totals lists them)."""
     out: dict[str, dict[int, DeviceInfo]] = {}
     ids: dict[tuple[str, int], str] = {}
+    listed: _Listed = []
     clean = True
     for d in ((device or {}).get("spec") or {}).get("devices") or []:
         if not isinstance(d, dict) or not d.get("type"):
@@ -153,15 +159,17 @@ def _parse(device: JSON | None) -> tuple[dict[str, dict[int, DeviceInfo]], dict[
                        for g in vf_groups) if vf_groups else ()
         labels = d.get("labels")
         place: JSON = topo if isinstance(topo, dict) else {}
-        info = DeviceInfo(str(d["type"]), int(d.get("minor") or 0), dict(healthy) if d.get("health") else {},
+        health = bool(d.get("health"))
+        info = DeviceInfo(str(d["type"]), int(d.get("minor") or 0), healthy if health else {},  # shared: read only
                           dict(labels) if labels else {}, int(place.get("nodeID") or 0),
                           str(place.get("pcieID") or ""), isinstance(topo, dict), groups)
         out.setdefault(info.dtype, {})[info.minor] = info
         ids[(info.dtype, info.minor)] = str(d.get("id") or "")
+        listed.append((info.dtype, info.minor, health, healthy))
     for dtype, minors in out.items():
         if any(a > b for a, b in zip(minors, list(minors)[1:], strict=False)):  # listed out of order
             out[dtype] = dict(sorted(minors.items()))
-    return out, ids, clean
+    return out, ids, clean, listed
 
 
 class DeviceLayout:
@@ -170,15 +178,12 @@ class DeviceLayout:
     the allocations DeviceShare made on such an unused node (`allocations`, kept by the plugin: on an unused node
     the allocation is a function of the layout, the pod's plan and the labels the allocator reads)."""
 
-    def __init__(self, devices: dict[str, dict[int, DeviceInfo]]) -> None:
+    def __init__(self, devices: dict[str, dict[int, DeviceInfo]], listed: _Listed) -> None:
         self.devices = devices
-        self.free = {t: {m: dict(d.total) for m, d in ds.items()} for t, ds in devices.items()}
-        self.total_sum: dict[str, dict[str, int]] = {}
-        for t, ds in devices.items():
-            sums = self.total_sum[t] = {}
-            for d in ds.values():
-                for r, v in d.total.items():
-                    sums[r] = sums.get(r, 0) + v
+        # the very maps unused_totals gives for such a node (its sums, each device's amounts), so DeviceShare's
+        # arrays see unchanged objects where the node's state, once built, has not changed them
+        self.free = {t: {m: d.total for m, d in ds.items()} for t, ds in devices.items()}
+        self.total_sum = _shared_sums(listed)[1]
         self.allocations: dict[tuple[object, ...], tuple[object, Allocations, Any, Any]] = {}
 
 
@@ -207,13 +212,23 @@ def device_layout(device: JSON | None) -> tuple[DeviceLayout, dict[tuple[str, in
         layout = _LAYOUTS.get(tuple(key))
         if layout is not None:
             return layout, ids
-    devices, ids, clean = _parse(device)
-    layout = DeviceLayout(devices)
+    layout, ids, clean = _parse_layout(device)
     if cacheable and clean:
         if len(_LAYOUTS) >= _LAYOUTS_SIZE:
             _LAYOUTS.clear()
         _LAYOUTS[tuple(key)] = layout
     return layout, ids
+
+
+def parse_layout(device: JSON | None) -> tuple[DeviceLayout, dict[tuple[str, int], str]]:
+    """`device_layout` parsed afresh, nothing remembered."""
+    layout, ids, _ = _parse_layout(device)
+    return layout, ids
+
+
+def _parse_layout(device: JSON | None) -> tuple[DeviceLayout, dict[tuple[str, int], str], bool]:
+    devices, ids, clean, listed = _parse(device)
+    return DeviceLayout(devices, listed), ids, clean
 
 
 def _entry_key(d: JSON) -> tuple[object, ...] | None:
@@ -293,25 +308,30 @@ def unused_totals(device: JSON | None) -> DeviceTotals:
     over 1 000 nodes × 10 devices built 10 000 DeviceInfo records). Raises whatever reading a device entry raises
     (InvalidInput for a quantity among them): the caller then builds the node's full state, which reports or
     raises as it always did. The dicts are shared: read them, never change them."""
-    listed: list[tuple[str, int, bool, dict[str, int]]] = []
+    listed: _Listed = []
     for d in ((device or {}).get("spec") or {}).get("devices") or []:
         if not isinstance(d, dict) or not d.get("type"):
             continue
         healthy = _device_totals(d.get("resources") or {})[1]
         listed.append((str(d["type"]), int(d.get("minor") or 0), bool(d.get("health")), healthy))
+    types, sums, gpus = _shared_sums(listed)
+    meta = (device or {}).get("metadata") or {}
+    return DeviceTotals(types, sums, sums, gpus, dict(meta.get("labels") or {}),
+                        dict(meta.get("annotations") or {}))
+
+
+def _shared_sums(listed: _Listed) -> _Sums:
+    """`_sums(listed)`, one object for every list of the same types, minors, health and (shared) amounts."""
     shape = tuple((t, m, ok, id(healthy)) for t, m, ok, healthy in listed)
     known = _SUMS.get(shape)
     if known is None:
         if len(_SUMS) >= _SUMS_SIZE:
             _SUMS.clear()
         known = _SUMS[shape] = (_sums(listed), [healthy for _, _, _, healthy in listed])  # the ids stay taken
-    types, sums, gpus = known[0]
-    meta = (device or {}).get("metadata") or {}
-    return DeviceTotals(types, sums, sums, gpus, dict(meta.get("labels") or {}),
-                        dict(meta.get("annotations") or {}))
+    return known[0]
 
 
-def _sums(listed: list[tuple[str, int, bool, dict[str, int]]]) -> _Sums:
+def _sums(listed: _Listed) -> _Sums:
     """(types, summed totals per type, (healthy, free) per GPU by minor) of unused devices; a later entry of the
     same type and minor replaces an earlier one, as parse_devices does."""
     by_type: dict[str, dict[int, dict[str, int]]] = {}

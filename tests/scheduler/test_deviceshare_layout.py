@@ -113,16 +113,6 @@ def _place(objects: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[tu
     return out
 
 
-def _afresh(self: DeviceShare, st: NodeDeviceState, plan: Any, labels: dict[str, str], types: list[str],
-            numa: frozenset[int] | None) -> Any:
-    return self.allocator.allocate_within(st, plan, labels, types, numa)
-
-
-def _parsed_afresh(device: Any) -> Any:
-    devices, ids, _ = device_state._parse(device)
-    return device_state.DeviceLayout(devices), ids
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_reuse_places_and_allocates_as_afresh(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
@@ -136,13 +126,12 @@ def test_reuse_places_and_allocates_as_afresh(seed: int, monkeypatch: pytest.Mon
         return counted(self, *args, **kwargs)
 
     monkeypatch.setattr(Allocator, "allocate_within", counting)
-    device_state._LAYOUTS.clear()
     reused = _place(objects, pods)
     with_reuse = len(calls)
     calls.clear()
-    with monkeypatch.context() as m:
-        m.setattr(DeviceShare, "_unused_allocation", _afresh)
-        m.setattr(device_state, "device_layout", _parsed_afresh)
+    with monkeypatch.context() as m:  # every node parsed and allocated on afresh
+        m.setattr(NodeDeviceState, "unused", lambda self: False)
+        m.setattr(device_state, "device_layout", device_state.parse_layout)
         afresh = _place(objects, pods)
     assert reused == afresh
     assert sum(node is not None for node, _, _ in reused) >= 30
@@ -199,7 +188,6 @@ PAIRS = [
 @pytest.mark.parametrize(("what", "x", "y", "requests"), PAIRS, ids=[p[0] for p in PAIRS])
 def test_an_allocation_is_taken_only_where_it_is_the_same(what: str, x: list[dict[str, Any]],
                                                            y: list[dict[str, Any]], requests: dict[str, str]) -> None:
-    device_state._LAYOUTS.clear()
     annotations = JOINT if "koordinator.sh/rdma" in requests else {}
     pod = _pod("p", {"cpu": "1", **requests}, annotations=annotations)
     objects = x + y
@@ -224,15 +212,13 @@ def _state(device: dict[str, Any]) -> NodeDeviceState:
 
 
 def test_equal_lists_share_one_parse_with_their_own_ids() -> None:
-    device_state._LAYOUTS.clear()
     a, b, c = _state(_cr("a")), _state(_cr("b")), _state(_cr("c"))
-    assert b.devices is c.devices and b.layout is c.layout  # the first parse of a map of strings remembers it
+    assert b.devices is c.devices and b.layout is c.layout  # remembered by the first two parses at the latest
     assert (a.ids, b.ids, c.ids) == ({("gpu", 0): "a-gpu"}, {("gpu", 0): "b-gpu"}, {("gpu", 0): "c-gpu"})
     assert a.devices == b.devices == parse_devices(_cr("z"))
 
 
 def test_values_of_another_type_are_parsed_on_their_own() -> None:
-    device_state._LAYOUTS.clear()
     _state(_cr("a"))
     b = _state(_cr("b"))
     odd = _state(_cr("odd", minor=0.0))  # equal to 0, not the same JSON value: never taken for the list above
@@ -240,7 +226,6 @@ def test_values_of_another_type_are_parsed_on_their_own() -> None:
 
 
 def test_an_entry_left_out_is_logged_for_every_node(caplog: pytest.LogCaptureFixture) -> None:
-    device_state._LAYOUTS.clear()
     with caplog.at_level(logging.WARNING, logger="scheduler.deviceshare.state"):
         for name in ("a", "b", "c"):
             st = _state(_cr(name, core="lots"))
