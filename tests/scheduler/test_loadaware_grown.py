@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_loadaware import NOW, node, nodemetric, pod, pod_metric
 
-from scheduler.cluster import NodeInfo, build_cluster
+from scheduler.cluster import NodeInfo, build_cluster, is_reserve_pod
 from scheduler.plugins.loadaware import LoadAware, LoadAwareArgs
 from scheduler.plugins.loadaware_facts import NodeLoads
 
@@ -35,11 +35,22 @@ def _pod(rng: random.Random, name: str) -> dict[str, Any]:
     return p
 
 
-def _same(loads: NodeLoads, plugin: LoadAware, n: NodeInfo) -> None:
-    got = loads.get(n)
+def _same(loads: NodeLoads, plugin: LoadAware, n: NodeInfo, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The node's load equals one counted afresh; how many of its pods the load looked at (PodEstimates.entry)."""
+    looked: list[str] = []
+    entry = plugin.pods.entry
+
+    def counting(pod: dict[str, Any], pod_key: str | None = None) -> Any:
+        looked.append(pod_key or "")
+        return entry(pod, pod_key)
+
+    with monkeypatch.context() as m:
+        m.setattr(plugin.pods, "entry", counting)
+        got = loads.get(n)
     fresh = NodeLoads(plugin.resources, plugin.pods, plugin.args.prod_usage_include_sys).get(n)
     assert got is not None and fresh is not None
     assert {f: getattr(got, f) for f in FIELDS} == {f: getattr(fresh, f) for f in FIELDS}
+    return len(looked)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -50,21 +61,13 @@ def test_a_grown_load_equals_one_counted_afresh(seed: int, monkeypatch: pytest.M
     n = c.nodes["n1"]
     plugin = LoadAware(LoadAwareArgs(prod_usage_include_sys=True), now=lambda: NOW)
     loads = plugin.loads
-    built: list[str] = []
-    build = NodeLoads._build
-
-    def counting(self: NodeLoads, *args: Any) -> Any:
-        if self is loads:
-            built.append("x")
-        return build(self, *args)
-
-    monkeypatch.setattr(NodeLoads, "_build", counting)
-    _same(loads, plugin, n)
-    gets = 0
+    _same(loads, plugin, n, monkeypatch)
+    grown = 0
     for step in range(40):
         action = rng.random()
         present = list(n.pods)
-        if action < 0.6 or not present:  # a placement
+        placement = action < 0.6 or not present
+        if placement:
             n.add_pod(_pod(rng, f"{rng.choice(names)}-{step}"))
         elif action < 0.75:  # a pod deleted
             n.remove_pod(rng.choice(present))
@@ -82,6 +85,11 @@ def test_a_grown_load_equals_one_counted_afresh(seed: int, monkeypatch: pytest.M
         else:  # a new NodeMetric, reporting other pods
             reported = rng.sample([k.split("/", 1)[1] for k in n.pods] or names, min(2, len(n.pods) or 2))
             n.nodemetric = _metric(reported, age=rng.choice([5, 90]))
-        _same(loads, plugin, n)
-        gets += 1
-    assert len(built) < gets * 2 // 3  # most placements grew the load by their pod
+        looked = _same(loads, plugin, n, monkeypatch)
+        running = [k for k, p in n.pods.items() if not is_reserve_pod(p)]  # a reserve pod is not looked at
+        if placement:  # the load before plus the pod placed: that pod looked at alone
+            assert looked == (1 if running and running[-1] == next(reversed(n.pods)) else 0)
+            grown += 1
+        elif len(running) > 1:
+            assert looked == len(running)  # anything else: every pod counted afresh
+    assert grown >= 15
