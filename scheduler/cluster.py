@@ -102,6 +102,13 @@ def cycle_requests(pod: JSON) -> Iterator[None]:
         _cycle_requests = before
 
 
+def cycle_of(pod: JSON) -> object | None:
+    """A token of the scheduling cycle under way for this pod (the same object all through one cycle, another in
+    the next), None outside its cycle: what a plugin derives from the pod alone may be kept for the cycle."""
+    current = _cycle_requests
+    return current if current[0] is pod else None
+
+
 def pod_requests(pod: JSON) -> dict[str, int]:
     """Effective requests as kube-scheduler computes them (apis.core.resources.pod_requests: sidecars, init
     maxima, overhead, pod-level resources), deprecated device names renamed; InvalidInput (QuantityError) when

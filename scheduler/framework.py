@@ -95,6 +95,8 @@ class Profile:
         self.filter_vectors = tuple(f if isinstance(f, VectorFilterPlugin) else None for f in self.filters)
         self.score_vectors = tuple(s if isinstance(s, VectorScorePlugin) else None for s in self.scorers)
         self.normalizers = tuple(s if isinstance(s, NormalizeScorePlugin) else None for s in self.scorers)
+        # per scorer, a uniform raw score → its normalized value (NormalizeScore is a function of its arguments)
+        self.uniform_normalized: tuple[dict[int, int], ...] = tuple({} for _ in self.scorers)
         self.prescorers = tuple(s for s in self.scorers if isinstance(s, PreScorePlugin))
         self.prefilters = tuple(p for p in plugins if isinstance(p, PreFilterPlugin))
         self.node_narrowers = tuple(p for p in plugins if isinstance(p, PreFilterNodesPlugin))
@@ -548,7 +550,13 @@ class Cycle:
             v = vs.score_vector(pod, index) if vs is not None else None
             if isinstance(v, int):
                 if norm is not None:
-                    v = int(norm.normalize(np.array([v], dtype=np.int64), v)[0])
+                    memo = profile.uniform_normalized[j]
+                    normalized = memo.get(v)
+                    if normalized is None:
+                        if len(memo) >= 64:
+                            memo.clear()
+                        normalized = memo[v] = int(norm.normalize(np.array([v], dtype=np.int64), v)[0])
+                    v = normalized
                 clock.plugin(s.name, "Score")
                 same = s.weight * max(0, min(100, v))
                 uniform += same

@@ -170,7 +170,8 @@ class PreScorePlugin(Protocol):
 class NormalizeScorePlugin(Protocol):
     """ScoreExtensions.NormalizeScore: the plugin's raw scores rescaled to 0..100 against `top`, the largest raw
     score among the nodes that pass Filter (TaintToleration, NodeAffinity: only the maximum matters); its `score`
-    and `score_vector` give the raw figures."""
+    and `score_vector` give the raw figures. A function of its arguments alone: the framework keeps what it gives
+    for a uniform score."""
 
     def normalize(self, scores: IntArray, top: int) -> IntArray: ...
 

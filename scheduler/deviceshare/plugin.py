@@ -17,10 +17,13 @@ from apis.extension.device_share import (
     ANNOTATION_GPU_PARTITION_SPEC,
     ANNOTATION_GPU_PARTITIONS,
     LABEL_GPU_ISOLATION_PROVIDER,
+    LABEL_GPU_MODEL,
+    LABEL_GPU_PARTITION_POLICY,
+    LABEL_GPU_VENDOR,
     LABEL_SECONDARY_DEVICE_WELL_PLANNED,
 )
 from apis.scheduling.device import DEVICE_TYPE_GPU, DEVICE_TYPES
-from scheduler.cluster import Cluster, NodeInfo, key, pod_requests
+from scheduler.cluster import Cluster, NodeInfo, cycle_of, key, pod_requests
 from scheduler.config.args import DeviceShareArgs
 from scheduler.deviceshare.allocator import (
     LEAST_ALLOCATED,
@@ -28,7 +31,14 @@ from scheduler.deviceshare.allocator import (
     Scorer,
 )
 from scheduler.deviceshare.requests import RESOURCE_NAMES, InvalidDeviceRequest, PodPlan, instances, plan_pod
-from scheduler.deviceshare.state import Allocations, DeviceState, DeviceTotals, NodeDeviceState, encode_allocations
+from scheduler.deviceshare.state import (
+    Allocation,
+    Allocations,
+    DeviceState,
+    DeviceTotals,
+    NodeDeviceState,
+    encode_allocations,
+)
 from scheduler.deviceshare.templates import (
     ERR_NO_TEMPLATE,
     Catalog,
@@ -63,6 +73,8 @@ _GPU_COLUMNS = {r: c for c, r in enumerate(RESOURCE_NAMES[DEVICE_TYPE_GPU])}
 # whose device plugins need the adapter's annotations
 _ADAPTED_VENDORS = (VENDOR_HUAWEI, VENDOR_CAMBRICON, VENDOR_METAX)
 _PLANS_SIZE = 256  # distinct pod shapes whose plans are kept; a cluster's pods repeat a few
+_ALLOCATIONS_SIZE = 64  # allocations kept per device layout (see DeviceShare._unused_allocation)
+_ALLOCATOR_LABELS = (LABEL_GPU_VENDOR, LABEL_GPU_MODEL, LABEL_GPU_PARTITION_POLICY)  # what the allocator reads
 
 
 def _utcnow() -> dt.datetime:
@@ -77,6 +89,12 @@ def _gpu_row(free: dict[str, int]) -> list[int]:
         if c is not None:
             row[c] = v
     return row
+
+
+def _copied(allocs: Allocations) -> Allocations:
+    """A copy its holder may change without changing `allocs`."""
+    return {t: [Allocation(a.minor, dict(a.resources), list(a.vfs), a.template) for a in items]
+            for t, items in allocs.items()}
 
 
 def _per_device(plan: PodPlan, dtype: str) -> dict[str, int]:
@@ -124,6 +142,7 @@ class DeviceShare:
         self._pod: JSON | None = None
         self._fingerprint: tuple[object, ...] = ()
         self._plan: PodPlan | InvalidDeviceRequest | None = None
+        self._plan_cycle: object | None = None  # the cycle (cluster.cycle_of) `_plan` was last checked in
         self._plans: dict[tuple[object, ...], PodPlan] = {}  # see plan: pods of one shape share one (read only)
         self._fits: dict[str, tuple[Any, bool, Allocations]] = {}  # node → ((state version, NUMA), complete, result)
         # Per-node counters over NodeIndex rows for the vector stage, refreshed for changed nodes only.
@@ -139,6 +158,7 @@ class DeviceShare:
         self._gpu_ok: BoolArray = np.zeros((0, 0), dtype=np.bool_)  # [node, k-th GPU] healthy
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
+        self._filled: list[DeviceTotals | None] = []  # what each row was last filled from (see _fill)
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
         self._shaped: tuple[Any, PodPlan | None, tuple[object, ...]] = (None, None, ())  # the last prefilter_shape
 
@@ -180,6 +200,12 @@ class DeviceShare:
     def plan(self, pod: JSON) -> PodPlan:
         """The pod's normalised device requests (cached for the current pod, and shared by the pods of one shape:
         the same requests, device annotations and templates); raises InvalidDeviceRequest."""
+        cycle = cycle_of(pod)
+        if (cycle is not None and cycle is self._plan_cycle and pod is self._pod and self._plan is not None
+                and self._fingerprint[-1] == self._catalog_version):
+            if isinstance(self._plan, InvalidDeviceRequest):  # asked again in the pod's own cycle: unchanged
+                raise self._plan
+            return self._plan
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         fp = (*(annotations.get(a) for a in (ANNOTATION_DEVICE_ALLOCATE_HINT, ANNOTATION_DEVICE_JOINT_ALLOCATE,
                                              ANNOTATION_GPU_PARTITION_SPEC)),
@@ -201,6 +227,7 @@ class DeviceShare:
                         self._plans.clear()
                     self._plan = self._plans[shape] = plan
             self._pod, self._fingerprint, self._fits = pod, fp, {}
+        self._plan_cycle = cycle
         if isinstance(self._plan, InvalidDeviceRequest):
             raise self._plan
         return self._plan
@@ -224,8 +251,32 @@ class DeviceShare:
         cached = self._fits.get(node.name)
         if cached is not None and cached[0] == stamp and (cached[1] or not complete):
             return cached[2]
-        allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
+        if not preferred and st.unused():  # no device held on the node: its layout's allocation
+            allocs = self._unused_allocation(st, plan, node.labels, types, numa)
+        else:
+            allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
         self._fits[node.name] = (stamp, len(types) == len(plan.requests), allocs)
+        return allocs
+
+    def _unused_allocation(self, st: NodeDeviceState, plan: PodPlan, labels: dict[str, str], types: list[str],
+                           numa: frozenset[int] | None) -> Allocations:
+        """The allocator's answer on a node none of whose devices is held, kept per layout: there it depends
+        only on the layout, the plan, the types, the NUMA nodes and the labels the allocator reads (vendor, model,
+        partition policy of the Node and the Device CR, the CR's partition table). Each caller gets its own copy.
+        A node whose partition table was read before (possibly under other labels) is allocated afresh."""
+        if st.partition_cache is not None:
+            return self.allocator.allocate_within(st, plan, labels, types, numa)
+        memo = st.layout.allocations
+        at = (id(plan), tuple(types), numa, *(labels.get(k) for k in _ALLOCATOR_LABELS),
+              *(st.labels.get(k) for k in _ALLOCATOR_LABELS), st.annotations.get(ANNOTATION_GPU_PARTITIONS))
+        kept = memo.get(at)
+        if kept is not None and kept[0] is plan:
+            _, allocs, st.partition_cache, st.topology_cache = kept
+            return _copied(allocs)
+        allocs = self.allocator.allocate_within(st, plan, labels, types, numa)  # raises Unschedulable: not kept
+        if len(memo) >= _ALLOCATIONS_SIZE:
+            memo.clear()
+        memo[at] = (plan, _copied(allocs), st.partition_cache, st.topology_cache)  # the plan held: its id stays
         return allocs
 
     def numa_hints(self, pod: JSON, node: NodeInfo, numa_nodes: list[int]) -> tuple[str, list[Any]] | None:
@@ -398,6 +449,7 @@ class DeviceShare:
             free.append(got[1])
         self._gpu_ok = np.array(ok, dtype=np.bool_).reshape(n, width)
         self._gpu_free = np.array(free, dtype=np.int64).reshape(n, width, cols)
+        self._filled = list(nodes)
 
     def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any],
                  one: Callable[[int], Any] | None = None) -> Any:
@@ -412,14 +464,20 @@ class DeviceShare:
 
     def _fill(self, i: int, d: DeviceTotals) -> None:
         # rows are assigned from lists: one numpy call per row rather than one per element; a type the node had
-        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums)
+        # no device of before nor has now keeps its zero rows (a type outside `types` has empty sums). What the
+        # row was filled from last is held, so what is the same object now is not written again: the summed
+        # totals are shared and never changed (a layout's, unused_totals'), a GPU's free map is replaced when it
+        # changes (NodeDeviceState._refresh_free) — a placement rewrites one GPU, not eight.
+        was, self._filled[i] = self._filled[i], d
+        same_totals = was is not None and d.total_sum is was.total_sum
         for t in DEVICE_TYPES:
             has = t in d.types
             if not has and not self._has[t][i]:
                 continue
+            if not (same_totals and self._has[t][i] == has):
+                self._total[t][i] = [d.total_sum.get(t, {}).get(r, 0) for r in self._weighted]
             self._has[t][i] = has
-            totals, free = d.total_sum.get(t, {}), d.free_sum.get(t, {})
-            self._total[t][i] = [totals.get(r, 0) for r in self._weighted]
+            free = d.free_sum.get(t, {})
             self._free[t][i] = [free.get(r, 0) for r in self._weighted]
         self._planned[i] = d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
         self._table[i] = bool(d.annotations.get(ANNOTATION_GPU_PARTITIONS))
@@ -427,6 +485,13 @@ class DeviceShare:
             grow = len(d.gpus) - self._gpu_ok.shape[1]
             self._gpu_ok = np.pad(self._gpu_ok, ((0, 0), (0, grow)))
             self._gpu_free = np.pad(self._gpu_free, ((0, 0), (0, grow), (0, 0)))
+        if was is not None and len(was.gpus) == len(d.gpus):
+            for k, ((healthy, free), (was_healthy, was_free)) in enumerate(zip(d.gpus, was.gpus, strict=True)):
+                if free is not was_free:
+                    self._gpu_free[i, k] = _gpu_row(free)
+                if healthy != was_healthy:
+                    self._gpu_ok[i, k] = healthy
+            return
         pad = self._gpu_ok.shape[1] - len(d.gpus)  # whole rows, padded: two numpy calls for the GPUs
         self._gpu_ok[i] = [healthy for healthy, _ in d.gpus] + [False] * pad
         self._gpu_free[i] = [_gpu_row(free) for _, free in d.gpus] + [[0] * len(_GPU_COLUMNS)] * pad
@@ -490,7 +555,7 @@ class DeviceShare:
         return self._prefilter_rows(plan, rows)
 
     def _prefilter_row(self, plan: PodPlan, i: int) -> bool:
-        """`_prefilter_rows` of one row, in Python."""
+        """`_prefilter_rows` of one row, in Python (the GPUs counted until enough of them fit)."""
         gpu_only = self._gpu_only(plan)
         planned = bool(self._planned[i])
         ok = True
@@ -498,13 +563,16 @@ class DeviceShare:
             cond = t in self._has and bool(self._has[t][i])
             if cond and t == DEVICE_TYPE_GPU and plan.gpu is not None and not self._table[i]:
                 wants = [(_GPU_COLUMNS.get(r), v) for r, v in plan.gpu.per_gpu.items()]
-                if any(c is None and v > 0 for c, v in wants):
-                    fitting = 0
-                else:
-                    fitting = sum(1 for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(),
-                                                             strict=True)
-                                  if healthy and all(free[c] >= v for c, v in wants if c is not None))
-                cond = fitting >= plan.gpu.count
+                need = plan.gpu.count
+                fitting = 0
+                if not any(c is None and v > 0 for c, v in wants):
+                    asked = [(c, v) for c, v in wants if c is not None]
+                    for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(), strict=True):
+                        if healthy and all(free[c] >= v for c, v in asked):
+                            fitting += 1
+                            if fitting >= need:
+                                break
+                cond = fitting >= need
             ok = ok and ((cond or planned) if gpu_only and t != DEVICE_TYPE_GPU else cond)
         return ok
 

@@ -18,10 +18,10 @@ from scheduler.elasticquota.model import (
     QuotaSpec,
     Resources,
     add,
+    add_non_negative,
     equal,
     is_zero,
     mask,
-    non_negative,
     resource_json,
     sub,
 )
@@ -185,13 +185,13 @@ class GroupQuotaManager:
         """recursiveUpdateGroupTreeWithDeltaRequest: each level passes on the change of its limited request."""
         for i, q in enumerate(path):
             old_limit = q.limited_request()
-            q.request = non_negative(add(q.request, delta))
-            q.non_preemptible_request = non_negative(add(q.non_preemptible_request, np_delta))
+            q.request = add_non_negative(q.request, delta)
+            q.non_preemptible_request = add_non_negative(q.non_preemptible_request, np_delta)
             if i == self_index:
-                q.self_request = non_negative(add(q.self_request, delta))
+                q.self_request = add_non_negative(q.self_request, delta)
             if q.name == ROOT_QUOTA:
                 return
-            q.child_request = non_negative(add(q.child_request, delta))
+            q.child_request = add_non_negative(q.child_request, delta)
             real = dict(q.child_request)
             if not q.allow_lent:  # a quota that does not lend asks for at least its min
                 for k, v in q.min.items():
@@ -205,10 +205,10 @@ class GroupQuotaManager:
 
     def _propagate_used(self, name: str, delta: Resources, np_delta: Resources) -> None:
         for i, q in enumerate(self._path(name)):
-            q.used = non_negative(add(q.used, delta))
-            q.non_preemptible_used = non_negative(add(q.non_preemptible_used, np_delta))
+            q.used = add_non_negative(q.used, delta)
+            q.non_preemptible_used = add_non_negative(q.non_preemptible_used, np_delta)
             if i == 0:
-                q.self_used = non_negative(add(q.self_used, delta))
+                q.self_used = add_non_negative(q.self_used, delta)
         if self.guarantee_usage:
             self._propagate_allocated(self._path(name), mask(delta, self.calcs[ROOT_QUOTA].keys))
         if name in (SYSTEM_QUOTA, DEFAULT_QUOTA):
@@ -219,7 +219,7 @@ class GroupQuotaManager:
         max(allocated, min) and passes the change of its guarantee on to its parent."""
         for q in path:
             old = q.guaranteed
-            q.allocated = non_negative(add(q.allocated, delta))
+            q.allocated = add_non_negative(q.allocated, delta)
             if q.name == ROOT_QUOTA:
                 return
             guaranteed = dict(q.allocated)

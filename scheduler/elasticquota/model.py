@@ -70,6 +70,17 @@ def non_negative(a: Mapping[str, int]) -> Resources:
     return {k: max(v, 0) for k, v in a.items()}
 
 
+def add_non_negative(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    """non_negative(add(a, b)) in one new map (the tree's accounting does this at every level for every pod)."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    for k, v in out.items():
+        if v < 0:
+            out[k] = 0
+    return out
+
+
 def mask(a: Mapping[str, int], keys: Iterable[str]) -> Resources:
     return {k: a[k] for k in keys if k in a}
 

@@ -261,43 +261,65 @@ class NodeLoads:
             return None
         status = nm.get("status") or {}
         last = next(reversed(node.pods), None) if node.pods else None
-        stamp = (id(nm), status.get("updateTime"), id(node.obj), len(node.pods), last)
+        # the generation: a pod replaced under its key changes neither the count nor the last key
+        stamp = (id(nm), status.get("updateTime"), id(node.obj), len(node.pods), last, node.generation)
         load = self._nodes.get(node.name)
         if load is None or load.stamp != stamp:
-            load = self._nodes[node.name] = self._build(node, nm, stamp)
+            grown = self._grown(node, nm, stamp, load) if load is not None else None
+            load = self._nodes[node.name] = grown if grown is not None else self._build(node, nm, stamp)
         return load
 
     def _build(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...]) -> NodeLoad:
         m = self._metric_facts(node, nm, stamp[1])
-        usages, prod_usages, ut, report_interval = m.usages, m.prod_usages, m.update_time or 0.0, m.report_interval
         zero = dict.fromkeys(self.resources, 0)
         node_delta, node_est, prod_usage, prod_delta = dict(zero), dict(zero), dict(zero), dict(zero)
-        entry = self.pods.entry
         for k, pod in node.pods.items():
-            if is_reserve_pod(pod):
-                continue  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
-            e = entry(pod, k)
-            _add(node_est, e.estimated)
-            reported = usages.get(k) if usages else None
-            if reported is None and not prod_usages:  # the usual case, spelled out: unreported counts in full
-                for r, v in e.estimated.items():
-                    if r in node_delta and v > 0:
-                        node_delta[r] += v
-                        if e.prod:
-                            prod_delta[r] += v
-                continue
-            if _is_delta(e, reported, ut, report_interval):
-                _add_delta(node_delta, e.estimated, reported)
-            if e.prod:
-                reported = prod_usages.get(k)
-                if reported is not None:
-                    _add(prod_usage, reported)
-                if _is_delta(e, reported, ut, report_interval):
-                    _add_delta(prod_delta, e.estimated, reported)
+            self._count(m, k, pod, node_delta, node_est, prod_usage, prod_delta)
         if m.system_usage is not None:
             _add(prod_usage, m.system_usage)
         return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
                         prod_usage, prod_delta, m.thresholds)
+
+    def _grown(self, node: NodeInfo, nm: JSON, stamp: tuple[object, ...], was: NodeLoad) -> NodeLoad | None:
+        """`was` plus the one pod added since (a placement), when that is all that changed: the same NodeMetric,
+        updateTime and Node, one pod more and one change of the node (NodeInfo.generation: a new allocatable is one
+        too) — every pod counts on its own, so this equals `_build`. None otherwise."""
+        if (stamp[:3] != was.stamp[:3] or stamp[3] != was.stamp[3] + 1  # type: ignore[operator]
+                or stamp[5] != was.stamp[5] + 1):  # type: ignore[operator]
+            return None
+        m = self._metric_facts(node, nm, stamp[1])
+        k = next(reversed(node.pods))  # the pod added
+        node_delta, node_est = dict(was.node_delta), dict(was.node_estimated)
+        prod_usage, prod_delta = dict(was.prod_usage), dict(was.prod_delta)
+        self._count(m, k, node.pods[k], node_delta, node_est, prod_usage, prod_delta)
+        return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
+                        prod_usage, prod_delta, m.thresholds)
+
+    def _count(self, m: _MetricFacts, k: str, pod: JSON, node_delta: Vector, node_est: Vector, prod_usage: Vector,
+               prod_delta: Vector) -> None:
+        """Add one of the node's pods to its load's sums."""
+        if is_reserve_pod(pod):
+            return  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
+        e = self.pods.entry(pod, k)
+        _add(node_est, e.estimated)
+        usages, prod_usages = m.usages, m.prod_usages
+        reported = usages.get(k) if usages else None
+        if reported is None and not prod_usages:  # the usual case, spelled out: unreported counts in full
+            for r, v in e.estimated.items():
+                if r in node_delta and v > 0:
+                    node_delta[r] += v
+                    if e.prod:
+                        prod_delta[r] += v
+            return
+        ut, report_interval = m.update_time or 0.0, m.report_interval
+        if _is_delta(e, reported, ut, report_interval):
+            _add_delta(node_delta, e.estimated, reported)
+        if e.prod:
+            reported = prod_usages.get(k)
+            if reported is not None:
+                _add(prod_usage, reported)
+            if _is_delta(e, reported, ut, report_interval):
+                _add_delta(prod_delta, e.estimated, reported)
 
     def _metric_facts(self, node: NodeInfo, nm: JSON, update_time: object) -> _MetricFacts:
         """What a node's load takes from its NodeMetric and Node objects, read again only when one of them is

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.cluster import cycle_requests
 from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.deviceshare.requests import (
     DeviceHint,
@@ -166,3 +167,20 @@ def test_pods_of_one_shape_share_a_plan_and_any_difference_gets_its_own() -> Non
     for name in ("g", "h"):  # a refused shape is refused for every pod of it
         with pytest.raises(InvalidDeviceRequest, match="device-allocate-hint"):
             ds.plan(_gpu_pod(name, whole, bad))
+
+
+def test_a_pods_plan_is_kept_for_its_cycle_and_read_again_in_the_next() -> None:
+    ds = DeviceShare()
+    pod = _gpu_pod("a", {"cpu": "1", "koordinator.sh/gpu": "100", "koordinator.sh/rdma": "1"})
+    with cycle_requests(pod):
+        first = ds.plan(pod)
+        pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-joint-allocate"] = \
+            '{"deviceTypes":["gpu","rdma"]}'
+        assert ds.plan(pod) is first and first.joint_types == []  # a pod is not changed during its own cycle
+    with cycle_requests(pod):
+        assert ds.plan(pod).joint_types == ["gpu", "rdma"]  # the next cycle reads the annotation
+        pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocate-hint"] = "{nope"
+    with cycle_requests(pod), pytest.raises(InvalidDeviceRequest, match="device-allocate-hint"):
+        ds.plan(pod)
+    del pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocate-hint"]
+    assert ds.plan(pod).joint_types == ["gpu", "rdma"]  # outside a cycle the annotations are compared each time

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from apis.extension.device_allocated import DeviceAllocation, VirtualFunction, encode_device_allocations
 from scheduler.cluster import NodeInfo
 from scheduler.deviceshare.plugin import DeviceShare
 from scheduler.deviceshare.state import VF, Allocation, DeviceState, encode_allocations, read_allocations
@@ -114,3 +116,27 @@ def test_encode_matches_go_shape_and_round_trips() -> None:
     back = read_allocations(raw)
     assert back["gpu"][0].resources == allocs["gpu"][0].resources
     assert back["rdma"][0].vfs == allocs["rdma"][0].vfs
+
+
+def _direct(allocs: dict[str, list[Allocation]], ids: dict[tuple[str, int], str]) -> str:
+    """The annotation straight from the wire encoder, nothing remembered."""
+    return encode_device_allocations({t: [DeviceAllocation(a.minor, {r: Decimal(v) for r, v in a.resources.items()},
+                                                           ids.get((t, a.minor), ""),
+                                                           tuple(VirtualFunction(v.minor, v.bus_id) for v in a.vfs),
+                                                           a.template) for a in items] for t, items in allocs.items()})
+
+
+@pytest.mark.parametrize("ids", [
+    {("gpu", 0): "GPU-a", ("gpu", 1): "GPU-b", ("rdma", 1): "nic"},
+    {("gpu", 0): "GPU-c", ("gpu", 1): "", ("rdma", 1): "nic2"},  # an id not known: the key left out
+    {("gpu", 0): 'quote"and\\slash', ("gpu", 1): "GPU-ä\u2603", ("rdma", 1): "\x00"},  # escaped as json writes them
+    {},
+])
+def test_encoding_remembered_per_allocation_fills_in_each_nodes_ids(ids: dict[tuple[str, int], str]) -> None:
+    first = {"gpu": [Allocation(0, {CORE: 50, RATIO: 50, MEM: 8 * GI}), Allocation(1, {CORE: 50, RATIO: 50})],
+             "rdma": [Allocation(1, {"koordinator.sh/rdma": 1}, [VF(-1, "0000:09:00.2")], template="x")]}
+    for other in ({("gpu", 0): "GPU-z", ("gpu", 1): "GPU-y", ("rdma", 1): "nic-z"}, ids, {("gpu", 1): "GPU-0"}, ids):
+        assert encode_allocations(first, other) == _direct(first, other)
+    odd = {"rdma": [Allocation(0, {"koordinator.sh/rdma": 1}, [VF(-1, "\x000\x00")])]}  # looks like a placeholder
+    for other in ({("rdma", 0): "r0"}, {("rdma", 0): "r1"}, {}):
+        assert encode_allocations(odd, other) == _direct(odd, other)

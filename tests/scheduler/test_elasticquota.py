@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import yaml
 from scheduler.cli import main, simulate
 from scheduler.cluster import build_cluster
 from scheduler.elasticquota.manager import GroupQuotaManager
-from scheduler.elasticquota.model import QuotaSpec, validate_quotas
+from scheduler.elasticquota.model import QuotaSpec, add, add_non_negative, non_negative, validate_quotas
 from scheduler.elasticquota.runtime import redistribute
 
 from chartconfig import chart_config
@@ -300,3 +301,14 @@ def test_quota_refusal_is_not_preempted_for(tmp_path: Path) -> None:
     assert out["preemptions"] == []
     assert "Insufficient quotas, quotaName: qa" in out["placements"][0]["reason"]
     assert "not eligible: the job is refused by ElasticQuota" in out["placements"][0]["reason"]
+
+
+def test_add_non_negative_is_the_sum_clamped_at_zero() -> None:
+    rng = random.Random(5)
+    names = ["cpu", "memory", "pods", "koordinator.sh/gpu"]
+    for _ in range(200):
+        a = {k: rng.randint(0, 9) for k in rng.sample(names, rng.randint(0, 4))}
+        b = {k: rng.randint(-12, 9) for k in rng.sample(names, rng.randint(0, 4))}
+        got = add_non_negative(a, b)
+        assert got == non_negative(add(a, b)) and list(got) == list(non_negative(add(a, b)))
+        assert got is not a and all(v >= 0 for v in got.values())

@@ -175,7 +175,8 @@ def _mixed_device(name: str, gpus: int, rdma: bool, rng: random.Random) -> dict[
 
 def test_device_rows_refilled_in_place_equal_a_fresh_fill() -> None:
     """DeviceShare's per-node arrays, refilled row by row as Device CRs gain and lose types and GPUs and pods take
-    devices, answer every request shape as a DeviceShare filling them all at once from the same cluster."""
+    devices, answer every request shape as a DeviceShare filling them all at once from the same cluster — shapes
+    asked before (their changed rows recomputed) and a new one each step (every row read from the arrays)."""
     rng = random.Random(11)
     objects = _objects(rng, 16)
     sched = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
@@ -192,7 +193,9 @@ def test_device_rows_refilled_in_place_equal_a_fresh_fill() -> None:
             sched.schedule(_pod(step, rng.choice([0, 1, 3])))
         index = node_index(sched.cluster)
         fresh = DeviceShare()
-        for pod in asks:
+        new = _pod(800 + step, 1)  # a shape not asked before: answered from the arrays over every row
+        new["spec"]["containers"][0]["resources"]["requests"]["koordinator.sh/gpu-memory-ratio"] = str(10 + step)
+        for pod in [*asks, new]:
             kept = ds.prefilter_vector(pod, index), ds.score_vector(pod, index)  # type: ignore[attr-defined]
             whole = fresh.prefilter_vector(pod, index), fresh.score_vector(pod, index)
             assert kept[0] is not None and whole[0] is not None
