@@ -63,7 +63,7 @@ def _daemonset_rows(core_pct: float, rss_mib: float) -> list[tuple[str, str, str
     ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -79,7 +79,7 @@ def _loops(port: int) -> dict[str, tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -151,7 +151,7 @@ def main() -> int:
 def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path,
         extra: list[str]) -> tuple[float, float]:
     """One configuration's table; returns (daemon CPU as % of one core, the pread floor in ms)."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "koordlet", "run", "--host-root", "/", "--cgroup-root-dir", paths.cgroup_root,
            "--pods-dir", str(pods_dir), "--state-dir", str(tmp / "state"), "--node-name", "bench",
            "--addr", f"127.0.0.1:{port}", *extra]
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, tmp: Path,
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     opened: dict[str, int] = {}
     try:
-        _wait_ready(port, proc)
+        wait_ready(port, proc)
         time.sleep(args.warmup)
         stride = round(CONTAINER_INTERVAL_SECONDS)  # the daemon's collection interval is 1 s
         schedule = tick_files(paths, pods_dir, stride)

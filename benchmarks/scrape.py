@@ -13,6 +13,9 @@ once a period, all at the same moment (the herd; `Accept-Encoding: gzip`, as Pro
 p50/p99/max, timeouts (10 s, Prometheus' default), and the agent's CPU: % of one core, and above the idle window
 per collection tick, beside the in-process render floor. The scrapers are threads of this process: on a small
 machine their own CPU competes with the agent's, so latencies are an upper bound.
+
+Last, on the same cgroups, one scrape of the agent on bundled GPU snapshot nodes beside Debian's node_exporter scraping
+this host (benchmarks.scrape_compare).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from pathlib import Path
 import psutil
 from prometheus_client import generate_latest
 
+from benchmarks import scrape_compare
 from benchmarks.collection import bench_node, have_real_cgroups
-from benchmarks.daemon import _free_port, _wait_ready, stop_agent
+from benchmarks.daemon import free_port, stop_agent, wait_ready
 from koordlet.agent import Agent
 from koordlet.collectors.advisor import Latest
 from koordlet.collectors.cgroups import CgroupUsage
@@ -91,6 +95,7 @@ def main() -> int:
     ap.add_argument("--scrapers", default="1,20,50", help="concurrent scrapers against the real agent")
     ap.add_argument("--period", type=float, default=1.0, help="seconds between one scraper's scrapes")
     ap.add_argument("--window", type=float, default=12.0, help="seconds measured per number of scrapers")
+    scrape_compare.add_arguments(ap)
     args = ap.parse_args()
 
     latest = Latest()
@@ -125,7 +130,8 @@ def main() -> int:
     levels = [int(n) for n in args.scrapers.split(",")]
     with bench_node(args.pods, args.containers) as (paths, pods_dir, tmp):
         floor = render_floor(args, paths, pods_dir, tmp / "floor")
-        return under_load(args, paths.cgroup_root, pods_dir, tmp, levels, floor)
+        loaded = under_load(args, paths.cgroup_root, pods_dir, tmp, levels, floor)
+        return max(loaded, scrape_compare.compare(args, paths.cgroup_root, pods_dir, tmp / "compare"))
 
 
 def render_floor(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path) -> float:
@@ -152,7 +158,7 @@ def render_floor(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, sta
 
 def under_load(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: Path, levels: list[int],
                floor_ms: float) -> int:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "koordlet", "run", "--host-root", "/", "--cgroup-root-dir", cgroup_root,
            "--pods-dir", str(pods_dir), "--state-dir", str(tmp / "state"), "--node-name", "bench",
            "--addr", f"127.0.0.1:{port}"]
@@ -160,7 +166,7 @@ def under_load(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: 
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     results: list[tuple[int, Load]] = []
     try:
-        _wait_ready(port, proc)
+        wait_ready(port, proc)
         time.sleep(3.0)  # past the first ticks and the first report
         agent = psutil.Process(proc.pid)
         idle = Load.run(agent, port, 0, args.period, args.window)

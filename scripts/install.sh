@@ -23,9 +23,10 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 IMAGE_PACKAGES="python3 python3-venv ca-certificates iproute2 util-linux procps python3-bpfcc linux-headers-$ARCH"
 # Tests and benchmarks on top: python3-dev (wheels), openssl (test certificates), golang-go + the ttrpc sources
 # (the Go NRI/ttrpc peer of tests/nri), bcc's runqlat (bpfcc-tools) and bpftool (peers of the eBPF tests),
-# prometheus (the end-to-end scrape test and `make demo`).
+# prometheus (the end-to-end scrape test and `make demo`), prometheus-node-exporter (beside the agent in `make bench`'s
+# scrape benchmark).
 DEV_PACKAGES="$IMAGE_PACKAGES python3-dev openssl golang-go golang-github-containerd-ttrpc-dev bpfcc-tools bpftool"
-DEV_PACKAGES="$DEV_PACKAGES prometheus"
+DEV_PACKAGES="$DEV_PACKAGES prometheus prometheus-node-exporter"
 # kubectl renders deploy/ and the chart overlay (deploy/chart/, tests/test_deploy*.py; its kustomize). Debian's is
 # kubernetes-client; a kubectl already installed (another vendor's package, which owns /usr/bin/kubectl too) is kept.
 command -v kubectl >/dev/null 2>&1 || DEV_PACKAGES="$DEV_PACKAGES kubernetes-client"
