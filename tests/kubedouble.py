@@ -32,9 +32,10 @@ def emulate_status_subresource(km: kmock.KubernetesEmulator) -> None:
     km["put", kmock.resource(NM), kmock.subresource("status")] << put_status
 
 
-def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
+def emulate_put(km: kmock.KubernetesEmulator, resource: str, status_subresource: bool = False) -> None:
     """PUT <resource>/<name>: replace the stored object if resourceVersion matches (or is unset), bump it
-    (cluster-scoped or namespaced alike)."""
+    (cluster-scoped or namespaced alike). With `status_subresource` (a CRD declaring `subresources.status`), the
+    stored status is kept whatever the body says, as the API server does: only PUT .../status changes it."""
 
     def put(request: kmock.Request) -> Any:
         if request.subresource:
@@ -47,6 +48,10 @@ def emulate_put(km: kmock.KubernetesEmulator, resource: str) -> None:
             return kmock.Response(status=409, payload=status_failure(409, "the object has been modified"))
         updated = copy.deepcopy(request.data)
         updated.setdefault("metadata", {})["resourceVersion"] = str(int(have) + 1)
+        if status_subresource:
+            updated.pop("status", None)
+            if "status" in current:
+                updated["status"] = copy.deepcopy(current["status"])
         obj.history.append(updated)
         return kmock.Response(status=200, payload=updated)
 

@@ -34,7 +34,7 @@ def _in_cluster(kmock: kmock.KubernetesEmulator, monkeypatch: pytest.MonkeyPatch
     kmock.resources[JOBS] = {}
     kmock.resources["events.k8s.io/v1/events"] = {}
     emulate_status(kmock, JOBS)
-    emulate_put(kmock, JOBS)
+    emulate_put(kmock, JOBS, status_subresource=True)
     monkeypatch.setattr(controller, "RESYNC", 0.05)
     cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
     prof = cfg["profiles"][0]

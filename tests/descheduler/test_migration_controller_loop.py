@@ -41,7 +41,7 @@ async def ticking(kmock: kmock.KubernetesEmulator) -> tuple[ControllerLoop, list
     for res in SOURCES:
         kmock.resources[res] = {}
     emulate_status(kmock, JOBS)
-    emulate_put(kmock, JOBS)
+    emulate_put(kmock, JOBS, status_subresource=True)
     emulate_eviction(kmock)
     kmock.objects["v1/nodes", None, "n1"] = node("n1", 4000, 16 << 30, 110)
     kmock.objects["apps/v1/replicasets", "default", "rs-1"] = {

@@ -52,7 +52,7 @@ def km(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
     for res in ("v1/pods", PDBS, JOBS, RESERVATIONS, EVENTS):
         kmock.resources[res] = {}
     emulate_status(kmock, JOBS)
-    emulate_put(kmock, JOBS)
+    emulate_put(kmock, JOBS, status_subresource=True)
     emulate_eviction(kmock)
     return kmock
 

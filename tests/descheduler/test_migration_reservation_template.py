@@ -159,7 +159,7 @@ async def test_the_feature_gate_through_run(kmock: kmock.KubernetesEmulator, gat
     for res in (*RESOURCES, JOBS, RESERVATIONS, "events.k8s.io/v1/events"):
         kmock.resources[res] = {}
     emulate_status(kmock, JOBS)
-    emulate_put(kmock, JOBS)
+    emulate_put(kmock, JOBS, status_subresource=True)
     emulate_eviction(kmock)
     for n in ("n1", "n2"):
         kmock.objects["v1/nodes", None, n] = node(n, 4000, 16 << 30, 110)
