@@ -257,10 +257,14 @@ def before_after(targets: list[Target]) -> None:
         base = by_name.get(t.name.replace("koordlet ", "baseline ", 1)) if t.name.startswith("koordlet ") else None
         if base is None or not t.bodies or not base.bodies:
             continue
-        same = series_and_headers(t.bodies[-1]) == series_and_headers(base.bodies[-1])
+        mine, theirs = ({*series, *headers} for series, headers in (series_and_headers(x.bodies[-1])
+                                                                     for x in (t, base)))
         print(f"{t.name} ÷ baseline: CPU per scrape {t.cpu_ms_per_scrape / base.cpu_ms_per_scrape:.2f}× "
               f"({base.cpu_ms_per_scrape:.1f} → {t.cpu_ms_per_scrape:.1f} ms); same series and HELP/TYPE lines: "
-              f"{'yes' if same else 'NO'}")
+              f"{'yes' if mine == theirs else 'NO'}")
+        for label, lines in (("only here", mine - theirs), ("only in the baseline", theirs - mine)):
+            if lines:  # e.g. a loop's first run seen by one agent and not yet by the other
+                print(f"  {label}: " + ", ".join(ln.decode()[:100] for ln in sorted(lines)[:5]))
 
 
 def gpu_nodes(text: str) -> list[str]:
