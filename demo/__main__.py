@@ -8,25 +8,30 @@ import tempfile
 import time
 from pathlib import Path
 
-from demo.stack import NODE_NAME, running
+from demo.stack import NODES, running
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with tempfile.TemporaryDirectory(prefix="koordlet-demo-") as tmp, running(Path(tmp), interval="5s") as s:
+        agents = "\n".join(
+            f"  {n.name:<15} {s.agent_urls[n.name]}/metrics (pods: {', '.join(n.pods)})\n"
+            f"  {'':<15} {s.agent_urls[n.name]}/apis/scheduling.koordinator.sh/v1alpha1/devices/{n.name}"
+            for n in NODES)
         print(f"""
-koordlet demo: the agent on the simulated node {NODE_NAME} (8 GPUs, 4 RDMA NICs) plus this host's cgroups,
-scraped by Prometheus with deploy/prometheus/scrape-config.yaml and rules.yaml (work dir {tmp}).
+koordlet demo: one agent per simulated node ({", ".join(n.name for n in NODES)}: 8 GPUs each, 4 RDMA NICs on
+l20-pcie, GPU telemetry on h100-hgx) plus this host's cgroups, the example pods split between them, scraped by
+Prometheus with deploy/prometheus/scrape-config.yaml, rules.yaml and dcgm-rules.yaml (work dir {tmp}).
 
-  agent metrics   {s.agent_url}/metrics
-  Device CR       {s.agent_url}/apis/scheduling.koordinator.sh/v1alpha1/devices/{NODE_NAME}
-  NodeMetric      {s.agent_url}/apis/slo.koordinator.sh/v1alpha1/nodemetrics/{NODE_NAME}
+{agents}
   Prometheus      {s.prometheus_url}/graph
   targets         {s.prometheus_url}/targets
 
 Try in Prometheus (the first samples arrive within 10 s):
   koordlet_device_healthy
   koordlet_pod_gpu_core_usage_percent
+  koordlet_gpu_power_usage_watts
+  koordlet_pod_rdma_port_data_received_bytes_total
   gpu:koordlet_gpu_memory_used:ratio
   namespace:koordlet_pod_cpu_usage_seconds:sum_rate
   koordlet_agent_loop_last_success_timestamp_seconds

@@ -200,19 +200,126 @@ DEVICES = Dashboard("koordlet-devices.json", "koordlet-devices", "Koordinator / 
         p("Device health", q(f"koordlet_device_healthy{{{N}}}", "{{node}} {{type}} {{minor}}"), kind="table"),
         p("GPU memory allocatable", q(f'koordlet_device_allocatable{{{N}, resource="koordinator.sh/gpu-memory"}}',
                                       "{{node}} gpu {{minor}}"), unit="bytes"),
+        p("RDMA allocatable", q(f'koordlet_device_allocatable{{{N}, resource="koordinator.sh/rdma"}}',
+                                "{{node}} rdma {{minor}}"),
+          description="koordinator.sh/rdma of each NIC (100 a NIC); its VFs are on the RDMA dashboard."),
     )),
-    Row("GPUs", (
-        p("GPU memory used", q(f"gpu:koordlet_gpu_memory_used:ratio{{{N}}}", "{{node}} gpu {{gpu}}"),
-          unit="percentunit", description="Recording rule gpu:koordlet_gpu_memory_used:ratio."),
-        p("GPU SM utilisation", q(f"koordlet_gpu_core_usage_percent{{{N}}}", "{{node}} gpu {{gpu}}"),
-          unit="percent", description="NVML per-process utilisation, summed per GPU."),
-        p("GPU memory by pod", q(f"koordlet_pod_gpu_memory_used_bytes{{{N}}}",
-                                 "{{namespace}}/{{pod}} gpu {{gpu}}"), unit="bytes",
-          description="Pods sharing a GPU (koordinator.sh/gpu-memory) each show their own use."),
-        p("GPU SM utilisation by pod", q(f"koordlet_pod_gpu_core_usage_percent{{{N}}}",
-                                         "{{namespace}}/{{pod}} gpu {{gpu}}"), unit="percent"),
+))
+
+GPU = "{{node}} gpu {{gpu}}"  # dcgm-exporter's `gpu` label: the NVML index
+GPUS = Dashboard("koordlet-gpus.json", "koordlet-gpus", "Koordinator / GPUs", (
+    Row("GPUs per node", (
+        p("GPU utilisation", q(f"koordlet_gpu_utilization_percent{{{N}}}", GPU), unit="percent",
+          description="NVML's busy share of the last sample period (DCGM_FI_DEV_GPU_UTIL)."),
+        p("Framebuffer used", q(f"koordlet_gpu_framebuffer_used_bytes{{{N}}}", GPU + " {{GPU_I_PROFILE}}"),
+          unit="bytes", description="Device memory in use, MIG instances by profile (DCGM_FI_DEV_FB_USED)."),
+        p("Framebuffer used share",
+          q(f"koordlet_gpu_framebuffer_used_bytes{{{N}}} / (koordlet_gpu_framebuffer_used_bytes{{{N}}} + "
+            f"koordlet_gpu_framebuffer_free_bytes{{{N}}} + koordlet_gpu_framebuffer_reserved_bytes{{{N}}})", GPU),
+          unit="percentunit", description="Used over used + free + reserved, whole GPUs."),
+        p("GPU memory used by processes", q(f"gpu:koordlet_gpu_memory_used:ratio{{{N}}}", GPU),
+          unit="percentunit", description="Recording rule gpu:koordlet_gpu_memory_used:ratio (NVML's processes)."),
+        p("Temperature", q(f"koordlet_gpu_temperature_celsius{{{N}}}", GPU),
+          q(f"koordlet_gpu_memory_temperature_celsius{{{N}}}", GPU + " memory"), unit="celsius",
+          description="Alert KoordletGPUHot when the driver slows a GPU down for heat."),
+        p("Power", q(f"koordlet_gpu_power_usage_watts{{{N}}}", GPU), unit="watt"),
+        p("Energy used (from the counter)",
+          q(f"rate(koordlet_gpu_energy_joules_total{{{N}}}[{RATE}])", GPU), unit="watt",
+          description="Mean power over the interval from NVML's energy counter (Volta and newer)."),
+        p("Clocks", q(f"koordlet_gpu_sm_clock_hertz{{{N}}}", GPU + " SM"),
+          q(f"koordlet_gpu_memory_clock_hertz{{{N}}}", GPU + " memory"), unit="hertz"),
+        p("Clock slowdown reasons active",
+          q(f'koordlet_gpu_clocks_event_reason_active{{{N}, reason!="gpu_idle"}} == 1', GPU + " {{reason}}"),
+          kind="table", description="Why the driver holds the clocks down (power cap, thermal, power brake, ...)."),
+        p("PCIe throughput", q(f"koordlet_gpu_pcie_throughput_bytes_per_second{{{N}}}", GPU + " {{direction}}"),
+          unit="Bps", description="NVML's 20 ms sample, each GPU's read every 30 s or so."),
+        p("NVLink traffic", q(f"sum by (node, gpu, direction) "
+                              f"(rate(koordlet_gpu_nvlink_data_bytes_total{{{N}}}[{RATE}]))", GPU + " {{direction}}"),
+          unit="Bps"),
+        p("Encoder and decoder", q(f"koordlet_gpu_encoder_utilization_percent{{{N}}}", GPU + " encoder"),
+          q(f"koordlet_gpu_decoder_utilization_percent{{{N}}}", GPU + " decoder"), unit="percent"),
+    )),
+    Row("GPU errors", (
+        p("XID errors by code", q(f"sum by (node, gpu, xid) (increase(koordlet_gpu_xid_errors_total{{{N}}}"
+                                  f"[{RATE}]))", GPU + " XID {{xid}}"),
+          description="Every code NVML reported; alert KoordletGPUXidError for the hardware ones."),
+        p("Last XID", q(f"koordlet_gpu_last_xid{{{N}}}", GPU), kind="table",
+          description="The latest XID code since the agent started (0: none; DCGM_FI_DEV_XID_ERRORS)."),
+        p("ECC errors", q(f"sum by (node, gpu, scope, error) "
+                          f"(increase(koordlet_gpu_ecc_errors_total{{{N}}}[{RATE}]))", GPU + " {{scope}} {{error}}"),
+          description="Alert KoordletGPUUncorrectableECCErrors for volatile uncorrectable ones."),
+        p("Row remapping and retired pages",
+          q(f"koordlet_gpu_remapped_rows_total{{{N}}}", GPU + " remapped {{error}}"),
+          q(f"koordlet_gpu_row_remap_pending{{{N}}} == 1", GPU + " remap pending"),
+          q(f"koordlet_gpu_row_remap_failure{{{N}}} == 1", GPU + " remap failed"),
+          q(f"koordlet_gpu_retired_pages_total{{{N}}}", GPU + " retired {{cause}}"),
+          q(f"koordlet_gpu_retired_pages_pending{{{N}}} == 1", GPU + " retirement pending"), kind="table",
+          description="Alerts KoordletGPURowRemapFailed, KoordletGPURowRemapPending."),
+        p("PCIe replays", q(f"rate(koordlet_gpu_pcie_replays_total{{{N}}}[{RATE}])", GPU), unit="ops"),
+        p("NVLink errors", q(f"sum by (node, gpu, error) (increase(koordlet_gpu_nvlink_errors_total{{{N}}}"
+                             f"[{RATE}]))", GPU + " {{error}}")),
+    )),
+    Row("Pods on GPUs", (
+        p("GPU memory by pod", q(f"koordlet_pod_gpu_memory_used_bytes{{{N}}}", OURS + " gpu {{gpu}}"), unit="bytes",
+          description="From NVML's processes: pods sharing a GPU (koordinator.sh/gpu-memory) each show their own."),
+        p("GPU SM utilisation by pod", q(f"koordlet_pod_gpu_core_usage_percent{{{N}}}", OURS + " gpu {{gpu}}"),
+          unit="percent", description="NVML's per-process SM utilisation, summed over the pod's processes."),
         p("GPU memory by container", q(f"koordlet_container_gpu_memory_used_bytes{{{N}}}",
-                                       "{{namespace}}/{{pod}}/{{container}} gpu {{gpu}}"), unit="bytes", width=24),
+                                       OURS + "/{{container}} gpu {{gpu}}"), unit="bytes"),
+        p("Pods per GPU", q(f"count by (node, gpu) (koordlet_pod_gpu_memory_used_bytes{{{N}}})", GPU),
+          description="Pods with processes on each GPU: more than one is a shared GPU."),
+        p("GPU SM utilisation (all processes)", q(f"koordlet_gpu_core_usage_percent{{{N}}}", GPU), unit="percent",
+          description="NVML's per-process utilisation summed per GPU."),
+        p("GPUs held by one pod: utilisation and power",
+          q(f'koordlet_gpu_utilization_percent{{{N}, pod!=""}}', OURS + " gpu {{gpu}} %"),
+          q(f'koordlet_gpu_power_usage_watts{{{N}, pod!=""}}', OURS + " gpu {{gpu}} W"),
+          description="Device series carry the pod koord-scheduler allocated the whole GPU to (device-allocated)."),
+    )),
+))
+
+RDMA_PORT = "{{node}} {{device}}/{{port}}"
+RDMA = Dashboard("koordlet-rdma.json", "koordlet-rdma", "Koordinator / RDMA", (
+    Row("Ports", (
+        p("Port traffic", q(f"rate(koordlet_rdma_port_data_received_bytes_total{{{N}}}[{RATE}])",
+                            RDMA_PORT + " rx"),
+          q(f"rate(koordlet_rdma_port_data_transmitted_bytes_total{{{N}}}[{RATE}])", RDMA_PORT + " tx"),
+          unit="Bps", description="PFs and VFs alike (node_exporter's infiniband port_data counters)."),
+        p("Port packets", q(f"rate(koordlet_rdma_port_packets_received_total{{{N}}}[{RATE}])", RDMA_PORT + " rx"),
+          q(f"rate(koordlet_rdma_port_packets_transmitted_total{{{N}}}[{RATE}])", RDMA_PORT + " tx"), unit="pps"),
+        p("Port errors", q(f"rate(koordlet_rdma_port_errors_received_total{{{N}}}[{RATE}])",
+                           RDMA_PORT + " receive errors"),
+          q(f"rate(koordlet_rdma_port_discards_transmitted_total{{{N}}}[{RATE}])", RDMA_PORT + " transmit discards"),
+          q(f"rate(koordlet_rdma_symbol_error_total{{{N}}}[{RATE}])", RDMA_PORT + " symbol errors"),
+          q(f"increase(koordlet_rdma_link_downed_total{{{N}}}[{RATE}])", RDMA_PORT + " link down"), unit="ops"),
+        p("Congestion (RoCE)", q(f'rate(koordlet_rdma_hw_counter_total{{{N}, counter=~"np_cnp_sent|rp_cnp_handled|'
+                                 f'np_ecn_marked_roce_packets|out_of_buffer"}}[{RATE}])', RDMA_PORT + " {{counter}}"),
+          unit="ops", description="mlx5 hw_counters: CNPs sent and handled, ECN-marked packets, receive buffer "
+          "exhaustion."),
+        p("Port state", q(f"koordlet_rdma_state_id{{{N}}}", RDMA_PORT), kind="table",
+          description="4: active, 1: down (and physical_state_id 5: link up)."),
+        p("Link rate", q(f"koordlet_rdma_rate_bytes_per_second{{{N}}}", RDMA_PORT), unit="Bps", kind="table"),
+        p("Devices", q(f"koordlet_rdma_device_info{{{N}}}", "{{node}} {{device}} {{model}}"), kind="table",
+          description="PCI function, PF of a VF, model, firmware.", width=24),
+    )),
+    Row("Pods' VFs", (
+        p("VF traffic by pod", q(f"sum by (node, namespace, pod) "
+                                 f"(rate(koordlet_pod_rdma_port_data_received_bytes_total{{{N}}}[{RATE}]))",
+                                 OURS + " rx"),
+          q(f"sum by (node, namespace, pod) "
+            f"(rate(koordlet_pod_rdma_port_data_transmitted_bytes_total{{{N}}}[{RATE}]))", OURS + " tx"),
+          unit="Bps", description="The VFs koord-scheduler allocated to the pod (device-allocated rdma vfs)."),
+        p("VF packets by pod", q(f"sum by (node, namespace, pod) "
+                                 f"(rate(koordlet_pod_rdma_port_packets_received_total{{{N}}}[{RATE}]))",
+                                 OURS + " rx"),
+          q(f"sum by (node, namespace, pod) "
+            f"(rate(koordlet_pod_rdma_port_packets_transmitted_total{{{N}}}[{RATE}]))", OURS + " tx"), unit="pps"),
+        p("VF errors by pod", q(f"sum by (node, namespace, pod) "
+                                f"(rate(koordlet_pod_rdma_port_errors_received_total{{{N}}}[{RATE}]))",
+                                OURS + " receive errors"),
+          q(f"sum by (node, namespace, pod) "
+            f"(rate(koordlet_pod_rdma_port_discards_transmitted_total{{{N}}}[{RATE}]))", OURS + " transmit discards"),
+          unit="ops"),
+        p("Pods' VFs", q(f"koordlet_pod_rdma_device_info{{{N}}}", OURS + " {{device}} {{pci_bus_id}}"), kind="table"),
     )),
 ))
 
@@ -299,7 +406,7 @@ SCHEDULER = Dashboard("koord-scheduler.json", "koord-scheduler", "Koordinator / 
     )),
 ), variable=("instance", "label_values(scheduler_pending_pods, instance)"))
 
-DASHBOARDS = (NODE_AND_PODS, COLOCATION, QOS, DEVICES, AGENT, SCHEDULER)
+DASHBOARDS = (NODE_AND_PODS, COLOCATION, QOS, DEVICES, GPUS, RDMA, AGENT, SCHEDULER)
 
 
 def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:

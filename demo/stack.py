@@ -1,5 +1,6 @@
-"""The demo stack: example pods with real cgroups, an NVML snapshot whose processes are theirs, the agent, and
-Prometheus configured from deploy/ (Kubernetes discovery replaced by the DaemonSet pod's own labels)."""
+"""The demo stack: example pods with real cgroups, two simulated GPU nodes (one agent each, the pods split between
+them) whose NVML snapshots give the pods' processes GPU work, and Prometheus configured from deploy/ (Kubernetes
+discovery replaced by the DaemonSet pod's own labels)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,25 @@ from koordlet.health import Health
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-NODE_DIR = ROOT / "examples" / "nodes" / "l20-pcie"  # 8 L20 GPUs and 4 ConnectX NICs on their PCIe switches
-NODE_NAME = "l20-pcie"
 PODS_DIR = ROOT / "examples" / "pods"
-# GPU work given to the example pods' processes: (pod name, GPU index, SM %, memory bytes)
-GPU_WORK = (("web-0", 0, 60, 20 << 30), ("spark-executor-1", 1, 30, 8 << 30))
+
+
+@dataclass(frozen=True)
+class DemoNode:
+    name: str
+    dir: Path  # an examples/nodes/ tree: sys/ and nvml-snapshot.json
+    pods: tuple[str, ...]  # the files of examples/pods/ on this node (their device-allocated names its devices)
+
+
+NODES = (
+    # 8 L20 GPUs and 4 ConnectX-6 Dx NICs with 8 VFs each on their PCIe switches; no GPU telemetry (no real output)
+    DemoNode("l20-pcie", ROOT / "examples" / "nodes" / "l20-pcie", ("web.yaml",)),
+    # 8 H100 SXM, the telemetry of a real nvidia-smi -q; no RDMA NIC
+    DemoNode("h100-hgx", ROOT / "examples" / "nodes" / "h100-hgx-smi", ("batch.yaml",)),
+)
+NODE_NAME = NODES[0].name
+# GPU work given to the example pods' processes: (pod name, node, GPU index, SM %, memory bytes)
+GPU_WORK = (("web-0", "l20-pcie", 0, 60, 20 << 30), ("spark-executor-1", "h100-hgx", 1, 30, 8 << 30))
 
 
 def free_port() -> int:
@@ -71,13 +86,13 @@ def local_scrape_config(port: int, node: str, interval: str | None = None) -> di
     return config
 
 
-def gpu_snapshot(pids: dict[str, int]) -> dict[str, Any]:
-    """The node's NVML snapshot with GPU_WORK's processes running as the given pods' PIDs."""
-    snap: dict[str, Any] = json.loads((NODE_DIR / "nvml-snapshot.json").read_text())
+def gpu_snapshot(node: DemoNode, pids: dict[str, int]) -> dict[str, Any]:
+    """The node's NVML snapshot with GPU_WORK's processes on it running as the given pods' PIDs."""
+    snap: dict[str, Any] = json.loads((node.dir / "nvml-snapshot.json").read_text())
     snap = copy.deepcopy(snap)
     by_index = {d["index"]: d for d in snap["devices"]}
-    for pod, index, sm, memory in GPU_WORK:
-        if pod not in pids:
+    for pod, on, index, sm, memory in GPU_WORK:
+        if pod not in pids or on != node.name:
             continue
         dev = by_index[index]
         dev["processes"] = [{"pid": pids[pod], "usedGpuMemory": memory}]
@@ -103,9 +118,18 @@ def _pod_pids(made: examplepods.ExamplePods | None) -> dict[str, int]:
     return out
 
 
+def scrape_config(ports: dict[str, int], interval: str | None = None) -> dict[str, Any]:
+    """local_scrape_config with one target per node (node name → the port its agent listens on)."""
+    configs = [local_scrape_config(port, node, interval) for node, port in ports.items()]
+    for job, *others in zip(*(c["scrape_configs"] for c in configs), strict=True):
+        job["static_configs"] = [sc for j in (job, *others) for sc in j["static_configs"]]
+    return configs[0]
+
+
 @dataclass
 class Stack:
-    agent_url: str
+    agent_url: str  # the first node's
+    agent_urls: dict[str, str]  # node name → its agent
     prometheus_url: str
     workdir: Path
     pod_pids: dict[str, int]
@@ -119,18 +143,20 @@ class Stack:
         return result
 
 
-def agent_argv(port: int, work: Path, snapshot: Path) -> list[str]:
+def agent_argv(node: DemoNode, port: int, work: Path, snapshot: Path) -> list[str]:
     """`koordlet run` with the DaemonSet's flags, the simulated node's sysfs for devices and this host's cgroups
-    and /proc; standalone (pods from examples/pods)."""
+    and /proc; standalone (the node's example pods, copied to work/pods)."""
     [ctr] = daemonset()["spec"]["template"]["spec"]["containers"]
     kept = [a for a in ctr["args"] if a.startswith(("-feature-gates=", "-collect-res-used-interval="))]
-    (work / "var-run").mkdir(exist_ok=True)
-    (work / "kubelet").mkdir(exist_ok=True)
+    for d in ("var-run", "kubelet", "pods"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    for f in node.pods:
+        shutil.copy(PODS_DIR / f, work / "pods" / f)
     return [sys.executable, "-m", "koordlet", *ctr["command"][1:], *kept, f"--addr=127.0.0.1:{port}",
-            f"--node-name={NODE_NAME}", f"--sys-root-dir={NODE_DIR / 'sys'}/", "--cgroup-root-dir=/sys/fs/cgroup/",
+            f"--node-name={node.name}", f"--sys-root-dir={node.dir / 'sys'}/", "--cgroup-root-dir=/sys/fs/cgroup/",
             "--sys-fs-root-dir=/sys/fs/", "--proc-root-dir=/proc/", "--run-root-dir=/run/",
             f"--var-run-root-dir={work / 'var-run'}/", f"--var-lib-kubelet-dir={work / 'kubelet'}/",
-            f"--pods-dir={PODS_DIR}", f"--state-dir={work / 'state'}", f"--nvml-snapshot={snapshot}",
+            f"--pods-dir={work / 'pods'}", f"--state-dir={work / 'state'}", f"--nvml-snapshot={snapshot}",
             "--enable-nri-runtime-hook=false"]
 
 
@@ -160,16 +186,23 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
     logs = []
     try:
         pids = _pod_pids(made)
-        snapshot = work / "nvml-snapshot.json"
-        snapshot.write_text(json.dumps(gpu_snapshot(pids), indent=2))
-        agent_port, prom_port = free_port(), free_port()
-        logs.append(open(work / "koordlet.log", "wb"))  # noqa: SIM115 - closed in finally
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        procs.append(subprocess.Popen(agent_argv(agent_port, work, snapshot), cwd=ROOT, env=env,
-                                      stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
-        agent_url = f"http://127.0.0.1:{agent_port}"
-        _wait(f"{agent_url}/readyz", procs[-1], "koordlet")
-        config = local_scrape_config(agent_port, NODE_NAME, interval)
+        ports = {node.name: free_port() for node in NODES}
+        agents = []
+        for node in NODES:  # started together, waited for after
+            (work / node.name).mkdir(exist_ok=True)
+            snapshot = work / node.name / "nvml-snapshot.json"
+            snapshot.write_text(json.dumps(gpu_snapshot(node, pids), indent=2))
+            logs.append(open(work / node.name / "koordlet.log", "wb"))  # noqa: SIM115 - closed in finally
+            procs.append(subprocess.Popen(agent_argv(node, ports[node.name], work / node.name, snapshot), cwd=ROOT,
+                                          env=env, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+            agents.append(procs[-1])
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        for (name, url), proc in zip(urls.items(), agents, strict=True):
+            _wait(f"{url}/readyz", proc, f"koordlet on {name}")
+        prom_port = free_port()
+        config = scrape_config(ports, interval)
         config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
         config["rule_files"] = [str(DEPLOY / "prometheus" / name) for name in ("rules.yaml", "dcgm-rules.yaml")]
         (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -180,7 +213,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
             stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
         prom_url = f"http://127.0.0.1:{prom_port}"
         _wait(f"{prom_url}/-/ready", procs[-1], "prometheus")
-        yield Stack(agent_url, prom_url, work, pids)
+        yield Stack(urls[NODE_NAME], urls, prom_url, work, pids)
     finally:
         for p in reversed(procs):
             p.terminate()

@@ -115,3 +115,19 @@ def test_the_stride_follows_the_collection_interval(tmp_path: Path, interval: fl
     (the read plan holds a row list per tick of the stride)."""
     _, agent, _ = _node(tmp_path, [], collect_res_used_interval=interval)
     assert agent.advisor.cgroups.container_stride == stride
+
+
+def test_a_container_id_listed_twice_is_read_and_kept_without_error(tmp_path: Path) -> None:
+    """Two pods whose status names the same container (a malformed or racing pod list): a row per listing, the
+    mapping answers with the last, and re-planning after a pod change keeps every row's figures."""
+    first, second = make_pod("p0", UIDS[0], containers=1), make_pod("p1", UIDS[1], containers=1)
+    second["status"]["containerStatuses"] = first["status"]["containerStatuses"]
+    host, agent, dirs = _node(tmp_path, [first, second])
+    cid = first["status"]["containerStatuses"][0]["containerID"]
+    for tick in range(1, 12):
+        _tick(host, agent, dirs, tick)
+    assert agent.advisor.latest.usage[("container", cid)].memory >> 20 >= 2
+    (Path(agent.config.pods_dir) / "p1.yaml").unlink()  # a pod change: a new plan from the old figures
+    assert agent.sync_pods()
+    _tick(host, agent, dirs, 12)
+    assert ("container", cid) in agent.advisor.latest.usage

@@ -1,6 +1,7 @@
-"""End to end: Debian's prometheus scrapes the agent (simulated GPU+RDMA node, this host's cgroups) with the
-DaemonSet's scrape config and rules, and its HTTP API answers node, pod, device and agent-health queries, every panel
-of the agent's dashboards (deploy/monitoring/) has data, every rule evaluates and no alert is raised."""
+"""End to end: Debian's prometheus scrapes the agents of demo/stack.py (two simulated nodes: l20-pcie with GPUs and
+RDMA NICs, h100-hgx with the GPU telemetry of a real nvidia-smi -q; this host's cgroups, an example pod on each) with
+the DaemonSet's scrape config and rules, and its HTTP API answers node, pod, device and agent-health queries, every
+panel of the agent's dashboards (deploy/monitoring/) has data, every rule evaluates and no alert is raised."""
 
 from __future__ import annotations
 
@@ -17,8 +18,19 @@ import pytest
 import yaml
 from test_deploy_dashboards import substituted
 
+from apis.extension.device_allocated import ANNOTATION_DEVICE_ALLOCATED, decode_device_allocations
 from demo.dashboards import DASHBOARDS, SCHEDULER
-from demo.stack import DEPLOY, GPU_WORK, NODE_NAME, Stack, gpu_snapshot, local_scrape_config, running
+from demo.stack import (
+    DEPLOY,
+    GPU_WORK,
+    NODE_NAME,
+    NODES,
+    Stack,
+    gpu_snapshot,
+    local_scrape_config,
+    running,
+    scrape_config,
+)
 
 from conftest import require
 
@@ -46,9 +58,10 @@ def _value(series: dict[str, Any]) -> float:
 
 
 @pytest.mark.realhost
-def test_the_target_is_up_with_the_shipped_relabelling(stack: Stack) -> None:
-    [up] = _eventually(stack, 'up{job="koordlet"} == 1')
-    assert up["metric"]["instance"] == NODE_NAME  # the relabelling of deploy/prometheus/scrape-config.yaml
+def test_the_targets_are_up_with_the_shipped_relabelling(stack: Stack) -> None:
+    up = _eventually(stack, 'up{job="koordlet"} == 1', want=len(NODES))
+    # the relabelling of deploy/prometheus/scrape-config.yaml: each target's instance is its node
+    assert {u["metric"]["instance"] for u in up} == {n.name for n in NODES}
 
 
 @pytest.mark.realhost
@@ -56,7 +69,9 @@ def test_node_and_pod_series_from_this_hosts_cgroups(stack: Stack) -> None:
     [node] = _eventually(stack, f'koordlet_node_used_memory_bytes{{node="{NODE_NAME}"}}')
     assert _value(node) > 0
     pods = _eventually(stack, "koordlet_pod_memory_working_set_bytes", want=2)
-    assert {p["metric"]["pod"] for p in pods} == {"web-0", "spark-executor-1"}
+    # each example pod on the node demo/stack.py puts it on, and on that node only
+    assert {(p["metric"]["node"], p["metric"]["pod"]) for p in pods} == {
+        ("l20-pcie", "web-0"), ("h100-hgx", "spark-executor-1")}
     assert all(_value(p) > 0 for p in pods)  # a sleeping process has some memory
     cpu = _eventually(stack, "koordlet_pod_cpu_usage_seconds_total", want=2)
     assert {(p["metric"]["namespace"], p["metric"]["pod"]) for p in cpu} == {
@@ -69,13 +84,14 @@ def test_node_and_pod_series_from_this_hosts_cgroups(stack: Stack) -> None:
 
 @pytest.mark.realhost
 def test_device_health_and_allocatable_per_device(stack: Stack) -> None:
-    healthy = _eventually(stack, "koordlet_device_healthy == 1", want=12)
+    healthy = _eventually(stack, f'koordlet_device_healthy{{node="{NODE_NAME}"}} == 1', want=12)
     by_type = {t: sorted(int(s["metric"]["minor"]) for s in healthy if s["metric"]["type"] == t)
                for t in ("gpu", "rdma")}
     assert by_type == {"gpu": list(range(8)), "rdma": list(range(4))}
     gpu0 = next(s["metric"] for s in healthy if s["metric"]["type"] == "gpu" and s["metric"]["minor"] == "0")
     assert gpu0["model"] == "NVIDIA L20" and gpu0["uuid"].startswith("GPU-")
-    [mem] = _eventually(stack, 'koordlet_device_allocatable{type="gpu",minor="0",resource="koordinator.sh/gpu-memory"}')
+    [mem] = _eventually(stack, f'koordlet_device_allocatable{{node="{NODE_NAME}",type="gpu",minor="0",'
+                                'resource="koordinator.sh/gpu-memory"}')
     assert mem["metric"]["unit"] == "byte" and _value(mem) == 46068 * (1 << 20)
     assert len(stack.query('koordlet_device_allocatable{type="rdma",resource="koordinator.sh/rdma"} == 100')) == 4
 
@@ -94,31 +110,61 @@ def test_rdma_ports_counters_and_models(stack: Stack) -> None:
 
 
 @pytest.mark.realhost
+def test_the_vf_in_a_pods_device_allocated_is_counted_for_the_pod(stack: Stack) -> None:
+    """examples/pods/web.yaml is allocated VF 0000:1a:00.2 of rdma minor 0 (PF 0000:1a:00.0) on l20-pcie."""
+    [vf] = _eventually(stack, 'koordlet_pod_rdma_device_info{pod="web-0"}')
+    assert (vf["metric"]["node"], vf["metric"]["namespace"], vf["metric"]["pci_bus_id"]) == (
+        "l20-pcie", "default", "0000:1a:00.2")
+    [info] = stack.query(f'koordlet_rdma_device_info{{device="{vf["metric"]["device"]}"}}')
+    assert info["metric"]["physical_function"] == "0000:1a:00.0"
+    rx = _eventually(stack, 'koordlet_pod_rdma_port_data_received_bytes_total{pod="web-0"}')
+    assert {(s["metric"]["device"], s["metric"]["uid"]) for s in rx} == {
+        (vf["metric"]["device"], "6a2f4c1e-0b7d-4d43-9d0c-2f1e6f3c7a10")}
+    assert not stack.query('koordlet_pod_rdma_device_info{pod="spark-executor-1"}')  # its node has no NIC
+
+
+@pytest.mark.realhost
 def test_gpu_usage_per_gpu_pod_and_container_with_dcgm_labels(stack: Stack) -> None:
     require(len(stack.pod_pids) == 2, f"the example pods have no processes ({stack.pod_pids})")
     pods = {s["metric"]["pod"]: s for s in _eventually(stack, "koordlet_pod_gpu_core_usage_percent", want=2)}
-    for pod, index, sm, memory in GPU_WORK:
+    model = {"l20-pcie": "NVIDIA L20", "h100-hgx": "NVIDIA H100 80GB HBM3"}
+    for pod, node, index, sm, memory in GPU_WORK:
         m = pods[pod]["metric"]
-        assert (m["gpu"], m["device"], m["modelName"]) == (str(index), f"nvidia{index}", "NVIDIA L20")
+        assert (m["node"], m["gpu"], m["device"], m["modelName"]) == (node, str(index), f"nvidia{index}", model[node])
         assert m["UUID"].startswith("GPU-") and m["namespace"] in ("default", "batch")
         assert _value(pods[pod]) == sm
         [c] = stack.query(f'koordlet_container_gpu_memory_used_bytes{{pod="{pod}"}}')
         assert c["metric"]["container"] in ("nginx", "executor") and _value(c) == memory
-    [gpu0] = stack.query('koordlet_gpu_core_usage_percent{gpu="0"}')
+    [gpu0] = stack.query(f'koordlet_gpu_core_usage_percent{{node="{NODE_NAME}", gpu="0"}}')
     assert _value(gpu0) == 60
 
 
 @pytest.mark.realhost
+def test_device_telemetry_of_a_gpu_held_by_one_pod_names_the_pod(stack: Stack) -> None:
+    """examples/pods/batch.yaml is allocated h100-hgx's GPU 1 whole: its telemetry series carry the pod (as
+    dcgm-exporter's pod mapping), the other GPUs' carry none."""
+    power = _eventually(stack, 'koordlet_gpu_power_usage_watts{node="h100-hgx"}', want=8)
+    held = {s["metric"]["gpu"]: (s["metric"].get("namespace"), s["metric"].get("pod"), s["metric"].get("container"))
+            for s in power}
+    assert held == {str(i): (("batch", "spark-executor-1", "executor") if i == 1 else (None, None, None))
+                    for i in range(8)}
+    [util] = stack.query('koordlet_gpu_utilization_percent{pod="spark-executor-1"}')
+    [gpu1] = [s for s in power if s["metric"]["gpu"] == "1"]
+    assert (util["metric"]["node"], util["metric"]["UUID"]) == ("h100-hgx", gpu1["metric"]["UUID"])
+
+
+@pytest.mark.realhost
 def test_recording_rule_for_the_gpu_memory_panel(stack: Stack) -> None:
-    [ratio] = _eventually(stack, 'gpu:koordlet_gpu_memory_used:ratio{gpu="0"} > 0')
+    [ratio] = _eventually(stack, f'gpu:koordlet_gpu_memory_used:ratio{{node="{NODE_NAME}", gpu="0"}} > 0')
     assert abs(_value(ratio) - (20 << 30) / 48305799168) < 1e-9
     assert ratio["metric"]["modelName"] == "NVIDIA L20"  # dcgm-exporter's labels survive the rule
 
 
 @pytest.mark.realhost
 def test_agent_health_series(stack: Stack) -> None:
-    [collect] = _eventually(stack, 'koordlet_agent_loop_last_success_timestamp_seconds{loop="collect"}')
-    assert time.time() - _value(collect) < 30
+    collects = _eventually(stack, 'koordlet_agent_loop_last_success_timestamp_seconds{loop="collect"}', want=len(NODES))
+    assert {c["metric"]["instance"] for c in collects} == {n.name for n in NODES}
+    assert all(time.time() - _value(c) < 30 for c in collects)
     _eventually(stack, "koordlet_agent_kernel_capability")
     _eventually(stack, 'koordlet_agent_loop_duration_seconds_count{loop="collect"} > 0')
 
@@ -129,9 +175,11 @@ def test_every_family_the_agent_exposes_is_in_the_metrics_reference(stack: Stack
 
     from koordlet.reference import metric_catalogue
 
-    with urllib.request.urlopen(f"{stack.agent_url}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    exposed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}  # counters: _total
+    exposed = set()
+    for url in stack.agent_urls.values():
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        exposed |= {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}  # counters: _total
     catalogue = metric_catalogue()
     # prometheus_client adds a `<name>_created` gauge beside its own counters and histograms
     created = {n for n in exposed if n.endswith("_created") and ({n[:-8], n[:-8] + "_total"} & set(catalogue))}
@@ -152,11 +200,35 @@ def test_local_scrape_config_changes_only_discovery() -> None:
 
 
 def test_gpu_snapshot_gives_the_pods_processes() -> None:
-    snap = gpu_snapshot({"web-0": 4242})
+    l20, h100 = NODES
+    snap = gpu_snapshot(l20, {"web-0": 4242, "spark-executor-1": 4343})
     dev0 = next(d for d in snap["devices"] if d["index"] == 0)
     assert dev0["processes"] == [{"pid": 4242, "usedGpuMemory": 20 << 30}]
-    assert next(d for d in snap["devices"] if d["index"] == 1)["processes"] == []  # spark has no pid here
+    assert all(d["processes"] == [] for d in snap["devices"] if d["index"] != 0)  # spark runs on h100-hgx
+    snap = gpu_snapshot(h100, {"web-0": 4242})
+    assert all(d["processes"] == [] for d in snap["devices"])  # spark has no pid here, web-0 is on l20-pcie
     assert Path(DEPLOY).is_dir()
+
+
+def test_scrape_config_has_a_target_per_node() -> None:
+    [job] = scrape_config({"a": 1, "b": 2})["scrape_configs"]
+    targets = [sc["labels"] for sc in job["static_configs"]]
+    assert [(t["__meta_kubernetes_pod_node_name"], t["__meta_kubernetes_pod_annotation_prometheus_io_port"])
+            for t in targets] == [("a", "1"), ("b", "2")]
+
+
+def test_each_pods_device_allocation_exists_on_its_demo_node() -> None:
+    """The example pods' device-allocated name GPU minors and VF bus ids of the node demo/stack.py runs them on."""
+    for node in NODES:
+        snap = json.loads((node.dir / "nvml-snapshot.json").read_text())
+        minors = {d["minor"] for d in snap["devices"]}
+        for f in node.pods:
+            meta = yaml.safe_load((DEPLOY.parent / "examples" / "pods" / f).read_text())["metadata"]
+            allocs = decode_device_allocations(meta["annotations"][ANNOTATION_DEVICE_ALLOCATED])
+            assert {a.minor for a in allocs["gpu"]} <= minors, f
+            for a in allocs.get("rdma", ()):
+                for vf in a.vfs:
+                    assert (node.dir / "sys" / "bus" / "pci" / "devices" / vf.bus_id / "physfn").exists(), vf
 
 
 # --- deploy/monitoring/'s dashboards and deploy/prometheus/'s alerts against the running agent --------------------
@@ -179,6 +251,11 @@ NO_DATA_HERE = {
     ("koordlet-qos.json", "CPU burst: scaled CFS quota"): "gate CPUBurst is off in the DaemonSet",
     ("koordlet-qos.json", "resctrl groups refused"): "gate Resctrl is off in the DaemonSet",
     ("koordlet-qos.json", "NRI calls by outcome"): "the stack runs with --enable-nri-runtime-hook=false",
+    ("koordlet-gpus.json", "Energy used (from the counter)"): "nvidia-smi -q prints no energy counter: the bundled "
+                                                               "snapshots record the read NOT_SUPPORTED",
+    ("koordlet-gpus.json", "NVLink traffic"): "nvidia-smi -q prints no NVLink counters: NOT_SUPPORTED in the snapshots",
+    ("koordlet-gpus.json", "NVLink errors"): "nvidia-smi -q prints no NVLink counters: NOT_SUPPORTED in the snapshots",
+    ("koordlet-gpus.json", "XID errors by code"): "a snapshot replays no XID event (koordlet_gpu_last_xid is 0)",
     ("koordlet-agent.json", "Settings without effect"): "the DaemonSet sets no flag without effect",
     ("koordlet-agent.json", "NodeMetric report failures"): "standalone reports to a file, which does not fail",
     ("koordlet-agent.json", "kubelet requests p99"): "no kubelet standalone",

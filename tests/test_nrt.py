@@ -12,6 +12,7 @@ from typing import Any
 
 import kmock
 import pytest
+import yaml
 
 from apis.client.kubeapi import KubeClient, KubeConfig
 from apis.extension.resource_status import ANNOTATION_RESOURCE_STATUS
@@ -236,11 +237,12 @@ def test_pods_cpusets_leave_the_pools(tmp_path: Path) -> None:
     pods_dir = tmp_path / "pods"
     pods_dir.mkdir()
     for f in EXAMPLE_PODS.iterdir():
-        text = f.read_text()
-        if "web-0" in text:  # the LS pod, as if koord-scheduler had bound it to CPU 2 (an LSE pod)
-            text = text.replace("koordinator.sh/qosClass: LS", "koordinator.sh/qosClass: LSE").replace(
-                "  labels:", f"  annotations:\n    {ANNOTATION_RESOURCE_STATUS}: '{{\"cpuset\": \"2\"}}'\n  labels:")
-        (pods_dir / f.name).write_text(text)
+        pod = yaml.safe_load(f.read_text())
+        meta = pod["metadata"]
+        if meta["name"] == "web-0":  # the LS pod, as if koord-scheduler had bound it to CPU 2 (an LSE pod)
+            meta["labels"]["koordinator.sh/qosClass"] = "LSE"
+            meta.setdefault("annotations", {})[ANNOTATION_RESOURCE_STATUS] = '{"cpuset": "2"}'
+        (pods_dir / f.name).write_text(yaml.safe_dump(pod))
     cfg = Config("node-a", host.paths, host_root=str(host.root), pods_dir=str(pods_dir), state_dir=str(tmp_path))
     agent = Agent(cfg)
     assert agent.sync_pods()

@@ -107,9 +107,9 @@ class _Values:
         self.mem, self.mem_cache = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.counters = np.zeros((4, n), dtype=np.int64)  # as TickUsage.counters
 
-    def moved(self, old_index: dict[UsageId, int], new_index: dict[UsageId, int]) -> _Values:
-        """These values re-indexed for a new target list (a target that stays keeps its figures)."""
-        out = _Values(len(new_index))
+    def moved(self, old_index: dict[UsageId, int], new_index: dict[UsageId, int], rows: int) -> _Values:
+        """These values re-indexed for a new target list of `rows` rows (a target that stays keeps its figures)."""
+        out = _Values(rows)
         pairs = [(i, j) for id_, i in new_index.items() if (j := old_index.get(id_)) is not None]
         if pairs:
             to, frm = np.array(pairs, dtype=np.intp).T
@@ -145,7 +145,8 @@ class CgroupUsageCollector:
         which also closes the descriptors of cgroups no longer read; a dir that would leave the hierarchy is never
         read."""
         plan = self._plan
-        if plan is None or plan.targets is not targets or plan.every_tick != every_tick:
+        stride = min(max(self.container_stride, 1), MAX_STRIDE)
+        if plan is None or plan.targets is not targets or plan.every_tick != every_tick or plan.stride != stride:
             rows = []
             for t in targets:
                 try:
@@ -153,9 +154,8 @@ class CgroupUsageCollector:
                 except InvalidInput as e:
                     rows.append(_Row(t, error=e))
             old = plan
-            plan = self._plan = _Plan(targets, rows, len(self.backend.stat_paths("")), every_tick,
-                                      min(max(self.container_stride, 1), MAX_STRIDE))
-            self._values = self._values.moved(old.index if old is not None else {}, plan.index)
+            plan = self._plan = _Plan(targets, rows, len(self.backend.stat_paths("")), every_tick, stride)
+            self._values = self._values.moved(old.index if old is not None else {}, plan.index, len(rows))
             self._rates.retarget([(t.scope, t.key) for t in targets])
             self.files.retain({f for r in rows for f in r.paths})
             self._forget_gone(targets)

@@ -116,6 +116,7 @@ def run(ns: argparse.Namespace, config: DeschedulerConfig) -> int:
     Mistakes in the configuration or the command line: one line, exit 2."""
     try:
         config = flags.applied(ns, config)
+        gates = flags.feature_gates(ns)
         kube = KubeConfig.load(ns.kubeconfig or config.client_connection.kubeconfig or None)
     except (ValueError, KoordletError) as e:
         return fail(f"run: {e}")
@@ -125,8 +126,10 @@ def run(ns: argparse.Namespace, config: DeschedulerConfig) -> int:
     ignored = flags.not_acted_on(ns)
     if ignored:
         log.info("accepted as upstream's koord-descheduler does, not acted on: %s", " ".join(ignored))
+    for lacking in gates.not_built_on():
+        log.warning("feature gate %s", lacking)
     try:
-        rounds = InCluster(KubeClient(kube), config)
+        rounds = InCluster(KubeClient(kube), config, gates=gates)
     except (ConfigError, FrameworkError) as e:
         return fail(f"invalid --config: {e}")
     elector = LeaderElector(KubeClient(kube), lease_config(config)) if config.leader_election.leader_elect else None

@@ -1,10 +1,11 @@
 """koord-descheduler's command line on `run` (upstream cmd/koord-descheduler/app/options): `--config`, the
 component-base leader-election flags, the deprecated insecure serving pair `--address`/`--port`, secure serving,
-`--feature-gates`, `--v`; and `--kubeconfig` (upstream reads clientConnection.kubeconfig; this program takes the flag
-too, as koord-sched does). Boolean and duration values are Go's (scheduler.kubeflags).
+`--feature-gates` (Koordinator's gates, config.features), `--v`; and `--kubeconfig` (upstream reads
+clientConnection.kubeconfig; this program takes the flag too, as koord-sched does). Boolean and duration values
+are Go's (scheduler.kubeflags).
 
 Each flag is either acted on or named once at start as accepted and not acted on: secure serving (no certificate
-is made as the apiserver library makes one), `--write-config-to`, `--feature-gates`; and `--address`/`--port` when a
+is made as the apiserver library makes one), `--write-config-to`; and `--address`/`--port` when a
 `--config` is given (upstream ignores them then: the file's healthzBindAddress and metricsBindAddress win).
 """
 
@@ -14,6 +15,7 @@ import argparse
 import ipaddress
 from dataclasses import replace
 
+from scheduler.descheduler.config.features import DISABLE_PVC_RESERVATION, FeatureGates, parse_feature_gates
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.kubeflags import go_bool, go_duration
 
@@ -23,7 +25,7 @@ LEASES = "leases"
 # dest → flag, accepted and not acted on
 NOT_ACTED_ON = {"bind_address": "--bind-address", "secure_port": "--secure-port", "cert_dir": "--cert-dir",
                 "tls_cert_file": "--tls-cert-file", "tls_private_key_file": "--tls-private-key-file",
-                "write_config_to": "--write-config-to", "feature_gates": "--feature-gates"}
+                "write_config_to": "--write-config-to"}
 _LEADER = {"leader_elect_lease_duration": "lease_duration", "leader_elect_renew_deadline": "renew_deadline",
            "leader_elect_retry_period": "retry_period", "leader_elect_resource_lock": "resource_lock",
            "leader_elect_resource_name": "resource_name", "leader_elect_resource_namespace": "resource_namespace"}
@@ -55,7 +57,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     sec.add_argument("--tls-cert-file", default=None, help=argparse.SUPPRESS)
     sec.add_argument("--tls-private-key-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("--write-config-to", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--feature-gates", default=None, help="accepted, not acted on")
+    p.add_argument("--feature-gates", default=None,
+                   help=f"Name=true|false,... over Koordinator's gates (acted on: {DISABLE_PVC_RESERVATION}; "
+                        f"default off)")
 
 
 def applied(ns: argparse.Namespace, config: DeschedulerConfig) -> DeschedulerConfig:
@@ -89,6 +93,11 @@ def applied(ns: argparse.Namespace, config: DeschedulerConfig) -> DeschedulerCon
         served = "" if port == 0 else f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
         config = replace(config, healthz_bind_address=served, metrics_bind_address=served)
     return config
+
+
+def feature_gates(ns: argparse.Namespace) -> FeatureGates:
+    """`--feature-gates`; ValueError in one line naming the pair (an unknown gate, as upstream, is refused)."""
+    return parse_feature_gates(ns.feature_gates)
 
 
 def not_acted_on(ns: argparse.Namespace) -> list[str]:

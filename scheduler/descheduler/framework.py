@@ -15,6 +15,7 @@ from typing import cast
 from apis.core.labelselector import LabelSelector
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.config.types import DeschedulerConfig, Profile
 from scheduler.descheduler.interfaces import (
     BALANCE,
@@ -113,8 +114,10 @@ class Framework:
 
     def __init__(self, profile: Profile, registry: Mapping[str, PluginSpec], limiter: EvictionLimiter, *,
                  dry_run: bool = False, record: Callable[[Eviction], None] = lambda e: None,
-                 snapshot: Snapshot | None = None, simulate: bool = False, kube: KubeAccess | None = None) -> None:
+                 snapshot: Snapshot | None = None, simulate: bool = False, kube: KubeAccess | None = None,
+                 gates: FeatureGates | None = None) -> None:
         self.profile = profile
+        self._gates = gates if gates is not None else FeatureGates()
         self._snapshot = snapshot if snapshot is not None else Snapshot(cluster=Cluster())
         self._limiter = limiter
         self._kube = kube
@@ -163,6 +166,10 @@ class Framework:
     def kube(self) -> KubeAccess | None:
         return self._kube
 
+    @property
+    def feature_gates(self) -> FeatureGates:
+        return self._gates
+
     def set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
 
@@ -174,12 +181,12 @@ class Descheduler:
     """Every profile of a configuration, run round by round over a snapshot (upstream descheduler.go)."""
 
     def __init__(self, config: DeschedulerConfig, registry: Mapping[str, PluginSpec], *,
-                 simulate: bool = False, kube: KubeAccess | None = None) -> None:
+                 simulate: bool = False, kube: KubeAccess | None = None, gates: FeatureGates | None = None) -> None:
         self.config = config
         self.evictions: list[Eviction] = []
         self.limiter = Limiter(config.max_pods_per_node, config.max_pods_per_namespace, config.max_pods_total)
         self.frameworks = [Framework(p, registry, self.limiter, dry_run=config.dry_run,
-                                     record=self.evictions.append, simulate=simulate, kube=kube)
+                                     record=self.evictions.append, simulate=simulate, kube=kube, gates=gates)
                            for p in config.profiles]
 
     def run_round(self, snapshot: Snapshot) -> str | None:

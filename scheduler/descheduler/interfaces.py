@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo, build_cluster, key
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.kube import KubeAccess
 
 DESCHEDULE = "deschedule"
@@ -27,12 +28,27 @@ EXTENSION_POINTS = (DESCHEDULE, BALANCE, EVICT, FILTER)
 
 
 @dataclass(frozen=True)
+class JobContext:
+    """What the caller adds to the PodMigrationJob the MigrationController creates for this eviction (upstream
+    controllers/migration/context.go JobContext): labels and annotations merged over the job's own, and, when
+    set, the job's ttl (seconds; 0: none) and mode instead of defaultJobTTL and defaultJobMode."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    ttl: float | None = None
+    mode: str = ""
+
+
+@dataclass(frozen=True)
 class EvictOptions:
     """Why a pod is evicted: `plugin` (upstream's strategy, the PMJ's evict-trigger) and `reason` in upstream's
-    wording (e.g. LowNodeLoad's "node is overutilized, ...")."""
+    wording (e.g. LowNodeLoad's "node is overutilized, ..."); `delete_options` (DeleteOptions) instead of the evict
+    plugin's default; `job`, for the MigrationController, what its job carries beyond its defaults."""
 
     plugin: str
     reason: str = ""
+    delete_options: Mapping[str, object] | None = None
+    job: JobContext | None = None
 
 
 @dataclass
@@ -110,7 +126,8 @@ class Evictor(Protocol):
 class Handle(Protocol):
     """What a plugin may ask of the framework (upstream framework.Handle). `snapshot.now` is the round's clock;
     `kube` is the cluster in `koord-descheduler run` (the API client, Events, metrics, the Eviction API) and None in
-    `simulate`: an evict plugin acts through it when it is there and only decides when it is not."""
+    `simulate`: an evict plugin acts through it when it is there and only decides when it is not;
+    `feature_gates` are the command line's `--feature-gates` (upstream reads its global feature gate)."""
 
     def evictor(self) -> Evictor: ...
 
@@ -122,6 +139,9 @@ class Handle(Protocol):
 
     @property
     def kube(self) -> KubeAccess | None: ...
+
+    @property
+    def feature_gates(self) -> FeatureGates: ...
 
 
 @runtime_checkable

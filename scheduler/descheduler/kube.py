@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from apis.client.kubeapi import KubeClient
@@ -86,12 +86,14 @@ class PodEvictor:
         self.metrics = metrics
         self.tally = Tally()
 
-    def evict(self, pod: JSON, plugin: str, reason: str) -> bool:
+    def evict(self, pod: JSON, plugin: str, reason: str, delete_options: Mapping[str, object] | None = None) -> bool:
         meta, spec = _meta(pod), pod.get("spec") or {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         node = str(spec.get("nodeName") or "") if isinstance(spec, dict) else ""
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",
                       "metadata": {"name": name, "namespace": namespace}}
+        if delete_options:
+            body["deleteOptions"] = dict(delete_options)
         why = None
         try:
             self.client.post(EVICTION.format(namespace=namespace, name=name), body)

@@ -24,6 +24,7 @@ from typing import Protocol
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
 from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
 from scheduler.descheduler.interfaces import Controller, Plugin, PluginSpec, snapshot
@@ -73,13 +74,15 @@ class InCluster:
 
     def __init__(self, client: KubeClient, config: DeschedulerConfig, *, watch: bool = True,
                  clock: Callable[[], float] = time.time, metrics: DeschedulerMetrics | None = None,
-                 sources: tuple[Source, ...] = SOURCES, plugins: Mapping[str, PluginSpec] | None = None) -> None:
+                 sources: tuple[Source, ...] = SOURCES, plugins: Mapping[str, PluginSpec] | None = None,
+                 gates: FeatureGates | None = None) -> None:
         self.config = prepared(config)
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
         self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version)
-        self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube)
+        self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube,
+                                   gates=gates)
         self.rounds = 0
         self.stop = threading.Event()  # `run`'s: a round waiting for the first lists gives up on it
 

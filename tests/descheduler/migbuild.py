@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from apis.scheduling.migration import decode_job
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs, decode_migration_args
 from scheduler.descheduler.interfaces import EvictOptions, Snapshot, snapshot
 from scheduler.descheduler.limiter import Limiter
@@ -72,6 +73,8 @@ class FakeHandle:
     def __init__(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.limiter = Limiter(None, None, None)
+        self.kube: Any = None  # a simulation's
+        self.feature_gates = FeatureGates()
 
     def evictor(self) -> Any:
         raise AssertionError("the MigrationController does not evict through the framework")

@@ -193,8 +193,10 @@ def test_migration_controller_validation(args: dict[str, Any], message: str) -> 
 
 @pytest.mark.parametrize("value", [0, 10, 100, -1, "10%", "0%"])
 def test_per_workload_values_accepted(value: int | str) -> None:
-    """Negative integers pass (upstream does not check the value)."""
+    """Negative integers pass (upstream does not check the value), for both per-workload fields
+    (TestValidateMigrationControllerArgs_MaxMigratingPerWorkload, _MaxUnavailablePerWorkload)."""
     assert migration({"maxMigratingPerWorkload": value}).max_migrating_per_workload == value
+    assert migration({"maxUnavailablePerWorkload": value}).max_unavailable_per_workload == value
 
 
 @pytest.mark.parametrize(("cfg", "names"), [

@@ -26,8 +26,10 @@ from kubedouble import emulate_put
 JOBS = "scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
 
 
-async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: kmock.KubernetesEmulator,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def _in_cluster(kmock: kmock.KubernetesEmulator, monkeypatch: pytest.MonkeyPatch,
+                args: dict[str, Any]) -> InCluster:
+    """A hot n1 and rounds whose evictions are MigrationController jobs with these args (the controller's resync
+    shortened)."""
     seed(kmock, update_time=rfc3339(time.time()))  # the jobs' ttl runs on the wall clock: so does this round
     kmock.resources[JOBS] = {}
     kmock.resources["events.k8s.io/v1/events"] = {}
@@ -37,8 +39,13 @@ async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: 
     cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
     prof = cfg["profiles"][0]
     prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]
-    prof["pluginConfig"].append({"name": "MigrationController", "args": {"defaultJobMode": "EvictDirectly"}})
-    r = InCluster(client(kmock), parse_config(cfg), watch=False)
+    prof["pluginConfig"].append({"name": "MigrationController", "args": args})
+    return InCluster(client(kmock), parse_config(cfg), watch=False)
+
+
+async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: kmock.KubernetesEmulator,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _in_cluster(kmock, monkeypatch, {"defaultJobMode": "EvictDirectly"})
     stop = threading.Event()
     running = asyncio.create_task(asyncio.to_thread(r.run, stop))
     try:
@@ -63,25 +70,14 @@ async def test_the_eviction_policy_decides_how_the_controller_evicts(kmock: kmoc
                                                                      policy: str) -> None:
     """MigrationControllerArgs.evictionPolicy (spec §8.5): Delete sends the pod's DELETE, SoftEviction only annotates
     the pod (`scheduling.koordinator.sh/soft-eviction`, another component deletes it); neither uses the Eviction API."""
-    seed(kmock, update_time=rfc3339(time.time()))
-    kmock.resources[JOBS] = {}
-    kmock.resources["events.k8s.io/v1/events"] = {}
-    emulate_status(kmock, JOBS)
-    emulate_put(kmock, JOBS)
-    monkeypatch.setattr(controller, "RESYNC", 0.05)
-    cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "1h"})
-    prof = cfg["profiles"][0]
-    prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]
-    prof["pluginConfig"].append({"name": "MigrationController",
-                                 "args": {"defaultJobMode": "EvictDirectly", "evictionPolicy": policy}})
-    r = InCluster(client(kmock), parse_config(cfg), watch=False)
+    r = _in_cluster(kmock, monkeypatch, {"defaultJobMode": "EvictDirectly", "evictionPolicy": policy})
     stop = threading.Event()
     running = asyncio.create_task(asyncio.to_thread(r.run, stop))
     pods_written: list[Any] = []
+    method = "DELETE" if policy == "Delete" else "PATCH"
     try:
         deadline = asyncio.get_running_loop().time() + 5
         while True:
-            method = "DELETE" if policy == "Delete" else "PATCH"
             pods_written = [w for w in kmock if w.method.value == method and "/pods/" in w.url.path]
             if len(pods_written) >= 2:
                 break

@@ -66,6 +66,9 @@ class KubeMigrationAPI:
                 raise
             return existing
 
+    def update_reservation(self, obj: JSON) -> None:
+        self.client.put(f"{RESERVATIONS}/{as_object(obj.get('metadata')).get('name')}", obj)
+
     def delete_reservation(self, name: str) -> None:
         with contextlib.suppress(NotFound):
             self.client.request("DELETE", f"{RESERVATIONS}/{name}")

@@ -32,8 +32,18 @@ from apis.extension.descheduling import (
 from apis.scheduling.migration import KIND, PHASE_PENDING, PodMigrationJob, PodRef, decode_job, new_job
 from scheduler.cluster import key
 from scheduler.descheduler.config.common import ConfigError
+from scheduler.descheduler.config.features import DISABLE_PVC_RESERVATION
 from scheduler.descheduler.config.migration_args import EVICTION_POLICIES, MigrationControllerArgs, default_args
-from scheduler.descheduler.interfaces import EVICT, FILTER, EvictOptions, Handle, PluginSpec, Snapshot, snapshot
+from scheduler.descheduler.interfaces import (
+    EVICT,
+    FILTER,
+    EvictOptions,
+    Handle,
+    JobContext,
+    PluginSpec,
+    Snapshot,
+    snapshot,
+)
 from scheduler.descheduler.migration import arbitrator
 from scheduler.descheduler.migration.controller import ControllerLoop
 from scheduler.descheduler.migration.filter import MigrationFilter
@@ -98,10 +108,15 @@ class MigrationController:
         meta = as_object(pod.get("metadata"))
         annotations = {ANNOTATION_EVICT_REASON: options.reason, ANNOTATION_EVICT_TRIGGER: options.plugin,
                        ANNOTATION_JOB_CREATED_BY: self.instance_id}
+        context = options.job or JobContext()  # evict.go: the caller's JobContext applied over the defaults
+        ttl = self.args.default_job_ttl if context.ttl is None else context.ttl
+        delete_options = options.delete_options if options.delete_options is not None \
+            else self.args.default_delete_options
         obj = new_job(self.new_name(), PodRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
                                               str(meta.get("uid") or "")),
-                      mode=self.args.default_job_mode, ttl=self.args.default_job_ttl, created=self.handle.snapshot.now,
-                      annotations=annotations, delete_options=self.args.default_delete_options)
+                      mode=context.mode or self.args.default_job_mode, ttl=ttl, created=self.handle.snapshot.now,
+                      annotations={**annotations, **context.annotations}, labels=context.labels,
+                      delete_options=delete_options)
         job = decode_job(obj)
         kube = self.handle.kube
         if kube is not None:  # `run`: the job is created in the cluster; run_controller carries it out
@@ -203,7 +218,8 @@ class MigrationController:
             return None
         if self.loop is None:
             api = KubeMigrationAPI(kube.client)
-            reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time)
+            reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time,
+                                    drop_pvc=self.handle.feature_gates.enabled(DISABLE_PVC_RESERVATION))
             self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed,
                                        self.args.arbitration.interval)
         return self.loop

@@ -27,7 +27,7 @@ from apis.scheduling import migration as m
 from apis.scheduling import reservation as rsv
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs
 from scheduler.descheduler.migration.objectlimiter import TokenBucket
-from scheduler.descheduler.migration.reservation import reservation_for
+from scheduler.descheduler.migration.reservation import reservation_of, template_for
 
 REQUEUE = 3.0  # defaultRequeueAfter
 BACKOFF = 1.0  # an error: call again soon
@@ -47,6 +47,8 @@ class MigrationAPI(Protocol):
     def create_reservation(self, obj: JSON) -> JSON:
         """The created object (with its uid); an existing one of that name is returned as it is."""
         ...
+
+    def update_reservation(self, obj: JSON) -> None: ...
 
     def delete_reservation(self, name: str) -> None: ...
 
@@ -95,11 +97,12 @@ def scavengeable(job: m.PodMigrationJob, now: float) -> bool:
 
 class Reconciler:
     """Reconciles jobs one at a time. `limited(pod)`: the object limiters hold the pod back; `evicted(pod)`: one
-    eviction to track; `now()`: the clock."""
+    eviction to track; `now()`: the clock; `drop_pvc`: the feature gate DisablePVCReservation."""
 
     def __init__(self, args: MigrationControllerArgs, api: MigrationAPI, *, limited: Callable[[JSON], bool],
-                 evicted: Callable[[JSON], None], now: Callable[[], float]) -> None:
+                 evicted: Callable[[JSON], None], now: Callable[[], float], drop_pvc: bool = False) -> None:
         self.args = args
+        self.drop_pvc = drop_pvc
         self.api = api
         self.limited = limited
         self.evicted = evicted
@@ -154,15 +157,18 @@ class Reconciler:
         if not job.reservation_name:
             if pod is None:
                 return self._fail(job, m.REASON_MISSING_POD, f'Abort job caused by missing Pod "{ref.key}"')
+            template = template_for(job, pod, self.now(), drop_pvc=self.drop_pvc)
             try:
-                created = self.api.create_reservation(reservation_for(job, pod, self.now()))
+                created = self.api.create_reservation(reservation_of(template))
             except ApiError as e:
                 message = f"Failed to create Reservation caused by {e}"
                 return self._condition(job, m.COND_RESERVATION_CREATED, m.FALSE, m.REASON_FAILED_CREATE_RESERVATION,
                                        message, WARNING, Outcome(BACKOFF, message))
             meta = as_object(created.get("metadata"))
             spec = job.obj["spec"]
-            spec.setdefault("reservationOptions", {})["reservationRef"] = {
+            options = spec.setdefault("reservationOptions", {})
+            options["template"] = template  # upstream keeps the options it built on the job
+            options["reservationRef"] = {
                 "kind": rsv.KIND, "apiVersion": rsv.API_VERSION, "name": str(meta.get("name") or ""),
                 **({"uid": str(meta["uid"])} if meta.get("uid") else {})}
             self.api.update_job(job.obj)
@@ -173,6 +179,10 @@ class Reconciler:
         r = self.api.get_reservation(name)
         if r is None:
             return self._fail(job, m.REASON_MISSING_RESERVATION, f'Abort job caused by missing Reservation "{name}"')
+        labels = r.setdefault("metadata", {}).setdefault("labels", {})
+        if rsv.LABEL_RESERVATION_ORDER not in labels:  # setReservationOrder: one the job names, made elsewhere
+            labels[rsv.LABEL_RESERVATION_ORDER] = str(int(self.now() * 1000))
+            self.api.update_reservation(r)
         self._write(job, m.COND_RESERVATION_CREATED, m.TRUE, "", "")
         status = as_object(r.get("status"))
         phase = str(status.get("phase") or "")

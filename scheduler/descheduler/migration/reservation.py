@@ -1,10 +1,11 @@
 """The Reservation a ReservationFirst job asks koord-sched to place for the pod it migrates.
 
 Upstream: controllers/migration/reservation/util.go (CreateOrUpdateReservationOptions, appendSkipNodeAffinity,
-GenerateReserveResourceOwners). Named by the job's UID unless the job's template names it; the pod's metadata and
-spec (nodeName cleared, its node excluded by a `metadata.name NotIn` field term on every required node-selector term);
-owned by the pending pod itself when it is unschedulable, else by the pod's controller; allocated once; the job's
-ttl when the template sets neither ttl nor expires.
+GenerateReserveResourceOwners). The job's own template (spec.reservationOptions.template) when it has one, the parts
+it leaves out filled in: named by the job's UID; the pod's metadata and spec (nodeName cleared, its node excluded by
+a `metadata.name NotIn` field term on every required node-selector term); owned by the pending pod itself when it is
+unschedulable, else by the pod's controller; allocated once; labelled as the descheduler's with its order; the job's
+ttl when the template sets neither ttl nor expires; with the gate DisablePVCReservation, no PVC or ephemeral volume.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def owners(pod: Mapping[str, Any]) -> list[JSON]:
     return []
 
 
-def reservation_for(job: PodMigrationJob, pod: Mapping[str, Any], now: float) -> JSON:
-    """The Reservation object to create for the job's pod at time `now` (unix seconds)."""
+def template_for(job: PodMigrationJob, pod: Mapping[str, Any], now: float, *, drop_pvc: bool = False) -> JSON:
+    """The job's reservation template (upstream's reservationOptions.template: metadata and spec) at time `now`
+    (unix seconds); `drop_pvc`: the feature gate DisablePVCReservation."""
     options = as_object(as_object(job.obj.get("spec")).get("reservationOptions"))
     template: JSON = copy.deepcopy(dict(as_object(options.get("template"))))
     meta = template.setdefault("metadata", {})
@@ -44,6 +46,7 @@ def reservation_for(job: PodMigrationJob, pod: Mapping[str, Any], now: float) ->
     if spec.get("template") is None:
         spec["template"] = {"metadata": copy.deepcopy(dict(as_object(pod.get("metadata")))),
                             "spec": copy.deepcopy(dict(as_object(pod.get("spec"))))}
+    if not spec.get("owners"):
         spec["owners"] = owners(pod)
     spec["allocateOnce"] = True
     pod_spec = spec["template"].setdefault("spec", {})
@@ -56,7 +59,24 @@ def reservation_for(job: PodMigrationJob, pod: Mapping[str, Any], now: float) ->
     node = as_object(pod.get("spec")).get("nodeName")
     if node:
         _exclude_node(pod_spec, str(node))
-    return {"apiVersion": rsv.API_VERSION, "kind": rsv.KIND, **template}
+    if drop_pvc:
+        kept = [v for v in pod_spec.get("volumes") or []
+                if not (isinstance(v, Mapping) and ("persistentVolumeClaim" in v or "ephemeral" in v))]
+        if kept:
+            pod_spec["volumes"] = kept
+        else:
+            pod_spec.pop("volumes", None)
+    return template
+
+
+def reservation_of(template: Mapping[str, Any]) -> JSON:
+    """The Reservation a template stands for (upstream interpreter.CreateReservation)."""
+    return {"apiVersion": rsv.API_VERSION, "kind": rsv.KIND, **copy.deepcopy(dict(template))}
+
+
+def reservation_for(job: PodMigrationJob, pod: Mapping[str, Any], now: float, *, drop_pvc: bool = False) -> JSON:
+    """The Reservation object to create for the job's pod at time `now`."""
+    return reservation_of(template_for(job, pod, now, drop_pvc=drop_pvc))
 
 
 def _exclude_node(pod_spec: JSON, node: str) -> None:

@@ -90,7 +90,7 @@ class DefaultEvictor:
     def evict(self, pod: JSON, options: EvictOptions) -> bool:
         kube = self.handle.kube
         if kube is not None:  # `run`: the Eviction API, which enforces the PodDisruptionBudgets itself
-            return kube.evictor.evict(pod, options.plugin, options.reason)
+            return kube.evictor.evict(pod, options.plugin, options.reason, options.delete_options)
         pdbs = podutil.covering_pdbs(pod, self.handle.snapshot.cluster.pdbs)
         ident = f"{podutil.namespace(pod)}/{podutil.name(pod)}"
         if len(pdbs) > 1:
