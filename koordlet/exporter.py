@@ -138,9 +138,9 @@ class AgentMetrics:
         self.kubelet_request_duration.labels(verb, path, code).observe(seconds)
 
     def render(self, which: str = "all") -> bytes:
-        registries = {"internal": (self.internal,), "external": (self.external,)}.get(which,
-                                                                                     (self.internal, self.external))
-        return self.renderers[which].render(*registries)
+        if which in ("internal", "external"):
+            return self.renderers[which].render(self.internal if which == "internal" else self.external)
+        return self.renderers["all"].render(self.internal, self.external)
 
 
 class _InternalCollector(Collector):
