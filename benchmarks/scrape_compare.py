@@ -152,6 +152,9 @@ def compare(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: Pat
     binary = node_exporter.find()
     with ExitStack() as stack:
         targets = [start_agent(stack, name, cgroup_root, pods_dir, tmp / name) for name in args.gpu_nodes]
+        if args.baseline is not None:  # the same nodes with an earlier checkout's agent: before/after, same run
+            targets += [start_agent(stack, name, cgroup_root, pods_dir, tmp / f"baseline-{name}", args.baseline)
+                        for name in args.gpu_nodes]
         for t in targets:
             settle(t.proc)
         if binary is None:
@@ -170,16 +173,18 @@ def compare(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: Pat
     return 1 if errors else 0
 
 
-def start_agent(stack: ExitStack, node: str, cgroup_root: str, pods_dir: Path, tmp: Path) -> Target:
-    """`koordlet run` on GPU node `node`, ready, stopped when `stack` closes."""
+def start_agent(stack: ExitStack, node: str, cgroup_root: str, pods_dir: Path, tmp: Path,
+                checkout: Path | None = None) -> Target:
+    """`koordlet run` on GPU node `node` (from `checkout`, a koordlet source tree, if given), ready, stopped when
+    `stack` closes."""
     tmp.mkdir(parents=True)
     port = free_port()
     log = open(tmp / "koordlet.log", "wb")  # noqa: SIM115 - closed by stop_agent
     proc = subprocess.Popen(agent_cmd(NODES / node, cgroup_root, pods_dir, tmp, port), stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, cwd=checkout)
     stack.callback(stop_agent, proc, log)
     wait_ready(port, proc)
-    return Target(f"koordlet {node}", psutil.Process(proc.pid), port)
+    return Target(f"{'baseline' if checkout else 'koordlet'} {node}", psutil.Process(proc.pid), port)
 
 
 def rdma_read_ms(node: str, seconds: float = 1.0) -> tuple[int, float] | None:
@@ -223,6 +228,7 @@ def report(args: argparse.Namespace, targets: list[Target]) -> None:
         for a in targets[:-1]:
             print(f"{a.name} ÷ node_exporter: CPU per scrape {a.cpu_ms_per_scrape / ne.cpu_ms_per_scrape:.1f}×, "
                   f"p50 wall {a.pct(50) / ne.pct(50):.1f}×")
+    before_after(targets)
     for t in targets:
         if t.bodies:
             parts = ", ".join(f"{g} {c}" for g, c in groups(t.bodies[-1]).most_common())
@@ -236,6 +242,31 @@ def report(args: argparse.Namespace, targets: list[Target]) -> None:
                   f"CPU ms in-process: add it to that row's CPU/scrape for scrapes 5 s or more apart")
 
 
+def series_and_headers(text: bytes) -> tuple[list[bytes], list[bytes]]:
+    """An exposition's series (name and labels, no value) and its HELP/TYPE lines, sorted."""
+    lines = text.split(b"\n")
+    return (sorted(ln.rsplit(b" ", 1)[0] for ln in lines if ln and not ln.startswith(b"#")),
+            sorted(ln for ln in lines if ln.startswith(b"#")))
+
+
+def before_after(targets: list[Target]) -> None:
+    """Each agent against the baseline checkout's on the same node (--baseline): CPU per scrape, and whether both
+    serve the same series and HELP/TYPE lines."""
+    by_name = {t.name: t for t in targets}
+    for t in targets:
+        base = by_name.get(t.name.replace("koordlet ", "baseline ", 1)) if t.name.startswith("koordlet ") else None
+        if base is None or not t.bodies or not base.bodies:
+            continue
+        mine, theirs = ({*series, *headers} for series, headers in (series_and_headers(x.bodies[-1])
+                                                                     for x in (t, base)))
+        print(f"{t.name} ÷ baseline: CPU per scrape {t.cpu_ms_per_scrape / base.cpu_ms_per_scrape:.2f}× "
+              f"({base.cpu_ms_per_scrape:.1f} → {t.cpu_ms_per_scrape:.1f} ms); same series and HELP/TYPE lines: "
+              f"{'yes' if mine == theirs else 'NO'}")
+        for label, lines in (("only here", mine - theirs), ("only in the baseline", theirs - mine)):
+            if lines:  # e.g. a loop's first run seen by one agent and not yet by the other
+                print(f"  {label}: " + ", ".join(ln.decode()[:100] for ln in sorted(lines)[:5]))
+
+
 def gpu_nodes(text: str) -> list[str]:
     known = sorted(p.parent.name for p in NODES.glob("*/nvml-snapshot.json"))
     nodes = [n for n in text.split(",") if n]
@@ -245,11 +276,21 @@ def gpu_nodes(text: str) -> list[str]:
     return nodes
 
 
+def checkout(text: str) -> Path:
+    path = Path(text).resolve()
+    if not (path / "koordlet" / "__main__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{text}: not a koordlet source tree (no koordlet/__main__.py)")
+    return path
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gpu-nodes", type=gpu_nodes, default=DEFAULT_NODES,
                     help="bundled GPU snapshot nodes (examples/nodes/), comma-separated: one agent on each")
     ap.add_argument("--compare-scrapes", type=int, default=20,
                     help="agent vs node_exporter: scrapes of each (the idle window lasts as long)")
+    ap.add_argument("--baseline", type=checkout, default=None, metavar="DIR",
+                    help="a koordlet source tree (e.g. a worktree of main): its agent on the same nodes too, in the "
+                         "same run, for a before/after")
     ap.add_argument("--compare-period", type=float, default=1.2,
                     help="agent vs node_exporter: seconds between one target's scrapes (above the agent's 1 s tick, "
                          "so each scrape renders anew)")

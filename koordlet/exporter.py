@@ -11,18 +11,18 @@ import contextlib
 import json
 import logging
 import os
-import re
 import selectors
 import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -34,7 +34,7 @@ from koordlet.collectors.advisor import Latest
 from koordlet.collectors.psi import PSIReading
 from koordlet.collectors.usage import CgroupUsage, UsageId
 from koordlet.devices.metrics import DeviceCollector, DeviceView
-from koordlet.exposition import ExpositionCache, GoCounterFamily, SharedRenderError, accepts_gzip
+from koordlet.exposition import ExpositionCache, SharedRenderError, accepts_gzip
 from koordlet.health import Health
 from koordlet.metriccache import MetricCache
 from koordlet.prediction.predictor import Outcome
@@ -42,9 +42,11 @@ from koordlet.qos.cpuset import CPUSetRule
 from koordlet.qos.cpusuppress import SuppressStatus
 from koordlet.qos.evictor import EvictionStats
 from koordlet.schedlat.collector import SchedLatency
-from koordlet.schedlat.hist import cumulative_buckets
+from koordlet.schedlat.hist import Totals, cumulative_buckets
 from koordlet.states.cpupools import SharePool
 from koordlet.states.model import PodMeta
+from koordlet.textformat import GoCounterFamily, HistogramRows, RowFamily, TextRenderer
+from koordlet.textformat import render_text as render_text  # what tests and benchmarks render one registry with
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,9 @@ _USAGE_COUNTERS = (
 )
 _WORKING_SET = ("memory_working_set_bytes", "Working set of the {}: memory usage minus inactive page cache, as "
                 "cAdvisor and kubelet compute it (read at scrape time)")
+
+_VIEWS = ("all", "internal", "external")
+
 
 @dataclass
 class AgentMetrics:
@@ -102,6 +107,8 @@ class AgentMetrics:
     max_staleness: float = 1.0
     internal: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
     external: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=False))
+    # one per view: each keeps the label and histogram-row texts of its last render (koordlet/textformat.py)
+    renderers: dict[str, TextRenderer] = field(default_factory=lambda: {v: TextRenderer() for v in _VIEWS})
 
     def __post_init__(self) -> None:
         self.loop_duration = Histogram(
@@ -131,83 +138,9 @@ class AgentMetrics:
         self.kubelet_request_duration.labels(verb, path, code).observe(seconds)
 
     def render(self, which: str = "all") -> bytes:
-        if which == "internal":
-            return render_text(self.internal)
-        if which == "external":
-            return render_text(self.external)
-        return render_text(self.internal) + render_text(self.external)
-
-
-class _Families(Collector):
-    """Already collected families, handed to generate_latest as a collector."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
-
-
-_LEGACY_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_NEEDS_ESCAPE = re.compile(r'[\\\n"]')
-
-
-def render_text(registry: CollectorRegistry) -> bytes:
-    """What prometheus_client's generate_latest writes (text format 0.0.4), byte for byte, with plain gauge
-    families written here: generate_latest re-validates and escapes every label of every sample (~9 µs a sample),
-    which made the per-pod series most of a scrape. A label set is formatted once per scrape and reused by every
-    family that has it (a container's CPU, memory and throttling). Other families go through generate_latest."""
-    out: list[str] = []
-    pending: list[Metric] = []  # consecutive families left to generate_latest, rendered in order
-    label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
-    for fam in registry.collect():
-        text = _gauge_text(fam, label_text) if fam.type == "gauge" or isinstance(fam, GoCounterFamily) else None
-        if text is None:
-            pending.append(fam)
-            continue
-        if pending:
-            out.append(generate_latest(_Families(pending)).decode())
-            pending = []
-        out.append(text)
-    if pending:
-        out.append(generate_latest(_Families(pending)).decode())
-    return "".join(out).encode()
-
-
-def _escape_label_value(v: str) -> str:
-    if _NEEDS_ESCAPE.search(v) is None:
-        return v
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _gauge_text(fam: Metric, label_text: dict[tuple[tuple[str, ...], tuple[str, ...]], str]) -> str | None:
-    """One gauge (or GoCounterFamily) family as text, or None when a sample needs generate_latest's general path."""
-    name = fam.name
-    if not _LEGACY_NAME.match(name):
-        return None
-    doc = fam.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-    lines = [f"# HELP {name} {doc}\n# TYPE {name} {fam.type}\n"]
-    keys: tuple[str, ...] = ()
-    order: list[str] = []
-    for sample in fam.samples:
-        labels = sample.labels
-        if sample.name != name or sample.timestamp is not None:
-            return None
-        if not labels:
-            lines.append(f"{name} {floatToGoString(sample.value)}\n")  # type: ignore[no-untyped-call]
-            continue
-        if keys != tuple(labels):
-            keys = tuple(labels)
-            if not all(_LEGACY_NAME.match(k) and not k.startswith("__") for k in keys):
-                return None
-            order = sorted(keys)  # generate_latest sorts label names
-        values = tuple(labels.values())
-        body = label_text.get((keys, values))
-        if body is None:
-            body = label_text[(keys, values)] = ",".join(
-                [f'{k}="{_escape_label_value(labels[k])}"' for k in order])
-        lines.append(f"{name}{{{body}}} {floatToGoString(sample.value)}\n")  # type: ignore[no-untyped-call]
-    return "".join(lines)
+        if which in ("internal", "external"):
+            return self.renderers[which].render(self.internal if which == "internal" else self.external)
+        return self.renderers["all"].render(self.internal, self.external)
 
 
 class _InternalCollector(Collector):
@@ -485,26 +418,23 @@ class _ExternalCollector(Collector):
         eBPF (schedstat knows sum and count alone)."""
         if self.m.schedlat is None:
             return
-        h = HistogramMetricFamily("koordlet_pod_cpu_schedule_latency_seconds", "Run-queue wait of the pod's tasks "
-                                  "(runnable to running)", labels=["node", "namespace", "pod", "uid", "qos", "source"])
+        h = HistogramRows("koordlet_pod_cpu_schedule_latency_seconds", "Run-queue wait of the pod's tasks "
+                          "(runnable to running)", ["node", "namespace", "pod", "uid", "qos", "source"])
         for row in self.m.schedlat.latest:
             pod, total = row.pod, row.total
-            buckets: list[tuple[str, float]] = []
-            if total.hist is not None:
-                buckets = [(floatToGoString(le), float(n))  # type: ignore[no-untyped-call]
-                           for le, n in cumulative_buckets(total.hist, _SCHEDLAT_BOUNDS)]
-            buckets.append(("+Inf", float(total.count)))
+            # a pod with no new wait since the last render keeps its rows' text (TextRenderer, by this key)
             h.add_metric([self.m.node_name, pod.namespace, pod.name, pod.uid, pod.koord_qos or pod.k8s_qos,
-                          row.source], buckets, total.sum_ns / 1e9)
+                          row.source], partial(_schedlat_buckets, total), total.sum_ns / 1e9,
+                         key=(total.count, total.sum_ns, total.hist is None))
         yield h
 
     def _requests_limits(self, latest: Latest) -> Iterator[Metric]:
         labels = ["node", "resource", "unit", "pod_uid", "pod_name", "pod_namespace", "container_id",
                   "container_name"]
-        req = GaugeMetricFamily("koordlet_container_resource_requests",
-                                "the container requests of resources updated by koordinator", labels=labels)
-        lim = GaugeMetricFamily("koordlet_container_resource_limits",
-                                "the container limits of resources updated by koordinator", labels=labels)
+        req = RowFamily("koordlet_container_resource_requests",
+                        "the container requests of resources updated by koordinator", labels)
+        lim = RowFamily("koordlet_container_resource_limits",
+                        "the container limits of resources updated by koordinator", labels)
         cached = self._resources
         if cached is None or cached[0] is not latest.pods:
             cached = self._resources = (latest.pods, self._parse_resources(latest.pods))
@@ -550,8 +480,7 @@ class _ExternalCollector(Collector):
                                                   if self.m.container_series else [])
         fams = {scope: ([GoCounterFamily(f"koordlet_{scope}_{name}", doc.format(scope), labels)
                          for name, doc in _USAGE_COUNTERS],
-                        GaugeMetricFamily(f"koordlet_{scope}_{_WORKING_SET[0]}", _WORKING_SET[1].format(scope),
-                                          labels=labels))
+                        RowFamily(f"koordlet_{scope}_{_WORKING_SET[0]}", _WORKING_SET[1].format(scope), labels))
                 for scope, labels in scopes}
         pod_fams, ctr_fams = fams["pod"], fams.get("container")
         for pod in latest.pods:
@@ -571,11 +500,10 @@ class _ExternalCollector(Collector):
 
     def _psi(self, latest: Latest) -> Iterator[Metric]:
         common = ["psi_resource_type", "psi_precision", "psi_degree", "cpu_full_supported"]
-        pod_g = GaugeMetricFamily("koordlet_pod_psi", "Pod psi collected by koordlet",
-                                  labels=["node", "pod_uid", "pod_name", "pod_namespace", *common])
-        ctr_g = GaugeMetricFamily("koordlet_container_psi", "Container psi collected by koordlet",
-                                  labels=["node", "container_id", "container_name", "pod_uid", "pod_name",
-                                          "pod_namespace", *common])
+        pod_g = RowFamily("koordlet_pod_psi", "Pod psi collected by koordlet",
+                          ["node", "pod_uid", "pod_name", "pod_namespace", *common])
+        ctr_g = RowFamily("koordlet_container_psi", "Container psi collected by koordlet",
+                          ["node", "container_id", "container_name", "pod_uid", "pod_name", "pod_namespace", *common])
         psi = latest.psi
         for pod in latest.pods:
             base = [self.m.node_name, pod.uid, pod.name, pod.namespace]
@@ -594,7 +522,17 @@ class _ExternalCollector(Collector):
         yield ctr_g
 
 
-def _add_usage(fams: tuple[list[GoCounterFamily], GaugeMetricFamily], labels: list[str], u: CgroupUsage,
+def _schedlat_buckets(total: Totals) -> list[tuple[str, float]]:
+    """A pod's cumulative buckets (eBPF), then +Inf; schedstat knows the count and sum alone."""
+    buckets: list[tuple[str, float]] = []
+    if total.hist is not None:
+        buckets = [(floatToGoString(le), float(n))  # type: ignore[no-untyped-call]
+                   for le, n in cumulative_buckets(total.hist, _SCHEDLAT_BOUNDS)]
+    buckets.append(("+Inf", float(total.count)))
+    return buckets
+
+
+def _add_usage(fams: tuple[list[GoCounterFamily], RowFamily], labels: list[str], u: CgroupUsage,
                working_set: int | None) -> None:
     cpu, periods, throttled, throttled_s = fams[0]
     cpu.add_metric(labels, u.cpu_ns / 1e9)

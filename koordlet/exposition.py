@@ -12,23 +12,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client.core import Metric
+from koordlet.textformat import GoCounterFamily as GoCounterFamily  # its home before; importers kept
 
 _WAIT_LIMIT = 60.0  # a render stuck this long answers its waiters 500 (their threads end) rather than hold them
-GZIP_LEVEL = 6  # zlib's default: gzip.compress's 9 costs ~1.5× the CPU for a body 1 % smaller
-
-
-class GoCounterFamily(Metric):
-    """A counter exposed as a Go client exposes it: samples (and the TYPE line) named exactly as the family, so
-    upstream's `_total`-less names stay as they are (prometheus_client would add the suffix) and names that end in
-    `_total` take the exporter's fast path (koordlet.exporter.render_text)."""
-
-    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        super().__init__(name, documentation, "counter")
-        self._labelnames = tuple(labels)
-
-    def add_metric(self, labels: list[str], value: float) -> None:
-        self.add_sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
+GZIP_LEVEL = 1  # docs/decisions.md "Scrape cost, second pass": level 6 cost 3× the CPU of 1 for a body 6 % smaller
 
 
 class Exposition:

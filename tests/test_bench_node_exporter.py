@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.request
+from pathlib import Path
 
 import psutil
 import pytest
@@ -44,3 +45,16 @@ def test_gpu_nodes_refuses_a_node_without_an_nvml_snapshot() -> None:
     assert scrape_compare.gpu_nodes("h100-hgx-smi,l20-pcie") == ["h100-hgx-smi", "l20-pcie"]
     with pytest.raises(argparse.ArgumentTypeError, match="'mlu370' is not a bundled GPU snapshot node"):
         scrape_compare.gpu_nodes("h100-hgx-smi,mlu370")
+
+
+def test_baseline_is_a_koordlet_checkout_and_before_after_compares_series_not_values(tmp_path: Path) -> None:
+    root = Path(scrape_compare.__file__).resolve().parents[1]
+    assert scrape_compare.checkout(str(root)) == root
+    with pytest.raises(argparse.ArgumentTypeError, match="not a koordlet source tree"):
+        scrape_compare.checkout(str(tmp_path))
+    before = b'# HELP a x\n# TYPE a gauge\na{p="1"} 1.0\na{p="2"} 2.0\n'
+    after = b'# HELP a x\n# TYPE a gauge\na{p="2"} 5.0\na{p="1"} 3.0\n'  # other values, other order
+    assert scrape_compare.series_and_headers(before) == scrape_compare.series_and_headers(after)
+    assert scrape_compare.series_and_headers(before) != scrape_compare.series_and_headers(after + b'a{p="3"} 1\n')
+    assert scrape_compare.series_and_headers(before) != scrape_compare.series_and_headers(
+        after.replace(b"gauge", b"counter"))
