@@ -78,6 +78,10 @@ class ImageLocality:
         self._holders: dict[str, tuple[IntArray, IntArray]] = {}  # image name → (rows holding it, its size there)
         self._nodes = 0
 
+    def sync(self, index: NodeIndex) -> None:
+        """Scheduler.prepare: every node's images read now, not in the first cycle."""
+        self._sync(index)
+
     def _sync(self, index: NodeIndex) -> None:
         """The image → nodes index, rebuilt when some node's images changed (they seldom do)."""
         facts = self._facts.get(index)
