@@ -53,7 +53,7 @@ from scheduler.interfaces import (
 )
 from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
-from scheduler.vectorcache import Timings, VectorCache
+from scheduler.vectorcache import Kept, Timings, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +260,11 @@ class Scheduler:
         got = self.filter_by(pod, node)
         return None if got is None else got[1]
 
-    def filter_by(self, pod: JSON, node: NodeInfo) -> tuple[str, str] | None:
-        """Every Filter on one node: (plugin, reason) of the first that fails, or None."""
-        for f in self.profile.filters:
+    def filter_by(self, pod: JSON, node: NodeInfo,
+                  filters: Sequence[FilterPlugin] | None = None) -> tuple[str, str] | None:
+        """Every Filter on one node (or those of `filters`, in profile order): (plugin, reason) of the first that
+        fails, or None."""
+        for f in self.profile.filters if filters is None else filters:
             try:
                 why = f.filter(pod, node, self.cluster)
             except Unschedulable as e:
@@ -585,11 +587,11 @@ class Cycle:
             rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
             rank[~mask] = -1
             return self._place(index, rank, None, mask, total, uniform, considered, failed, blamed, per_plugin,
-                               clock, metrics)
+                               clock, metrics, kept)
         saved: dict[int, int] = {}  # the kept rank's rows set to −1 as they are tried, put back after
         try:
             return self._place(index, kept.rank, saved, mask, total, uniform, considered, failed, blamed,
-                               per_plugin, clock, metrics)
+                               per_plugin, clock, metrics, kept)
         finally:
             if saved:
                 kept.rank[list(saved)] = list(saved.values())
@@ -597,9 +599,10 @@ class Cycle:
     def _place(self, index: NodeIndex, rank: IntArray, saved: dict[int, int] | None, mask: BoolArray,
                total: IntArray, uniform: int, considered: BoolArray | None, failed: dict[int, str],
                blamed: set[str], per_plugin: list[IntArray] | None, clock: _Clock,
-               metrics: SchedulerMetrics | None) -> Placement:
+               metrics: SchedulerMetrics | None, kept: Kept | None = None) -> Placement:
         """Try the ranked nodes best first (`saved`: the rank is the cache's own, its rows' values are kept there
-        before they are set to −1); the reasons of every node when none takes the pod."""
+        before they are set to −1); the reasons of every node when none takes the pod. A node whose kept row is
+        as of its current version skips the kept filters that are exact (scheduler.interfaces, exact_rows)."""
         pod, n = self.pod, len(index)
         for i in failed:
             if saved is not None and i not in saved:
@@ -615,7 +618,7 @@ class Cycle:
                 saved[i] = int(rank[i])
             rank[i] = -1
             node = index.nodes[i]
-            got = self.sched.filter_by(pod, node)
+            got = self.sched.filter_by(pod, node, None if kept is None else kept.filters_for(index, i))
             clock.point("Filter", got is None)
             if got is not None:
                 blamed.add(got[0])

@@ -22,7 +22,10 @@ plugin's own per-node state up to date; state that changes without the node repo
 `NodeIndex.touch`. Then `prefilter_rows(pod, index, rows)` / `score_rows(pod, index, rows)` answer for the given
 rows only (`rows` an int array, or `slice(None)` for every row): exactly `prefilter_vector(...)[rows]` (True where
 it has no opinion) and `score_vector(...)[rows]`. A normalizing scorer's vector is not kept (its normalization
-depends on every feasible node).
+depends on every feasible node). A kept filter whose `prefilter_rows` is exactly `filter(...) is None` on every
+row (not merely False where it surely fails) says so with a class attribute `exact_rows = True`: the framework then
+does not run its `filter` on a node whose kept row was computed at the node's current NodeIndex version (the node
+chosen from the kept rank; any other node, or one changed since, is filtered as usual).
 """
 
 from __future__ import annotations

@@ -136,6 +136,10 @@ class Tracker:
         self._seen: IntArray = np.zeros(0, dtype=np.int64)
         self._read = 0  # changes of the index's log read so far
 
+    def current(self, index: NodeIndex, i: int) -> bool:
+        """Row i's version is the one this tracker last saw (what its owner computed the row at is still so)."""
+        return index is self._index and index.epoch == self._epoch and self._seen.item(i) == index.versions.item(i)
+
     def changes(self, index: NodeIndex) -> list[int] | None:
         if index is not self._index or index.epoch != self._epoch:
             self._index, self._epoch, self._seen = index, index.epoch, index.versions.copy()

@@ -31,6 +31,7 @@ from scheduler.gang.model import DEFAULT_TIMEOUT_SECONDS, collect_gangs, gang_gr
 from scheduler.gang.planner import plan_jobs_detail
 from scheduler.gang.plugin import Coscheduling
 from scheduler.gang.topology import cluster_tree
+from scheduler.gcpolicy import scheduling_thresholds
 from scheduler.interfaces import Placement
 from scheduler.metrics import SchedulerMetrics
 from scheduler.queue.hints import table
@@ -408,12 +409,13 @@ class SecondaryScheduler:
         """run_once every `interval` seconds until `stop` is set; API errors are logged and retried next time. The
         watches stop with it."""
         try:
-            while not stop.is_set():
-                try:
-                    self.run_once()
-                except KoordletError as e:
-                    log.warning("scheduling cycle: %s", e)
-                stop.wait(interval)
+            with scheduling_thresholds():
+                while not stop.is_set():
+                    try:
+                        self.run_once()
+                    except KoordletError as e:
+                        log.warning("scheduling cycle: %s", e)
+                    stop.wait(interval)
         finally:
             self.close()
 

@@ -39,6 +39,15 @@ class Kept:
         self.mask: BoolArray = np.zeros(0, dtype=np.bool_)
         self.total: IntArray = np.zeros(0, dtype=np.int64)
         self.rank: IntArray = np.zeros(0, dtype=np.int64)
+        # the profile's filters but the kept exact ones (set by VectorCache): what a row kept at its node's
+        # version still needs run on that node
+        self.unsettled: tuple[FilterPlugin, ...] = ()
+
+    def filters_for(self, index: NodeIndex, i: int) -> tuple[FilterPlugin, ...] | None:
+        """The filters node i still needs (None: every one), given this shape's kept rows."""
+        if self.mask.item(i) and self.tracker.current(index, i):
+            return self.unsettled
+        return None
 
 
 Timings = dict[tuple[str, str], float]  # (plugin, extension point) → seconds spent in its kept hooks this cycle
@@ -53,6 +62,9 @@ class VectorCache:
         self.scorers = tuple(s if isinstance(s, IncrementalScorePlugin) and norm is None else None
                              for s, norm in zip(scorers, normalizers, strict=True))
         self.names = tuple(f.name for f in filters), tuple(s.name for s in scorers)
+        # exact_rows (scheduler.interfaces): on a row kept at its node's version, their filter need not run
+        self.exact = tuple(f is not None and getattr(f, "exact_rows", False) is True for f in self.filters)
+        self.all_filters = tuple(filters)
         self.weights = tuple(s.weight for s in scorers)
         self._kept: OrderedDict[Hashable, Kept] = OrderedDict()
         self._timed: Timings | None = None
@@ -89,8 +101,10 @@ class VectorCache:
         if kept is None:
             if len(self._kept) >= MAX_SHAPES:
                 self._kept.popitem(last=False)
-            kept = self._kept[shape] = Kept(tuple(x is not None for x in fshapes),
-                                            tuple(x is not None for x in sshapes))
+            on = tuple(x is not None for x in fshapes)
+            kept = self._kept[shape] = Kept(on, tuple(x is not None for x in sshapes))
+            kept.unsettled = tuple(f for f, k, exact in zip(self.all_filters, on, self.exact, strict=True)
+                                   if not (k and exact))
         else:
             self._kept.move_to_end(shape)
         changed = kept.tracker.changes(index)  # after every shape call: they may have touched rows

@@ -15,6 +15,7 @@ class NodeResourcesFit:
     """The Filter (its Score is scheduler.plugins.fit_score.NodeResourcesFitScore)."""
 
     name = "NodeResourcesFit"
+    exact_rows = True  # prefilter_rows is exactly filter's verdict (scheduler.interfaces)
 
     def __init__(self) -> None:
         self._pod: JSON | None = None  # the pod of the current cycle: its requests are parsed once, not per node

@@ -3,14 +3,15 @@ the share of nodes holding them (k8s v1.28 pkg/scheduler/framework/plugins/image
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 
 from apis.core.objects import JSON
 from scheduler.cluster import Cluster, NodeInfo
-from scheduler.nodeindex import BoolArray, IntArray, NodeIndex
+from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows
 from scheduler.plugins.nodefacts import NodeFacts
+from scheduler.rowcache import FEW_ROWS
 
 _MB = 1024 * 1024
 MIN_THRESHOLD = 23 * _MB  # below: no score (a small image is cheap to pull anywhere)
@@ -77,6 +78,10 @@ class ImageLocality:
         self._holders: dict[str, tuple[IntArray, IntArray]] = {}  # image name → (rows holding it, its size there)
         self._nodes = 0
 
+    def sync(self, index: NodeIndex) -> None:
+        """Scheduler.prepare: every node's images read now, not in the first cycle."""
+        self._sync(index)
+
     def _sync(self, index: NodeIndex) -> None:
         """The image → nodes index, rebuilt when some node's images changed (they seldom do)."""
         facts = self._facts.get(index)
@@ -109,15 +114,40 @@ class ImageLocality:
         self._sync(index)
         if not self._holders:
             return 0  # no node lists an image: the sum is 0 everywhere, below the 23 MB floor
-        held = [entry for name in pod_images(pod) if (entry := self._holders.get(name)) is not None]
-        if not held:
+        return self._sums(pod_images(pod), _containers(pod), slice(None))
+
+    def _sums(self, names: list[str], containers: int, rows: Rows) -> IntArray | int:
+        """The scores of the rows (0: every one is 0)."""
+        held = [entry for name in names if (entry := self._holders.get(name)) is not None]
+        top = MAX_CONTAINER_THRESHOLD * containers
+        if not held or top <= MIN_THRESHOLD:
             return 0
         sums = np.zeros(self._nodes, dtype=np.int64)
-        for rows, sizes in held:  # a node lists an image name once: rows are distinct
-            sums[rows] += (sizes.astype(np.float64) * (len(rows) / self._nodes)).astype(np.int64)
-        top = MAX_CONTAINER_THRESHOLD * _containers(pod)
-        if top <= MIN_THRESHOLD:
-            return 0
-        clamped = np.clip(sums, MIN_THRESHOLD, top)
+        for where, sizes in held:  # a node lists an image name once: rows are distinct
+            sums[where] += (sizes.astype(np.float64) * (len(where) / self._nodes)).astype(np.int64)
+        clamped = np.clip(sums[rows], MIN_THRESHOLD, top)
         scores: IntArray = MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) // (top - MIN_THRESHOLD)
         return scores
+
+    # -- kept between cycles by the framework (scheduler.vectorcache) --------------------------------------------
+    def score_shape(self, pod: JSON, index: NodeIndex) -> Hashable:
+        """The pod's images and container count, and which image index the scores are of: each node's score
+        depends on its own images and on how many nodes hold each (every node's facts), so the key names the
+        index's build (a change to any node's images is a new key, computed whole)."""
+        self._sync(index)
+        if not self._holders:
+            return ("none",)
+        return tuple(pod_images(pod)), _containers(pod), self._built
+
+    def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
+        self._sync(index)
+        count = len(index) if isinstance(rows, slice) else len(rows)
+        if not self._holders:
+            return np.zeros(count, dtype=np.int64)
+        names, containers = pod_images(pod), _containers(pod)
+        if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:  # numpy's per-call cost is most of it here
+            facts = self._facts.get(index)
+            return np.array([priority(sum(self._scaled(n, facts[i][n]) for n in names if n in facts[i]), containers)
+                             for i in rows.tolist()], dtype=np.int64)
+        got = self._sums(names, containers, rows)
+        return np.zeros(count, dtype=np.int64) if isinstance(got, int) else got

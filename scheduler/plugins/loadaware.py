@@ -44,6 +44,7 @@ class LoadAware:
     """Filter: estimated usage ≤ thresholds; score: raw 0..100 least-used (load_aware.go)."""
 
     name = NAME
+    exact_rows = True  # prefilter_rows is exactly filter's verdict (scheduler.interfaces)
 
     def __init__(self, args: LoadAwareArgs | None = None, weight: int = 1,
                  now: Callable[[], float] = time.time) -> None:
