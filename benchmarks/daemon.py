@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import yaml
 
 from benchmarks import calibration, chart
 from benchmarks.collection import bench_node, have_real_cgroups, print_table, tick_schedule
+from demo.processes import stop, wait_answering
 from koordlet.collectors.cgroups import CONTAINER_INTERVAL_SECONDS
 from koordlet.health import Health
 from koordlet.host.cgroup import CgroupV1
@@ -80,27 +80,12 @@ def _loops(port: int) -> dict[str, tuple[float, float]]:
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"koordlet exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("koordlet not ready")
+    wait_answering(f"http://127.0.0.1:{port}/readyz", proc, "koordlet", timeout, interval=0.5)
 
 
 def stop_agent(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     """SIGTERM the agent, wait for it (a kill after 30 s), then close its log."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc, timeout=30)
     log.close()
 
 

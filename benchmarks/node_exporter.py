@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from demo.processes import stop, wait_answering
 
 # Debian's package installs the binary under its package name; upstream's release tarball calls it node_exporter.
 BINARIES = ("prometheus-node-exporter", "node_exporter")
@@ -35,30 +35,13 @@ def running(binary: str, port: int, timeout: float = 15.0) -> Iterator[subproces
             proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"], stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_answering(proc, port, timeout, log_path)
+            try:
+                wait_answering(f"http://127.0.0.1:{port}/metrics", proc, "node_exporter", timeout, interval=0.1)
+            except RuntimeError as e:
+                raise RuntimeError(f"{e}: {_last_line(log_path)}") from None
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _wait_answering(proc: subprocess.Popen[bytes], port: int, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"node_exporter exited with {proc.returncode}: {_last_line(log)}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"node_exporter not answering on port {port} after {timeout:g} s: {_last_line(log)}")
+            stop(proc, timeout=10)
 
 
 def _last_line(log: Path) -> str:

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from demo.processes import stop, wait_answering
 from koordlet import examplepods
 from koordlet.cli import config_from_args, parse_args
 from koordlet.health import Health
@@ -160,18 +160,6 @@ def agent_argv(node: DemoNode, port: int, work: Path, snapshot: Path) -> list[st
             "--enable-nri-runtime-hook=false"]
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} (log in the work dir)")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} not ready at {url} after {timeout:.0f} s")
-
-
 @contextlib.contextmanager
 def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
     """Everything up and ready; torn down (cgroups removed) on exit. `interval`: scrape and rule evaluation period
@@ -200,7 +188,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
             agents.append(procs[-1])
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         for (name, url), proc in zip(urls.items(), agents, strict=True):
-            _wait(f"{url}/readyz", proc, f"koordlet on {name}")
+            wait_answering(f"{url}/readyz", proc, f"koordlet on {name} (log in the work dir)")
         prom_port = free_port()
         config = scrape_config(ports, interval)
         config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
@@ -212,16 +200,11 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
              f"--web.listen-address=127.0.0.1:{prom_port}"],
             stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
         prom_url = f"http://127.0.0.1:{prom_port}"
-        _wait(f"{prom_url}/-/ready", procs[-1], "prometheus")
+        wait_answering(f"{prom_url}/-/ready", procs[-1], "prometheus (log in the work dir)")
         yield Stack(urls[NODE_NAME], urls, prom_url, work, pids)
     finally:
         for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop(p)
         for f in logs:
             f.close()
         if made is not None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from demo.processes import wait_answering
 from demo.stack import DEPLOY, free_port, local_scrape_config
 
 from conftest import require
@@ -36,20 +37,6 @@ DASHBOARD = [
     'DCGM_FI_DEV_GPU_UTIL{instance=~".*", gpu=~".*"}',
     'DCGM_FI_DEV_FB_USED{instance=~".*", gpu=~".*"}',
 ]
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{what} exited with {proc.returncode}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not ready at {url}")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +66,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         procs.append(subprocess.Popen(
             [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], "prometheus")
+        wait_answering(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], "prometheus", timeout=30)
         yield f"http://127.0.0.1:{prom_port}"
     finally:
         for p in procs:

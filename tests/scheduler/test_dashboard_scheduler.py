@@ -23,6 +23,7 @@ from test_deploy_dashboards import substituted
 
 from apis.client.kubeapi import KubeClient, KubeConfig
 from demo.dashboards import SCHEDULER
+from demo.processes import stop, wait_answering
 from scheduler.cli import profile
 from scheduler.cluster import Cluster
 from scheduler.framework import Scheduler
@@ -68,22 +69,13 @@ def prometheus(work: Path, target: str) -> Iterator[Callable[[str], list[dict[st
             return result
 
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None, (work / "prometheus.log").read_text()[-2000:]
-                with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-                assert time.monotonic() < deadline, "prometheus not ready"
-                time.sleep(0.2)
+            try:
+                wait_answering(f"{url}/-/ready", proc, "prometheus", timeout=30)
+            except RuntimeError as e:
+                raise AssertionError(f"{e}: {(work / 'prometheus.log').read_text()[-2000:]}") from None
             yield query
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 async def test_every_panel_of_the_scheduler_dashboard_returns_data(kmock: kmock.KubernetesEmulator,
