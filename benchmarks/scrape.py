@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import http.client
 import subprocess
 import sys
 import threading
@@ -195,6 +194,7 @@ def under_load(args: argparse.Namespace, cgroup_root: str, pods_dir: Path, tmp: 
     return 1 if bad else 0
 
 
+
 class Load:
     """n scrapers against the agent for a window: latencies (ms), timeouts, errors, and the agent's CPU meanwhile."""
 
@@ -240,17 +240,10 @@ class Load:
             time.sleep(max(next_at - time.monotonic(), 0))
             t0 = time.perf_counter()
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=self.TIMEOUT)
-                try:
-                    conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
-                    r = conn.getresponse()
-                    raw = r.read()
-                    encoding = r.getheader("Content-Encoding")
-                finally:
-                    conn.close()
+                status, raw, encoding = scrape_compare.get_metrics(port, self.TIMEOUT)
                 ms = 1000 * (time.perf_counter() - t0)
-                if r.status != 200:
-                    raise OSError(f"HTTP {r.status}")
+                if status != 200:
+                    raise OSError(f"HTTP {status}")
                 if not checked:  # once per scraper: the body is whole (gzip or not)
                     text = gzip.decompress(raw) if encoding == "gzip" else raw
                     if not text.endswith(b"\n") or b"koordlet_container_cpu_usage_seconds_total{" not in text:

@@ -86,20 +86,24 @@ def groups(text: bytes) -> Counter[str]:
     return out
 
 
+def get_metrics(port: int, timeout: float) -> tuple[int, bytes, str | None]:
+    """One GET /metrics asking gzip, as Prometheus does: (status, body as sent, its Content-Encoding)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+        r = conn.getresponse()
+        return r.status, r.read(), r.getheader("Content-Encoding")
+    finally:
+        conn.close()
+
+
 def scrape(target: Target, keep: bool) -> None:
     t0 = time.perf_counter()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=10.0)
-        try:
-            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
-            r = conn.getresponse()
-            raw = r.read()
-            encoding = r.getheader("Content-Encoding")
-        finally:
-            conn.close()
+        status, raw, encoding = get_metrics(target.port, 10.0)
         target.latencies.append(1000 * (time.perf_counter() - t0))
-        if r.status != 200:
-            raise OSError(f"HTTP {r.status}")
+        if status != 200:
+            raise OSError(f"HTTP {status}")
         target.gz_bytes.append(len(raw))
         if keep:
             target.bodies.append(gzip.decompress(raw) if encoding == "gzip" else raw)
