@@ -60,6 +60,7 @@ bench: $(STAMP) $(PB) ebpf-setup
 	-$(BIN)/python -m benchmarks.qos_reconcile
 	-$(BIN)/python -m benchmarks.qos_effect
 	-$(BIN)/python -m benchmarks.scheduler
+	-$(BIN)/python -m benchmarks.scheduler_filed
 	-$(BIN)/python -m benchmarks.scheduler_config
 	-$(BIN)/python -m benchmarks.numa
 	-$(BIN)/python -m benchmarks.noderesource

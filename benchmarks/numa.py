@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.scheduler import _node
+from benchmarks.gpucluster import node_objects
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
@@ -61,7 +61,7 @@ def reservation(i: int, node: str) -> dict[str, Any]:
 def objects(nodes: int, running: int, reservations: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(nodes):
-        node, device, metric = _node(i)
+        node, device, metric = node_objects(i)
         name = node["metadata"]["name"]
         out += [node, device, metric, nrt(name)]
         for j in range(running):

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.scheduler import _node, _pod
+from benchmarks.gpucluster import bench_pod, node_objects
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.elasticquota.manager import GroupQuotaManager
@@ -107,10 +107,10 @@ def _quota_objects() -> list[dict[str, Any]]:
 
 
 def throughput(nodes: int, running: int, pods: int) -> None:
-    objects: list[dict[str, Any]] = [o for i in range(nodes) for o in _node(i)]
+    objects: list[dict[str, Any]] = [o for i in range(nodes) for o in node_objects(i)]
     _, leaves = _tree()
     for j in range(running):
-        p = _pod(f"running-{j}", "cpu", f"node-{j % nodes:04d}")
+        p = bench_pod(f"running-{j}", "cpu", f"node-{j % nodes:04d}")
         p["metadata"]["labels"] = {"quota.scheduling.koordinator.sh/name": leaves[j % len(leaves)]}
         objects.append(p)
     objects += _quota_objects()
@@ -125,7 +125,7 @@ def throughput(nodes: int, running: int, pods: int) -> None:
         sched.prepare()
         batch = []
         for k in range(pods):
-            p = _pod(f"new-{k}", "cpu")
+            p = bench_pod(f"new-{k}", "cpu")
             p["metadata"]["labels"] = {"quota.scheduling.koordinator.sh/name": leaves[(k * 7) % len(leaves)]}
             batch.append(p)
         sched.admit_pending(batch)

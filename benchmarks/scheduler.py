@@ -31,61 +31,12 @@ import time
 from typing import Any
 
 from benchmarks import calibration
+from benchmarks.gpucluster import KINDS, bench_pod, node_objects
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
 from scheduler.gang.planner import plan_jobs
 from scheduler.gcpolicy import scheduling_thresholds
-
-NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _node(i: int) -> list[dict[str, Any]]:
-    name = f"node-{i:04d}"
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}},
-            "status": {"allocatable": {"cpu": "96", "memory": "768Gi", "pods": "110",
-                                       "koordinator.sh/gpu": "800", "koordinator.sh/gpu-core": "800",
-                                       "koordinator.sh/gpu-memory-ratio": "800",
-                                       "koordinator.sh/gpu-memory": "640Gi", "koordinator.sh/rdma": "200"}}}
-    device = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Device", "metadata": {"name": name},
-              "spec": {"devices": [
-                  {"type": "gpu", "id": f"GPU-{i:04d}-{m}", "minor": m, "health": True,
-                   "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
-                                 "koordinator.sh/gpu-memory-ratio": "100"},
-                   "topology": {"socketID": -1, "nodeID": m // 4, "pcieID": f"pci0000:{m:02x}",
-                                "busID": f"0000:{m:02x}:00.0"}} for m in range(8)] + [
-                  # two ConnectX NICs with 4 VFs each, on the PCIe roots of GPUs 0 and 4
-                  {"type": "rdma", "id": f"0000:{0x40 + m:02x}:00.0", "minor": k, "health": True,
-                   "resources": {"koordinator.sh/rdma": "100"},
-                   "topology": {"socketID": -1, "nodeID": m // 4, "pcieID": f"pci0000:{m:02x}",
-                                "busID": f"0000:{0x40 + m:02x}:00.0"},
-                   "vfGroups": [{"vfs": [{"minor": -1, "busID": f"0000:{0x40 + m:02x}:00.{v + 2}"}
-                                         for v in range(4)]}]} for k, m in enumerate((0, 4))]}}
-    metric = {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric", "metadata": {"name": name},
-              "status": {"updateTime": NOW, "nodeMetric": {"nodeUsage": {"resources": {
-                  "cpu": f"{(i % 40) + 5}", "memory": f"{(i % 300) + 50}Gi"}}}}}
-    return [node, device, metric]
-
-
-def _pod(name: str, kind: str, node: str | None = None) -> dict[str, Any]:
-    requests: dict[str, str] = {"cpu": "2", "memory": "8Gi"}
-    if kind == "whole-gpu":
-        requests["koordinator.sh/gpu"] = "100"
-    elif kind == "shared-gpu":
-        requests.update({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})
-    elif kind == "gpu-rdma":
-        requests.update({"koordinator.sh/gpu": "100", "koordinator.sh/rdma": "1"})
-    annotations = ({"scheduling.koordinator.sh/device-joint-allocate": '{"deviceTypes":["gpu","rdma"]}'}
-                   if kind == "gpu-rdma" else {})
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": name, "namespace": "bench", "annotations": annotations},
-                           "spec": {"containers": [{"name": "c", "resources": {"requests": requests,
-                                                                               "limits": requests}}]},
-                           "status": {"phase": "Running" if node else "Pending"}}
-    if node:
-        pod["spec"]["nodeName"] = node
-    return pod
-
 
 SPINE, BLOCK = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/block"
 SPINES, BLOCKS_PER_SPINE = 4, 16
@@ -108,7 +59,7 @@ def _gang_objects(nodes: int, members: int) -> list[dict[str, Any]]:
                  {"gatherStrategy": [{"layer": "SpineLayer", "strategy": "MustGather"}]})}},
          "spec": {"minMember": members, "scheduleTimeoutSeconds": 300}}]
     for i in range(nodes):
-        node, device, metric = _node(i)
+        node, device, metric = node_objects(i)
         spine = min(i // per_spine, SPINES - 1)
         node["metadata"]["labels"] = {SPINE: f"spine-{spine}", BLOCK: f"block-{i // per_block}"}
         objects += [node, device, metric]
@@ -118,7 +69,7 @@ def _gang_objects(nodes: int, members: int) -> list[dict[str, Any]]:
 
 
 def _gang_pod(name: str, index: int | None, node: str | None = None) -> dict[str, Any]:
-    pod = _pod(name, "whole-gpu", node)
+    pod = bench_pod(name, "whole-gpu", node)
     pod["spec"]["containers"][0]["resources"]["requests"]["koordinator.sh/gpu"] = "800"
     pod["spec"]["containers"][0]["resources"]["limits"]["koordinator.sh/gpu"] = "800"
     if index is not None:
@@ -156,7 +107,6 @@ def gang_bench(nodes: int, members: int, runs: int) -> None:
 
 
 GOAL_RATE, GOAL_GPU_RATE, GOAL_COLD, GOAL_P99 = 650, 1300, 650, 10.0
-KINDS = ("cpu", "whole-gpu", "shared-gpu", "gpu-rdma")
 
 
 def _rss_mib() -> float:
@@ -182,7 +132,7 @@ def _one_run(objects: list[dict[str, Any]], kind: str, pods: int) -> tuple[int, 
     with scheduling_thresholds():  # the cyclic GC's thresholds as `koord-sched run` sets them
         for k in range(pods):
             t = time.perf_counter()
-            placed += sched.schedule(_pod(f"{kind}-{k}", kind)).node is not None
+            placed += sched.schedule(bench_pod(f"{kind}-{k}", kind)).node is not None
             lat.append((time.perf_counter() - t) * 1000)
     wall = time.perf_counter() - start
     rss = _rss_mib()
@@ -193,8 +143,8 @@ def _one_run(objects: list[dict[str, Any]], kind: str, pods: int) -> tuple[int, 
 
 
 def placement_table(nodes: int, running: int, pods: int, repeat: int) -> None:
-    objects: list[dict[str, Any]] = [o for i in range(nodes) for o in _node(i)]
-    objects += [_pod(f"running-{j}", "cpu", f"node-{j % nodes:04d}") for j in range(running)]
+    objects: list[dict[str, Any]] = [o for i in range(nodes) for o in node_objects(i)]
+    objects += [bench_pod(f"running-{j}", "cpu", f"node-{j % nodes:04d}") for j in range(running)]
     names = [p.name for p in profile(None).plugins]
     rows = []
     for kind in KINDS:

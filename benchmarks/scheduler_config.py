@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import calibration
-from benchmarks.scheduler import _node, _pod
+from benchmarks.gpucluster import bench_pod, node_objects
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.config import SchedulerConfig, load_config
@@ -40,7 +40,7 @@ def run(objects: list[dict[str, Any]], cfg: SchedulerConfig, kind: str, pods: in
     start = time.perf_counter()
     for k in range(pods):
         t = time.perf_counter()
-        placed += sched.schedule(_pod(f"{kind}-{k}", kind)).node is not None
+        placed += sched.schedule(bench_pod(f"{kind}-{k}", kind)).node is not None
         lat.append((time.perf_counter() - t) * 1000)
     wall = time.perf_counter() - start
     gc.unfreeze()
@@ -59,8 +59,8 @@ def main() -> int:
         full = load_config(args.config)
     load_ms = (time.perf_counter() - t) / 20 * 1000
     defaults = SchedulerConfig()
-    objects: list[dict[str, Any]] = [o for i in range(args.nodes) for o in _node(i)]
-    objects += [_pod(f"running-{j}", "cpu", f"node-{j % args.nodes:04d}") for j in range(args.running)]
+    objects: list[dict[str, Any]] = [o for i in range(args.nodes) for o in node_objects(i)]
+    objects += [bench_pod(f"running-{j}", "cpu", f"node-{j % args.nodes:04d}") for j in range(args.running)]
     best: dict[tuple[str, str], tuple[int, float, float, float]] = {}
     for _ in range(2):
         for kind in KINDS:
