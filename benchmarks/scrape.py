@@ -137,15 +137,17 @@ def main() -> int:
 
 def render_floor(args: argparse.Namespace, paths: HostPaths, pods_dir: Path, state: Path) -> float:
     """CPU ms of one render of /metrics and its gzip by an in-process agent on the same node and configuration as
-    the daemon below, after its first ticks: what one collection tick may cost the server, at least."""
+    the daemon below, once every cgroup has been read: what one collection tick may cost the server, at least."""
     agent = Agent(Config(node_name="bench", paths=paths, pods_dir=str(pods_dir), state_dir=str(state)))
     try:
         agent.sync_pods()
         agent.collect()  # starts loading the scheduling-latency backend (gate CPUSchedLatency), as in the daemon
         if agent.schedlat is not None:
             agent.schedlat.wait_ready(30.0)
-        for _ in range(2):
-            time.sleep(1.0)
+        # a whole container stride of ticks: each container is read every `container_stride` ticks, and the
+        # working set (and the render) covers only cgroups read once at least
+        for _ in range(max(agent.advisor.cgroups.container_stride, 2)):
+            time.sleep(0.2)
             agent.collect()
         ms, _ = per_scrape_ms(lambda: gzip.compress(agent.metrics.render(), compresslevel=GZIP_LEVEL, mtime=0),
                               args.seconds)

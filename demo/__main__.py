@@ -19,9 +19,10 @@ def main() -> int:
             f"  {'':<15} {s.agent_urls[n.name]}/apis/scheduling.koordinator.sh/v1alpha1/devices/{n.name}"
             for n in NODES)
         print(f"""
-koordlet demo: one agent per simulated node ({", ".join(n.name for n in NODES)}: 8 GPUs each, 4 RDMA NICs on
-l20-pcie, GPU telemetry on h100-hgx) plus this host's cgroups, the example pods split between them, scraped by
-Prometheus with deploy/prometheus/scrape-config.yaml, rules.yaml and dcgm-rules.yaml (work dir {tmp}).
+koordlet demo: one agent per simulated GPU node ({", ".join(n.name for n in NODES)}: 4 RDMA NICs on l20-pcie,
+the others' GPU telemetry from real nvidia-smi outputs) plus this host's cgroups for their pods (notebook-a and
+notebook-b share one GPU on rtx4090x8), scraped by Prometheus with deploy/prometheus/scrape-config.yaml, rules.yaml
+and dcgm-rules.yaml (work dir {tmp}).
 
 {agents}
   Prometheus      {s.prometheus_url}/graph
@@ -30,6 +31,7 @@ Prometheus with deploy/prometheus/scrape-config.yaml, rules.yaml and dcgm-rules.
 Try in Prometheus (the first samples arrive within 10 s):
   koordlet_device_healthy
   koordlet_pod_gpu_core_usage_percent
+  count by (node, gpu) (koordlet_pod_gpu_memory_used_bytes)
   koordlet_gpu_power_usage_watts
   koordlet_pod_rdma_port_data_received_bytes_total
   gpu:koordlet_gpu_memory_used:ratio

@@ -26,9 +26,18 @@ def wait_answering(url: str, proc: subprocess.Popen[bytes], what: str, timeout: 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM, then a kill when it has not exited within `timeout`."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_all([proc], timeout)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 20.0) -> None:
+    """SIGTERM to each at once (they shut down side by side, not one after another), then a kill for any not
+    exited within `timeout`."""
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,11 +1,13 @@
-"""The demo stack: example pods with real cgroups, two simulated GPU nodes (one agent each, the pods split between
-them) whose NVML snapshots give the pods' processes GPU work, and Prometheus configured from deploy/ (Kubernetes
-discovery replaced by the DaemonSet pod's own labels)."""
+"""The demo stack: one agent per bundled NVIDIA GPU node (the simulated l20-pcie with RDMA NICs, and the nodes whose
+NVML snapshots come from real nvidia-smi outputs), pods with real cgroups on this host, split between the nodes as
+their device-allocated says, whose processes the NVML snapshots give GPU work, and Prometheus configured from
+deploy/ (Kubernetes discovery replaced by the DaemonSet pod's own labels)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import shutil
@@ -21,32 +23,83 @@ from typing import Any
 
 import yaml
 
-from demo.processes import stop, wait_answering
+from demo.pods import DEMO_XIDS, EXAMPLE_GPU_WORK, GPU_PODS, example_pods, gpu_minors, manifest
+from demo.processes import stop_all, wait_answering
 from koordlet import examplepods
 from koordlet.cli import config_from_args, parse_args
 from koordlet.health import Health
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-PODS_DIR = ROOT / "examples" / "pods"
+NODES_DIR = ROOT / "examples" / "nodes"
 
 
 @dataclass(frozen=True)
 class DemoNode:
     name: str
     dir: Path  # an examples/nodes/ tree: sys/ and nvml-snapshot.json
-    pods: tuple[str, ...]  # the files of examples/pods/ on this node (their device-allocated names its devices)
+    pods: tuple[str, ...]  # the pods on this node (their device-allocated names its devices)
 
 
+def _gpu_pods_on(node: str) -> tuple[str, ...]:
+    return tuple(p.name for p in GPU_PODS if p.node == node)
+
+
+# Every bundled NVIDIA node but h800-nvlink, which has no real output behind it either and so shows what l20-pcie
+# shows (no telemetry read answers); ascend-910b and mlu370 are not NVIDIA (no GPU telemetry, no GPU panels).
 NODES = (
     # 8 L20 GPUs and 4 ConnectX-6 Dx NICs with 8 VFs each on their PCIe switches; no GPU telemetry (no real output)
-    DemoNode("l20-pcie", ROOT / "examples" / "nodes" / "l20-pcie", ("web.yaml",)),
-    # 8 H100 SXM, the telemetry of a real nvidia-smi -q; no RDMA NIC
-    DemoNode("h100-hgx", ROOT / "examples" / "nodes" / "h100-hgx-smi", ("batch.yaml",)),
+    DemoNode("l20-pcie", NODES_DIR / "l20-pcie", ("web-0",)),
+    # from real nvidia-smi -q outputs (examples/nodes/*-smi/README.md names each): 8 H100 SXM with 18 NVLinks each
+    DemoNode("h100-hgx", NODES_DIR / "h100-hgx-smi", ("spark-executor-1",)),
+    DemoNode("a10", NODES_DIR / "a10-smi", _gpu_pods_on("a10")),  # 1 A10 in a VM, remapped rows pending
+    DemoNode("a100-mig", NODES_DIR / "a100-mig-smi", _gpu_pods_on("a100-mig")),  # 1 A100 in MIG mode, 4 instances
+    DemoNode("a10g", NODES_DIR / "a10g-smi", _gpu_pods_on("a10g")),  # 1 A10G (AWS g5)
+    DemoNode("rtx4090x8", NODES_DIR / "rtx4090x8-smi", _gpu_pods_on("rtx4090x8")),  # 8 GeForce: no ECC
+    DemoNode("t4", NODES_DIR / "t4-smi", _gpu_pods_on("t4")),  # 1 T4: retired pages, not remapped rows
 )
 NODE_NAME = NODES[0].name
-# GPU work given to the example pods' processes: (pod name, node, GPU index, SM %, memory bytes)
-GPU_WORK = (("web-0", "l20-pcie", 0, 60, 20 << 30), ("spark-executor-1", "h100-hgx", 1, 30, 8 << 30))
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """A pod's process on a GPU of its node (`index`: NVML's, which dcgm-exporter's `gpu` label names)."""
+
+    pod: str
+    node: str
+    index: int
+    sm: int  # %
+    memory: int  # bytes
+
+
+@functools.cache
+def pod_manifests() -> dict[str, dict[str, Any]]:
+    """Every pod of the stack by name: examples/pods/ and demo.pods' GPU pods (sized to their GPU)."""
+    out = example_pods()
+    for pod in GPU_PODS:
+        [node] = [n for n in NODES if n.name == pod.node]
+        [dev] = [d for d in _snapshot(node)["devices"] if d["minor"] == pod.minor]
+        out[pod.name] = manifest(pod, int(dev["memoryTotal"]))
+    return out
+
+
+@functools.cache
+def _snapshot(node: DemoNode) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((node.dir / "nvml-snapshot.json").read_text())
+    return doc
+
+
+@functools.cache
+def gpu_work() -> tuple[GpuWork, ...]:
+    """Each pod's GPU work, on the GPU its device-allocated names (minor → the node's NVML index)."""
+    work = {p.name: (p.sm, p.memory) for p in GPU_PODS} | EXAMPLE_GPU_WORK
+    out = []
+    for node in NODES:
+        index = {d["minor"]: d["index"] for d in _snapshot(node)["devices"]}
+        for name in node.pods:
+            for minor in gpu_minors(pod_manifests()[name]):
+                out.append(GpuWork(name, node.name, index[minor], *work[name]))
+    return tuple(out)
 
 
 def free_port() -> int:
@@ -87,28 +140,31 @@ def local_scrape_config(port: int, node: str, interval: str | None = None) -> di
 
 
 def gpu_snapshot(node: DemoNode, pids: dict[str, int]) -> dict[str, Any]:
-    """The node's NVML snapshot with GPU_WORK's processes on it running as the given pods' PIDs."""
-    snap: dict[str, Any] = json.loads((node.dir / "nvml-snapshot.json").read_text())
-    snap = copy.deepcopy(snap)
+    """The node's NVML snapshot with gpu_work()'s processes running as the given pods' PIDs, and no other (the
+    processes a real output lists ran on the machine it came from, their PIDs mean nothing on this host), and
+    DEMO_XIDS' events."""
+    snap = copy.deepcopy(_snapshot(node))
     by_index = {d["index"]: d for d in snap["devices"]}
-    for pod, on, index, sm, memory in GPU_WORK:
-        if pod not in pids or on != node.name:
+    for dev in snap["devices"]:
+        dev["processes"], dev["utilization"] = [], []
+    for w in gpu_work():
+        if w.pod not in pids or w.node != node.name:
             continue
-        dev = by_index[index]
-        dev["processes"] = [{"pid": pids[pod], "usedGpuMemory": memory}]
-        dev["utilization"] = [{"pid": pids[pod], "smUtil": sm, "timeStamp": 1}]
+        dev = by_index[w.index]
+        dev["processes"].append({"pid": pids[w.pod], "usedGpuMemory": w.memory})
+        dev["utilization"].append({"pid": pids[w.pod], "smUtil": w.sm, "timeStamp": 1})
+    snap["xidEvents"] = snap.get("xidEvents", []) + [
+        {"xid": xid, "pciBusId": by_index[index]["pciBusId"], "uuid": by_index[index]["uuid"]}
+        for on, index, xid in DEMO_XIDS if on == node.name]
     return snap
 
 
 def _pod_pids(made: examplepods.ExamplePods | None) -> dict[str, int]:
-    """Example pod name → the PID of its (first) container's sleeper, found from the process' own cgroup."""
+    """Pod name → the PID of its (first) container's sleeper, found from the process' own cgroup."""
     out: dict[str, int] = {}
     if made is None:
         return out
-    uids = {}
-    for f in PODS_DIR.glob("*.yaml"):
-        meta = yaml.safe_load(f.read_text())["metadata"]
-        uids[meta["uid"]] = meta["name"]
+    uids = {pod["metadata"]["uid"]: name for name, pod in pod_manifests().items()}
     for p in made.sleepers:
         with contextlib.suppress(OSError):
             cgroup = Path(f"/proc/{p.pid}/cgroup").read_text()
@@ -116,6 +172,15 @@ def _pod_pids(made: examplepods.ExamplePods | None) -> dict[str, int]:
                 if uid in cgroup or uid.replace("-", "_") in cgroup:
                     out.setdefault(name, p.pid)
     return out
+
+
+def write_pods(directory: Path, names: tuple[str, ...] | None = None) -> Path:
+    """The stack's pods (or those named) as manifests in `directory`, as kubelet's /pods stand-in reads them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, pod in pod_manifests().items():
+        if names is None or name in names:
+            (directory / f"{name}.yaml").write_text(yaml.safe_dump(pod, sort_keys=False))
+    return directory
 
 
 def scrape_config(ports: dict[str, int], interval: str | None = None) -> dict[str, Any]:
@@ -145,13 +210,12 @@ class Stack:
 
 def agent_argv(node: DemoNode, port: int, work: Path, snapshot: Path) -> list[str]:
     """`koordlet run` with the DaemonSet's flags, the simulated node's sysfs for devices and this host's cgroups
-    and /proc; standalone (the node's example pods, copied to work/pods)."""
+    and /proc; standalone (the node's pods, written to work/pods)."""
     [ctr] = daemonset()["spec"]["template"]["spec"]["containers"]
     kept = [a for a in ctr["args"] if a.startswith(("-feature-gates=", "-collect-res-used-interval="))]
-    for d in ("var-run", "kubelet", "pods"):
+    for d in ("var-run", "kubelet"):
         (work / d).mkdir(parents=True, exist_ok=True)
-    for f in node.pods:
-        shutil.copy(PODS_DIR / f, work / "pods" / f)
+    write_pods(work / "pods", node.pods)
     return [sys.executable, "-m", "koordlet", *ctr["command"][1:], *kept, f"--addr=127.0.0.1:{port}",
             f"--node-name={node.name}", f"--sys-root-dir={node.dir / 'sys'}/", "--cgroup-root-dir=/sys/fs/cgroup/",
             "--sys-fs-root-dir=/sys/fs/", "--proc-root-dir=/proc/", "--run-root-dir=/run/",
@@ -168,7 +232,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
     if prometheus is None:
         raise RuntimeError("Debian's prometheus is not installed (scripts/install.sh dev installs it)")
     work.mkdir(parents=True, exist_ok=True)
-    ns = parse_args(["run", f"--pods-dir={PODS_DIR}", "--host-root=/"])
+    ns = parse_args(["run", f"--pods-dir={write_pods(work / 'pods')}", "--host-root=/"])
     made = examplepods.start(config_from_args(ns), Health())
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
@@ -186,10 +250,7 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
                                           env=env, stdout=logs[-1], stderr=subprocess.STDOUT,
                                           start_new_session=True))
             agents.append(procs[-1])
-        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-        for (name, url), proc in zip(urls.items(), agents, strict=True):
-            wait_answering(f"{url}/readyz", proc, f"koordlet on {name} (log in the work dir)")
-        prom_port = free_port()
+        prom_port = free_port()  # Prometheus starts while the agents do (a target not up yet is scraped again)
         config = scrape_config(ports, interval)
         config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
         config["rule_files"] = [str(DEPLOY / "prometheus" / name) for name in ("rules.yaml", "dcgm-rules.yaml")]
@@ -199,12 +260,14 @@ def running(work: Path, interval: str = "1s") -> Iterator[Stack]:
             [prometheus, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{prom_port}"],
             stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        for (name, url), proc in zip(urls.items(), agents, strict=True):
+            wait_answering(f"{url}/readyz", proc, f"koordlet on {name} (log in the work dir)")
         prom_url = f"http://127.0.0.1:{prom_port}"
         wait_answering(f"{prom_url}/-/ready", procs[-1], "prometheus (log in the work dir)")
         yield Stack(urls[NODE_NAME], urls, prom_url, work, pids)
     finally:
-        for p in reversed(procs):
-            stop(p)
+        stop_all(procs)
         for f in logs:
             f.close()
         if made is not None:
