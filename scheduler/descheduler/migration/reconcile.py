@@ -16,7 +16,7 @@ from typing import Protocol
 
 from apis.core.errors import ApiError, InvalidInput
 from apis.core.metatime import rfc3339
-from apis.core.objects import JSON, as_object
+from apis.core.objects import JSON, as_object, as_objects
 from apis.extension.descheduling import (
     ANNOTATION_DESCHEDULER_EVICT,
     ANNOTATION_EVICT_REASON,
@@ -320,7 +320,7 @@ class Reconciler:
 
 
 def _condition(obj: JSON, type_: str) -> JSON | None:
-    for c in as_object(obj.get("status")).get("conditions") or []:
+    for c in as_objects(as_object(obj.get("status")).get("conditions")):
         if isinstance(c, dict) and c.get("type") == type_:
             return c
     return None
@@ -329,7 +329,7 @@ def _condition(obj: JSON, type_: str) -> JSON | None:
 def _migrates_pending_pod(r: JSON) -> bool:
     """IsMigratePendingPod: an owner that is an object reference alone."""
     return any(isinstance(o, dict) and o.get("object") and not o.get("controller") and not o.get("labelSelector")
-               for o in as_object(r.get("spec")).get("owners") or [])
+               for o in as_objects(as_object(r.get("spec")).get("owners")))
 
 
 def _scheduled(r: JSON) -> bool:
@@ -339,9 +339,9 @@ def _scheduled(r: JSON) -> bool:
         return False
     return any(isinstance(c, dict) and c.get("type") == rsv.CONDITION_SCHEDULED
                and c.get("reason") == rsv.REASON_SCHEDULED and c.get("status") == m.TRUE
-               for c in as_object(r.get("status")).get("conditions") or [])
+               for c in as_objects(as_object(r.get("status")).get("conditions")))
 
 
 def _ready(pod: JSON) -> bool:
     return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-               for c in as_object(pod.get("status")).get("conditions") or [])
+               for c in as_objects(as_object(pod.get("status")).get("conditions")))
