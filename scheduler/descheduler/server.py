@@ -80,7 +80,8 @@ class InCluster:
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
-        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version)
+        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version,
+                                  self.cache.listeners.append)
         self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube,
                                    gates=gates)
         self.rounds = 0

@@ -222,6 +222,7 @@ class MigrationController:
                                     drop_pvc=self.handle.feature_gates.enabled(DISABLE_PVC_RESERVATION))
             self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed,
                                        self.args.arbitration.interval)
+            kube.listen(self.loop.heard)
         return self.loop
 
     def _arbitrate_listed(self, waiting: Sequence[PodMigrationJob], listed: Sequence[PodMigrationJob]
