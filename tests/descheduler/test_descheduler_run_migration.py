@@ -61,6 +61,10 @@ async def test_jobs_created_by_a_round_are_carried_out_by_the_controller(kmock: 
     assert sorted(j["spec"]["podRef"]["name"] for j in created) == evicted(kmock)
     assert all(j["spec"]["mode"] == "EvictDirectly" for j in created)
     assert len(writes(kmock, "/eviction")) == 2
+    # upstream's evictor interpreter counts each eviction the controller made, the job's trigger as the strategy
+    assert r.metrics.count("success", "LowNodeLoad") == 2 and r.metrics.count("error") == 0
+    assert b'descheduler_pods_evicted{namespace="default",node="n1",result="success",strategy="LowNodeLoad"} 2' \
+        in r.metrics.exposition()
 
 
 
