@@ -14,7 +14,7 @@ from typing import Any
 from apis.core import godur
 from apis.core.errors import InvalidInput
 from apis.core.metatime import parse_time, rfc3339
-from apis.core.objects import JSON
+from apis.core.objects import JSON, as_object, as_objects
 
 API_VERSION = "scheduling.koordinator.sh/v1alpha1"
 KIND = "PodMigrationJob"
@@ -106,7 +106,7 @@ class PodMigrationJob:
         return is_active(self.phase)
 
     def condition(self, type_: str) -> JSON | None:
-        for c in (self.obj.get("status") or {}).get("conditions") or []:
+        for c in as_objects(as_object(self.obj.get("status")).get("conditions")):
             if isinstance(c, dict) and c.get("type") == type_:
                 return c
         return None

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import yaml
 
@@ -42,8 +43,15 @@ def fail(message: str) -> int:
     return 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, its mistakes said in one line (no usage block) with exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="koord-descheduler", description=__doc__)
+    ap = OneLineParser(prog="koord-descheduler", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true", help="log each decision on stderr")
     sub = ap.add_subparsers(dest="command")
     sim = sub.add_parser("simulate", help="descheduling rounds over a directory of objects")
@@ -54,6 +62,7 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--now", default=None,
                      help="the first round's time, RFC 3339 (default: now); later rounds add deschedulingInterval")
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="json")
+    flags.add_feature_gates(sim)
     run = sub.add_parser("run", help="descheduling in a cluster, every deschedulingInterval (the default command)")
     flags.add_flags(run)
     return ap
@@ -95,13 +104,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if now is None:
         return fail(f"simulate: --now {ns.now}: want an RFC 3339 time such as 2024-01-01T00:00:00Z")
     try:
+        gates = flags.feature_gates(ns)
+    except ValueError as e:
+        return fail(f"simulate: {e}")
+    try:
         objects = load_objects(ns.cluster)
     except (OSError, ValueError, yaml.YAMLError) as e:
         return fail(f"simulate: reading the objects: {' '.join(str(e).split())}")
+    if not any(o.get("kind") == "Node" for o in objects):
+        return fail(f"simulate: --cluster {ns.cluster}: no Node objects in it (read: *.yaml, *.yml, *.json)")
+    for lacking in gates.not_built_on():
+        log.warning("feature gate %s", lacking)
     try:
-        result = simulate(objects, config, rounds=rounds, now=now)
+        result = simulate(objects, config, rounds=rounds, now=now, gates=gates)
     except (ConfigError, FrameworkError) as e:
         return fail(f"invalid --config: {e}")
+    except KeyboardInterrupt:
+        return 130
     if ns.output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     elif ns.output == "yaml":
@@ -161,10 +180,10 @@ def table(result: JSON) -> str:
         lines.append(f"{e['namespace'] + '/' + e['name']:<40} {e['node']:<20} {e['plugin']:<20} {e['reason']}")
     nodes = result.get("nodes") or {}
     for pool, rows in nodes.items():
-        lines += ["", f"POOL {pool}", f"{'NODE':<20} {'CLASS':<10} {'ABNORMALITIES':<14} ANOMALY"]
+        lines += ["", f"POOL {pool}", f"{'NODE':<20} {'CLASS':<10} {'ABNORMALITIES':<14} {'ABNORMAL':<9} ANOMALY"]
         for node, row in rows.items():
             lines.append(f"{node:<20} {row['class'] or '-':<10} {row['abnormalities']:<14} "
-                         f"{'yes' if row['anomaly'] else 'no'}")
+                         f"{'yes' if row.get('abnormal') else 'no':<9} {'yes' if row['anomaly'] else 'no'}")
     jobs = result.get("podMigrationJobs")
     if jobs:
         lines += ["", f"{'PODMIGRATIONJOB':<38} {'POD':<40} {'MODE':<17} PHASE"]

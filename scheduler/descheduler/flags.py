@@ -57,6 +57,11 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     sec.add_argument("--tls-cert-file", default=None, help=argparse.SUPPRESS)
     sec.add_argument("--tls-private-key-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("--write-config-to", default=None, help=argparse.SUPPRESS)
+    add_feature_gates(p)
+
+
+def add_feature_gates(p: argparse.ArgumentParser) -> None:
+    """`--feature-gates`, on `run` and `simulate` alike."""
     p.add_argument("--feature-gates", default=None,
                    help=f"Name=true|false,... over Koordinator's gates (acted on: {DISABLE_PVC_RESERVATION}; "
                         f"default off)")

@@ -129,12 +129,22 @@ def _unversioned() -> int:
     return 0
 
 
+ObjectListener = Callable[[str, str, object], None]
+"""Hears the live view's changes: (op, kind, payload) — op ADDED, MODIFIED or DELETED with the object, or REPLACE
+with a list's objects (scheduler.cache's listeners)."""
+
+
+def _deaf(listener: ObjectListener) -> None:
+    """No live view to hear (simulate, tests without a cache)."""
+
+
 @dataclass
 class KubeAccess:
     """Handle.kube in `run`: the API client (for plugins that write their own objects, e.g. PodMigrationJobs), Pod
     Events, the metrics, the Eviction API, and `objects()`: a private copy of the live view now (every object `run`
     lists and watches, kind filled in), for a controller working between rounds; `version()` changes whenever that
-    view does (a controller rebuilds what it derives from it only then)."""
+    view does (a controller rebuilds what it derives from it only then); `listen(listener)` has a controller hear
+    each change of the view as the watches see it (upstream's informer event handlers)."""
 
     client: KubeClient
     events: PodEvents
@@ -142,11 +152,13 @@ class KubeAccess:
     evictor: PodEvictor
     objects: Callable[[], list[JSON]] = _nothing
     version: Callable[[], int] = _unversioned
+    listen: Callable[[ObjectListener], None] = _deaf
 
     @classmethod
     def of(cls, client: KubeClient, metrics: DeschedulerMetrics | None = None,
            clock: Callable[[], float] = time.time, objects: Callable[[], list[JSON]] = _nothing,
-           version: Callable[[], int] = _unversioned) -> KubeAccess:
+           version: Callable[[], int] = _unversioned, listen: Callable[[ObjectListener], None] = _deaf
+           ) -> KubeAccess:
         events = PodEvents(client, clock=clock)
         metrics = metrics if metrics is not None else DeschedulerMetrics()
-        return cls(client, events, metrics, PodEvictor(client, events, metrics), objects, version)
+        return cls(client, events, metrics, PodEvictor(client, events, metrics), objects, version, listen)

@@ -26,7 +26,8 @@ _BASIC = (CPU, MEMORY, PODS)  # IsBasicResource: counted even where the node doe
 
 def is_ready(node: JSON) -> bool:
     """IsReady: no Ready condition other than True (a cordoned node is ready; one without conditions too)."""
-    for c in (node.get("status") or {}).get("conditions") or []:
+    conditions = (node.get("status") or {}).get("conditions")
+    for c in conditions if isinstance(conditions, list) else ():
         if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") != "True":
             return False
     return True

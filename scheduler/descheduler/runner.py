@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from apis.core.objects import JSON
 from scheduler.cluster import key
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.config.lownodeload_args import LowNodeLoadArgs, with_cache_timeout_at_least
 from scheduler.descheduler.config.types import DeschedulerConfig
 from scheduler.descheduler.framework import Descheduler
@@ -29,10 +30,11 @@ def prepared(config: DeschedulerConfig) -> DeschedulerConfig:
     return config
 
 
-def simulate(objects: list[JSON], config: DeschedulerConfig, *, rounds: int = 1, now: float = 0.0) -> JSON:
+def simulate(objects: list[JSON], config: DeschedulerConfig, *, rounds: int = 1, now: float = 0.0,
+             gates: FeatureGates | None = None) -> JSON:
     """`rounds` rounds; the result: every eviction, the node classes of the last round per pool, each plugin's
     own output, and the rounds that failed."""
-    desched = Descheduler(prepared(config), registry(), simulate=True)
+    desched = Descheduler(prepared(config), registry(), simulate=True, gates=gates)
     state = list(objects)  # never changed in place: a round's removals make new lists and NodeMetrics
     errors = []
     seen = 0
@@ -69,7 +71,7 @@ def _without(objects: list[JSON], gone: set[str]) -> list[JSON]:
     kept = []
     for o in objects:
         kind = o.get("kind")
-        if kind == "Pod" and key(o) in gone:
+        if kind == "Pod" and isinstance(o.get("metadata"), dict) and key(o) in gone:  # a malformed one stays
             continue
         if kind == "NodeMetric":
             o = _drop_pod_metrics(o, gone)

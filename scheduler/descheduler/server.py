@@ -23,6 +23,7 @@ from typing import Protocol
 
 from apis.client.kubeapi import KubeClient
 from apis.core.errors import KoordletError
+from apis.core.objects import JSON
 from scheduler.cache import SYNC_TIMEOUT, ClusterCache, Source
 from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.config.types import DeschedulerConfig
@@ -47,11 +48,28 @@ SOURCES: tuple[Source, ...] = (
     Source("/apis/apps/v1/replicasets", "ReplicaSet"),
     Source("/apis/apps/v1/deployments", "Deployment"),
     Source("/apis/apps/v1/statefulsets", "StatefulSet"),
+    Source("/api/v1/replicationcontrollers", "ReplicationController"),
     Source("/apis/apps.kruise.io/v1alpha1/clonesets", "CloneSet", optional=True),
+    Source("/apis/apps.kruise.io/v1beta1/statefulsets", "StatefulSet", optional=True, name="KruiseStatefulSet"),
     Source("/apis/scheduling.koordinator.sh/v1alpha1/reservations", "Reservation", optional=True),
     Source("/apis/scheduling.koordinator.sh/v1alpha1/podmigrationjobs", "PodMigrationJob", optional=True),
 )
 """What a round sees; what `run` lists and watches (deploy/descheduler/rbac.yaml grants exactly these)."""
+
+
+def api_version(source: Source) -> str:
+    """The apiVersion of a source's objects, from its path (/api/v1/... → v1, /apis/G/V/... → G/V)."""
+    parts = source.path.strip("/").split("/")
+    return parts[1] if parts[0] == "api" else f"{parts[1]}/{parts[2]}"
+
+
+def typed(by_store: Mapping[str, list[JSON]], sources: tuple[Source, ...]) -> None:
+    """Each object's apiVersion where the API server left it out (a list's items carry none, a watch's objects
+    do): the MigrationController tells workloads apart by API group (apps/v1 from Kruise's StatefulSets)."""
+    for source in sources:
+        version = api_version(source)
+        for obj in by_store.get(source.store, ()):
+            obj.setdefault("apiVersion", version)
 
 
 class NamedController(Controller, Plugin, Protocol):
@@ -80,7 +98,8 @@ class InCluster:
         self.watch = watch
         self.clock = clock
         self.cache = ClusterCache(client, sources)
-        self.kube = KubeAccess.of(client, metrics, clock, lambda: self.cache.snapshot()[0], lambda: self.cache.version)
+        self.kube = KubeAccess.of(client, metrics, clock, self.objects, lambda: self.cache.version,
+                                  self.cache.listeners.append)
         self.desched = Descheduler(self.config, registry() if plugins is None else plugins, kube=self.kube,
                                    gates=gates)
         self.rounds = 0
@@ -101,7 +120,7 @@ class InCluster:
                 return self._skipped("the cluster view has not listed every collection yet")
         except KoordletError as e:
             return self._skipped(f"listing the cluster: {e}")
-        objects, _ = self.cache.snapshot()
+        objects = self.objects()
         self.kube.evictor.tally = Tally()
         seen = len(self.desched.evictions)
         try:
@@ -116,6 +135,12 @@ class InCluster:
                  self.rounds, len(done.decided), dry, done.tally.evicted, len(done.tally.refused),
                  len(done.tally.failed))
         return done
+
+    def objects(self) -> list[JSON]:
+        """A private copy of the live view, apiVersion filled in."""
+        objects, by_store = self.cache.snapshot()
+        typed(by_store, self.cache.sources)
+        return objects
 
     def _synced(self) -> bool:
         """Whether every collection was listed once, waiting up to SYNC_TIMEOUT but no longer than until `stop`."""

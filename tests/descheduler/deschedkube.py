@@ -20,7 +20,7 @@ NM = "slo.koordinator.sh/v1alpha1/nodemetrics"
 LEASES = "coordination.k8s.io/v1/leases"
 EVENTS = "v1/events"
 RESOURCES = ("v1/nodes", "v1/pods", NM, PDBS, "scheduling.k8s.io/v1/priorityclasses", "v1/persistentvolumeclaims",
-             "apps/v1/replicasets", "apps/v1/deployments", "apps/v1/statefulsets",
+             "apps/v1/replicasets", "apps/v1/deployments", "apps/v1/statefulsets", "v1/replicationcontrollers",
              EVENTS, LEASES)
 CLOCK = (parse_time(NOW) or 0.0) + 30  # the rounds' clock: the NodeMetrics are 30 s old
 HOT = [f"web-{i}" for i in range(8)]

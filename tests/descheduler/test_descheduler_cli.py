@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from scheduler.descheduler import cli
+from scheduler.descheduler.config.features import FeatureGates
 from scheduler.descheduler.registry import REGISTRY
 
 from deschedbuild import NOW, config, node, node_metrics, pod, protected_pods
@@ -29,7 +31,10 @@ def write_cluster(tmp: Path) -> tuple[Path, Path]:
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     capsys.readouterr()
-    rc = cli.main(list(argv))
+    try:
+        rc = cli.main(list(argv))
+    except SystemExit as e:  # argparse's own refusals
+        rc = e.code if isinstance(e.code, int) else 1
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -57,13 +62,36 @@ def test_output_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (("simulate", "--cluster", "{cluster}", "--now", "yesterday"), "--now yesterday"),
     (("simulate", "--cluster", "{cluster}", "--config", "/nonexistent.yaml"), "invalid --config"),
     (("simulate", "--cluster", "{broken}"), "reading the objects"),
+    (("simulate", "--cluster", "{empty}"), "no Node objects"),
+    (("simulate", "--cluster", "{cluster}", "--config", "{binary}"), "not UTF-8"),
+    (("simulate", "--cluster", "{cluster}", "--config", "{empty}"), "Is a directory"),
+    (("simulate", "--cluster", "{cluster}", "--feature-gates", "Foo=true"), "unrecognized feature gate: Foo"),
+    (("simulate", "--cluster", "{cluster}", "--feature-gates", "DisablePVCReservation=yes"),
+     "invalid value of DisablePVCReservation=yes"),
+    (("simulate", "--cluster", "{cluster}", "-o", "xml"), "invalid choice: 'xml'"),
+    (("simulate", "--cluster", "{cluster}", "--bogus"), "unrecognized arguments: --bogus"),
+    (("simulate", "--cluster", "{cluster}", "extra"), "unrecognized arguments: extra"),
+    (("bogus",), "unrecognized arguments: bogus"),
+    (("run", "--v", "abc"), "argument -v/--v: invalid int value"),
+    (("run", "--leader-elect=maybe"), "argument --leader-elect"),
+    (("run", "--leader-elect-lease-duration=xx"), "argument --leader-elect-lease-duration"),
+    (("run", "--feature-gates", "DisablePVCReservation"), "malformed pair"),
+    (("run", "--config", "{binary}"), "not UTF-8"),
+    (("run", "--config", "{empty}"), "Is a directory"),
+    (("run", "--port", "99999"), "--port 99999"),
+    (("--kubeconfig", "{empty}"), "kubeconfig"),
 ])
 def test_mistakes_are_one_line_exit_2(argv: tuple[str, ...], words: str, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     cluster, _ = write_cluster(tmp_path)
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: Pod\n  metadata: [\n")
-    rc, out, err = run(capsys, *(a.format(cluster=cluster, broken=broken) for a in argv))
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, out, err = run(capsys, *(a.format(cluster=cluster, broken=broken, binary=binary, empty=empty)
+                                 for a in argv))
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
 
@@ -78,3 +106,25 @@ def test_default_configuration_needs_the_migration_controller(tmp_path: Path,
         assert rc == 0 and json.loads(out)["evictions"] == []  # no balance plugin enabled by default
     else:
         assert rc == 2 and "'MigrationController' is not built" in err
+
+
+def test_simulate_takes_the_feature_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`--feature-gates` on simulate as on run: the gates reach the rounds (handle.feature_gates), a transformer gate
+    turned on is said once."""
+    cluster, cfg = write_cluster(tmp_path)
+    seen: list[FeatureGates] = []
+    real = cli.simulate
+
+    def spy(*args: Any, gates: FeatureGates | None = None, **kw: Any) -> Any:
+        assert gates is not None
+        seen.append(gates)
+        return real(*args, gates=gates, **kw)
+
+    monkeypatch.setattr(cli, "simulate", spy)
+    rc, out, _ = run(capsys, "simulate", "--cluster", str(cluster), "--config", str(cfg), "--now", NOW,
+                     "--feature-gates", "DisablePVCReservation=true,PriorityTransformer=true")
+    assert rc == 0 and len(json.loads(out)["evictions"]) == 4
+    assert seen[0].enabled("DisablePVCReservation") and not seen[0].enabled("ReplaceResourcesTransformer")
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("feature gate PriorityTransformer=true" in m for m in said) == 1

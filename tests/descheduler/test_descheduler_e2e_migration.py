@@ -206,9 +206,10 @@ def descheduler(km: kmock.KubernetesEmulator, lownodeload: JSON | None = None, *
                 **args: Any) -> InCluster:
     """LowNodeLoad (low 30%, high 50% cpu; a node abnormal at its first hot round) every 500ms with the
     MigrationController as evictor and filter, one pod migrating per node at a time (a node stays hot until its
-    pod is gone, and LowNodeLoad would pick another meanwhile: upstream's anomaly detection, not used here, spaces
-    the rounds that act on a node); its workload object limiter short enough for a test (upstream's default allows
-    2 per 5 minutes)."""
+    pod is gone, and each round picks another meanwhile: with consecutiveAbnormalities 1 there is no detector, and
+    with more a node the round leaves above its high thresholds stays in Anomaly and is acted on again — only one
+    brought below them in the round is counted afresh); its workload object limiter short enough for a test
+    (upstream's default allows 2 per 5 minutes)."""
     cfg = config({"cpu": 30}, {"cpu": 50}, top={"deschedulingInterval": "500ms"}, **(lownodeload or {}))
     prof = cfg["profiles"][0]
     prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]

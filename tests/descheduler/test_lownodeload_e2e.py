@@ -182,3 +182,41 @@ def test_too_few_ready_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_paused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = simulate(tmp_path, worked_example(), config(LOW, HIGH, paused=True), capsys)
     assert result == {"evictions": [], "nodes": {}}
+
+
+def two_nodes() -> list[dict[str, Any]]:
+    """n1: 60% cpu, 50% memory; n2: 10% cpu, 10% memory."""
+    nodes = [node("n1", 4000, 10 * GI, 20), node("n2", 4000, 10 * GI, 20)]
+    pods = [*(pod(f"p{i}", 400, GI * 5 // 6, "n1") for i in range(6)), pod("q", 400, GI, "n2")]
+    return [*nodes, *pods, *node_metrics(nodes, pods)]
+
+
+@pytest.mark.parametrize(("low", "high", "n1_class"), [
+    ({"cpu": 20}, {"cpu": 90, "memory": 10}, "prodLow"),  # memory only high: completed to 100%, never hot
+    ({"cpu": 20, "memory": 90}, {"cpu": 90}, "high"),  # memory only low: high stays 0%, any use is hot
+])
+def test_a_resource_in_one_threshold_map_only(low: dict[str, float], high: dict[str, float], n1_class: str,
+                                              tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """[quirk, mirrored] newThresholds completes the maps from the low one: a resource missing from it gets 100%
+    in both (overwriting a high threshold given alone); one missing from the high map keeps no high threshold,
+    read as 0% — n1 is hot by its memory, and no target has room for any memory either, so nothing moves."""
+    result = simulate(tmp_path, two_nodes(), config(low, high), capsys)
+    assert result["nodes"][POOL]["n1"]["class"] == n1_class and result["nodes"][POOL]["n2"]["class"] == "bothLow"
+    assert result["evictions"] == []
+
+
+def test_a_pool_without_a_selector_sees_the_nodes_an_earlier_pool_acted_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """[quirk, mirrored] filterNodes skips the nodes earlier pools took as sources only for a pool with a
+    selector: pool b (no selector) classifies n1 again after pool a acted on it, pool c (a selector) does not see
+    it."""
+    nodes = [node(n, 4000, 10 * GI, 20, labels={"pool": "x"}) for n in ("n1", "n2")]
+    pods = [*(pod(f"p{i}", 400, 0, "n1") for i in range(6)), pod("q", 400, 0, "n2")]
+    thresholds = {"lowThresholds": {"cpu": 20}, "highThresholds": {"cpu": 50}}
+    pools = [{"name": "a", "nodeSelector": {"matchLabels": {"pool": "x"}}, **thresholds},
+             {"name": "b", **thresholds},
+             {"name": "c", "nodeSelector": {"matchLabels": {"pool": "x"}}, **thresholds}]
+    result = simulate(tmp_path, [*nodes, *pods, *node_metrics(nodes, pods)], config(nodePools=pools), capsys)
+    assert result["nodes"]["a"]["n1"]["class"] == "high" and result["nodes"]["b"]["n1"]["class"] == "high"
+    assert set(result["nodes"]["c"]) == {"n2"}
+    assert {e["node"] for e in result["evictions"]} == {"n1"}

@@ -135,6 +135,80 @@ async def test_a_deleted_job_takes_its_reservation_with_it(kmock: kmock.Kubernet
     assert kmock.objects["scheduling.koordinator.sh/v1alpha1/reservations", None, "r-held"].deleted
 
 
+RESERVATIONS = "scheduling.koordinator.sh/v1alpha1/reservations"
+
+
+def reservation(km: kmock.KubernetesEmulator, name: str) -> None:
+    km.resources.setdefault(RESERVATIONS, {})
+    km.objects[RESERVATIONS, None, name] = {"apiVersion": "scheduling.koordinator.sh/v1alpha1",
+                                            "kind": "Reservation", "metadata": {"name": name}}
+
+
+def reservation_deletes(km: kmock.KubernetesEmulator) -> list[str]:
+    return [r.url.path.rsplit("/", 1)[-1] for r in km if r.method.value == "DELETE" and "/reservations/" in r.url.path]
+
+
+async def test_a_job_heard_deleted_takes_its_reservation_once(kmock: kmock.KubernetesEmulator,
+                                                             ticking: tuple[ControllerLoop, list[int]]) -> None:
+    """The watch's DELETED event names the Reservation of the job's last state, even one no list of this loop saw
+    (set between two lists); the list that no longer shows the job does not delete it a second time."""
+    loop, _ = ticking
+    reservation(kmock, "r-listed")
+    reservation(kmock, "r-unlisted")
+    listed = pmj("job-listed", owned("a", "n1"), "Running", passed=True, created=rfc3339(time.time()))
+    listed["spec"].update({"paused": True, "reservationOptions": {"reservationRef": {"name": "r-listed"}}})
+    kmock.objects[JOBS, None, "job-listed"] = listed
+    await asyncio.to_thread(loop.tick)
+    unlisted = pmj("job-unlisted", owned("b", "n1"), "Running", passed=True)
+    unlisted["spec"]["reservationOptions"] = {"reservationRef": {"name": "r-unlisted"}}
+    last = job(kmock, "job-listed")
+    kmock.objects[JOBS, None, "job-listed"].delete()
+    loop.kick.set()
+    await asyncio.to_thread(loop.tick)  # the list no longer shows it: its Reservation goes
+    assert reservation_deletes(kmock) == ["r-listed"]
+    loop.heard("DELETED", "PodMigrationJob", last)  # its event, late: not a second time
+    loop.heard("DELETED", "PodMigrationJob", unlisted)
+    loop.heard("DELETED", "Pod", owned("c", "n1"))  # another kind: nothing
+    assert loop.kick.is_set()
+    await asyncio.to_thread(loop.tick)
+    assert reservation_deletes(kmock) == ["r-listed", "r-unlisted"]
+
+
+async def test_a_job_deleted_before_the_loop_started_leaves_its_reservation(
+        kmock: kmock.KubernetesEmulator, ticking: tuple[ControllerLoop, list[int]]) -> None:
+    """As upstream: the Reservation carries no owner reference to its job, and a controller starting after the
+    deletion never hears of it (its informer lists what exists); the Reservation lives out its ttl (the job's)."""
+    loop, _ = ticking
+    reservation(kmock, "r-orphan")
+    await asyncio.to_thread(loop.tick)
+    loop.kick.set()
+    await asyncio.to_thread(loop.tick)
+    assert reservation_deletes(kmock) == []
+    assert not kmock.objects[RESERVATIONS, None, "r-orphan"].deleted
+
+
+async def test_the_live_view_tells_the_loop(kmock: kmock.KubernetesEmulator) -> None:
+    """`run` wires the loop to the cache's watch events (Handle.kube.listen): a job's change kicks a list, a job's
+    deletion reaches `heard` with the job's last state."""
+    for res in SOURCES:
+        kmock.resources[res] = {}
+    cfg = config({"cpu": 30}, {"cpu": 50})
+    prof = cfg["profiles"][0]
+    prof["plugins"]["evict"]["enabled"] = prof["plugins"]["filter"]["enabled"] = [{"name": "MigrationController"}]
+    r = InCluster(client(kmock), parse_config(cfg), watch=False)
+    (plugin,) = r.controllers()
+    assert isinstance(plugin, MigrationController)
+    loop = plugin.controller_loop()
+    assert loop is not None and loop.heard in r.cache.listeners
+    source = next(s for s in r.cache.sources if s.kind == "PodMigrationJob")
+    job = pmj("job-x", owned("a", "n1"), "Running", passed=True)
+    job["spec"]["reservationOptions"] = {"reservationRef": {"name": "r-x"}}
+    r.cache.apply(source, "ADDED", job)
+    assert loop.kick.is_set() and loop.deleted == []
+    r.cache.apply(source, "DELETED", job)
+    assert loop.deleted == [("job-x", "r-x")]
+
+
 def test_requeues_follow_the_outcome_and_the_version() -> None:
     q = Requeues()
     assert q.is_due("j", "1", 0.0)  # never reconciled

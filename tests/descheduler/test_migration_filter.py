@@ -85,6 +85,13 @@ def test_pod_constraints(pod: JSON, args: JSON, ok: bool) -> None:
     assert allowed(pod, [], args) is ok
 
 
+def test_priority_threshold_by_name_is_not_resolved() -> None:
+    """[quirk, mirrored] evictions.go's constraints read priorityThreshold.value only: a threshold named by a
+    PriorityClass (value 50 here) holds back no pod of priority 100, where the DefaultEvictor's would."""
+    gold = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "gold"}, "value": 50}
+    assert allowed(owned("p", "n1", priority=100), [gold], {"priorityThreshold": {"name": "gold"}})
+
+
 @pytest.mark.parametrize(("replicas", "args", "ok"), [
     (1, {}, False), (1, {"skipCheckExpectedReplicas": True}, True), (1, {"skipEvictionGates": ["ExpectedReplicas"]},
                                                                      True),

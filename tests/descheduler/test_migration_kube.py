@@ -157,3 +157,24 @@ async def test_scavenger_deletes_old_jobs_after_their_reservations(km: kmock.Kub
     deletes = [r.url.path.rsplit("/", 2)[-2:] for r in km if r.method.value == "DELETE"]
     assert deletes == [["reservations", "r-old"], ["podmigrationjobs", "old"]]  # the reservation first
     assert await asyncio.to_thread(scavenge, client, T0 + 1800) == ["young", "no-ttl"]
+
+
+async def test_a_reservation_that_cannot_be_deleted_ends_the_scavengers_pass(km: kmock.KubernetesEmulator) -> None:
+    """[quirk, mirrored] controller.go doScavenge: a Reservation delete failing otherwise than NotFound breaks the
+    loop, so that job and every later one wait for the next pass; a NotFound one does not."""
+    pod = owned("p", "n1")
+    for name, reservation in (("a-gone", "r-gone"), ("b-stuck", "r-stuck"), ("c-later", "")):
+        job = pmj(name, pod, "Succeeded", created="2024-05-01T00:00:00Z")
+        job["spec"]["ttl"] = "5m0s"
+        if reservation:
+            job["spec"]["reservationOptions"] = {"reservationRef": {"name": reservation}}
+        km.objects[JOBS, None, name] = job
+    km.objects[RESERVATIONS, None, "r-stuck"] = {"metadata": {"name": "r-stuck"}}
+
+    def refuse(request: kmock.Request) -> Any:
+        return kmock.Response(status=500, payload=status_failure(500, "etcd is sad"))
+
+    km["delete", kmock.resource(RESERVATIONS), kmock.name("r-stuck")] << refuse
+    client = KubeClient(KubeConfig(server=str(km.url)))
+    assert await asyncio.to_thread(scavenge, client, T0 + 600) == ["a-gone"]  # r-gone: NotFound, job deleted
+    assert not km.objects[JOBS, None, "c-later"].deleted and not km.objects[JOBS, None, "b-stuck"].deleted

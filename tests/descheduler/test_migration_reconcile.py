@@ -221,10 +221,16 @@ def test_policy_label_and_soft_eviction(validate_crd: Validate) -> None:
 
 def test_a_failed_eviction_is_retried(validate_crd: Validate) -> None:
     r, api, job, _, tracked = setup(validate_crd, mode="EvictDirectly")
+    counted: list[tuple[str, str, str, str]] = []
+    r.counted = lambda *series: counted.append(series)
     api.fail_evict = True
     out = r.reconcile(job)
     assert out.requeue == 1.0 and "disruption budget" in out.error and tracked == []
     assert api.events[-1][:2] == ("Warning", "Evicting")
+    api.fail_evict = False
+    r.bucket.tokens = r.bucket.burst  # the controller-wide rate, spent by the tries above
+    r.reconcile(job)
+    assert [c[:2] for c in counted] == [("error", "LowNodeLoad"), ("success", "LowNodeLoad")]
 
 
 def test_object_limiter_holds_the_job_unless_annotated(validate_crd: Validate) -> None:

@@ -126,12 +126,16 @@ def test_workload_object_limiter_over_rounds(tmp_path: Path, capsys: pytest.Capt
     assert stamps == ["2024-05-01T00:00:00Z"] * 2 + ["2024-05-01T00:00:10Z"] * 2
 
 
-def test_given_pending_jobs_are_arbitrated_in_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("arbitration", [{}, {"arbitrationArgs": {"enabled": False}}])
+def test_given_pending_jobs_are_arbitrated_in_turn(arbitration: JSON, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """Three pending jobs on n1, maxMigratingPerNode 2: the first two pass arbitration (each counted for the
-    next), the third waits, and no new job fits on n1."""
+    next), the third waits, and no new job fits on n1. [quirk, mirrored] arbitrationArgs.enabled is read by
+    nothing: false arbitrates the same."""
     objs = cluster()
     given = [pmj(f"given-{i}", objs[2 + i], created=f"2024-04-30T00:00:0{i}Z") for i in (1, 2, 3)]
-    result = simulate(tmp_path, [*objs, *given], migration_config({**WIDE, "maxMigratingPerNode": 2}), capsys)
+    result = simulate(tmp_path, [*objs, *given],
+                      migration_config({**WIDE, "maxMigratingPerNode": 2, **arbitration}), capsys)
     listed = {j["metadata"]["name"] for j in result["podMigrationJobs"]}
     assert listed == {"given-3", "given-2"} and evicted(result) == []
 

@@ -97,6 +97,8 @@ def load_config(path: str | None) -> DeschedulerConfig:
             text = fh.read()
     except OSError as e:
         raise ConfigError(f"{path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not YAML or JSON: not UTF-8 text") from None
     return parse_text(text, path)
 
 

@@ -5,9 +5,11 @@ Upstream: arbitrator/arbitrator.go (Start: doOnceArbitrate every arbitrationArgs
 a job that passes is annotated passed-arbitration by an Update, one that fails non-retryably is Failed
 ForbiddenMigratePod with a Warning Event; a retryable refusal leaves it waiting), arbitrator/handler.go (a created
 job waits for arbitration; an update enqueues a reconcile), controller.go (the workqueue's RequeueAfter, the
-scavenger every minute). Here the jobs are listed through the API: when a round has created one, when jobs wait for
-arbitration or a requeue is due, and every RESYNC seconds otherwise; a job gone from one list to the next takes its
-Reservation with it (the delete predicate of controller.go's New). A job waits for arbitration while it is Pending
+scavenger every minute). Here the jobs are listed through the API: when a round has created one, when the live
+view's watch saw a job change (`heard`, upstream's event handlers), when jobs wait for arbitration or a requeue is
+due, and every RESYNC seconds otherwise. A job deleted takes its Reservation with it (the delete predicate of
+controller.go's New): the watch's DELETED event names it, and a job gone from one list to the next is caught too
+(without a watch). A job waits for arbitration while it is Pending
 (or has no phase) and does not carry passed-arbitration; one that does, or is Running, is reconciled, so a restarted
 descheduler carries on with the jobs it finds (docs/decisions.md).
 """
@@ -32,6 +34,7 @@ from scheduler.descheduler.migration.reconcile import BACKOFF, WARNING, Outcome,
 log = logging.getLogger("koord-descheduler.migration")
 RESYNC = 3.0  # seconds between lists when nothing is due (upstream's requeue of a waiting job)
 SCAVENGE_PERIOD = 60.0  # seconds: upstream's scavenger
+FORGOTTEN = 1024  # deleted jobs remembered, so that their Reservation is deleted once (event and list both see it)
 
 Arbitrate = Callable[[Sequence[m.PodMigrationJob], Sequence[m.PodMigrationJob]], list[Decision]]
 """(the jobs waiting, every job listed) → the decisions, the jobs' objects changed as upstream writes them."""
@@ -86,7 +89,10 @@ class ControllerLoop:
         self.listed = -math.inf
         self.scavenged = -math.inf
         self.waiting = 0  # jobs left waiting for arbitration by the last tick
-        self.reservations: dict[str, str] = {}  # job → its Reservation, as last listed
+        self.reservations: dict[str, str] = {}  # job → its Reservation, as last listed (and reconciled)
+        self.deleted: list[tuple[str, str]] = []  # (job, its Reservation) heard deleted, not yet handled
+        self.deleted_lock = threading.Lock()
+        self.forgotten: dict[str, None] = {}  # jobs whose Reservation was deleted with them (the latest FORGOTTEN)
 
     def run(self, stop: threading.Event) -> None:
         """wait.Until: a tick at once, then one every interval; an API error costs the tick, with one line."""
@@ -97,8 +103,20 @@ class ControllerLoop:
                 log.warning("PodMigrationJobs: pass skipped: %s", e)
             stop.wait(self.interval)
 
+    def heard(self, op: str, kind: str, payload: object) -> None:
+        """A change of the live view (a watch thread): a job added, changed or listed asks the next tick to list;
+        a job deleted is remembered with the Reservation its last state names, deleted at the next tick."""
+        if kind != m.KIND:
+            return
+        if op == "DELETED" and isinstance(payload, dict):
+            name = str(as_object(payload.get("metadata")).get("name") or "")
+            with self.deleted_lock:
+                self.deleted.append((name, _reservation_ref(payload)))
+        self.kick.set()
+
     def tick(self) -> None:
         now = self.clock()
+        self._delete_heard()
         if now - self.scavenged >= SCAVENGE_PERIOD:
             self.scavenged = now
             scavenge(self.client, now)
@@ -124,17 +142,33 @@ class ControllerLoop:
         self.requeues.keep({j.name for j in jobs})
         self._forget_deleted(jobs)
 
+    def _delete_heard(self) -> None:
+        with self.deleted_lock:
+            deleted, self.deleted = self.deleted, []
+        for name, reservation in deleted:
+            self.reservations.pop(name, None)
+            if reservation and name not in self.forgotten:
+                self._delete_reservation(name, reservation)
+
     def _forget_deleted(self, jobs: list[m.PodMigrationJob]) -> None:
-        """A job deleted since the last list takes its Reservation with it (upstream's delete predicate)."""
+        """A job deleted since the last list takes its Reservation with it (upstream's delete predicate), unless
+        its DELETED event already did. The Reservations are read off the jobs as this tick left them (a reconcile
+        may have just created one)."""
         names = {j.name for j in jobs}
         for name, reservation in self.reservations.items():
-            if name not in names:
-                log.info("PodMigrationJob %s deleted: deleting its Reservation %s", name, reservation)
-                try:
-                    self.api.delete_reservation(reservation)
-                except KoordletError as e:
-                    log.warning("deleting Reservation %s of deleted PodMigrationJob %s: %s", reservation, name, e)
-        self.reservations = {j.name: j.reservation_name for j in jobs if j.reservation_name}
+            if name not in names and name not in self.forgotten:
+                self._delete_reservation(name, reservation)
+        self.reservations = {j.name: ref for j in jobs if (ref := _reservation_ref(j.obj))}
+
+    def _delete_reservation(self, job: str, reservation: str) -> None:
+        log.info("PodMigrationJob %s deleted: deleting its Reservation %s", job, reservation)
+        self.forgotten[job] = None
+        if len(self.forgotten) > FORGOTTEN:
+            del self.forgotten[next(iter(self.forgotten))]
+        try:
+            self.api.delete_reservation(reservation)
+        except KoordletError as e:
+            log.warning("deleting Reservation %s of deleted PodMigrationJob %s: %s", reservation, job, e)
 
     def _list(self) -> list[m.PodMigrationJob]:
         out = []
@@ -165,6 +199,12 @@ class ControllerLoop:
             log.info("PodMigrationJob %s failed arbitration: %s", job.name, decision.why)
             self.api.event(job.obj, WARNING, m.REASON_FORBIDDEN_MIGRATE_POD, message)
         return True
+
+
+def _reservation_ref(obj: JSON) -> str:
+    """spec.reservationOptions.reservationRef.name, or ""."""
+    options = as_object(as_object(obj.get("spec")).get("reservationOptions"))
+    return str(as_object(options.get("reservationRef")).get("name") or "")
 
 
 def _version(obj: JSON) -> str:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from apis.core import podmeta
-from apis.core.objects import JSON, as_object
+from apis.core.objects import JSON, as_object, as_objects
 from apis.extension.descheduling import (
     ANNOTATION_DESCHEDULER_EVICT,
     ANNOTATION_POD_ARBITRATING,
@@ -290,4 +290,4 @@ def _available(pod: JSON) -> bool:
     if status.get("phase") in ("Succeeded", "Failed") or as_object(pod.get("metadata")).get("deletionTimestamp"):
         return False
     return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-               for c in status.get("conditions") or [])
+               for c in as_objects(status.get("conditions")))

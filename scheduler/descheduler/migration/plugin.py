@@ -219,9 +219,11 @@ class MigrationController:
         if self.loop is None:
             api = KubeMigrationAPI(kube.client)
             reconciler = Reconciler(self.args, api, limited=self._limited, evicted=self._evicted, now=time.time,
-                                    drop_pvc=self.handle.feature_gates.enabled(DISABLE_PVC_RESERVATION))
+                                    drop_pvc=self.handle.feature_gates.enabled(DISABLE_PVC_RESERVATION),
+                                    counted=kube.metrics.pod_evicted)
             self.loop = ControllerLoop(kube.client, reconciler, api, self._arbitrate_listed,
                                        self.args.arbitration.interval)
+            kube.listen(self.loop.heard)
         return self.loop
 
     def _arbitrate_listed(self, waiting: Sequence[PodMigrationJob], listed: Sequence[PodMigrationJob]

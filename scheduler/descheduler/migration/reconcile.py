@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from apis.core.errors import ApiError, InvalidInput
+from apis.core.errors import ApiError, InvalidInput, KoordletError
 from apis.core.metatime import rfc3339
-from apis.core.objects import JSON, as_object
+from apis.core.objects import JSON, as_object, as_objects
 from apis.extension.descheduling import (
     ANNOTATION_DESCHEDULER_EVICT,
     ANNOTATION_EVICT_REASON,
@@ -26,6 +26,7 @@ from apis.extension.descheduling import (
 from apis.scheduling import migration as m
 from apis.scheduling import reservation as rsv
 from scheduler.descheduler.config.migration_args import MigrationControllerArgs
+from scheduler.descheduler.metrics import ERROR, SUCCESS
 from scheduler.descheduler.migration.objectlimiter import TokenBucket
 from scheduler.descheduler.migration.reservation import reservation_of, template_for
 
@@ -95,12 +96,20 @@ def scavengeable(job: m.PodMigrationJob, now: float) -> bool:
     return now - job.created >= limit
 
 
+def _uncounted(result: str, strategy: str, namespace: str, node: str) -> None:
+    """No metrics (tests of the reconciler alone)."""
+
+
 class Reconciler:
     """Reconciles jobs one at a time. `limited(pod)`: the object limiters hold the pod back; `evicted(pod)`: one
-    eviction to track; `now()`: the clock; `drop_pvc`: the feature gate DisablePVCReservation."""
+    eviction to track; `now()`: the clock; `drop_pvc`: the feature gate DisablePVCReservation; `counted(result,
+    strategy, namespace, node)`: each eviction tried, for descheduler_pods_evicted (upstream's evictor interpreter
+    counts success and error with the job's trigger as the strategy)."""
 
     def __init__(self, args: MigrationControllerArgs, api: MigrationAPI, *, limited: Callable[[JSON], bool],
-                 evicted: Callable[[JSON], None], now: Callable[[], float], drop_pvc: bool = False) -> None:
+                 evicted: Callable[[JSON], None], now: Callable[[], float], drop_pvc: bool = False,
+                 counted: Callable[[str, str, str, str], None] = _uncounted) -> None:
+        self.counted = counted
         self.args = args
         self.drop_pvc = drop_pvc
         self.api = api
@@ -279,13 +288,17 @@ class Reconciler:
         policy = labels.get(LABEL_EVICT_POLICY) or self.args.eviction_policy
         options = as_object(job.obj["spec"].get("deleteOptions")) or self.args.default_delete_options
         trigger, reason = trigger_and_reason(job.annotations)
+        node = str(as_object(pod.get("spec")).get("nodeName") or "")
         try:
             self.api.evict_pod(pod, policy, options, soft_eviction(self.now(), options, trigger, reason))
-        except ApiError as e:
+        except KoordletError as e:
+            self.counted(ERROR, trigger, ref.namespace, node)
+            if not isinstance(e, ApiError):
+                raise
             self.api.event(job.obj, WARNING, m.REASON_EVICTING, f'Failed evict Pod "{ref.key}" caused by {e}')
             return False, Outcome(BACKOFF, str(e))
+        self.counted(SUCCESS, trigger, ref.namespace, node)
         self.evicted(pod)
-        node = as_object(pod.get("spec")).get("nodeName") or ""
         self.api.event(pod, NORMAL, DESCHEDULED, f'Pod evicted from node "{node}" by the reason "{reason}"')
         message = f'Pod "{ref.key}" evicted from node "{node}" by the reason "{reason}"'
         return False, self._condition(job, m.COND_EVICTION, m.FALSE, m.REASON_EVICTING, message, NORMAL,
@@ -320,7 +333,7 @@ class Reconciler:
 
 
 def _condition(obj: JSON, type_: str) -> JSON | None:
-    for c in as_object(obj.get("status")).get("conditions") or []:
+    for c in as_objects(as_object(obj.get("status")).get("conditions")):
         if isinstance(c, dict) and c.get("type") == type_:
             return c
     return None
@@ -329,7 +342,7 @@ def _condition(obj: JSON, type_: str) -> JSON | None:
 def _migrates_pending_pod(r: JSON) -> bool:
     """IsMigratePendingPod: an owner that is an object reference alone."""
     return any(isinstance(o, dict) and o.get("object") and not o.get("controller") and not o.get("labelSelector")
-               for o in as_object(r.get("spec")).get("owners") or [])
+               for o in as_objects(as_object(r.get("spec")).get("owners")))
 
 
 def _scheduled(r: JSON) -> bool:
@@ -339,9 +352,9 @@ def _scheduled(r: JSON) -> bool:
         return False
     return any(isinstance(c, dict) and c.get("type") == rsv.CONDITION_SCHEDULED
                and c.get("reason") == rsv.REASON_SCHEDULED and c.get("status") == m.TRUE
-               for c in as_object(r.get("status")).get("conditions") or [])
+               for c in as_objects(as_object(r.get("status")).get("conditions")))
 
 
 def _ready(pod: JSON) -> bool:
     return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-               for c in as_object(pod.get("status")).get("conditions") or [])
+               for c in as_objects(as_object(pod.get("status")).get("conditions")))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apis.core import godur, podmeta
-from apis.core.objects import JSON, as_object
+from apis.core.objects import JSON, as_object, as_objects
 from apis.scheduling import reservation as rsv
 from apis.scheduling.migration import CREATOR, LABEL_CREATED_BY, PodMigrationJob
 
@@ -25,7 +25,7 @@ def owners(pod: Mapping[str, Any]) -> list[JSON]:
     meta, status = as_object(pod.get("metadata")), as_object(pod.get("status"))
     if status.get("phase") == "Pending" and any(
             isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
-            for c in status.get("conditions") or []):
+            for c in as_objects(status.get("conditions"))):
         return [{"object": {"uid": meta.get("uid"), "kind": "Pod", "name": meta.get("name"),
                             "namespace": meta.get("namespace")}}]
     ref = podmeta.controller_ref(pod)

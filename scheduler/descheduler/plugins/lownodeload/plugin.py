@@ -27,6 +27,8 @@ from scheduler.descheduler.plugins.lownodeload.anomaly import ANOMALY, BasicDete
 from scheduler.descheduler.plugins.lownodeload.sorting import excess_and_weights, sort_nodes, sort_pods
 
 NAME = "LowNodeLoad"
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 log = logging.getLogger("koord-descheduler.lownodeload")
 
 Amounts = dict[str, int]
@@ -43,6 +45,7 @@ class LowNodeLoad:
         self.node_detectors = DetectorCache(args.detector_cache_timeout)
         self.prod_detectors = DetectorCache(args.detector_cache_timeout)
         self.last_report: dict[str, dict[str, JSON]] = {}
+        self.confirmed: set[str] = set()  # the pool's nodes this round took as abnormal (node or prod level)
 
     # ---- the pod filter (namespaces, the profile's filter plugins, podSelectors) ----
 
@@ -87,6 +90,7 @@ class LowNodeLoad:
         usages = u.node_usages(nodes, resources, self.args.node_metric_expiration_seconds, now)
         u.set_thresholds(usages, low_p, high_p, prod_low_p, prod_high_p, resources, pool.use_deviation_thresholds)
         classes = u.classify(usages)
+        self.confirmed = set()
         try:
             self._act(pool, nodes, classes, resources, high_p, prod_high_p, processed, now)
         finally:
@@ -99,6 +103,7 @@ class LowNodeLoad:
             return
         abnormal = self._abnormal(classes.source, self.node_detectors, pool, now)
         abnormal_prod = self._abnormal(classes.prod_high, self.prod_detectors, pool, now)
+        self.confirmed = {n.name for n in (*abnormal, *abnormal_prod)}
         if not abnormal and not abnormal_prod:
             return
         if not classes.low and not classes.prod_low and not classes.both_low:
@@ -237,9 +242,11 @@ class LowNodeLoad:
             cls = classes.of.get(n.name)
             cache = self.prod_detectors if cls == u.PROD_HIGH else self.node_detectors
             detector = cache.get(n.name, now)
+            state = detector.current(now) if detector else None  # upstream's State(): an expired Anomaly is OK
             rows[n.name] = {"class": cls,
                             "abnormalities": detector.counter.consecutive_abnormalities if detector else 0,
-                            "anomaly": detector is not None and detector.state == ANOMALY}
+                            "anomaly": state == ANOMALY,
+                            "abnormal": n.name in self.confirmed}
         self.last_report[pool.name] = rows
 
 
@@ -254,8 +261,8 @@ class TargetRoom:
         self.prod = prod
         first = targets[0].thresholds.prod_high if prod else targets[0].thresholds.high
         self.names = [r for r in first if all(r in self._used(t) for t in targets)]
-        self.room = np.array([[self._limits(t)[r] - self._used(t)[r] for r in self.names] for t in targets],
-                             dtype=np.int64).reshape(len(targets), len(self.names))
+        self.room = np.array([[_int64(self._limits(t)[r] - self._used(t)[r]) for r in self.names]
+                              for t in targets], dtype=np.int64).reshape(len(targets), len(self.names))
 
     def _used(self, t: u.NodeUsage) -> Amounts:
         return t.prod_usage if self.prod else t.usage
@@ -264,7 +271,7 @@ class TargetRoom:
         return t.thresholds.prod_high if self.prod else t.thresholds.high
 
     def place(self, pod: JSON, metric: Amounts) -> bool:
-        need = np.array([metric.get(r, 0) for r in self.names], dtype=np.int64)
+        need = np.array([_int64(metric.get(r, 0)) for r in self.names], dtype=np.int64)
         candidates = np.flatnonzero((self.room >= need).all(axis=1))
         if not len(candidates):
             return False
@@ -279,6 +286,11 @@ class TargetRoom:
                 used[r] += metric.get(r, 0)
             return True
         return False
+
+
+def _int64(v: int) -> int:
+    """A quantity as an int64 (a NodeMetric may report one beyond it: held at the bound, never an overflow)."""
+    return max(_INT64_MIN, min(_INT64_MAX, v))
 
 
 def _available(nodes: list[u.NodeUsage], resources: list[str], prod: bool) -> Amounts:
