@@ -362,7 +362,9 @@ class NodeDeviceState:
         self.total_sum = self.layout.total_sum  # shared: read only
         self.free_sum = {t: dict(s) for t, s in self.total_sum.items()}
         self.used_vfs: dict[str, set[str]] = {}
-        self.pods: dict[str, Allocations] = {}  # every accounted pod key → its allocations (may be empty)
+        # every accounted pod key → its allocations (may be empty): the pods with a device-allocated annotation,
+        # those we reserved, and those that had one before being replaced under their key
+        self.pods: dict[str, Allocations] = {}
         self.inflight: set[str] = set()  # reserved by us, not yet among node.pods
         self.malformed: dict[str, str] = {}  # pod key → why its device-allocated annotation was ignored
         self.version = 0
@@ -482,16 +484,38 @@ class DeviceState:
         return self.node(node).totals()
 
     def _reconcile(self, st: NodeDeviceState, node: NodeInfo) -> None:
+        count, generation = len(node.pods), node.generation
+        if (st.inflight and count == st.synced_pods[0] + 1 and generation == st.synced_pods[1] + 1
+                and self._bound(st, node)):
+            st.synced_pods = (count, generation)
+            return
         for k in [k for k in st.pods if k not in node.pods and k not in st.inflight]:
             st.remove(k)
         for k, pod in node.pods.items():
             if k in st.inflight:
                 st.inflight.discard(k)
                 st.objs[k] = pod
-            elif k not in st.pods or st.objs.get(k) is not pod:  # new, or replaced under its key
+            elif k in st.pods:
+                if st.objs.get(k) is not pod:  # replaced under its key
+                    st.add(k, self._pod_allocations(st, k, pod))
+                    st.objs[k] = pod
+            elif _holds_devices(pod):  # a pod with no device-allocated annotation holds nothing: not accounted
                 st.add(k, self._pod_allocations(st, k, pod))
                 st.objs[k] = pod
-        st.synced_pods = (len(node.pods), node.generation)
+        st.synced_pods = (count, generation)
+
+    @staticmethod
+    def _bound(st: NodeDeviceState, node: NodeInfo) -> bool:
+        """The one change since the last reconcile (one pod more, one NodeInfo.generation step: an add_pod) was
+        one of our reserved pods arriving: it is taken as held since Reserve, nothing else to read. A key still in
+        flight is never among node.pods when reconciled or reserved, so one found there now is the pod added."""
+        for k in st.inflight:
+            pod = node.pods.get(k)
+            if pod is not None:
+                st.inflight.discard(k)
+                st.objs[k] = pod
+                return True
+        return False
 
     @staticmethod
     def _pod_allocations(st: NodeDeviceState, pod_key: str, pod: JSON) -> Allocations:
