@@ -550,7 +550,10 @@ class DeviceShare:
         shaped = self._shaped
         if shaped[0] is pod and shaped[1] is plan:  # the same plan object: asked already this cycle
             return shaped[2]
-        shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+        if shaped[1] is plan and plan is not None:  # pods of one shape share their plan: so does their shape
+            shape = shaped[2]
+        else:
+            shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
         self._shaped = (pod, plan, shape)
         return shape
 

@@ -188,6 +188,10 @@ class DeviceLayout:
         self.free = {t: {m: d.total for m, d in ds.items()} for t, ds in devices.items()}
         self.unused = _shared_sums(listed)  # unused_totals' (types, sums, GPUs) of such a node
         self.total_sum = self.unused[1]
+        gpus = devices.get(DEVICE_TYPE_GPU, {})
+        # what NodeDeviceState.totals reads of the devices themselves: the types present, each GPU's minor and health
+        self.types = frozenset(t for t, ds in devices.items() if ds)
+        self.gpu_minors, self.gpu_health = tuple(gpus), tuple(bool(d.total) for d in gpus.values())
         self.allocations: dict[tuple[object, ...], tuple[object, Allocations, Any, Any]] = {}
 
 
@@ -274,8 +278,9 @@ def matched_layout(device: JSON | None) -> tuple[DeviceLayout, _Slots] | None:
 
 def listed_ids(device: JSON | None, slots: _Slots) -> dict[tuple[str, int], str]:
     """Each device's id by type and minor (`slots`: `_slots` of the list, or a matched reference's)."""
-    devices = [d for d in ((device or {}).get("spec") or {}).get("devices") or []
-               if isinstance(d, dict) and d.get("type")]
+    devices = ((device or {}).get("spec") or {}).get("devices") or []
+    if len(devices) != len(slots):  # entries the parse passes over (a matched list has none)
+        devices = [d for d in devices if isinstance(d, dict) and d.get("type")]
     return {slot: str(d.get("id") or "") for slot, d in zip(slots, devices, strict=True)}
 
 
@@ -503,10 +508,10 @@ class NodeDeviceState:
 
     def totals(self) -> DeviceTotals:
         """The vector stage's view of this node (shares this state's dicts: read it at once)."""
-        gpus, free = self.devices.get(DEVICE_TYPE_GPU, {}), self.free.get(DEVICE_TYPE_GPU, {})
-        return DeviceTotals(frozenset(t for t, ds in self.devices.items() if ds), self.total_sum, self.free_sum,
-                            tuple((bool(d.total), free.get(m, {})) for m, d in gpus.items()), self.labels,
-                            self.annotations)
+        layout, free = self.layout, self.free.get(DEVICE_TYPE_GPU, {})  # every GPU has its free map
+        return DeviceTotals(layout.types, self.total_sum, self.free_sum,
+                            tuple(zip(layout.gpu_health, map(free.__getitem__, layout.gpu_minors), strict=True)),
+                            self.labels, self.annotations)
 
     def unused(self) -> bool:
         """No device of the node is held (in part): every free amount is its layout's."""
