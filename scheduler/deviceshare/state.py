@@ -292,6 +292,7 @@ def _refer(device: JSON | None, layout: DeviceLayout) -> None:
         return
     if len(_REFERENCES) >= _REFERENCES_SIZE:
         del _REFERENCES[0]
+    _UNMATCHED.clear()  # lists of sums given up on may match this one
     kept: list[JSON] = copy.deepcopy(devices)  # the node's objects may be replaced, ours are never changed
     entries = []
     for d in kept:
@@ -431,6 +432,12 @@ def unused_totals(device: JSON | None) -> DeviceTotals:
                         dict(meta.get("annotations") or {}))
 
 
+# the sums (unused_totals, shared by lists of the same devices and amounts) of remembered lists that matched no
+# reference even after being parsed: prepare() does not try their like again until a reference is added (a cost guard
+# only: such a node's first Filter reads its key as before)
+_UNMATCHED: set[int] = set()
+
+
 def unused_layout(device: JSON | None) -> tuple[DeviceTotals, tuple[DeviceLayout, _Slots] | None]:
     """(unused_totals(device), the matched reference's layout and slots, None when none matched): a CR whose list
     matches is read by comparison only, and its node's state, built on its first Filter, takes the layout without
@@ -439,10 +446,18 @@ def unused_layout(device: JSON | None) -> tuple[DeviceTotals, tuple[DeviceLayout
     matched = matched_layout(device)
     if matched is None:
         totals = unused_totals(device)  # raises for an entry the parse would leave out (and log)
-        if _layout_key(device) is not None:  # a list that is remembered: parsed once, then matched
-            with contextlib.suppress(InvalidInput, ValueError, TypeError, AttributeError):
-                device_layout(device)  # (the node's full state raises it as it always did)
-        return totals, matched_layout(device)
+        if id(totals.total_sum) in _UNMATCHED:
+            return totals, None
+        if _layout_key(device) is None:  # not remembered: the node's first Filter parses it, as before
+            return totals, None
+        with contextlib.suppress(InvalidInput, ValueError, TypeError, AttributeError):
+            device_layout(device)  # parsed once, then matched (the node's full state raises it as it always did)
+        matched = matched_layout(device)
+        if matched is None:  # remembered but not one to refer to: its like are read as before
+            if len(_UNMATCHED) >= _SUMS_SIZE:
+                _UNMATCHED.clear()
+            _UNMATCHED.add(id(totals.total_sum))
+        return totals, matched
     types, sums, gpus = matched[0].unused
     meta = (device or {}).get("metadata") or {}
     return DeviceTotals(types, sums, sums, gpus, dict(meta.get("labels") or {}),

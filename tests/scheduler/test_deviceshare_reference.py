@@ -84,6 +84,12 @@ def _variant(name: str, what: str) -> dict[str, Any]:
     return cr
 
 
+def _fresh() -> None:
+    """No reference list, nothing given up on: each test chooses its references."""
+    device_state._REFERENCES.clear()
+    device_state._UNMATCHED.clear()
+
+
 def _parsed(cr: dict[str, Any]) -> str:
     layout, ids = parse_layout(cr)
     return repr((layout.devices, ids))  # repr: 1, 1.0 and True told apart
@@ -91,7 +97,7 @@ def _parsed(cr: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("first", ["same", "health 1", "VF minor"])
 def test_a_layout_handed_out_parses_as_the_cr_itself(first: str) -> None:
-    device_state._REFERENCES.clear()
+    _fresh()
     device_layout(_variant("ref", first))  # parsed, remembered, the reference
     shared = 0
     for k, what in enumerate(VARIANTS):
@@ -107,7 +113,7 @@ def test_a_layout_handed_out_parses_as_the_cr_itself(first: str) -> None:
 
 
 def test_lists_the_parse_reads_through_str_with_numbers_are_never_references() -> None:
-    device_state._REFERENCES.clear()
+    _fresh()
     for k, (path, value) in enumerate([((1, "topology", "pcieID"), 1), ((4, "vfGroups", 0, "vfs", 0, "busID"), 2),
                                        ((4, "labels", "model"), 3)]):
         cr = _cr(f"odd{k}")
@@ -120,7 +126,7 @@ def test_lists_the_parse_reads_through_str_with_numbers_are_never_references() -
 
 
 def test_an_entry_whose_id_is_swapped_for_a_field_the_parse_reads_is_not_taken() -> None:
-    device_state._REFERENCES.clear()
+    _fresh()
     ref = _cr("ref")
     del ref["spec"]["devices"][0]["resources"]  # a GPU declaring nothing, with an id
     device_layout(ref)
@@ -147,7 +153,7 @@ SHAPES = [{"koordinator.sh/gpu": "100"}, {"koordinator.sh/gpu": "200"},
 
 
 def _place(objects: list[dict[str, Any]]) -> list[tuple[str | None, str]]:
-    device_state._REFERENCES.clear()
+    _fresh()
     sched = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
     sched.prepare(freeze=False)
     out = []
@@ -175,7 +181,7 @@ def test_placements_and_ids_equal_the_plain_parse(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_state_built_on_the_first_filter_takes_the_prepare_read() -> None:
-    device_state._REFERENCES.clear()
+    _fresh()
     crs = [_variant(f"n{k}", "same") for k in range(3)]
     state = DeviceState()
     nodes = [NodeInfo(cr["metadata"]["name"], {}, {}, device=cr) for cr in crs]
@@ -197,3 +203,29 @@ def test_the_state_built_on_the_first_filter_takes_the_prepare_read() -> None:
     for st, cr in zip(built, crs, strict=True):
         fresh = NodeDeviceState(NodeInfo(cr["metadata"]["name"], {}, {}, device=cr))
         assert (st.ids, repr(st.devices)) == (fresh.ids, repr(fresh.devices))
+
+
+def test_lists_that_cannot_be_references_are_read_as_before_and_their_key_not_built_for_each_node(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh()
+    keyed: list[int] = []
+    real = device_state._layout_key
+
+    def counted(device: dict[str, Any] | None) -> tuple[object, ...] | None:
+        keyed.append(1)
+        return real(device)
+
+    monkeypatch.setattr(device_state, "_layout_key", counted)
+    crs = []
+    for k in range(6):
+        cr = _cr(f"m{k}")
+        _set((4, "vfGroups", 0, "vfs", 0, "busID"), 7)(cr)  # read through str(): no reference
+        crs.append(cr)
+    state = DeviceState()
+    nodes = [NodeInfo(cr["metadata"]["name"], {}, {}, device=cr) for cr in crs]
+    for node, cr in zip(nodes, crs, strict=True):
+        assert state.totals(node) == unused_totals(cr)
+    assert len(keyed) <= 3  # the first node's list: tried, parsed, found no reference; the others read as before
+    for node, cr in zip(nodes, crs, strict=True):
+        st = state.node(node)
+        assert repr((st.devices, st.ids)) == _parsed(cr)
