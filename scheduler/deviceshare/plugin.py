@@ -159,6 +159,10 @@ class DeviceShare:
         self._gpu_free: IntArray = np.zeros((0, 0, len(_GPU_COLUMNS)), dtype=np.int64)  # [node, k-th GPU, resource]
         self._row_version: IntArray = np.zeros(0, dtype=np.int64)  # bumped whenever a row is refilled
         self._filled: list[DeviceTotals | None] = []  # what each row was last filled from (see _fill)
+        # Each row's totals as of the last sync; the arrays are filled from them only when an array is read
+        # (`_flush`): a placement's row is answered in Python from them (`_prefilter_row`, `_score_row`).
+        self._current: list[DeviceTotals] = []
+        self._pending: set[int] = set()  # rows whose arrays are behind `_current`
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # see _by_rows
         self._shaped: tuple[Any, PodPlan | None, tuple[object, ...]] = (None, None, ())  # the last prefilter_shape
 
@@ -240,9 +244,10 @@ class DeviceShare:
             return [DEVICE_TYPE_GPU]
         return list(plan.requests)
 
-    def _try(self, pod: JSON, node: NodeInfo, complete: bool) -> Allocations:
-        plan = self.plan(pod)
-        st = self.state.node(node)
+    def _try(self, pod: JSON, plan: PodPlan, node: NodeInfo, st: NodeDeviceState, labels: dict[str, str],
+             complete: bool) -> Allocations:
+        """The pod's allocation on the node (`st` its state, `labels` its labels), the one Filter found kept for
+        Reserve while nothing it depends on moved."""
         types = list(plan.requests) if complete else self._filter_types(st, plan)
         numa = self.numa_affinity(pod, node) if self.numa_affinity is not None else None
         preferred = self.reserved_devices(pod, node) if self.reserved_devices is not None else None
@@ -252,9 +257,9 @@ class DeviceShare:
         if cached is not None and cached[0] == stamp and (cached[1] or not complete):
             return cached[2]
         if not preferred and st.unused():  # no device held on the node: its layout's allocation
-            allocs = self._unused_allocation(st, plan, node.labels, types, numa)
+            allocs = self._unused_allocation(st, plan, labels, types, numa)
         else:
-            allocs = self.allocator.allocate_within(st, plan, node.labels, types, numa, preferred, only)
+            allocs = self.allocator.allocate_within(st, plan, labels, types, numa, preferred, only)
         self._fits[node.name] = (stamp, len(types) == len(plan.requests), allocs)
         return allocs
 
@@ -330,17 +335,16 @@ class DeviceShare:
             plan = self.plan(pod)
             if plan.empty:
                 return None
-            why = self._vendor_filter(pod, plan, node, cluster)
+            st, labels = self.state.node(node), node.labels
+            vendor, model = gpu_model(labels, st.labels)
+            why = self._vendor_filter(pod, plan, node, cluster, vendor, model)
             if why is None:
-                why = self._vendor_check(node, self._try(pod, node, complete=False))
+                why = self._vendor_check(vendor, self._try(pod, plan, node, st, labels, complete=False))
         except (InvalidDeviceRequest, Unschedulable) as e:
             return str(e)
         return why
 
     # ---- vendors: HAMi-core, unsupported models, device plugin locks and adapters ----
-
-    def _model(self, node: NodeInfo) -> tuple[str, str]:
-        return gpu_model(node.labels, self.state.node(node).labels)
 
     def _adapts(self, pod: JSON, vendor: str) -> bool:
         if self.adaption is not None:
@@ -349,10 +353,10 @@ class DeviceShare:
         provider = labels.get(LABEL_GPU_ISOLATION_PROVIDER, "")
         return vendor in _ADAPTED_VENDORS or isolation_provider(provider) == HAMI_CORE
 
-    def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster) -> str | None:
+    def _vendor_filter(self, pod: JSON, plan: PodPlan, node: NodeInfo, cluster: Cluster, vendor: str,
+                       model: str) -> str | None:
         if plan.gpu is None:
             return None
-        vendor, model = self._model(node)
         if plan.gpu.shared:
             why = provider_mismatch((pod.get("metadata") or {}).get("labels") or {}, node.labels)
             if why is not None:
@@ -368,8 +372,7 @@ class DeviceShare:
         return lock_held(value, self.clock(), lambda k: k in node.pods or any(
             k in n.pods for n in cluster.nodes.values()))
 
-    def _vendor_check(self, node: NodeInfo, allocs: Allocations) -> str | None:
-        vendor = self._model(node)[0]
+    def _vendor_check(self, vendor: str, allocs: Allocations) -> str | None:
         return check(vendor, allocs) if vendor in _ADAPTED_VENDORS and self.adaption is not False else None
 
     def prebind_patches(self, pod_key: str) -> Adapted | None:
@@ -398,19 +401,31 @@ class DeviceShare:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
         if changed is None:
-            self._fill_all([self.state.totals(node) for node in index.nodes])
+            self._current = [self.state.totals(node) for node in index.nodes]
+            self._fill_all(self._current)
+            self._pending.clear()
             self._row_version = np.ones(len(index), dtype=np.int64)
             self._row_cache.clear()
         else:
             rows = set(changed)
-            unreported = {index.pos[name] for name in self._dirty if name in index.pos} - rows
-            for i in unreported:  # device state the node did not report: rows kept by the framework are stale too
-                index.touch(i)
-            rows |= unreported
+            if self._dirty:
+                unreported = {index.pos[name] for name in self._dirty if name in index.pos} - rows
+                for i in unreported:  # device state the node did not report: rows kept by the framework are stale
+                    index.touch(i)
+                rows |= unreported
+            current, versions = self._current, self._row_version
             for i in rows:
-                self._fill(i, self.state.totals(index.nodes[i]))
-                self._row_version[i] += 1
+                current[i] = self.state.totals(index.nodes[i])
+                versions[i] += 1
+            self._pending |= rows
         self._dirty.clear()
+
+    def _flush(self) -> None:
+        """Fill the arrays' rows that are behind the last sync (before any array is read)."""
+        if self._pending:
+            for i in self._pending:
+                self._fill(i, self._current[i])
+            self._pending.clear()
 
     def _fill_all(self, nodes: list[DeviceTotals]) -> None:
         """Every row as `_fill` would write it, built as lists and handed to numpy once per array (a cold start
@@ -535,7 +550,10 @@ class DeviceShare:
         shaped = self._shaped
         if shaped[0] is pod and shaped[1] is plan:  # the same plan object: asked already this cycle
             return shaped[2]
-        shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
+        if shaped[1] is plan and plan is not None:  # pods of one shape share their plan: so does their shape
+            shape = shaped[2]
+        else:
+            shape = ("invalid",) if plan is None else ("empty",) if plan.empty else self._shape(plan)
         self._shaped = (pod, plan, shape)
         return shape
 
@@ -551,24 +569,27 @@ class DeviceShare:
         if plan is None or plan.empty:  # the arrays may not be synced for such a pod: counted from the index
             return np.full(len(index) if isinstance(rows, slice) else len(rows), plan is not None, dtype=np.bool_)
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
-            return np.array([self._prefilter_row(plan, i) for i in rows.tolist()], dtype=np.bool_)
+            current = self._current
+            return np.array([self._prefilter_row(plan, current[i]) for i in rows.tolist()], dtype=np.bool_)
         return self._prefilter_rows(plan, rows)
 
-    def _prefilter_row(self, plan: PodPlan, i: int) -> bool:
-        """`_prefilter_rows` of one row, in Python (the GPUs counted until enough of them fit)."""
+    def _prefilter_row(self, plan: PodPlan, d: DeviceTotals) -> bool:
+        """`_prefilter_rows` of one row, in Python from the totals its arrays are filled from (the GPUs counted
+        until enough of them fit)."""
         gpu_only = self._gpu_only(plan)
-        planned = bool(self._planned[i])
+        planned = d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true"
         ok = True
         for t in plan.requests:
-            cond = t in self._has and bool(self._has[t][i])
-            if cond and t == DEVICE_TYPE_GPU and plan.gpu is not None and not self._table[i]:
-                wants = [(_GPU_COLUMNS.get(r), v) for r, v in plan.gpu.per_gpu.items()]
+            cond = t in DEVICE_TYPES and t in d.types
+            if (cond and t == DEVICE_TYPE_GPU and plan.gpu is not None
+                    and not d.annotations.get(ANNOTATION_GPU_PARTITIONS)):
                 need = plan.gpu.count
                 fitting = 0
-                if not any(c is None and v > 0 for c, v in wants):
-                    asked = [(c, v) for c, v in wants if c is not None]
-                    for healthy, free in zip(self._gpu_ok[i].tolist(), self._gpu_free[i].tolist(), strict=True):
-                        if healthy and all(free[c] >= v for c, v in asked):
+                # a resource outside the GPU columns reads 0 there: asked for, no GPU fits
+                if all(r in _GPU_COLUMNS or v <= 0 for r, v in plan.gpu.per_gpu.items()):
+                    asked = [(r, v) for r, v in plan.gpu.per_gpu.items() if r in _GPU_COLUMNS]
+                    for healthy, free in d.gpus:
+                        if healthy and all(free.get(r, 0) >= v for r, v in asked):
                             fitting += 1
                             if fitting >= need:
                                 break
@@ -576,15 +597,25 @@ class DeviceShare:
             ok = ok and ((cond or planned) if gpu_only and t != DEVICE_TYPE_GPU else cond)
         return ok
 
+    def _score_row(self, plan: PodPlan, d: DeviceTotals) -> int:
+        """`_score_rows` of one row, in Python from the totals its arrays are filled from."""
+        scores = {t: self.scorer.score(_per_device(plan, t), d.total_sum.get(t, {}), d.free_sum.get(t, {}))
+                  for t in plan.requests}
+        if self._gpu_only(plan) and d.labels.get(LABEL_SECONDARY_DEVICE_WELL_PLANNED) == "true":
+            return scores[DEVICE_TYPE_GPU]
+        return sum(scores.values()) // len(scores)
+
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
         plan = self._rows_plan(pod, index)
         if plan is None or plan.empty:
             return np.zeros(len(index) if isinstance(rows, slice) else len(rows), dtype=np.int64)
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
-            return np.array([self.score(pod, index.nodes[i], index.cluster) for i in rows.tolist()], dtype=np.int64)
+            current = self._current
+            return np.array([self._score_row(plan, current[i]) for i in rows.tolist()], dtype=np.int64)
         return self._score_rows(plan, rows)
 
     def _prefilter_rows(self, plan: PodPlan, rows: Any) -> BoolArray:
+        self._flush()
         gpu_only = self._gpu_only(plan)
         n = len(self._row_version[rows])
         ok = np.ones(n, dtype=np.bool_)
@@ -616,10 +647,11 @@ class DeviceShare:
             return np.zeros(n, dtype=np.int64)
         self.sync(index)
         result: IntArray = self._by_rows(("score", *self._shape(plan)), lambda rows: self._score_rows(plan, rows),
-                                         lambda i: self.score(pod, index.nodes[i], index.cluster))
+                                         lambda i: self._score_row(plan, self._current[i]))
         return result
 
     def _score_rows(self, plan: PodPlan, rows: Any) -> IntArray:
+        self._flush()
         n = len(self._row_version[rows])
         zeros = np.zeros((n, len(self._weighted)), dtype=np.int64)
         scores: dict[str, IntArray] = {}
@@ -638,20 +670,21 @@ class DeviceShare:
             raise Unschedulable(str(e)) from e
         if plan.empty:
             return {}
-        allocs = self._try(pod, node, complete=True)
-        why = self._vendor_check(node, allocs)
+        st, labels = self.state.node(node), node.labels
+        vendor, model = gpu_model(labels, st.labels)
+        allocs = self._try(pod, plan, node, st, labels, complete=True)
+        why = self._vendor_check(vendor, allocs)
         if why is not None:
             raise Unschedulable(why)
-        st = self.state.node(node)
-        self.state.reserve(node, key(pod), allocs)
+        pod_key = key(pod)
+        self.state.reserve(node, pod_key, allocs)
         self._fits.pop(node.name, None)
         annotations = {ANNOTATION_DEVICE_ALLOCATED: encode_allocations(allocs, st.ids)}
-        vendor, model = self._model(node)
         if self._adapts(pod, vendor):
             adapted = adapt(pod, node.name, allocs, vendor, model, self.clock(), st.ids)
             annotations.update(adapted.annotations)
             if adapted.labels or adapted.node_annotations:
-                self._prebind[key(pod)] = adapted
+                self._prebind[pod_key] = adapted
             for value in adapted.node_annotations.values():
                 self._locks[node.name] = (node.obj, value)
         return annotations
