@@ -192,10 +192,12 @@ class PodEstimates:
         self._entries[id(pod)] = (pod, entry)
         return entry
 
-    def assume(self, pod: JSON) -> None:
-        """pod_assign_cache.go AssumePod: remember when this scheduler placed it."""
-        self._assumed.setdefault(key(pod), self.now())
+    def assume(self, pod: JSON) -> str:
+        """pod_assign_cache.go AssumePod: remember when this scheduler placed it; the pod's key."""
+        k = key(pod)
+        self._assumed.setdefault(k, self.now())
         self._entries.pop(id(pod), None)
+        return k
 
     def forget(self, pod: JSON) -> None:
         self._assumed.pop(key(pod), None)
@@ -294,6 +296,12 @@ class NodeLoads:
         self._count(m, k, node.pods[k], node_delta, node_est, prod_usage, prod_delta)
         return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
                         prod_usage, prod_delta, m.thresholds)
+
+    def unreported_counted_in_full(self, node: NodeInfo) -> dict[str, Vector] | None:
+        """The reported pods of the NodeMetric the node's load was last counted with, when it reports no prod pod:
+        then a pod not among them counts in full (`_count`'s usual case); None otherwise."""
+        m = self._metrics.get(node.name)
+        return m.usages if m is not None and not m.prod_usages else None
 
     def _count(self, m: _MetricFacts, k: str, pod: JSON, node_delta: Vector, node_est: Vector, prod_usage: Vector,
                prod_delta: Vector) -> None:

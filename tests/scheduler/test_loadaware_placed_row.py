@@ -1,0 +1,184 @@
+"""LoadAwareScheduling's row of the node a pod was just placed on, grown by that pod's estimate alone
+(`LoadAware._grow_row`), equals the row read again from the node's load: twin schedulers, one with the shortcut
+off, place the same pods (prod and batch, a DaemonSet's, a reservation's reserve pod) while NodeMetrics are replaced,
+report pods before and after they land, move their updateTime in place, pods are deleted or bound by another
+scheduler, the per-node Filter looks at a node between two placements and the clock expires metrics."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from test_loadaware import NOW, node, nodemetric, pod, pod_metric, ts
+
+from scheduler.cli import profile
+from scheduler.cluster import build_cluster
+from scheduler.framework import Scheduler
+from scheduler.nodeindex import node_index
+from scheduler.plugins.loadaware import LoadAware
+
+PROD = {"koordinator.sh/priority-class": "koord-prod"}
+ARRAYS = ("_has_state", "_has_metric", "_custom", "_cap", "_usage", "_prod", "_expired_rows")
+FIELDS = ("has_metric", "capacity", "update_time", "node_usage", "node_delta", "node_estimated", "prod_usage",
+          "prod_delta", "thresholds")
+
+
+def _metric(name: str, rng: random.Random, age: float, future: list[str]) -> dict[str, Any]:
+    """A NodeMetric reporting some batch pods, sometimes a prod one, and sometimes pods not placed yet."""
+    reported = [pod_metric(f"x{k}", "300m", "1Gi", "koord-batch") for k in range(rng.randint(0, 2))]
+    if rng.random() < 0.3:
+        reported.append(pod_metric("x-prod", "500m", "1Gi", "koord-prod"))
+    reported += [pod_metric(p, "200m", "1Gi", "koord-batch") for p in future]
+    m = nodemetric(name, cpu=f"{rng.randint(1, 20)}", memory=f"{rng.randint(8, 60)}Gi", age=age,
+                   pods=reported, system={"cpu": "300m", "memory": "1Gi"})
+    m["status"]["updateTime"] = ts(NOW - age)
+    m["metadata"]["name"] = name
+    for p in m["status"].get("podsMetric") or []:
+        p["namespace"] = "t"
+    return m
+
+
+def _objects(rng: random.Random) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(10):
+        name = f"n{i}"
+        annotations = {"scheduling.koordinator.sh/usage-thresholds": '{"usageThresholds":{"cpu":70}}'} \
+            if i == 3 else {}
+        out.append(node(name, cpu="32", memory="128Gi", annotations=annotations))
+        if i != 7:  # n7 has no NodeMetric
+            out.append(_metric(name, rng, rng.uniform(0, 150), [f"p{k}" for k in range(i, 60, 9)]))
+        for j in range(rng.randint(0, 3)):
+            out.append(pod(f"r{i}-{j}", "1", "2Gi", node_name=name, labels=PROD if j % 2 else {},
+                           scheduled_at=NOW - rng.choice([5, 400])))
+    for o in out:
+        if o["kind"] == "Pod":
+            o["metadata"]["namespace"] = "t"
+    return out
+
+
+def _incoming(rng: random.Random, i: int) -> dict[str, Any]:
+    p = pod(f"p{i}", rng.choice(["1", "2", "4"]), rng.choice(["2Gi", "8Gi"]), labels=PROD if rng.random() < 0.4
+            else {}, owner="DaemonSet" if rng.random() < 0.05 else None)
+    p["metadata"]["namespace"] = "t"
+    if rng.random() < 0.05:
+        p["metadata"]["annotations"]["scheduling.koordinator.sh/reserve-pod"] = "true"
+    return p
+
+
+def _twins(objects: list[dict[str, Any]], clock: list[float], prod_args: bool) -> tuple[Scheduler, Scheduler]:
+    pair = []
+    for shortcut in (True, False):
+        sched = Scheduler(build_cluster(copy.deepcopy(objects)), profile(None))
+        la = sched.plugin("LoadAwareScheduling", LoadAware)
+        assert la is not None
+        la.now = lambda: clock[0]
+        if prod_args:  # prod pods judged and scored by the prod usage row
+            la.args.prod_usage_thresholds = {"cpu": 55, "memory": 90}
+            la.args.score_according_prod_usage = True
+        if not shortcut:
+            la._grow_row = lambda i, placed: False  # type: ignore[method-assign]
+        pair.append(sched)
+    return pair[0], pair[1]
+
+
+def _mutate(sched: Scheduler, rng: random.Random, step: int, last: str | None) -> None:
+    """One change outside a cycle, the same on both twins (rng seeded alike for each); half of them on the node
+    the last pod went to, before the next cycle looks at it."""
+    nodes = sched.cluster.nodes
+    name = last if last is not None and rng.random() < 0.5 else sorted(nodes)[rng.randrange(len(nodes))]
+    n = nodes[name]
+    what = rng.randrange(7)
+    if what == 0 and n.nodemetric is not None:  # a new NodeMetric, reporting some placed pods
+        n.nodemetric = _metric(n.name, rng, rng.uniform(0, 60), [k.split("/")[1] for k in list(n.pods)[-2:]])
+    elif what == 1 and n.nodemetric is not None:  # updateTime moved in place (not a new object)
+        n.nodemetric["status"]["updateTime"] = ts(NOW - rng.uniform(0, 60) + step)
+    elif what == 2 and n.pods:  # a pod deleted
+        n.remove_pod(sorted(n.pods)[rng.randrange(len(n.pods))])
+    elif what == 3:  # a pod bound by another scheduler
+        other = pod(f"o{step}", "3", "4Gi", node_name=n.name, labels=PROD if rng.random() < 0.5 else {})
+        other["metadata"]["namespace"] = "t"
+        n.add_pod(other)
+    elif what == 4:  # the per-node Filter reads the node's load between two placements
+        la = sched.plugin("LoadAwareScheduling", LoadAware)
+        assert la is not None
+        la.filter(_incoming(rng, 10_000 + step), n, sched.cluster)
+    elif what == 5:  # allocatable recomputed
+        n.allocatable = {**n.allocatable, "cpu": n.allocatable["cpu"] - 4000}
+
+
+def _rows(la: LoadAware) -> list[Any]:
+    update = [-1.0 if math.isnan(t) else t for t in la._update.tolist()]
+    return [getattr(la, a).tolist() for a in ARRAYS] + [update, [row[1:4] for row in la._lists]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_placed_rows_equal_rows_read_again(seed: int) -> None:
+    rng = random.Random(seed)
+    clock = [NOW]
+    fast, slow = _twins(_objects(rng), clock, prod_args=seed % 2 == 1)
+    la_fast, la_slow = fast.plugin("LoadAwareScheduling", LoadAware), slow.plugin("LoadAwareScheduling", LoadAware)
+    assert la_fast is not None and la_slow is not None
+    grown = 0
+    original = la_fast._grow_row
+
+    def counting(i: int, placed: Any) -> bool:
+        nonlocal grown
+        took = original(i, placed)
+        grown += took
+        return took
+
+    la_fast._grow_row = counting  # type: ignore[method-assign]
+    for i in range(90):
+        p = _incoming(rng, i)
+        a, b = fast.schedule(copy.deepcopy(p)), slow.schedule(copy.deepcopy(p))
+        assert (a.node, a.annotations, a.reason) == (b.node, b.annotations, b.reason), (seed, i)
+        assert dict(a.scores) == dict(b.scores), (seed, i)
+        assert _rows(la_fast) == _rows(la_slow), (seed, i)
+        if rng.random() < 0.3:
+            state = rng.getstate()
+            for s in (fast, slow):
+                rng.setstate(state)
+                _mutate(s, rng, i, a.node)
+        clock[0] += rng.choice([1, 1, 40])  # metrics expire as the clock moves
+    assert grown >= 5  # the shortcut was taken (and fell back where it must: the rows agreed every time)
+    for name in fast.cluster.nodes:  # the loads left behind catch up when asked
+        got, want = la_fast.loads.get(fast.cluster.nodes[name]), la_slow.loads.get(slow.cluster.nodes[name])
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert {f: getattr(got, f) for f in FIELDS} == {f: getattr(want, f) for f in FIELDS}
+    assert np.array_equal(la_fast._row_version, la_slow._row_version)
+
+
+
+@pytest.mark.parametrize("case", ["another pod added", "another pod removed", "a copy of the pod added instead"])
+def test_a_change_that_is_not_the_reserved_pod_added(case: str) -> None:
+    """Reserve for a pod, then one change to its node that is not that pod added last: the row is read again.
+    "another pod added"/"another pod removed": the reserved pod is on the node already (its add changed nothing);
+    "a copy ... instead": the node holds another object under the pod's key (e.g. the bound copy)."""
+    objects = [node("n0", cpu="32", memory="128Gi"), nodemetric("n0", cpu="4", memory="16Gi", age=5),
+               pod("r0", "1", "2Gi", node_name="n0", scheduled_at=NOW - 300)]
+    clock = [NOW]
+    rows = []
+    for sched in _twins(objects, clock, prod_args=False):
+        la = sched.plugin("LoadAwareScheduling", LoadAware)
+        assert la is not None
+        n = sched.cluster.nodes["n0"]
+        mine = pod("p1", "2", "4Gi")
+        if case != "a copy of the pod added instead":
+            assert sched.schedule(mine).node == "n0"
+        la.prefilter_shape(pod("q", "1", "1Gi"), node_index(sched.cluster))  # the row as of now
+        la.reserve(mine, n, sched.cluster)
+        if case == "another pod added":
+            n.add_pod(pod("o1", "6", "20Gi", node_name="n0"))
+        elif case == "another pod removed":
+            n.remove_pod("default/r0")
+            assert next(reversed(n.pods)) == "default/p1"
+        else:
+            n.add_pod(pod("p1", "7", "30Gi", node_name="n0"))  # the same key, another object
+        la.prefilter_shape(pod("q2", "1", "1Gi"), node_index(sched.cluster))
+        rows.append(_rows(la))
+    assert rows[0] == rows[1]
