@@ -45,6 +45,9 @@ class LoadAware:
 
     name = NAME
     exact_rows = True  # prefilter_rows is exactly filter's verdict (scheduler.interfaces)
+    # the placed node's row grown by the reserved pod's estimate when that pod is all that changed (`_grow_row`);
+    # False: every changed row is read again from the node's load (the plain path, kept for comparison)
+    grow_placed_rows = True
 
     def __init__(self, args: LoadAwareArgs | None = None, weight: int = 1,
                  now: Callable[[], float] = time.time) -> None:
@@ -559,7 +562,7 @@ class LoadAware:
         k = self.pods.assume(pod)
         estimated, prod = self.pods.incoming(pod)
         # a reservation's reserve pod is not counted (NodeLoads._count): its node's row is read again
-        self._placed = None if is_reserve_pod(pod) else \
+        self._placed = None if is_reserve_pod(pod) or not self.grow_placed_rows else \
             (node, k, pod, [max(estimated.get(r, 0), 0) for r in self.resources], prod)
         return {}
 
