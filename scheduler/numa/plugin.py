@@ -11,7 +11,7 @@ koordlet's CPUSetAllocator reads (apis/extension/resource_status.py). On a node 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +143,9 @@ class _Usage:
 
 class NodeNUMAResource:
     name = "NodeNUMAResource"
+    # a plain pod's shapes and Filter decided by what they read (see `prefilter_shape`); False: its whole shape
+    # and the whole Filter (the plain path, kept for comparison)
+    plain_shortcuts = True
 
     def __init__(self, default_cpu_bind_policy: str = FULL_PCPUS, scoring_type: str = LEAST_ALLOCATED,
                  resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES, weight: int = 1) -> None:
@@ -160,7 +163,6 @@ class NodeNUMAResource:
         self._fp: dict[str, tuple[object, ...]] = {}  # node → _fingerprint its usage and memo were made from
         self._checked: dict[str, int | None] = {}  # node → the NodeIndex version its memo was last checked at
         self._columns = NodeColumns(lambda _n: {})
-        self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
         self._policy_rows: list[int] = []
         self._amplified_set: set[int] = set()  # rows whose node carries a resource amplification annotation
@@ -231,14 +233,18 @@ class NodeNUMAResource:
 
     def _track(self, index: NodeIndex) -> None:
         """Mark the nodes that changed since the last call, to be looked at on next use (most changes, a pod without
-        NUMA or device annotations, leave every NUMA fact as it was). Every entry point calls it first."""
+        NUMA or device annotations, leave every NUMA fact as it was), and bring the policy-label and amplification
+        rows up to date (`_sync_flags`). Every entry point that reads a node's memo or those rows calls it first."""
         changed = self._changes.changes(index)
         if changed is None:
             self._dirty.update(index.names)
-        else:
+        elif changed:
             names = index.names
             for i in changed:
                 self._dirty.add(names[i])
+        else:
+            return
+        self._sync_flags(index, changed)
 
     @staticmethod
     def _fingerprint(node: NodeInfo) -> tuple[object, ...]:
@@ -281,9 +287,15 @@ class NodeNUMAResource:
     # ---- Filter ---------------------------------------------------------------------------------------------
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        s = self.spec(pod)
+        if (self.plain_shortcuts and not (s.policy or s.bind or s.problem) and not _policy_label(node)
+                and ratio_text(node.obj) is None):
+            # a plain pod on a node with neither a NUMA policy label nor an amplification: what follows passes it
+            # without recording an affinity or reading any memo
+            self._affinity.pop((key(pod), node.name), None)
+            return None
         self._track(node_index(cluster))
         self._affinity.pop((key(pod), node.name), None)
-        s = self.spec(pod)
         why = s.problem or self._amplified_why(s, node)
         if why:
             return why
@@ -446,7 +458,6 @@ class NodeNUMAResource:
         """Exactly where `filter` passes: only the nodes where a NUMA policy or CPU binding applies are decided
         (memoised per pod shape), a plain pod passes every node without a policy label."""
         s = self.spec(pod)
-        self._sync_flags(index)
         self._track(index)
         plain = not (s.policy or s.bind or s.problem)
         amplified = self._amplified_rows if s.cpu > 0 and not s.problem else []
@@ -466,11 +477,23 @@ class NodeNUMAResource:
         return out
 
     # -- kept between cycles by the framework (scheduler.vectorcache): rows are memoised per pod shape already --
-    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> int:
+    # A plain pod (no NUMA policy, no CPU binding, nothing invalid) while no node carries a NUMA policy label is
+    # decided by less than its whole shape: its Filter refuses only on amplified nodes, by its cpu alone; its score
+    # is the node-level strategy over its requests (amplified nodes included, see `_score`).
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> Hashable:
         self.sync(index)
+        s = self.spec(pod)
+        if self.plain_shortcuts and not (s.policy or s.bind or s.problem or self._policy_rows):
+            return "plain", s.cpu if self._amplified_rows else 0
         return self._shape(pod)
 
-    score_shape = prefilter_shape
+    def score_shape(self, pod: JSON, index: NodeIndex) -> Hashable:
+        self.sync(index)
+        s = self.spec(pod)
+        if self.plain_shortcuts and not (s.policy or s.bind or s.problem or self._policy_rows):
+            requests = pod_requests(pod)
+            return "plain", tuple(requests.get(r, 0) for r, _ in self.resources), any(requests.values())
+        return self._shape(pod)
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
         s = self.spec(pod)
@@ -610,14 +633,12 @@ class NodeNUMAResource:
             self._row_cache.clear()  # rows were reassigned
             self._row_index = (index, index.epoch)
         self._columns.sync(index, [r for r, _ in self.resources], False)
-        self._sync_flags(index)
         self._track(index)
 
-    def _sync_flags(self, index: NodeIndex) -> None:
+    def _sync_flags(self, index: NodeIndex, changed: list[int] | None) -> None:
         """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node), and
         rows whose node carries a resource amplification annotation (where a plain pod's filter and score count
-        cpuset-bound CPUs amplified)."""
-        changed = self._flags_tracker.changes(index)
+        cpuset-bound CPUs amplified); `changed`: the rows `_track` found changed (None: every row)."""
         if changed is None:
             self._policy_set, self._amplified_set = set(), set()
             for i, nd in enumerate(index.nodes):  # one pass: a cold start's cost
@@ -638,11 +659,11 @@ class NodeNUMAResource:
     # ---- Reserve --------------------------------------------------------------------------------------------
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
-        self._track(node_index(cluster))
         s = self.spec(pod)
         k = (key(pod), node.name)
         if k not in self._affinity and not s.bind:
             return {}
+        self._track(node_index(cluster))
         if k not in self._affinity:
             why = self.filter(pod, node, cluster)
             if why is not None:
@@ -704,6 +725,11 @@ class NodeNUMAResource:
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self._affinity.pop((key(pod), node.name), None)
+
+
+def _policy_label(node: NodeInfo) -> bool:
+    """The node carries a NUMA topology policy label (NodeInfo.labels without the copy)."""
+    return bool(((node.obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NUMA_TOPOLOGY_POLICY))
 
 
 def _flag_rows(rows: set[int], changed: Any, flagged: Callable[[int], bool]) -> bool:
