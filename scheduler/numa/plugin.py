@@ -169,6 +169,7 @@ class NodeNUMAResource:
         self._amplified_rows: list[int] = []
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
         self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
+        self._synced: tuple[object, ...] = ()  # the index, epoch, log length and resources `sync` last saw
         self.deviceshare: NUMAHintProvider | None = None  # DeviceShare, when its devices are aligned (align_devices)
         self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
@@ -498,6 +499,8 @@ class NodeNUMAResource:
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
         s = self.spec(pod)
         plain = not (s.policy or s.bind or s.problem)
+        if plain and not self._policy_set and (s.cpu <= 0 or not self._amplified_set):
+            return np.ones(len(index) if isinstance(rows, slice) else len(rows), dtype=np.bool_)  # as below
         amplified = self._amplified_set if s.cpu > 0 and not s.problem else set()
         picked: list[int] = list(range(len(index))[rows]) if isinstance(rows, slice) else rows.tolist()
         out = np.ones(len(picked), dtype=np.bool_)
@@ -629,11 +632,15 @@ class NodeNUMAResource:
     def sync(self, index: NodeIndex) -> None:
         """Bring the columns, the policy-label rows and the score cache up to date (the framework's prepare and every
         vector call)."""
+        mark = (index, index.epoch, index.log_start + len(index.log), self.resources)
+        if self._synced == mark:
+            return  # no row changed since (every change extends the index's log), nor the resources scored
         if self._row_index[0] is not index or self._row_index[1] != index.epoch:
             self._row_cache.clear()  # rows were reassigned
             self._row_index = (index, index.epoch)
         self._columns.sync(index, [r for r, _ in self.resources], False)
         self._track(index)
+        self._synced = mark
 
     def _sync_flags(self, index: NodeIndex, changed: list[int] | None) -> None:
         """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node), and

@@ -560,10 +560,10 @@ class LoadAware:
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
         k = self.pods.assume(pod)
-        estimated, prod = self.pods.incoming(pod)
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
         # a reservation's reserve pod is not counted (NodeLoads._count): its node's row is read again
         self._placed = None if is_reserve_pod(pod) or not self.grow_placed_rows else \
-            (node, k, pod, [max(estimated.get(r, 0), 0) for r in self.resources], prod)
+            (node, k, pod, [v if v > 0 else 0 for v in inc[3]], inc[1])
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:

@@ -196,3 +196,25 @@ def test_a_change_that_is_not_the_reserved_pod_added(case: str) -> None:
             n.add_pod(pod("p1", "7", "30Gi", node_name="n0"))  # the same key, another object
         rows.append(_rows(sched))
     assert rows[0] == rows[1]
+
+
+def test_a_pod_counted_without_its_entry_is_first_seen_alike() -> None:
+    """NodeLoads counts a pod that is not reported by `PodEstimates.counted`, without making its entry: the same
+    estimate and prod as the entry, and the same first-seen time when the entry is made later (a pod without
+    PodScheduled is assumed when first counted)."""
+    rng = random.Random(5)
+    clock = [NOW]
+    plain, lean = (LoadAware(now=lambda: clock[0]) for _ in range(2))
+    pods = []
+    for i in range(40):
+        p = pod(f"c{i}", rng.choice(["1", "2"]), rng.choice(["1Gi", "4Gi"]), labels=PROD if rng.random() < 0.5 else {},
+                scheduled_at=NOW - 30 if rng.random() < 0.5 else None,
+                annotations={"scheduling.koordinator.sh/load-estimated-seconds-after-pod-scheduled": "60"})
+        pods.append(p)
+        if rng.random() < 0.2:
+            plain.pods.incoming(p), lean.pods.incoming(p)  # the cycle's pod
+        e = plain.pods.entry(p, f"default/c{i}")
+        assert lean.pods.counted(p, f"default/c{i}") == (e.estimated, e.prod)
+        clock[0] += 7
+    for i, p in enumerate(pods):  # entries made later see the pods as first seen when counted
+        assert lean.pods.entry(p, f"default/c{i}") == plain.pods.entry(p, f"default/c{i}")
