@@ -165,13 +165,13 @@ class LoadAware:
     def sync(self, index: NodeIndex) -> None:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
+        placed, self._placed = self._placed, None  # for this sync only
         if changed is None:
             self._fill_all(index)
             self._expired_at = (-math.inf, math.inf)  # looked at whole
             self._expiry()
             return
-        resources, lists, placed = self.resources, self._lists, self._placed
-        self._placed = None
+        resources, lists = self.resources, self._lists
         looked = changed
         for i in changed:
             node = index.nodes[i]
