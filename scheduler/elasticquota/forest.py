@@ -61,7 +61,7 @@ class QuotaForest:
         return self.manager_of(quota).quotas.get(quota)
 
     def knows(self, quota: str) -> bool:
-        return quota in self.tree_of or quota in self.default.quotas
+        return quota in self.tree_of or self.default.has(quota)
 
     def refresh_all(self) -> None:
         for mgr in self.trees.values():

@@ -20,6 +20,7 @@ from scheduler.elasticquota.model import (
     add,
     add_non_negative,
     equal,
+    exceeded,
     is_zero,
     mask,
     resource_json,
@@ -101,7 +102,10 @@ class GroupQuotaManager:
         self.enable_min_scale = enable_min_scale
         self.total: Resources = {}
         self.total_except: Resources = {}  # without the system and default quotas' used
-        self.quotas: dict[str, QuotaInfo] = {}
+        self._quotas: dict[str, QuotaInfo] = {}
+        # the default quota's pods accounted but not yet propagated (`defer_add`/`defer_reserve`): (Σ requests,
+        # Σ non-preemptible requests, Σ used, Σ non-preemptible used, how many used changes moved total_except)
+        self._deferred: tuple[Resources, Resources, Resources, Resources, list[int]] | None = None
         self.calcs: dict[str, RuntimeQuotaCalculator] = {ROOT_QUOTA: RuntimeQuotaCalculator(ROOT_QUOTA)}
         self.children: dict[str, set[str]] = {ROOT_QUOTA: set()}
         self._min_sum: dict[str, Resources] = {}  # parent → Σ children's original min (ScaleMinQuotaManager)
@@ -110,6 +114,17 @@ class GroupQuotaManager:
             return
         for name, mx in ((SYSTEM_QUOTA, system_max), (DEFAULT_QUOTA, default_max)):
             self.quotas[name] = QuotaInfo(name, ROOT_QUOTA, False, True, max=dict(mx or DEFAULT_GROUP_MAX))
+
+    @property
+    def quotas(self) -> dict[str, QuotaInfo]:
+        """Every quota of the tree by name, with the default quota's deferred pods propagated first."""
+        if self._deferred is not None:
+            self._settle()
+        return self._quotas
+
+    def has(self, name: str) -> bool:
+        """Whether the tree holds a quota of that name (nothing deferred needs propagating for that)."""
+        return name in self._quotas
 
     # -- tree ------------------------------------------------------------------------------------------------
     def set_quotas(self, specs: Iterable[QuotaSpec]) -> None:
@@ -162,10 +177,12 @@ class GroupQuotaManager:
 
     # -- cluster total ---------------------------------------------------------------------------------------
     def set_cluster_total(self, total: Mapping[str, int]) -> None:
+        self._settle()
         self.total = dict(total)
         self._update_total_except()
 
     def add_cluster_total(self, delta: Mapping[str, int]) -> None:
+        self._settle()
         self.total = add(self.total, delta)
         self._update_total_except()
 
@@ -232,6 +249,78 @@ class GroupQuotaManager:
             delta = {k: guaranteed.get(k, 0) - old.get(k, 0) for k in guaranteed.keys() | old.keys()}
             if not any(delta.values()):
                 return
+
+    # -- the default quota's pods, propagated when the tree is next read ----------------------------------------
+    def defers(self, quota: str) -> bool:
+        """Whether `defer_add`/`defer_reserve` take this quota's pods: the default quota of the default tree
+        without ElasticQuotaGuaranteeUsage (its path is itself and the root, it lends, and the root's runtime
+        calculator does not list it)."""
+        return quota == DEFAULT_QUOTA and not self.tree_id and not self.guarantee_usage
+
+    def defer_add(self, quota: str, pod_key: str, requests: Mapping[str, int], non_preemptible: bool) -> None:
+        """on_pod_add(quota, ..., assigned=False) for a quota that `defers`, its request propagated later: every
+        reader of the tree (`quotas`, the runtime, any other change) propagates what was deferred first, as sums
+        — every deferred change adds a non-negative amount, so the tree ends where one pod after another would
+        leave it (see `_settle`)."""
+        q = self._quotas[quota]
+        if pod_key in q.pods:
+            return
+        req = mask(requests, q.max)
+        q.pods[pod_key] = _Pod(req, False, non_preemptible)
+        if is_zero(req):
+            return  # on_pod_add propagates nothing either
+        d = self._deferred
+        if d is None:
+            d = self._deferred = ({}, {}, {}, {}, [0])
+        _add_into(d[0], req, 1)
+        if non_preemptible:
+            _add_into(d[1], req, 1)
+
+    def defer_reserve(self, quota: str, pod_key: str) -> None:
+        """reserve(quota, pod_key) for a quota that `defers`, its used propagated later (see `defer_add`)."""
+        p = self._quotas[quota].pods.get(pod_key)
+        if p is None or p.assigned:
+            return
+        p.assigned = True
+        d = self._deferred
+        if d is None:
+            d = self._deferred = ({}, {}, {}, {}, [0])
+        used = d[2]
+        # would this change alone have moved total_except (so bumped the root calculator's version)? a positive
+        # amount always does; a zero one only by bringing a resource name total_except does not have yet
+        if any(p.requests.values()) or any(k not in used and k not in self.total_except for k in p.requests):
+            d[4][0] += 1
+        _add_into(used, p.requests, 1)
+        if p.non_preemptible:
+            _add_into(d[3], p.requests, 1)
+
+    def within_max(self, quota: str, requests: Mapping[str, int], runtime: bool) -> bool:
+        """For a quota that `defers`: whether its used (deferred pods included, read without propagating them) plus
+        `requests` masked to its max stays within its max — its PreFilter check, its runtime being its max.
+        `runtime` (enableRuntimeQuota): refresh its runtime first, as `refresh_runtime` does."""
+        q = self._quotas[quota]
+        if runtime and q.runtime != q.max:
+            q.runtime = dict(q.max)
+        d = self._deferred
+        used = q.used if d is None or not d[2] else add(q.used, d[2])
+        return not exceeded(add(used, mask(requests, q.max)), q.max)
+
+    def _settle(self) -> None:
+        """Propagate the deferred default-quota pods: their requests along its path as one sum (each level passes on
+        the change of its limited request, which telescopes), their used as one sum, and the root calculator's
+        version moved as often as the pods' changes one by one would have moved it."""
+        d = self._deferred
+        if d is None:
+            return
+        self._deferred = None
+        request, np_request, used, np_used, moves = d
+        if request:
+            self._propagate_request(self._path(DEFAULT_QUOTA), request, np_request, 0)
+        if used:
+            calc = self.calcs[ROOT_QUOTA]
+            before = calc.version
+            self._propagate_used(DEFAULT_QUOTA, used, np_used)
+            calc.version += moves[0] - (calc.version - before)
 
     def on_pod_add(self, quota: str, pod_key: str, requests: Mapping[str, int], assigned: bool,
                    non_preemptible: bool = False) -> None:

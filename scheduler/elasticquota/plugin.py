@@ -199,7 +199,11 @@ class ElasticQuota:
             return quota
         self._pod_quota[k] = quota
         self._pod_objs[k] = pod
-        self.forest.manager_of(quota).on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
+        mgr = self.forest.manager_of(quota)
+        if not assigned and mgr.defers(quota):  # the default quota: propagated when the tree is next read
+            mgr.defer_add(quota, k, requests, _non_preemptible(pod))
+        else:
+            mgr.on_pod_add(quota, k, requests, assigned, _non_preemptible(pod))
         return quota
 
     def quota_of(self, pod: JSON) -> str:
@@ -231,6 +235,12 @@ class ElasticQuota:
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
         mgr = self.forest.manager_of(quota)
+        if (mgr.defers(quota) and not self.hooks and not _non_preemptible(pod)
+                and mgr.within_max(quota, pod_requests(pod), self.args.enable_runtime_quota)):
+            # the default quota's whole check: its runtime is its max and its parent the root (no ancestor to
+            # check); read without propagating its deferred pods. Over its max: the check below words the refusal.
+            self.refused.pop(key(pod), None)
+            return None
         if self.args.enable_runtime_quota:
             mgr.refresh_runtime(quota)
         info = mgr.quotas[quota]
@@ -289,7 +299,11 @@ class ElasticQuota:
         self.bind(cluster)
         quota = self._track(pod, assigned=False)
         if not self.hooks:
-            self.forest.manager_of(quota).reserve(quota, key(pod))
+            mgr = self.forest.manager_of(quota)
+            if mgr.defers(quota):
+                mgr.defer_reserve(quota, key(pod))
+            else:
+                mgr.reserve(quota, key(pod))
             return {}
         was = self._assigned(quota, key(pod))
         self.forest.manager_of(quota).reserve(quota, key(pod))

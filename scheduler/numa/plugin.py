@@ -11,7 +11,7 @@ koordlet's CPUSetAllocator reads (apis/extension/resource_status.py). On a node 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +143,9 @@ class _Usage:
 
 class NodeNUMAResource:
     name = "NodeNUMAResource"
+    # a plain pod's shapes and Filter decided by what they read (see `prefilter_shape`); False: its whole shape
+    # and the whole Filter (the plain path, kept for comparison)
+    plain_shortcuts = True
 
     def __init__(self, default_cpu_bind_policy: str = FULL_PCPUS, scoring_type: str = LEAST_ALLOCATED,
                  resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES, weight: int = 1) -> None:
@@ -160,13 +163,13 @@ class NodeNUMAResource:
         self._fp: dict[str, tuple[object, ...]] = {}  # node → _fingerprint its usage and memo were made from
         self._checked: dict[str, int | None] = {}  # node → the NodeIndex version its memo was last checked at
         self._columns = NodeColumns(lambda _n: {})
-        self._flags_tracker = Tracker()
         self._policy_set: set[int] = set()
         self._policy_rows: list[int] = []
         self._amplified_set: set[int] = set()  # rows whose node carries a resource amplification annotation
         self._amplified_rows: list[int] = []
         self._row_cache: dict[tuple[object, ...], tuple[IntArray, Any]] = {}  # node-level score per request shape
         self._row_index: tuple[NodeIndex | None, int] = (None, -1)  # the index (and epoch) the cache's rows are of
+        self._synced: tuple[object, ...] = ()  # the index, epoch, log length and resources `sync` last saw
         self.deviceshare: NUMAHintProvider | None = None  # DeviceShare, when its devices are aligned (align_devices)
         self._topo: dict[str, tuple[JSON | None, NodeTopology]] = {}  # node → (the NRT object parsed, its facts)
         self._usage: dict[str, _Usage] = {}
@@ -231,14 +234,18 @@ class NodeNUMAResource:
 
     def _track(self, index: NodeIndex) -> None:
         """Mark the nodes that changed since the last call, to be looked at on next use (most changes, a pod without
-        NUMA or device annotations, leave every NUMA fact as it was). Every entry point calls it first."""
+        NUMA or device annotations, leave every NUMA fact as it was), and bring the policy-label and amplification
+        rows up to date (`_sync_flags`). Every entry point that reads a node's memo or those rows calls it first."""
         changed = self._changes.changes(index)
         if changed is None:
             self._dirty.update(index.names)
-        else:
+        elif changed:
             names = index.names
             for i in changed:
                 self._dirty.add(names[i])
+        else:
+            return
+        self._sync_flags(index, changed)
 
     @staticmethod
     def _fingerprint(node: NodeInfo) -> tuple[object, ...]:
@@ -281,9 +288,15 @@ class NodeNUMAResource:
     # ---- Filter ---------------------------------------------------------------------------------------------
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
+        s = self.spec(pod)
+        if (self.plain_shortcuts and not (s.policy or s.bind or s.problem) and not _policy_label(node)
+                and ratio_text(node.obj) is None):
+            # a plain pod on a node with neither a NUMA policy label nor an amplification: what follows passes it
+            # without recording an affinity or reading any memo
+            self._affinity.pop((key(pod), node.name), None)
+            return None
         self._track(node_index(cluster))
         self._affinity.pop((key(pod), node.name), None)
-        s = self.spec(pod)
         why = s.problem or self._amplified_why(s, node)
         if why:
             return why
@@ -446,7 +459,6 @@ class NodeNUMAResource:
         """Exactly where `filter` passes: only the nodes where a NUMA policy or CPU binding applies are decided
         (memoised per pod shape), a plain pod passes every node without a policy label."""
         s = self.spec(pod)
-        self._sync_flags(index)
         self._track(index)
         plain = not (s.policy or s.bind or s.problem)
         amplified = self._amplified_rows if s.cpu > 0 and not s.problem else []
@@ -466,15 +478,29 @@ class NodeNUMAResource:
         return out
 
     # -- kept between cycles by the framework (scheduler.vectorcache): rows are memoised per pod shape already --
-    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> int:
+    # A plain pod (no NUMA policy, no CPU binding, nothing invalid) while no node carries a NUMA policy label is
+    # decided by less than its whole shape: its Filter refuses only on amplified nodes, by its cpu alone; its score
+    # is the node-level strategy over its requests (amplified nodes included, see `_score`).
+    def prefilter_shape(self, pod: JSON, index: NodeIndex) -> Hashable:
         self.sync(index)
+        s = self.spec(pod)
+        if self.plain_shortcuts and not (s.policy or s.bind or s.problem or self._policy_rows):
+            return "plain", s.cpu if self._amplified_rows else 0
         return self._shape(pod)
 
-    score_shape = prefilter_shape
+    def score_shape(self, pod: JSON, index: NodeIndex) -> Hashable:
+        self.sync(index)
+        s = self.spec(pod)
+        if self.plain_shortcuts and not (s.policy or s.bind or s.problem or self._policy_rows):
+            requests = pod_requests(pod)
+            return "plain", tuple(requests.get(r, 0) for r, _ in self.resources), any(requests.values())
+        return self._shape(pod)
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
         s = self.spec(pod)
         plain = not (s.policy or s.bind or s.problem)
+        if plain and not self._policy_set and (s.cpu <= 0 or not self._amplified_set):
+            return np.ones(len(index) if isinstance(rows, slice) else len(rows), dtype=np.bool_)  # as below
         amplified = self._amplified_set if s.cpu > 0 and not s.problem else set()
         picked: list[int] = list(range(len(index))[rows]) if isinstance(rows, slice) else rows.tolist()
         out = np.ones(len(picked), dtype=np.bool_)
@@ -606,18 +632,20 @@ class NodeNUMAResource:
     def sync(self, index: NodeIndex) -> None:
         """Bring the columns, the policy-label rows and the score cache up to date (the framework's prepare and every
         vector call)."""
+        mark = (index, index.epoch, index.log_start + len(index.log), self.resources)
+        if self._synced == mark:
+            return  # no row changed since (every change extends the index's log), nor the resources scored
         if self._row_index[0] is not index or self._row_index[1] != index.epoch:
             self._row_cache.clear()  # rows were reassigned
             self._row_index = (index, index.epoch)
         self._columns.sync(index, [r for r, _ in self.resources], False)
-        self._sync_flags(index)
         self._track(index)
+        self._synced = mark
 
-    def _sync_flags(self, index: NodeIndex) -> None:
+    def _sync_flags(self, index: NodeIndex, changed: list[int] | None) -> None:
         """Rows whose node has a NUMA policy label (the only nodes where a plain pod's score is per NUMA node), and
         rows whose node carries a resource amplification annotation (where a plain pod's filter and score count
-        cpuset-bound CPUs amplified)."""
-        changed = self._flags_tracker.changes(index)
+        cpuset-bound CPUs amplified); `changed`: the rows `_track` found changed (None: every row)."""
         if changed is None:
             self._policy_set, self._amplified_set = set(), set()
             for i, nd in enumerate(index.nodes):  # one pass: a cold start's cost
@@ -638,11 +666,11 @@ class NodeNUMAResource:
     # ---- Reserve --------------------------------------------------------------------------------------------
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
-        self._track(node_index(cluster))
         s = self.spec(pod)
         k = (key(pod), node.name)
         if k not in self._affinity and not s.bind:
             return {}
+        self._track(node_index(cluster))
         if k not in self._affinity:
             why = self.filter(pod, node, cluster)
             if why is not None:
@@ -704,6 +732,11 @@ class NodeNUMAResource:
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
         self._affinity.pop((key(pod), node.name), None)
+
+
+def _policy_label(node: NodeInfo) -> bool:
+    """The node carries a NUMA topology policy label (NodeInfo.labels without the copy)."""
+    return bool(((node.obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NUMA_TOPOLOGY_POLICY))
 
 
 def _flag_rows(rows: set[int], changed: Any, flagged: Callable[[int], bool]) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from apis.core.errors import InvalidInput
 from apis.core.objects import JSON
 from apis.core.resources import CPU, MEMORY
-from scheduler.cluster import Cluster, NodeInfo
+from scheduler.cluster import Cluster, NodeInfo, is_reserve_pod
 from scheduler.nodeindex import BoolArray, FloatArray, IntArray, NodeIndex, Rows, Tracker
 from scheduler.plugins.loadaware_args import (
     AGGREGATION_TYPES,
@@ -45,6 +45,9 @@ class LoadAware:
 
     name = NAME
     exact_rows = True  # prefilter_rows is exactly filter's verdict (scheduler.interfaces)
+    # the placed node's row grown by the reserved pod's estimate when that pod is all that changed (`_grow_row`);
+    # False: every changed row is read again from the node's load (the plain path, kept for comparison)
+    grow_placed_rows = True
 
     def __init__(self, args: LoadAwareArgs | None = None, weight: int = 1,
                  now: Callable[[], float] = time.time) -> None:
@@ -78,7 +81,19 @@ class LoadAware:
         self._expired_rows: BoolArray = np.zeros(0, dtype=np.bool_)
         self._expired_at = (math.inf, -math.inf)  # (next expiry, the time last looked)
         self._expiry_epoch = 0
-        self._incoming: tuple[Any, bool, IntArray] = (None, False, np.zeros(0, dtype=np.int64))
+        # the cycle's pod: (pod, prod, estimate as an array, as a tuple over self.resources, a DaemonSet's pod,
+        # the filter's (prod, thresholds), the score's how) — what the hooks of its cycle read, worked out once
+        self._incoming: tuple[Any, bool, IntArray, tuple[int, ...], bool, tuple[bool, dict[str, int]] | None,
+                              tuple[bool, IntArray, int] | Literal[False] | None] = \
+            (None, False, np.zeros(0, dtype=np.int64), (), False, None, None)
+        self._estimates: dict[tuple[int, ...], IntArray] = {}  # estimate tuple → its array (read only), per shape
+        # Each row's capacity, usage and prod usage as lists too (what the one- or two-row paths of a cycle read,
+        # without numpy's per-call cost), the capacity map and the NodeLoad stamp the row was written from, and
+        # the NodeMetric's reported pods where no prod pod is reported (None: any other case): see `_grow_row`
+        self._lists: list[tuple[Vector | None, list[int], list[int], list[int], Any, dict[str, Vector] | None]] = []
+        # the pod this plugin last reserved: (node, key, pod, its estimate's positive part over self.resources,
+        # prod) — the next sync may grow that node's row by it alone (`_grow_row`)
+        self._placed: tuple[NodeInfo, str, JSON, list[int], bool] | None = None
         self._weights: IntArray | None = None  # resource_weights over self.resources (the vector score's)
         self._weight_sum = 0
 
@@ -150,28 +165,72 @@ class LoadAware:
     def sync(self, index: NodeIndex) -> None:
         """Bring the per-node arrays up to date (the framework's prepare and every vector call)."""
         changed = self._tracker.changes(index)
+        placed, self._placed = self._placed, None  # for this sync only
         if changed is None:
             self._fill_all(index)
             self._expired_at = (-math.inf, math.inf)  # looked at whole
             self._expiry()
             return
+        resources, lists = self.resources, self._lists
+        looked = changed
         for i in changed:
             node = index.nodes[i]
             self._row_version[i] += 1
+            if placed is not None and placed[0] is node and self._grow_row(i, placed):
+                # the same NodeMetric and updateTime: the row's expiry is as last looked at, unless the clock
+                # reached its deadline, which is among those `_expiry` watches (it looks at every row then)
+                looked = [j for j in changed if j != i]
+                continue
             st = self.loads.get(node)
             self._has_state[i] = st is not None
             if st is None:
+                lists[i] = (*lists[i][:4], None, None)
                 continue
             self._has_metric[i] = st.has_metric
             self._custom[i] = isinstance(st.thresholds, dict)
             self._update[i] = np.nan if st.update_time is None else st.update_time
-            usage, prod, cap = st.usage(), st.prod(), st.capacity
-            # whole rows from lists (the columns are self.resources in order): three numpy calls, not three a column
-            self._cap[i] = [cap.get(r, 0) for r in self.resources]
-            self._usage[i] = [usage.get(r, 0) for r in self.resources]
-            self._prod[i] = [prod.get(r, 0) for r in self.resources]
-        if changed:
-            self._expire_rows(changed)
+            # whole rows from lists (the columns are self.resources in order), each written only when it moved: a
+            # placement leaves the capacity (the very map) and, for a non-prod pod, the prod usage as they were
+            was_cap, cap, usage, prod, _, _ = lists[i]
+            if st.capacity is not was_cap:
+                cap = [st.capacity.get(r, 0) for r in resources]
+                self._cap[i] = cap
+            new_usage = _row(st.node_usage, st.node_delta, resources)
+            if new_usage != usage:
+                self._usage[i] = usage = new_usage
+            new_prod = _row(st.prod_usage, st.prod_delta, resources)
+            if new_prod != prod:
+                self._prod[i] = prod = new_prod
+            lists[i] = (st.capacity, cap, usage, prod, st.stamp, self.loads.unreported_counted_in_full(node))
+        if looked:
+            self._expire_rows(looked)
+
+    def _grow_row(self, i: int, placed: tuple[NodeInfo, str, JSON, list[int], bool]) -> bool:
+        """Row i after the pod this plugin reserved on its node, without reading the node's load again, when all
+        that changed since the row was written (its NodeLoad stamp `seen`) is that pod added — this very object,
+        last of the node's pods, one pod more and one node change, the same NodeMetric, updateTime and Node (a
+        new allocatable is a change too) — and its load counts the pod in full (not among the NodeMetric's
+        reported pods, none of them prod: NodeLoads._count's usual case). Then the load is the one the row was
+        written from plus the pod's estimate in usage (and prod usage, a prod pod), so is the row; every other
+        column is as it was. The node's NodeLoad is left behind (`get` counts it again when asked)."""
+        node, k, pod, add, prod = placed
+        cap_map, cap, usage, prod_row, seen, reported = self._lists[i]
+        if reported is None or k in reported:
+            return False
+        # one node change and one pod more: only an add (a new Node, NodeMetric or allocatable is a change of its
+        # own); the pod last is the one added. updateTime is compared: it may be rewritten in place.
+        nm, pods = node.nodemetric, node.pods
+        if (node.generation != seen[5] + 1 or len(pods) != seen[3] + 1 or pods.get(k) is not pod
+                or next(reversed(pods)) != k or nm is None or (nm.get("status") or {}).get("updateTime") != seen[1]):
+            return False
+        usage = [u + v for u, v in zip(usage, add, strict=True)]
+        self._usage[i] = usage
+        if prod:
+            prod_row = [u + v for u, v in zip(prod_row, add, strict=True)]
+            self._prod[i] = prod_row
+        self._lists[i] = (cap_map, cap, usage, prod_row, (seen[0], seen[1], seen[2], seen[3] + 1, k, seen[5] + 1),
+                          reported)
+        return True
 
     def _expiry(self) -> int:
         """The expiry epoch, looked at again (one pass over the nodes) when the clock reached the next expiry."""
@@ -201,9 +260,27 @@ class LoadAware:
 
     def _incoming_vector(self, pod: JSON) -> tuple[bool, IntArray]:
         """(prod, the estimate over self.resources) of the cycle's pod, computed once per pod."""
-        if self._incoming[0] is not pod:
-            self._incoming = (pod, self._is_prod(pod), self._estimate_vector(pod))
-        return self._incoming[1], self._incoming[2]
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        return inc[1], inc[2]
+
+    def _incoming_tuple(self, pod: JSON) -> tuple[int, ...]:
+        """The cycle's pod's estimate over self.resources as a tuple (its shapes' part)."""
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        return inc[3]
+
+    def _see(self, pod: JSON) -> Any:
+        est, prod = self.pods.incoming(pod)
+        t = tuple([est.get(r, 0) for r in self.resources])
+        arr = self._estimates.get(t)
+        if arr is None:
+            if len(self._estimates) >= 256:
+                self._estimates.clear()
+            arr = self._estimates[t] = np.array(t, dtype=np.int64).reshape(len(t))
+            arr.flags.writeable = False
+        daemon = is_daemonset_pod(pod)
+        self._incoming = (pod, prod, arr, t, daemon, None if daemon else self._filter_thresholds(pod),
+                          self._score_how(pod))
+        return self._incoming
 
     def _filter_thresholds(self, pod: JSON) -> tuple[bool, dict[str, int]] | None:
         """(prod, the thresholds) the vector filter applies; None where every node is asked (aggregated usage)."""
@@ -219,23 +296,25 @@ class LoadAware:
     # -- kept between cycles by the framework (scheduler.vectorcache): a shape per estimate and expiry epoch --
     def prefilter_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...] | None:
         self.sync(index)
-        if is_daemonset_pod(pod):
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        if inc[4]:
             return ("daemonset",)
-        how = self._filter_thresholds(pod)
+        how = inc[5]
         if how is None:
             return None
-        _, est = self._incoming_vector(pod)
-        return how[0], tuple(est.tolist()), self._expiry()
+        return how[0], inc[3], self._expiry()
 
     def prefilter_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> BoolArray:
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        how = inc[5]
+        if how is not None and not isinstance(rows, slice) and len(rows) <= FEW_ROWS:
+            prod, thresholds = how
+            return np.array([self._passes(pod, index, i, prod, thresholds) for i in rows.tolist()], dtype=np.bool_)
         picked = np.arange(len(index)) if isinstance(rows, slice) else rows
         fail = np.zeros(len(picked), dtype=np.bool_)
-        how = None if is_daemonset_pod(pod) else self._filter_thresholds(pod)
         if how is None:
             return ~fail
         prod, thresholds = how
-        if len(picked) <= FEW_ROWS:
-            return np.array([self._passes(pod, index, i, prod, thresholds) for i in picked.tolist()], dtype=np.bool_)
         a = self.args
         if thresholds:
             live = self._has_state[rows] & self._has_metric[rows]
@@ -252,19 +331,18 @@ class LoadAware:
 
     def _passes(self, pod: JSON, index: NodeIndex, i: int, prod: bool, thresholds: dict[str, int]) -> bool:
         """`prefilter_rows` of one row, in Python."""
-        if not self._has_state[i]:
+        if not self._has_state.item(i):
             return True
-        if self._custom[i]:
+        if self._custom.item(i):
             return self.filter(pod, index.nodes[i], index.cluster) is None
         if not thresholds:
             return True
         a = self.args
-        if a.filter_expired_node_metrics and self._expired_rows[i]:
+        if a.filter_expired_node_metrics and self._expired_rows.item(i):
             return bool(a.enable_schedule_when_node_metrics_expired)
-        if not self._has_metric[i]:
+        if not self._has_metric.item(i):
             return True
-        _, est = self._incoming_vector(pod)
-        return not self._over(self._cap[i].tolist(), self._used_row(i, prod, est), thresholds)
+        return not self._over(self._lists[i][1], self._used_list(i, prod, pod), thresholds)
 
     def _score_how(self, pod: JSON) -> tuple[bool, IntArray, int] | Literal[False] | None:
         """(prod, weights, dominant weight) of the vector score; False: every score is 0; None: aggregated."""
@@ -286,24 +364,26 @@ class LoadAware:
 
     def score_shape(self, pod: JSON, index: NodeIndex) -> tuple[object, ...] | None:
         self.sync(index)
-        how = self._score_how(pod)
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        how = inc[6]
         if not how:
             return None if how is None else ("zero",)
-        _, est = self._incoming_vector(pod)
-        return how[0], tuple(est.tolist()), self._expiry()
+        return how[0], inc[3], self._expiry()
 
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray:
         picked = np.arange(len(index)) if isinstance(rows, slice) else rows
-        how = self._score_how(pod)
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        how = inc[6]
         if not how:
             return np.zeros(len(picked), dtype=np.int64)
         prod, weights, d = how
-        _, est = self._incoming_vector(pod)
         if len(picked) <= FEW_ROWS:
-            return np.array([self._score_of(self._cap[i].tolist(), self._used_row(i, prod, est))
-                             if self._has_state[i] and self._has_metric[i] and not self._expired_rows[i] else 0
+            has_state, has_metric, expired = self._has_state, self._has_metric, self._expired_rows
+            return np.array([self._score_of(self._lists[i][1], self._used_list(i, prod, pod))
+                             if has_state.item(i) and has_metric.item(i) and not expired.item(i) else 0
                              for i in picked.tolist()], dtype=np.int64)
         else:
+            _, est = self._incoming_vector(pod)
             score = self._score_rows(rows, prod, est, weights, d)
         valid = self._has_state[rows] & self._has_metric[rows] & ~self._expired_rows[rows]
         return np.where(valid, score, 0).astype(np.int64)
@@ -317,6 +397,10 @@ class LoadAware:
             [st.capacity.get(r, 0) for r in self.resources], _row(st.node_usage, st.node_delta, self.resources),
             _row(st.prod_usage, st.prod_delta, self.resources)) for st in loads]
         has_state, has_metric, custom, update, cap, usage, prod = zip(*rows, strict=True) if rows else ((),) * 7
+        full = self.loads.unreported_counted_in_full
+        self._lists = [(None, c, u, p, None, None) if st is None else
+                       (st.capacity, c, u, p, st.stamp, full(node))
+                       for node, st, c, u, p in zip(index.nodes, loads, cap, usage, prod, strict=True)]
         self._has_state = np.array(has_state, dtype=np.bool_).reshape(n)
         self._has_metric = np.array(has_metric, dtype=np.bool_).reshape(n)
         self._custom = np.array(custom, dtype=np.bool_).reshape(n)
@@ -328,6 +412,11 @@ class LoadAware:
     def _by_rows(self, key: tuple[object, ...], compute: Callable[[Any], Any], one: Callable[[int], Any]) -> Any:
         """`compute(rows)` over every node, cached per key; only rows whose version moved since are recomputed."""
         return by_rows(self._row_cache, self._row_version, key, compute, one)
+
+    def _used_list(self, i: int, prod: bool, pod: JSON) -> list[int]:
+        """`_used_row` of the cycle's pod, from the row's lists."""
+        row = self._lists[i]
+        return [u + e for u, e in zip(row[3] if prod else row[2], self._incoming_tuple(pod), strict=True)]
 
     def _used_row(self, i: int, prod: bool, est: IntArray) -> list[int]:
         used: list[int] = ((self._prod if prod else self._usage)[i] + est).tolist()
@@ -470,10 +559,15 @@ class LoadAware:
     # ---- Reserve: remember when we assumed the pod (pod_assign_cache.go AssumePod) ----
 
     def reserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> dict[str, str]:
-        self.pods.assume(pod)
+        k = self.pods.assume(pod)
+        inc = self._incoming if self._incoming[0] is pod else self._see(pod)
+        # a reservation's reserve pod is not counted (NodeLoads._count): its node's row is read again
+        self._placed = None if is_reserve_pod(pod) or not self.grow_placed_rows else \
+            (node, k, pod, [v if v > 0 else 0 for v in inc[3]], inc[1])
         return {}
 
     def unreserve(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> None:
+        self._placed = None
         self.pods.forget(pod)
 
 

@@ -192,10 +192,27 @@ class PodEstimates:
         self._entries[id(pod)] = (pod, entry)
         return entry
 
-    def assume(self, pod: JSON) -> None:
-        """pod_assign_cache.go AssumePod: remember when this scheduler placed it."""
-        self._assumed.setdefault(key(pod), self.now())
+    def counted(self, pod: JSON, pod_key: str) -> tuple[Vector, bool]:
+        """(estimate, prod) of one of a node's pods as its `entry` has them, without the entry's times (they matter
+        only against a reported usage), but first seen when `entry` would have seen it: a pod without a
+        PodScheduled condition gets its assumed time now, as `entry` gives it."""
+        cached = self._entries.get(id(pod))
+        if cached is not None and cached[0] is pod:
+            return cached[1].estimated, cached[1].prod
+        conditions = (pod.get("status") or {}).get("conditions")
+        if (not conditions or _condition_time(pod, "PodScheduled") is None) and pod_key not in self._assumed:
+            self._assumed[pod_key] = self.now()
+        if pod is self._incoming[0]:
+            return self._incoming[1], self._incoming[2]
+        estimated, priority = self._facts(pod, shared=True)
+        return estimated, priority == PRIORITY_PROD
+
+    def assume(self, pod: JSON) -> str:
+        """pod_assign_cache.go AssumePod: remember when this scheduler placed it; the pod's key."""
+        k = key(pod)
+        self._assumed.setdefault(k, self.now())
         self._entries.pop(id(pod), None)
+        return k
 
     def forget(self, pod: JSON) -> None:
         self._assumed.pop(key(pod), None)
@@ -295,22 +312,30 @@ class NodeLoads:
         return NodeLoad(stamp, m.has_metric, m.capacity, m.update_time, m.node_usage, node_delta, node_est,
                         prod_usage, prod_delta, m.thresholds)
 
+    def unreported_counted_in_full(self, node: NodeInfo) -> dict[str, Vector] | None:
+        """The reported pods of the NodeMetric the node's load was last counted with, when it reports no prod pod:
+        then a pod not among them counts in full (`_count`'s usual case); None otherwise."""
+        m = self._metrics.get(node.name)
+        return m.usages if m is not None and not m.prod_usages else None
+
     def _count(self, m: _MetricFacts, k: str, pod: JSON, node_delta: Vector, node_est: Vector, prod_usage: Vector,
                prod_delta: Vector) -> None:
         """Add one of the node's pods to its load's sums."""
         if is_reserve_pod(pod):
             return  # a reservation is not a pod that runs (upstream pod_assign_cache.go assign skips it)
-        e = self.pods.entry(pod, k)
-        _add(node_est, e.estimated)
         usages, prod_usages = m.usages, m.prod_usages
         reported = usages.get(k) if usages else None
         if reported is None and not prod_usages:  # the usual case, spelled out: unreported counts in full
-            for r, v in e.estimated.items():
+            estimated, prod = self.pods.counted(pod, k)  # its times do not matter here
+            _add(node_est, estimated)
+            for r, v in estimated.items():
                 if r in node_delta and v > 0:
                     node_delta[r] += v
-                    if e.prod:
+                    if prod:
                         prod_delta[r] += v
             return
+        e = self.pods.entry(pod, k)
+        _add(node_est, e.estimated)
         ut, report_interval = m.update_time or 0.0, m.report_interval
         if _is_delta(e, reported, ut, report_interval):
             _add_delta(node_delta, e.estimated, reported)
