@@ -26,6 +26,7 @@ from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, Rows, Tracker
 from scheduler.rowcache import FEW_ROWS
 
 MAX_SHAPES = 32  # entries kept (least recently used dropped): 3 arrays per node each
+QUIET = object()  # a quiet scorer's place in a shape key (scheduler.quiet): not kept, not asked
 
 
 class Kept:
@@ -79,22 +80,25 @@ class VectorCache:
         finally:
             timed[name, point] = timed.get((name, point), 0.0) + time.perf_counter() - start
 
-    def kept(self, pod: JSON, index: NodeIndex, timed: Timings | None = None) -> Kept | None:
+    def kept(self, pod: JSON, index: NodeIndex, timed: Timings | None = None,
+             quiet: Sequence[bool] = ()) -> Kept | None:
         """The pod's kept vectors brought up to date (None: no plugin keeps anything for this pod). `timed`
-        gathers the time of each kept plugin's hooks (for the metrics)."""
+        gathers the time of each kept plugin's hooks (for the metrics); `quiet[j]`: the j-th scorer is quiet
+        about the pod (scheduler.quiet), neither asked nor kept."""
         self._timed = timed
         try:
-            return self._bring(pod, index)
+            return self._bring(pod, index, quiet)
         finally:
             self._timed = None
 
-    def _bring(self, pod: JSON, index: NodeIndex) -> Kept | None:
+    def _bring(self, pod: JSON, index: NodeIndex, quiet: Sequence[bool]) -> Kept | None:
         fnames, snames = self.names
         fshapes = tuple(None if f is None else self._call(name, "Filter", f.prefilter_shape, pod, index)
                         for f, name in zip(self.filters, fnames, strict=True))
-        sshapes = tuple(None if s is None else self._call(name, "Score", s.score_shape, pod, index)
-                        for s, name in zip(self.scorers, snames, strict=True))
-        if all(x is None for x in fshapes) and all(x is None for x in sshapes):
+        sshapes = tuple(None if s is None else QUIET if quiet and quiet[j] else
+                        self._call(name, "Score", s.score_shape, pod, index)
+                        for j, (s, name) in enumerate(zip(self.scorers, snames, strict=True)))
+        if all(x is None for x in fshapes) and all(x is None or x is QUIET for x in sshapes):
             return None
         shape = (fshapes, sshapes)
         kept = self._kept.get(shape)
@@ -102,7 +106,7 @@ class VectorCache:
             if len(self._kept) >= MAX_SHAPES:
                 self._kept.popitem(last=False)
             on = tuple(x is not None for x in fshapes)
-            kept = self._kept[shape] = Kept(on, tuple(x is not None for x in sshapes))
+            kept = self._kept[shape] = Kept(on, tuple(x is not None and x is not QUIET for x in sshapes))
             kept.unsettled = tuple(f for f, k, exact in zip(self.all_filters, on, self.exact, strict=True)
                                    if not (k and exact))
         else:

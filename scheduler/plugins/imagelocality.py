@@ -97,6 +97,11 @@ class ImageLocality:
         self._holders = {n: (np.array(r, dtype=np.intp), np.array(sizes[n], dtype=np.int64)) for n, r in rows.items()}
         self._nodes, self._built = len(facts), key
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No node lists an image: every score is 0 (scheduler.interfaces' QuietPlugin)."""
+        self._sync(index)
+        return None if self._holders else 0
+
     def prescore(self, pod: JSON, index: NodeIndex, candidates: BoolArray) -> None:
         self._sync(index)
 

@@ -72,6 +72,24 @@ class InterPodAffinity:
         parsed = self._affinity(pod)
         return f"invalid pod affinity: {parsed}" if isinstance(parsed, SelectorError) else None
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """The pod states no pod (anti-)affinity and no existing pod's term could count for it (what Filter and
+        Score check before anything else): every node passes, every raw score is 0 (scheduler.interfaces'
+        QuietPlugin)."""
+        a = self._affinity(pod)
+        if isinstance(a, SelectorError) or a:
+            return None
+        existing = self._existing.refresh(index)
+        return None if self._filters(a, existing) or self._scores(a, existing) else 0
+
+    def _filters(self, a: PodAffinity, existing: ExistingTerms) -> bool:
+        """Filter has something to check for the pod (else PreFilter's Skip: every node passes)."""
+        return bool(a.required_affinity or a.required_anti or existing.has(ANTI_REQUIRED))
+
+    def _scores(self, a: PodAffinity, existing: ExistingTerms) -> bool:
+        """Score has something to count for the pod (else PreScore's Skip: 0 on every node)."""
+        return a.preferred or not (self.ignore_existing_preferred or not existing.has(*self._weights()))
+
     def sync(self, index: NodeIndex) -> None:
         self._existing.refresh(index)
         self._domains.labels.get(index)
@@ -97,7 +115,7 @@ class InterPodAffinity:
     def _compute_filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
         a = self._affinity(pod)
         existing = self._existing.refresh(index)
-        if isinstance(a, SelectorError) or not (a.required_affinity or a.required_anti or existing.has(ANTI_REQUIRED)):
+        if isinstance(a, SelectorError) or not self._filters(a, existing):
             return None
         n = len(index)
         ns, own, _ = pod_signature(pod)
@@ -171,7 +189,7 @@ class InterPodAffinity:
             return 0
         existing = self._existing.refresh(index)
         roles = self._weights()
-        if not a.preferred and (self.ignore_existing_preferred or not existing.has(*roles)):
+        if not self._scores(a, existing):
             return 0  # PreScore's Skip
         per_key: dict[str, IntArray] = {}
 

@@ -53,6 +53,14 @@ class NodeAffinity:
         parsed = self._affinity(pod)
         return f"invalid node affinity: {parsed}" if isinstance(parsed, AffinityError) else None
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No nodeSelector, required or preferred node affinity, the pod's or the profile's: every node passes, every
+        raw score is 0 (scheduler.interfaces' QuietPlugin)."""
+        if self.added_required is not None or self.added_preferred:
+            return None
+        parsed = self._affinity(pod)
+        return None if isinstance(parsed, AffinityError) or parsed.filters or parsed.preferred else 0
+
     def sync(self, index: NodeIndex) -> None:
         self._labels.get(index)
 

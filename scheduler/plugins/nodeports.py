@@ -55,6 +55,10 @@ class NodePorts:
     def __init__(self) -> None:
         self._used = NodeFacts(_used)
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """A pod asking no host port passes every node (scheduler.interfaces' QuietPlugin)."""
+        return None if host_ports(pod) else 0
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         wanted = host_ports(pod)
         return REASON if wanted and conflicts(wanted, _used(node)) else None

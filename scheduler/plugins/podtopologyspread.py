@@ -82,6 +82,11 @@ class PodTopologySpread:
         parsed = self._constraints(pod)
         return f"invalid topology spread constraints: {parsed}" if isinstance(parsed, SelectorError) else None
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No spread constraint: every node passes, and Score is skipped (NOT_SCORED on every node;
+        scheduler.interfaces' QuietPlugin)."""
+        return NOT_SCORED if self._constraints(pod) == () else None
+
     def sync(self, index: NodeIndex) -> None:
         self._domains.labels.get(index)
 

@@ -74,6 +74,13 @@ class TaintToleration:
         self._hard.get(index)
         self._soft.get(index)
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No node has a NoSchedule, NoExecute or PreferNoSchedule taint: every node passes, every raw score is 0
+        (scheduler.interfaces' QuietPlugin)."""
+        self._hard.get(index)
+        self._soft.get(index)
+        return None if self._hard.truthy or self._soft.truthy else 0
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         taint = first_untolerated(node_taints(node.obj), pod_tolerations(pod), _HARD)
         return None if taint is None else reason(taint)
