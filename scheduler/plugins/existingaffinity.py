@@ -52,12 +52,13 @@ def stated(pod: JSON) -> Iterator[Stated]:
     yield from ((ANTI_PREFERRED, w.weight, w.term) for w in a.preferred_anti)
 
 
+STATING = "pod-affinity"  # NodeInfo.pods_where: the node's pods stating pod (anti-)affinity
 _NO_TERMS: Counter[Stated] = Counter()  # shared by every node none of whose pods states a term: never changed
 
 
 def _node_terms(node: NodeInfo) -> Counter[Stated]:
-    stating = [p for p in node.pods.values() if has_pod_affinity(p)]
-    return Counter(s for p in stating for s in stated(p)) if stating else _NO_TERMS
+    stating = node.pods_where(STATING, has_pod_affinity)
+    return Counter(s for p in stating.values() for s in stated(p)) if stating else _NO_TERMS
 
 
 class ExistingTerms:
@@ -100,4 +101,5 @@ class ExistingTerms:
         return self
 
     def has(self, *roles: str) -> bool:
-        return any(self.roles[r] > 0 for r in roles)
+        counts = self.roles
+        return any(counts.get(r, 0) > 0 for r in roles)

@@ -73,7 +73,7 @@ class ImageLocality:
 
     def __init__(self, weight: int = 1) -> None:
         self.weight = weight
-        self._facts = NodeFacts(node_images)
+        self._facts = NodeFacts(node_images, objects_only=True)
         self._built: tuple[int, int] = (-1, -1)  # (facts version, node count) the inverted index is of
         self._holders: dict[str, tuple[IntArray, IntArray]] = {}  # image name → (rows holding it, its size there)
         self._nodes = 0

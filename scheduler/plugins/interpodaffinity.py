@@ -21,7 +21,7 @@ import numpy as np
 
 from apis.core.labelselector import SelectorError
 from apis.core.objects import JSON
-from apis.core.podaffinity import NONE, AffinityTerm, PodAffinity, namespace_labels, pod_affinity
+from apis.core.podaffinity import NONE, AffinityTerm, PodAffinity, has_pod_affinity, namespace_labels, pod_affinity
 from scheduler.cluster import Cluster, NodeInfo
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 from scheduler.plugins.existingaffinity import (
@@ -63,6 +63,7 @@ class InterPodAffinity:
         self._parsed = ParsedPod[PodAffinity](pod_affinity, NONE)
         self._filtered = StampedState[_Filter | None](self._compute_filter, None)
         self._scored = ScoreMemo(self._compute_scores)
+        self._roles = tuple(self._weights())  # the existing pods' roles that score a pod they match
 
     # -- the pod --------------------------------------------------------------------------------------------------
     def _affinity(self, pod: JSON) -> PodAffinity | SelectorError:
@@ -76,7 +77,7 @@ class InterPodAffinity:
         """The pod states no pod (anti-)affinity and no existing pod's term could count for it (what Filter and
         Score check before anything else): every node passes, every raw score is 0 (scheduler.interfaces'
         QuietPlugin)."""
-        a = self._affinity(pod)
+        a = self._affinity(pod) if has_pod_affinity(pod) else NONE  # pod_affinity's own shortcut
         if isinstance(a, SelectorError) or a:
             return None
         existing = self._existing.refresh(index)
@@ -88,7 +89,7 @@ class InterPodAffinity:
 
     def _scores(self, a: PodAffinity, existing: ExistingTerms) -> bool:
         """Score has something to count for the pod (else PreScore's Skip: 0 on every node)."""
-        return a.preferred or not (self.ignore_existing_preferred or not existing.has(*self._weights()))
+        return a.preferred or not (self.ignore_existing_preferred or not existing.has(*self._roles))
 
     def sync(self, index: NodeIndex) -> None:
         self._existing.refresh(index)

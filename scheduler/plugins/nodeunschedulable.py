@@ -22,7 +22,7 @@ class NodeUnschedulable:
     name = "NodeUnschedulable"
 
     def __init__(self) -> None:
-        self._facts = NodeFacts(_cordoned)
+        self._facts = NodeFacts(_cordoned, objects_only=True)
         self._mask: tuple[int, BoolArray | None] = (-1, None)
 
     def sync(self, index: NodeIndex) -> None:

@@ -67,8 +67,8 @@ class TaintToleration:
 
     def __init__(self, weight: int = 3) -> None:
         self.weight = weight
-        self._hard = NodeFacts(_hard_taints)
-        self._soft = NodeFacts(_soft_taints)
+        self._hard = NodeFacts(_hard_taints, objects_only=True)
+        self._soft = NodeFacts(_soft_taints, objects_only=True)
 
     def sync(self, index: NodeIndex) -> None:
         self._hard.get(index)
