@@ -148,16 +148,28 @@ class _Clock:
 
 class LazyScores(Mapping[str, int]):
     """Placement.scores from the cycle's arrays, made a dict on first use: few callers read it, and building it
-    for every feasible node was a third of a cycle at 5 000 nodes."""
+    for every feasible node was a third of a cycle at 5 000 nodes. The nodes shown are those of `shown` but the
+    `failed` rows, each with its total + `uniform`."""
 
-    def __init__(self, names: np.ndarray, totals: IntArray, shown: BoolArray) -> None:
-        # the cycle's own arrays, which it no longer touches: nothing is copied until somebody reads
-        self._names, self._totals, self._shown = names, totals, shown
+    def __init__(self, names: np.ndarray, totals: IntArray, uniform: int, shown: BoolArray,
+                 failed: tuple[int, ...]) -> None:
+        # the cycle's arrays, which it no longer touches: nothing is copied until somebody reads. Arrays kept by the
+        # vector cache are changed in place by a later cycle, which calls `settle` first (vectorcache.Kept.lend).
+        self._names, self._totals, self._uniform, self._shown, self._failed = names, totals, uniform, shown, failed
         self._dict: dict[str, int] | None = None
+
+    def settle(self) -> None:
+        """The arrays are about to change: copies are kept instead (what each cycle copied before)."""
+        if self._dict is None:
+            self._totals, self._shown = self._totals.copy(), self._shown.copy()
 
     def _get(self) -> dict[str, int]:
         if self._dict is None:
-            self._dict = dict(zip(self._names[self._shown].tolist(), self._totals[self._shown].tolist(),
+            shown = self._shown
+            if self._failed:
+                shown = shown.copy()
+                shown[list(self._failed)] = False
+            self._dict = dict(zip(self._names[shown].tolist(), (self._totals[shown] + self._uniform).tolist(),
                                   strict=True))
         return self._dict
 
@@ -643,12 +655,14 @@ class Cycle:
             clock.point("Reserve")
             if metrics is not None:
                 metrics.reserved(annotations)
-            shown = mask.copy()  # both may be the cache's own arrays, which the next cycle updates
-            if failed:
-                shown[list(failed)] = False
+            scores = LazyScores(index.names_array, total, uniform, mask, tuple(failed))
+            if kept is not None and (mask is kept.mask or total is kept.total):
+                kept.lend(scores)  # the cache's own arrays, which a later cycle changes in place
             if per_plugin is not None:
+                shown = mask.copy()
+                shown[list(failed)] = False
                 self._log_scores(index, np.flatnonzero(shown), total, per_plugin)
-            return self.assume(node, annotations, LazyScores(index.names_array, total + uniform, shown))
+            return self.assume(node, annotations, scores)
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
             got = self.sched.filter_by(pod, index.nodes[i])

@@ -8,9 +8,10 @@ normalizing) are kept; the framework combines the others' vectors fresh on top, 
 from __future__ import annotations
 
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,6 +30,12 @@ MAX_SHAPES = 32  # entries kept (least recently used dropped): 3 arrays per node
 QUIET = object()  # a quiet scorer's place in a shape key (scheduler.quiet): not kept, not asked
 
 
+class Reader(Protocol):
+    """Something reading a Kept's arrays after its cycle (scheduler.framework.LazyScores)."""
+
+    def settle(self) -> None: ...
+
+
 class Kept:
     """One pod shape's combined vectors over the kept plugins: `mask` (every kept filter passes), `total` (Σ weight
     × clipped score of the kept scorers), `rank` (total × n + the name tie-break where `mask`, else −1), and which
@@ -43,6 +50,19 @@ class Kept:
         # the profile's filters but the kept exact ones (set by VectorCache): what a row kept at its node's
         # version still needs run on that node
         self.unsettled: tuple[FilterPlugin, ...] = ()
+        self._readers: list[weakref.ref[Reader]] = []
+
+    def lend(self, reader: Reader) -> None:
+        """`reader` reads `mask` and `total` later (a Placement's scores): it is told before they change in place."""
+        self._readers.append(weakref.ref(reader))
+
+    def settle(self) -> None:
+        """Every reader still alive reads now: `mask` and `total` are about to change in place."""
+        for ref in self._readers:
+            reader = ref()
+            if reader is not None:
+                reader.settle()
+        self._readers.clear()
 
     def filters_for(self, index: NodeIndex, i: int) -> tuple[FilterPlugin, ...] | None:
         """The filters node i still needs (None: every one), given this shape's kept rows."""
@@ -63,6 +83,9 @@ class VectorCache:
         self.scorers = tuple(s if isinstance(s, IncrementalScorePlugin) and norm is None else None
                              for s, norm in zip(scorers, normalizers, strict=True))
         self.names = tuple(f.name for f in filters), tuple(s.name for s in scorers)
+        # the opted-in ones with their positions: the shape key holds their shapes, in this order
+        self._fkeep = tuple((j, f, self.names[0][j]) for j, f in enumerate(self.filters) if f is not None)
+        self._skeep = tuple((j, s, self.names[1][j]) for j, s in enumerate(self.scorers) if s is not None)
         # exact_rows (scheduler.interfaces): on a row kept at its node's version, their filter need not run
         self.exact = tuple(f is not None and getattr(f, "exact_rows", False) is True for f in self.filters)
         self.all_filters = tuple(filters)
@@ -92,12 +115,13 @@ class VectorCache:
             self._timed = None
 
     def _bring(self, pod: JSON, index: NodeIndex, quiet: Sequence[bool]) -> Kept | None:
-        fnames, snames = self.names
-        fshapes = tuple(None if f is None else self._call(name, "Filter", f.prefilter_shape, pod, index)
-                        for f, name in zip(self.filters, fnames, strict=True))
-        sshapes = tuple(None if s is None else QUIET if quiet and quiet[j] else
-                        self._call(name, "Score", s.score_shape, pod, index)
-                        for j, (s, name) in enumerate(zip(self.scorers, snames, strict=True)))
+        if self._timed is None:  # the usual cycle, without metrics: the hooks called directly
+            fshapes = tuple([f.prefilter_shape(pod, index) for _, f, _ in self._fkeep])
+            sshapes = tuple([QUIET if quiet and quiet[j] else s.score_shape(pod, index) for j, s, _ in self._skeep])
+        else:
+            fshapes = tuple([self._call(name, "Filter", f.prefilter_shape, pod, index) for _, f, name in self._fkeep])
+            sshapes = tuple([QUIET if quiet and quiet[j] else self._call(name, "Score", s.score_shape, pod, index)
+                             for j, s, name in self._skeep])
         if all(x is None for x in fshapes) and all(x is None or x is QUIET for x in sshapes):
             return None
         shape = (fshapes, sshapes)
@@ -105,8 +129,13 @@ class VectorCache:
         if kept is None:
             if len(self._kept) >= MAX_SHAPES:
                 self._kept.popitem(last=False)
-            on = tuple(x is not None for x in fshapes)
-            kept = self._kept[shape] = Kept(on, tuple(x is not None and x is not QUIET for x in sshapes))
+            on_f, on_s = [False] * len(self.filters), [False] * len(self.scorers)
+            for (j, _, _), x in zip(self._fkeep, fshapes, strict=True):
+                on_f[j] = x is not None
+            for (j, _, _), x in zip(self._skeep, sshapes, strict=True):
+                on_s[j] = x is not None and x is not QUIET
+            on = tuple(on_f)
+            kept = self._kept[shape] = Kept(on, tuple(on_s))
             kept.unsettled = tuple(f for f, k, exact in zip(self.all_filters, on, self.exact, strict=True)
                                    if not (k and exact))
         else:
@@ -132,6 +161,7 @@ class VectorCache:
                 if s is not None and on]
 
     def _refresh(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> None:
+        kept.settle()
         if isinstance(rows, np.ndarray) and rows.size <= FEW_ROWS:
             self._refresh_few(kept, pod, index, rows)
             return
