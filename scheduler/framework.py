@@ -614,8 +614,9 @@ class Cycle:
             return self._place(index, kept.rank, saved, mask, total, uniform, considered, failed, blamed,
                                per_plugin, clock, metrics, kept, plan)
         finally:
-            if saved:
-                kept.rank[list(saved)] = list(saved.values())
+            rank = kept.rank
+            for i, value in saved.items():  # one or two rows, seldom more
+                rank[i] = value
 
     def _place(self, index: NodeIndex, rank: IntArray, saved: dict[int, int] | None, mask: BoolArray,
                total: IntArray, uniform: int, considered: BoolArray | None, failed: dict[int, str],
@@ -632,11 +633,12 @@ class Cycle:
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
-            i = int(np.argmax(rank))
-            if rank[i] < 0:
+            i = int(rank.argmax())
+            best = rank.item(i)
+            if best < 0:
                 break
             if saved is not None:
-                saved[i] = int(rank[i])
+                saved[i] = best
             rank[i] = -1
             node = index.nodes[i]
             filters = None if kept is None else kept.filters_for(index, i)

@@ -190,15 +190,24 @@ class VectorCache:
         """`_refresh` of a cycle's usual one or two rows, in Python: numpy's per-call cost is most of it here."""
         picked: list[int] = rows.tolist()
         masks = self._filter_rows(kept, pod, index, rows)
-        mask = [all(m) for m in zip(*(m.tolist() for m in masks), strict=True)] if masks else \
-            [bool(kept.mask[i]) for i in picked]
+        if masks:
+            mask = [True] * len(picked)
+            for one in masks:
+                for k, ok in enumerate(one.tolist()):
+                    if not ok:
+                        mask[k] = False
+        else:
+            mask = [bool(kept.mask.item(i)) for i in picked]
         scores = self._score_rows(kept, pod, index, rows)
-        weights = [w for _, w in scores]
-        total = [sum(w * max(0, min(100, v)) for v, w in zip(per_row, weights, strict=True))
-                 for per_row in zip(*(raw.tolist() for raw, _ in scores), strict=True)] if scores else \
-            [int(kept.total[i]) for i in picked]
+        if scores:
+            total = [0] * len(picked)
+            for raw, w in scores:
+                for k, v in enumerate(raw.tolist()):
+                    total[k] += w * (0 if v < 0 else 100 if v > 100 else v)
+        else:
+            total = [int(kept.total.item(i)) for i in picked]
         n = len(index)
         for i, m, t in zip(picked, mask, total, strict=True):
             kept.mask[i] = m
             kept.total[i] = t
-            kept.rank[i] = t * max(n, 1) + (n - 1 - int(index.name_rank[i])) if m else -1
+            kept.rank[i] = t * max(n, 1) + (n - 1 - index.name_rank.item(i)) if m else -1
