@@ -92,8 +92,8 @@ class InterPodAffinity:
         return a.preferred or not (self.ignore_existing_preferred or not existing.has(*self._roles))
 
     def sync(self, index: NodeIndex) -> None:
+        """The existing pods' terms, which every pod's `quiet` reads; the nodes' labels wait for a pod with terms."""
         self._existing.refresh(index)
-        self._domains.labels.get(index)
 
     def _matching(self, terms: tuple[AffinityTerm, ...], index: NodeIndex) -> IntArray:
         """Per node, how many of its pods every one of `terms` matches."""

@@ -64,9 +64,6 @@ class NodeAffinity:
         parsed = self._affinity(pod)
         return None if isinstance(parsed, AffinityError) or parsed.filters or parsed.preferred else 0
 
-    def sync(self, index: NodeIndex) -> None:
-        self._labels.get(index)
-
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         labels = _labels(node)
         if self.added_required is not None and not self.added_required.matches(labels, node.name):

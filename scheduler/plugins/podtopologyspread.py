@@ -87,9 +87,6 @@ class PodTopologySpread:
         scheduler.interfaces' QuietPlugin)."""
         return NOT_SCORED if self._constraints(pod) == () else None
 
-    def sync(self, index: NodeIndex) -> None:
-        self._domains.labels.get(index)
-
     def _matching(self, pod: JSON, selector: LabelSelector | None, index: NodeIndex) -> IntArray:
         """countPodsMatchSelector per node: the pod's namespace, not terminating; an empty selector counts none."""
         ns = pod_signature(pod)[0]
