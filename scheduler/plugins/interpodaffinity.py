@@ -81,6 +81,8 @@ class InterPodAffinity:
         if isinstance(a, SelectorError) or a:
             return None
         existing = self._existing.refresh(index)
+        if not existing.by_term:
+            return 0  # no pod anywhere states a term (by_term drops a term no pod states any more)
         return None if self._filters(a, existing) or self._scores(a, existing) else 0
 
     def _filters(self, a: PodAffinity, existing: ExistingTerms) -> bool:
