@@ -250,6 +250,19 @@ def is_active(pod: JSON) -> bool:
         "deletionTimestamp")
 
 
+class _SubsetChanges:
+    changes = 0  # every node's, every cluster's: only ever compared for equality
+
+
+_SUBSETS = _SubsetChanges()
+
+
+def subset_changes() -> int:
+    """Grows whenever some node's NodeInfo.pods_where set gains or loses a pod (any node of any cluster): while it
+    stays, none did."""
+    return _SUBSETS.changes
+
+
 @dataclass
 class NodeInfo:
     name: str
@@ -263,8 +276,8 @@ class NodeInfo:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name == "pods":
-            self.__dict__.pop("_subsets", None)
+        if name == "pods" and self.__dict__.pop("_subsets", None):
+            _SUBSETS.changes += 1
         if name in _WATCHED:
             self.changed()
 
@@ -342,6 +355,7 @@ class NodeInfo:
             for name, members in subsets.items():
                 if tests[name](pod):
                     members[k] = pod
+                    _SUBSETS.changes += 1
         for r, v in requests.items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
@@ -358,7 +372,8 @@ class NodeInfo:
         pod = self.pods.pop(pod_key, None)
         kept = self.__dict__.get("_requests", {}).pop(pod_key, None)
         for members in self.__dict__.get("_subsets", {}).values():
-            members.pop(pod_key, None)
+            if members.pop(pod_key, None) is not None:
+                _SUBSETS.changes += 1
         if pod is not None:
             if requests is None:
                 requests = pod_requests(pod) if kept is None else kept
