@@ -50,6 +50,9 @@ class Kept:
         # the profile's filters but the kept exact ones (set by VectorCache): what a row kept at its node's
         # version still needs run on that node
         self.unsettled: tuple[FilterPlugin, ...] = ()
+        # the kept plugins with their names (set by VectorCache), in profile order
+        self.row_filters: tuple[tuple[IncrementalFilterPlugin, str], ...] = ()
+        self.row_scorers: tuple[tuple[IncrementalScorePlugin, str, int], ...] = ()
         self._readers: list[weakref.ref[Reader]] = []
 
     def lend(self, reader: Reader) -> None:
@@ -138,6 +141,11 @@ class VectorCache:
             kept = self._kept[shape] = Kept(on, tuple(on_s))
             kept.unsettled = tuple(f for f, k, exact in zip(self.all_filters, on, self.exact, strict=True)
                                    if not (k and exact))
+            kept.row_filters = tuple((f, name) for f, name, k in zip(self.filters, self.names[0], on, strict=True)
+                                     if f is not None and k)
+            kept.row_scorers = tuple((s, name, w) for s, name, w, k in zip(self.scorers, self.names[1], self.weights,
+                                                                          kept.scorers, strict=True)
+                                     if s is not None and k)
         else:
             self._kept.move_to_end(shape)
         changed = kept.tracker.changes(index)  # after every shape call: they may have touched rows
@@ -151,14 +159,14 @@ class VectorCache:
         return kept
 
     def _filter_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[BoolArray]:
-        return [self._call(name, "Filter", f.prefilter_rows, pod, index, rows)
-                for f, name, on in zip(self.filters, self.names[0], kept.filters, strict=True)
-                if f is not None and on]
+        if self._timed is None:
+            return [f.prefilter_rows(pod, index, rows) for f, _ in kept.row_filters]
+        return [self._call(name, "Filter", f.prefilter_rows, pod, index, rows) for f, name in kept.row_filters]
 
     def _score_rows(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> list[tuple[IntArray, int]]:
-        return [(self._call(name, "Score", s.score_rows, pod, index, rows), w)
-                for s, name, w, on in zip(self.scorers, self.names[1], self.weights, kept.scorers, strict=True)
-                if s is not None and on]
+        if self._timed is None:
+            return [(s.score_rows(pod, index, rows), w) for s, _, w in kept.row_scorers]
+        return [(self._call(name, "Score", s.score_rows, pod, index, rows), w) for s, name, w in kept.row_scorers]
 
     def _refresh(self, kept: Kept, pod: JSON, index: NodeIndex, rows: Rows) -> None:
         kept.settle()
