@@ -14,7 +14,7 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -250,6 +250,19 @@ def is_active(pod: JSON) -> bool:
         "deletionTimestamp")
 
 
+class _SubsetChanges:
+    changes = 0  # every node's, every cluster's: only ever compared for equality
+
+
+_SUBSETS = _SubsetChanges()
+
+
+def subset_changes() -> int:
+    """Grows whenever some node's NodeInfo.pods_where set gains or loses a pod (any node of any cluster): while it
+    stays, none did."""
+    return _SUBSETS.changes
+
+
 @dataclass
 class NodeInfo:
     name: str
@@ -263,8 +276,21 @@ class NodeInfo:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
+        if name == "pods" and self.__dict__.pop("_subsets", None):
+            _SUBSETS.changes += 1
         if name in _WATCHED:
             self.changed()
+
+    def pods_where(self, name: str, test: Callable[[JSON], bool]) -> Mapping[str, JSON]:
+        """The node's pods for which `test` holds, kept under `name` as pods come and go (add_pod, remove_pod) so a
+        plugin looking for a few (those stating pod affinity) does not read every pod on each change. `test` reads
+        only what the API server never changes on a pod (its spec); read the result, never change it."""
+        subsets: dict[str, dict[str, JSON]] = self.__dict__.setdefault("_subsets", {})
+        got = subsets.get(name)
+        if got is None:
+            got = subsets[name] = {k: p for k, p in self.pods.items() if test(p)}
+            self.__dict__.setdefault("_tests", {})[name] = test
+        return got
 
     def watch(self, owner: object, callback: Callable[[NodeInfo], None]) -> None:
         """Call `callback(node)` on every change; one callback per owner (a later one replaces it)."""
@@ -277,7 +303,18 @@ class NodeInfo:
         """Counts `changed()` calls: a pod replaced under the same key (same count) is a change too."""
         return int(self.__dict__.get("_generation", 0))
 
+    @property
+    def object_generation(self) -> int:
+        """Counts the changes but a pod added or removed (add_pod, remove_pod, which leave `obj` as it is): a fact
+        read from the Node object alone (labels, taints, images) can differ only once this moved."""
+        return int(self.__dict__.get("_object_generation", 0))
+
     def changed(self) -> None:
+        d = self.__dict__
+        d["_object_generation"] = d.get("_object_generation", 0) + 1
+        self._pods_changed()
+
+    def _pods_changed(self) -> None:
         d = self.__dict__
         d["_generation"] = d.get("_generation", 0) + 1
         for callback in d.get("_callbacks", ()):
@@ -312,10 +349,17 @@ class NodeInfo:
             requests = pod_requests(pod)  # may raise InvalidInput: nothing is recorded then
         self.pods[k] = pod
         self.__dict__.setdefault("_requests", {})[k] = _shared(requests)
+        subsets = self.__dict__.get("_subsets")
+        if subsets:
+            tests = self.__dict__["_tests"]
+            for name, members in subsets.items():
+                if tests[name](pod):
+                    members[k] = pod
+                    _SUBSETS.changes += 1
         for r, v in requests.items():
             self.requested[r] = self.requested.get(r, 0) + v
         self.requested[PODS] = self.requested.get(PODS, 0) + 1
-        self.changed()
+        self._pods_changed()
 
     def requests_of(self, pod_key: str) -> dict[str, int] | None:
         """The requests `add_pod` counted for the pod under this key (parsed once, when it was added; read them,
@@ -327,13 +371,16 @@ class NodeInfo:
         """`requests`: pod_requests of the pod under that key when the caller knows them."""
         pod = self.pods.pop(pod_key, None)
         kept = self.__dict__.get("_requests", {}).pop(pod_key, None)
+        for members in self.__dict__.get("_subsets", {}).values():
+            if members.pop(pod_key, None) is not None:
+                _SUBSETS.changes += 1
         if pod is not None:
             if requests is None:
                 requests = pod_requests(pod) if kept is None else kept
             for r, v in requests.items():
                 self.requested[r] = self.requested.get(r, 0) - v
             self.requested[PODS] = self.requested.get(PODS, 0) - 1
-            self.changed()
+            self._pods_changed()
         return pod
 
 

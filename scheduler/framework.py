@@ -53,6 +53,7 @@ from scheduler.interfaces import (
 )
 from scheduler.metrics import ERROR_STATUS, SchedulerMetrics
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
+from scheduler.quiet import Plan, Plans
 from scheduler.vectorcache import Kept, Timings, VectorCache
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class Profile:
         self.prebinders = tuple(p for p in plugins if isinstance(p, PreBindPlugin))
         self.queue = tuple(p for p in plugins if isinstance(p, QueuePlugin))
         self.syncers = tuple(p for p in plugins if isinstance(p, SyncPlugin))
+        self.plans = Plans(self)  # the vector cycle's hooks once the plugins quiet about a pod are left out
 
 
 @dataclass
@@ -146,16 +148,28 @@ class _Clock:
 
 class LazyScores(Mapping[str, int]):
     """Placement.scores from the cycle's arrays, made a dict on first use: few callers read it, and building it
-    for every feasible node was a third of a cycle at 5 000 nodes."""
+    for every feasible node was a third of a cycle at 5 000 nodes. The nodes shown are those of `shown` but the
+    `failed` rows, each with its total + `uniform`."""
 
-    def __init__(self, names: np.ndarray, totals: IntArray, shown: BoolArray) -> None:
-        # the cycle's own arrays, which it no longer touches: nothing is copied until somebody reads
-        self._names, self._totals, self._shown = names, totals, shown
+    def __init__(self, names: np.ndarray, totals: IntArray, uniform: int, shown: BoolArray,
+                 failed: tuple[int, ...]) -> None:
+        # the cycle's arrays, which it no longer touches: nothing is copied until somebody reads. Arrays kept by the
+        # vector cache are changed in place by a later cycle, which calls `settle` first (vectorcache.Kept.lend).
+        self._names, self._totals, self._uniform, self._shown, self._failed = names, totals, uniform, shown, failed
         self._dict: dict[str, int] | None = None
+
+    def settle(self) -> None:
+        """The arrays are about to change: copies are kept instead (what each cycle copied before)."""
+        if self._dict is None:
+            self._totals, self._shown = self._totals.copy(), self._shown.copy()
 
     def _get(self) -> dict[str, int]:
         if self._dict is None:
-            self._dict = dict(zip(self._names[self._shown].tolist(), self._totals[self._shown].tolist(),
+            shown = self._shown
+            if self._failed:
+                shown = shown.copy()
+                shown[list(self._failed)] = False
+            self._dict = dict(zip(self._names[shown].tolist(), (self._totals[shown] + self._uniform).tolist(),
                                   strict=True))
         return self._dict
 
@@ -238,9 +252,10 @@ class Scheduler:
         got = self.prefilter_by(pod)
         return None if got is None else got[1]
 
-    def prefilter_by(self, pod: JSON) -> tuple[str, str] | None:
-        """The first PreFilter rejection as (plugin, reason), or None."""
-        for p in self.profile.prefilters:
+    def prefilter_by(self, pod: JSON, prefilters: Sequence[PreFilterPlugin] | None = None) -> tuple[str, str] | None:
+        """The first PreFilter rejection as (plugin, reason), or None (`prefilters`: those of them, in profile
+        order)."""
+        for p in self.profile.prefilters if prefilters is None else prefilters:
             why = p.prefilter(pod, self.cluster)
             if why is not None:
                 return p.name, str(why)
@@ -504,15 +519,18 @@ class Cycle:
         if problem:
             return Placement(key(pod), None, reason=problem)
         clock = _Clock(metrics)
-        rejected = self.sched.prefilter_by(pod)
+        index = node_index(self.cluster)
+        # the plugins with nothing to say about this pod are left out (their per-node score table is shown whole)
+        plan = profile.plans.plan(pod, index) if debug.top_n_scores <= 0 else profile.plans.everything
+        rejected = self.sched.prefilter_by(pod, plan.prefilters)
         clock.point("PreFilter", rejected is None)
         if rejected is not None:  # kube-scheduler's FitError with a PreFilter message
             return Placement(key(pod), None, reason=f"0/{len(self.cluster.nodes)} nodes are available: "
                              f"{rejected[1]}.", plugins=frozenset((rejected[0],)))
-        index = node_index(self.cluster)
         n = len(index)
         timed: Timings | None = {} if metrics is not None else None
-        kept = self.sched.vectors.kept(pod, index, timed) if debug.top_n_scores <= 0 else None
+        kept = (self.sched.vectors.kept(pod, index, timed, plan.quiet_scorers) if debug.top_n_scores <= 0
+                else None)
         for (name, point), seconds in (timed or {}).items():  # the kept plugins' share, each once a cycle
             clock.took(name, point, seconds)
         # `mask` and `total` start as the cache's own arrays when it keeps some: replaced, never written in place
@@ -527,7 +545,9 @@ class Cycle:
         if allowed is not None:  # PreFilterResult.NodeNames: the other nodes are not looked at, nor counted
             considered = np.isin(index.names_array, list(allowed))
             mask, own, fresh = mask & considered, True, True
-        for j, (f, vf) in enumerate(zip(profile.filters, profile.filter_vectors, strict=True)):
+        for name in plan.hushed_filters if metrics is not None else ():
+            clock.took(name, "Filter", 0.0)
+        for j, f, vf in plan.filters:
             if kept is not None and kept.filters[j]:
                 continue
             m = vf.prefilter_vector(pod, index) if vf is not None else None
@@ -539,14 +559,15 @@ class Cycle:
                     mask, own = mask & m, True
                 fresh = True
         clock.point("Filter")
-        for p in profile.prescorers:
+        for p in plan.prescorers:
             p.prescore(pod, index, mask)  # read only: it may be the cache's own array
-        uniform = 0  # Σ of the scores that are the same on every node: they shift every total alike
+        uniform = plan.uniform  # Σ of the scores that are the same on every node: they shift every total alike
+        for name in plan.hushed_scorers if metrics is not None else ():
+            clock.took(name, "Score", 0.0)
         failed: dict[int, str] = {}  # rows whose Filter failed (a normalizing score may look at some first)
         blamed: set[str] = set()  # the plugins whose Filter failed a node
         per_plugin: list[IntArray] | None = [] if debug.top_n_scores > 0 else None
-        for j, (s, vs, norm) in enumerate(zip(profile.scorers, profile.score_vectors, profile.normalizers,
-                                              strict=True)):
+        for j, s, vs, norm in plan.scorers:
             if kept is not None and kept.scorers[j]:
                 continue
             v = vs.score_vector(pod, index) if vs is not None else None
@@ -587,19 +608,20 @@ class Cycle:
             rank = total * max(n, 1) + (n - 1 - index.name_rank)  # best score first, then the smallest name
             rank[~mask] = -1
             return self._place(index, rank, None, mask, total, uniform, considered, failed, blamed, per_plugin,
-                               clock, metrics, kept)
+                               clock, metrics, kept, plan)
         saved: dict[int, int] = {}  # the kept rank's rows set to −1 as they are tried, put back after
         try:
             return self._place(index, kept.rank, saved, mask, total, uniform, considered, failed, blamed,
-                               per_plugin, clock, metrics, kept)
+                               per_plugin, clock, metrics, kept, plan)
         finally:
-            if saved:
-                kept.rank[list(saved)] = list(saved.values())
+            rank = kept.rank
+            for i, value in saved.items():  # one or two rows, seldom more
+                rank[i] = value
 
     def _place(self, index: NodeIndex, rank: IntArray, saved: dict[int, int] | None, mask: BoolArray,
                total: IntArray, uniform: int, considered: BoolArray | None, failed: dict[int, str],
                blamed: set[str], per_plugin: list[IntArray] | None, clock: _Clock,
-               metrics: SchedulerMetrics | None, kept: Kept | None = None) -> Placement:
+               metrics: SchedulerMetrics | None, kept: Kept | None = None, plan: Plan | None = None) -> Placement:
         """Try the ranked nodes best first (`saved`: the rank is the cache's own, its rows' values are kept there
         before they are set to −1); the reasons of every node when none takes the pod. A node whose kept row is
         as of its current version skips the kept filters that are exact (scheduler.interfaces, exact_rows)."""
@@ -611,14 +633,16 @@ class Cycle:
         reasons: Counter[str] = Counter()
         clock.point("Score")
         while n:
-            i = int(np.argmax(rank))
-            if rank[i] < 0:
+            i = int(rank.argmax())
+            best = rank.item(i)
+            if best < 0:
                 break
             if saved is not None:
-                saved[i] = int(rank[i])
+                saved[i] = best
             rank[i] = -1
             node = index.nodes[i]
-            got = self.sched.filter_by(pod, node, None if kept is None else kept.filters_for(index, i))
+            filters = None if kept is None else kept.filters_for(index, i)
+            got = self.sched.filter_by(pod, node, filters if plan is None else plan.filters_of(filters))
             clock.point("Filter", got is None)
             if got is not None:
                 blamed.add(got[0])
@@ -633,12 +657,14 @@ class Cycle:
             clock.point("Reserve")
             if metrics is not None:
                 metrics.reserved(annotations)
-            shown = mask.copy()  # both may be the cache's own arrays, which the next cycle updates
-            if failed:
-                shown[list(failed)] = False
+            scores = LazyScores(index.names_array, total, uniform, mask, tuple(failed))
+            if kept is not None and (mask is kept.mask or total is kept.total):
+                kept.lend(scores)  # the cache's own arrays, which a later cycle changes in place
             if per_plugin is not None:
+                shown = mask.copy()
+                shown[list(failed)] = False
                 self._log_scores(index, np.flatnonzero(shown), total, per_plugin)
-            return self.assume(node, annotations, LazyScores(index.names_array, total + uniform, shown))
+            return self.assume(node, annotations, scores)
         # Nobody takes the pod: the reason of every node the prefilters ruled out, one by one.
         for i in np.flatnonzero(~mask if considered is None else ~mask & considered).tolist():
             got = self.sched.filter_by(pod, index.nodes[i])

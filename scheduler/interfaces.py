@@ -26,6 +26,14 @@ depends on every feasible node). A kept filter whose `prefilter_rows` is exactly
 row (not merely False where it surely fails) says so with a class attribute `exact_rows = True`: the framework then
 does not run its `filter` on a node whose kept row was computed at the node's current NodeIndex version (the node
 chosen from the kept rank; any other node, or one changed since, is filtered as usual).
+
+Quiet plugins (opt-in, scheduler.quiet): most pods give most plugins nothing to say (no affinity, no spread
+constraints, no host ports, no taints or reservations in the cluster). Such a plugin offers `quiet(pod, index)`,
+asked in the vector cycle after the cycle hooks ran: an int only when, for this pod and the cluster as it is now, its
+PreFilter admits the pod, its Filter passes every node and its Score is that int (the raw score, before
+NormalizeScore) on every node — None otherwise, and then every hook is called as usual. For a quiet plugin the
+vector cycle calls none of prefilter, prefilter_vector, filter, prescore, score_vector or score_shape/score_rows;
+Reserve, Unreserve and the cycle hooks are called as always.
 """
 
 from __future__ import annotations
@@ -158,6 +166,13 @@ class IncrementalScorePlugin(Protocol):
     def score_shape(self, pod: JSON, index: NodeIndex) -> Hashable | None: ...
 
     def score_rows(self, pod: JSON, index: NodeIndex, rows: Rows) -> IntArray: ...
+
+
+@runtime_checkable
+class QuietPlugin(Protocol):
+    """A plugin that tells in one call that it has nothing to say about a pod (see the module docstring)."""
+
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None: ...
 
 
 @runtime_checkable

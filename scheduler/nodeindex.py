@@ -30,12 +30,15 @@ class NodeIndex:
     rows in order (from the `log_start`-th change on) so a tracker reads only what is new.
 
     `epoch` grows when the set of nodes changes: positions are then reassigned and every array must be rebuilt.
+    `object_changes` grows with every change but a pod added or removed (NodeInfo.object_generation): while it
+    stays, no fact read from the Node objects alone changed.
     """
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.epoch = 0
         self._issued = 0  # the last version number given out (versions are only compared for equality)
+        self.object_changes = 0
         self._map: Any = None
         self._members = -1
         self._build()
@@ -47,6 +50,7 @@ class NodeIndex:
         self.names_array = np.array(self.names, dtype=object)
         self.pos: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self._by_id: dict[int, int] = {id(n): i for i, n in enumerate(self.nodes)}
+        self._objects: list[int] = [n.object_generation for n in self.nodes]  # per row, as last seen
         order = sorted(range(len(self.names)), key=self.names.__getitem__)
         self.name_rank: IntArray = np.empty(len(self.names), dtype=np.int64)
         self.name_rank[order] = np.arange(len(self.names), dtype=np.int64)
@@ -64,6 +68,10 @@ class NodeIndex:
         if i is not None and self.nodes[i] is node:
             self._issued += 1
             self._set(i, self._issued)
+            objects = node.object_generation
+            if objects != self._objects[i]:
+                self._objects[i] = objects
+                self.object_changes += 1
 
     def _set(self, i: int, version: int) -> None:
         self.versions[i] = version

@@ -89,6 +89,10 @@ class Coscheduling:
         self._ranked = (pod, scores)
         return scores
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No network-topology selector: every node scores 0 (scheduler.interfaces' QuietPlugin)."""
+        return None if _selector(pod) else 0
+
     def score(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> int:
         return self.ranking(pod, cluster).get(node.name, 0) if _selector(pod) else 0
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from apis.core.labelselector import SelectorError
 from apis.core.objects import JSON
 from apis.core.podaffinity import AffinityTerm, PodAffinity, has_pod_affinity, pod_affinity
-from scheduler.cluster import NodeInfo
+from scheduler.cluster import NodeInfo, subset_changes
 from scheduler.nodeindex import NodeIndex, Tracker
 
 ANTI_REQUIRED, AFFINITY_REQUIRED, AFFINITY_PREFERRED, ANTI_PREFERRED = "anti", "affinity", "preferred", \
@@ -52,12 +52,13 @@ def stated(pod: JSON) -> Iterator[Stated]:
     yield from ((ANTI_PREFERRED, w.weight, w.term) for w in a.preferred_anti)
 
 
+STATING = "pod-affinity"  # NodeInfo.pods_where: the node's pods stating pod (anti-)affinity
 _NO_TERMS: Counter[Stated] = Counter()  # shared by every node none of whose pods states a term: never changed
 
 
 def _node_terms(node: NodeInfo) -> Counter[Stated]:
-    stating = [p for p in node.pods.values() if has_pod_affinity(p)]
-    return Counter(s for p in stating for s in stated(p)) if stating else _NO_TERMS
+    stating = node.pods_where(STATING, has_pod_affinity)
+    return Counter(s for p in stating.values() for s in stated(p)) if stating else _NO_TERMS
 
 
 class ExistingTerms:
@@ -68,6 +69,8 @@ class ExistingTerms:
         self._rows: list[Counter[Stated]] = []
         self.by_term: dict[Stated, dict[int, int]] = {}
         self.roles: Counter[str] = Counter()  # role → how many (term, node) entries
+        # the index, its epoch and cluster.subset_changes() as of the last refresh
+        self._stamp: tuple[NodeIndex | None, int, int] = (None, -1, -1)
 
     def _add(self, row: int, terms: Counter[Stated], sign: int) -> None:
         for s, n in terms.items():
@@ -82,6 +85,9 @@ class ExistingTerms:
             self.roles[s[0]] += sign
 
     def refresh(self, index: NodeIndex) -> ExistingTerms:
+        stamp = self._stamp
+        if stamp[0] is index and stamp[1] == index.epoch and stamp[2] == subset_changes():
+            return self  # no node's pods stating terms changed (the rows changed since are read later)
         changed = self._tracker.changes(index)
         if changed is None:
             self.by_term, self.roles = {}, Counter()
@@ -97,7 +103,9 @@ class ExistingTerms:
                     self._add(i, old, -1)
                     self._add(i, new, 1)
                     self._rows[i] = new
+        self._stamp = (index, index.epoch, subset_changes())
         return self
 
     def has(self, *roles: str) -> bool:
-        return any(self.roles[r] > 0 for r in roles)
+        counts = self.roles
+        return any(counts.get(r, 0) > 0 for r in roles)

@@ -73,7 +73,7 @@ class ImageLocality:
 
     def __init__(self, weight: int = 1) -> None:
         self.weight = weight
-        self._facts = NodeFacts(node_images)
+        self._facts = NodeFacts(node_images, objects_only=True)
         self._built: tuple[int, int] = (-1, -1)  # (facts version, node count) the inverted index is of
         self._holders: dict[str, tuple[IntArray, IntArray]] = {}  # image name → (rows holding it, its size there)
         self._nodes = 0
@@ -96,6 +96,11 @@ class ImageLocality:
                 sizes.setdefault(name, []).append(size)
         self._holders = {n: (np.array(r, dtype=np.intp), np.array(sizes[n], dtype=np.int64)) for n, r in rows.items()}
         self._nodes, self._built = len(facts), key
+
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No node lists an image: every score is 0 (scheduler.interfaces' QuietPlugin)."""
+        self._sync(index)
+        return None if self._holders else 0
 
     def prescore(self, pod: JSON, index: NodeIndex, candidates: BoolArray) -> None:
         self._sync(index)

@@ -21,7 +21,7 @@ import numpy as np
 
 from apis.core.labelselector import SelectorError
 from apis.core.objects import JSON
-from apis.core.podaffinity import NONE, AffinityTerm, PodAffinity, namespace_labels, pod_affinity
+from apis.core.podaffinity import NONE, AffinityTerm, PodAffinity, has_pod_affinity, namespace_labels, pod_affinity
 from scheduler.cluster import Cluster, NodeInfo
 from scheduler.nodeindex import BoolArray, IntArray, NodeIndex, node_index
 from scheduler.plugins.existingaffinity import (
@@ -63,6 +63,7 @@ class InterPodAffinity:
         self._parsed = ParsedPod[PodAffinity](pod_affinity, NONE)
         self._filtered = StampedState[_Filter | None](self._compute_filter, None)
         self._scored = ScoreMemo(self._compute_scores)
+        self._roles = tuple(self._weights())  # the existing pods' roles that score a pod they match
 
     # -- the pod --------------------------------------------------------------------------------------------------
     def _affinity(self, pod: JSON) -> PodAffinity | SelectorError:
@@ -72,9 +73,29 @@ class InterPodAffinity:
         parsed = self._affinity(pod)
         return f"invalid pod affinity: {parsed}" if isinstance(parsed, SelectorError) else None
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """The pod states no pod (anti-)affinity and no existing pod's term could count for it (what Filter and
+        Score check before anything else): every node passes, every raw score is 0 (scheduler.interfaces'
+        QuietPlugin)."""
+        a = self._affinity(pod) if has_pod_affinity(pod) else NONE  # pod_affinity's own shortcut
+        if isinstance(a, SelectorError) or a:
+            return None
+        existing = self._existing.refresh(index)
+        if not existing.by_term:
+            return 0  # no pod anywhere states a term (by_term drops a term no pod states any more)
+        return None if self._filters(a, existing) or self._scores(a, existing) else 0
+
+    def _filters(self, a: PodAffinity, existing: ExistingTerms) -> bool:
+        """Filter has something to check for the pod (else PreFilter's Skip: every node passes)."""
+        return bool(a.required_affinity or a.required_anti or existing.has(ANTI_REQUIRED))
+
+    def _scores(self, a: PodAffinity, existing: ExistingTerms) -> bool:
+        """Score has something to count for the pod (else PreScore's Skip: 0 on every node)."""
+        return a.preferred or not (self.ignore_existing_preferred or not existing.has(*self._roles))
+
     def sync(self, index: NodeIndex) -> None:
+        """The existing pods' terms, which every pod's `quiet` reads; the nodes' labels wait for a pod with terms."""
         self._existing.refresh(index)
-        self._domains.labels.get(index)
 
     def _matching(self, terms: tuple[AffinityTerm, ...], index: NodeIndex) -> IntArray:
         """Per node, how many of its pods every one of `terms` matches."""
@@ -97,7 +118,7 @@ class InterPodAffinity:
     def _compute_filter(self, pod: JSON, index: NodeIndex) -> _Filter | None:
         a = self._affinity(pod)
         existing = self._existing.refresh(index)
-        if isinstance(a, SelectorError) or not (a.required_affinity or a.required_anti or existing.has(ANTI_REQUIRED)):
+        if isinstance(a, SelectorError) or not self._filters(a, existing):
             return None
         n = len(index)
         ns, own, _ = pod_signature(pod)
@@ -171,7 +192,7 @@ class InterPodAffinity:
             return 0
         existing = self._existing.refresh(index)
         roles = self._weights()
-        if not a.preferred and (self.ignore_existing_preferred or not existing.has(*roles)):
+        if not self._scores(a, existing):
             return 0  # PreScore's Skip
         per_key: dict[str, IntArray] = {}
 

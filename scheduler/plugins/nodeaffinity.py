@@ -34,7 +34,7 @@ class NodeAffinity:
         self.weight = weight
         self.added_required = added_required
         self.added_preferred = added_preferred
-        self._labels = NodeFacts(_labels)
+        self._labels = NodeFacts(_labels, objects_only=True)
         self._masks: OrderedDict[tuple[PodNodeAffinity, bool], tuple[int, BoolArray]] = OrderedDict()
         self._parsed: tuple[JSON | None, PodNodeAffinity | AffinityError] = (None, PodNodeAffinity())
 
@@ -53,8 +53,16 @@ class NodeAffinity:
         parsed = self._affinity(pod)
         return f"invalid node affinity: {parsed}" if isinstance(parsed, AffinityError) else None
 
-    def sync(self, index: NodeIndex) -> None:
-        self._labels.get(index)
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No nodeSelector, required or preferred node affinity, the pod's or the profile's: every node passes, every
+        raw score is 0 (scheduler.interfaces' QuietPlugin)."""
+        if self.added_required is not None or self.added_preferred:
+            return None
+        spec = pod.get("spec")
+        if type(spec) is dict and not spec.get("nodeSelector") and not spec.get("affinity"):
+            return 0  # nothing to parse: pod_node_affinity reads these two only
+        parsed = self._affinity(pod)
+        return None if isinstance(parsed, AffinityError) or parsed.filters or parsed.preferred else 0
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         labels = _labels(node)

@@ -55,6 +55,17 @@ class NodePorts:
     def __init__(self) -> None:
         self._used = NodeFacts(_used)
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """A pod asking no host port passes every node (scheduler.interfaces' QuietPlugin)."""
+        spec = pod.get("spec")
+        if type(spec) is dict and not spec.get("initContainers"):
+            for c in spec.get("containers") or ():
+                if type(c) is not dict or c.get("ports"):
+                    break
+            else:
+                return 0  # no port listed at all (host_ports' answer, without building it)
+        return None if host_ports(pod) else 0
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         wanted = host_ports(pod)
         return REASON if wanted and conflicts(wanted, _used(node)) else None

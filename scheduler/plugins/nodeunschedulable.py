@@ -22,11 +22,16 @@ class NodeUnschedulable:
     name = "NodeUnschedulable"
 
     def __init__(self) -> None:
-        self._facts = NodeFacts(_cordoned)
+        self._facts = NodeFacts(_cordoned, objects_only=True)
         self._mask: tuple[int, BoolArray | None] = (-1, None)
 
     def sync(self, index: NodeIndex) -> None:
         self._facts.get(index)
+
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No node cordoned: every node passes (scheduler.interfaces' QuietPlugin)."""
+        self._facts.get(index)
+        return None if self._facts.truthy else 0
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         if node_unschedulable(node.obj) and not tolerated(pod_tolerations(pod), _TAINT):

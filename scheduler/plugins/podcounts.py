@@ -106,7 +106,7 @@ class TopologyDomains:
     """Nodes grouped by a label's value: `ids(key)[i]` numbers node i's value (−1: no such label)."""
 
     def __init__(self) -> None:
-        self.labels = NodeFacts(_labels)
+        self.labels = NodeFacts(_labels, objects_only=True)
         self._ids: dict[str, tuple[int, IntArray, int]] = {}  # key → (labels version, ids, number of values)
 
     def ids(self, key: str, index: NodeIndex) -> tuple[IntArray, int]:

@@ -82,8 +82,10 @@ class PodTopologySpread:
         parsed = self._constraints(pod)
         return f"invalid topology spread constraints: {parsed}" if isinstance(parsed, SelectorError) else None
 
-    def sync(self, index: NodeIndex) -> None:
-        self._domains.labels.get(index)
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No spread constraint: every node passes, and Score is skipped (NOT_SCORED on every node;
+        scheduler.interfaces' QuietPlugin)."""
+        return NOT_SCORED if self._constraints(pod) == () else None
 
     def _matching(self, pod: JSON, selector: LabelSelector | None, index: NodeIndex) -> IntArray:
         """countPodsMatchSelector per node: the pod's namespace, not terminating; an empty selector counts none."""

@@ -67,12 +67,19 @@ class TaintToleration:
 
     def __init__(self, weight: int = 3) -> None:
         self.weight = weight
-        self._hard = NodeFacts(_hard_taints)
-        self._soft = NodeFacts(_soft_taints)
+        self._hard = NodeFacts(_hard_taints, objects_only=True)
+        self._soft = NodeFacts(_soft_taints, objects_only=True)
 
     def sync(self, index: NodeIndex) -> None:
         self._hard.get(index)
         self._soft.get(index)
+
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """No node has a NoSchedule, NoExecute or PreferNoSchedule taint: every node passes, every raw score is 0
+        (scheduler.interfaces' QuietPlugin)."""
+        self._hard.get(index)
+        self._soft.get(index)
+        return None if self._hard.truthy or self._soft.truthy else 0
 
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         taint = first_untolerated(node_taints(node.obj), pod_tolerations(pod), _HARD)

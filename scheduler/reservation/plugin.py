@@ -391,6 +391,15 @@ class ReservationPlugin:
             return None
         return self._pre_refused.get(name) or self._pre_default or None
 
+    def quiet(self, pod: JSON, index: NodeIndex) -> int | None:
+        """After begin_cycle: no reservation pins, refuses, requires, misfits or scores anything for the pod, so
+        every node passes and scores 0 (scheduler.interfaces' QuietPlugin)."""
+        if (self._pinned or self._conflicts or self._pre_refused or self._pre_default or self._misfit
+                or self._scores):
+            return None
+        v = self._view
+        return None if v is not None and (v.invalid or v.required) else 0
+
     def filter(self, pod: JSON, node: NodeInfo, cluster: Cluster) -> str | None:
         why = self._refused(node.name)
         if why is not None:

@@ -15,6 +15,7 @@ import numpy as np
 from scheduler.cli import profile
 from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
+from scheduler.interfaces import QuietPlugin
 from scheduler.nodeindex import node_index
 from scheduler.plugins.fit import NodeResourcesFit
 from scheduler.plugins.loadaware import LoadAware
@@ -101,7 +102,12 @@ def test_the_chosen_node_skips_only_while_its_row_is_current() -> None:
         placed = sched.schedule(nxt)
         assert placed.node is not None and ran[-1][0] == placed.node
         assert not exact & set(ran[-1][1])
-        assert {"DeviceShare", "NodeNUMAResource", "TaintToleration"} <= set(ran[-1][1])  # the others still run
+        # the others still run, but those quiet about the pod (scheduler.quiet: no taints, affinity, ports here)
+        index = node_index(sched.cluster)
+        quiet = {f.name for f in sched.profile.filters
+                 if isinstance(f, QuietPlugin) and f.quiet(nxt, index) is not None}
+        assert {"DeviceShare", "NodeNUMAResource"} <= set(ran[-1][1])
+        assert set(ran[-1][1]) == {f.name for f in sched.profile.filters} - exact - quiet
     index = node_index(sched.cluster)
     kept = sched.vectors.kept(pod, index)
     assert kept is not None
