@@ -16,8 +16,6 @@ from scheduler.framework import Scheduler
 from scheduler.interfaces import Placement
 from scheduler.vectorcache import Kept
 
-NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
 
 def _pod(name: str, cpu: str, node: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
@@ -27,12 +25,13 @@ def _pod(name: str, cpu: str, node: str | None = None) -> dict[str, Any]:
 
 
 def _objects() -> list[dict[str, Any]]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # at use: a stamp taken at import expires in a long run
     objects: list[dict[str, Any]] = []
     for i in range(12):
         objects.append({"kind": "Node", "metadata": {"name": f"n{i:02d}"},
                         "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
         objects.append({"kind": "NodeMetric", "metadata": {"name": f"n{i:02d}"}, "status": {
-            "updateTime": NOW, "nodeMetric": {"nodeUsage": {"resources": {"cpu": str(i % 5), "memory": "4Gi"}}}}})
+            "updateTime": now, "nodeMetric": {"nodeUsage": {"resources": {"cpu": str(i % 5), "memory": "4Gi"}}}}})
     return objects + [_pod(f"running-{j}", "1", f"n{j % 12:02d}") for j in range(30)]
 
 

@@ -14,9 +14,13 @@ from scheduler.cluster import build_cluster
 from scheduler.framework import Scheduler
 from scheduler.interfaces import Placement
 
-NOW = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-OLD = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
 
+def _now() -> str:
+    """Now as a NodeMetric stamp, taken at use: one taken at import expires within a long run of the suite."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+OLD = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
 
 
 def _each(sched: Scheduler, pod: dict[str, Any]) -> Placement:
@@ -70,7 +74,7 @@ def _objects(rng: random.Random, nodes: int) -> list[dict[str, Any]]:
                 labels["node.koordinator.sh/numa-topology-policy"] = rng.choice(["SingleNUMANode", "BestEffort"])
         if rng.random() < 0.9:
             out.append({"kind": "NodeMetric", "metadata": {"name": name}, "status": {
-                "updateTime": NOW if rng.random() < 0.9 else OLD,
+                "updateTime": _now() if rng.random() < 0.9 else OLD,
                 "nodeMetric": {"nodeUsage": {"resources": {"cpu": f"{rng.randint(0, 12)}",
                                                            "memory": f"{rng.randint(1, 60)}Gi"}}}}})
     return out
@@ -165,7 +169,7 @@ def test_vector_stage_follows_node_changes() -> None:
                 if node.pods:
                     node.remove_pod(next(iter(node.pods)))
                 hot = sorted(s.cluster.nodes)[-1]
-                s.cluster.nodes[hot].nodemetric = {"status": {"updateTime": NOW, "nodeMetric": {
+                s.cluster.nodes[hot].nodemetric = {"status": {"updateTime": _now(), "nodeMetric": {
                     "nodeUsage": {"resources": {"cpu": "100", "memory": "1Gi"}}}}}
 
 
