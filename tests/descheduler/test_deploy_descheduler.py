@@ -114,7 +114,7 @@ def test_the_command_line_runs_upstreams_example_with_leader_election(tmp_path: 
 def test_the_example_drains_a_hot_node_after_upstreams_anomaly_rounds(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], validate_crd: Callable[[str, dict[str, Any]], None]
 ) -> None:
-    """A Deployment's eight Ready pods hot on n1 (schedulerName koord-scheduler) and two of another scheduler there:
+    """A Deployment's ten Ready pods hot on n1, eight of koord-scheduler and two of another scheduler:
     after upstream's anomaly rounds, LowNodeLoad picks n1's pods and the MigrationController turns them into
     ReservationFirst PodMigrationJobs (valid against the CRD), within maxMigratingPerNode (2), for koord-scheduler's
     pods only (its `schedulerNames` default, upstream's ReservationFirst rule)."""
@@ -126,23 +126,24 @@ def test_the_example_drains_a_hot_node_after_upstreams_anomaly_rounds(
     labels = {"app": "web", "pod-template-hash": "5d8f"}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                   "metadata": {"name": "web", "namespace": "default", "uid": "uid-web"},
-                  "spec": {"replicas": 8, "selector": {"matchLabels": {"app": "web"}}}}
+                  "spec": {"replicas": 10, "selector": {"matchLabels": {"app": "web"}}}}
     replica_set = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
                    "metadata": {"name": "web-5d8f", "namespace": "default", "uid": "uid-web-5d8f", "labels": labels,
                                 "ownerReferences": [dep_ref]},
-                   "spec": {"replicas": 8, "selector": {"matchLabels": labels}}}
+                   "spec": {"replicas": 10, "selector": {"matchLabels": labels}}}
     pods = []
     for i in range(10):
         scheduler = "koord-scheduler" if i < 8 else "default-scheduler"
         p = pod(f"web-{i}" if i < 8 else f"plain-{i}", 400, 1 << 30, "n1", owner=None, labels=dict(labels),
                 schedulerName=scheduler)
-        if i < 8:
-            p["metadata"]["ownerReferences"] = [rs_ref]
+        p["metadata"]["ownerReferences"] = [rs_ref]
         p["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         pods.append(p)
     pods.append(pod("other", 400, 1 << 30, "n2"))
+    # the default scheduler's pods use the most: LowNodeLoad would take them first, were they migratable
+    busiest = {f"default/plain-{i}": {"cpu": "700m", "memory": str(1 << 30)} for i in (8, 9)}
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([*nodes, deployment, replica_set, *pods,
-                                                               *node_metrics(nodes, pods)]))
+                                                               *node_metrics(nodes, pods, usage=busiest)]))
     results = []
     for rounds in (5, 6):  # consecutiveAbnormalities 5: acted on in the 6th round in a row, not before
         capsys.readouterr()
