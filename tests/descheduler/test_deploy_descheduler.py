@@ -23,6 +23,7 @@ from koordlet import __version__
 from scheduler.descheduler import cli, flags
 from scheduler.descheduler.config.decode import load_config
 from scheduler.descheduler.config.lownodeload_args import LowNodeLoadArgs
+from scheduler.descheduler.config.migration_args import MigrationControllerArgs
 from scheduler.descheduler.metrics import DeschedulerMetrics
 from scheduler.descheduler.serving import HealthServer, split_address
 
@@ -86,6 +87,11 @@ def test_the_command_line_runs_upstreams_example_with_leader_election(tmp_path: 
     [profile] = cfg.profiles
     assert profile.enabled("balance") == ["LowNodeLoad"] and profile.enabled("evict") == ["MigrationController"]
     assert profile.enabled("filter") == ["MigrationController"]  # upstream's default filter plugin
+    migration = profile.args["MigrationController"]  # the chart's args, upstream's defaults otherwise
+    assert isinstance(migration, MigrationControllerArgs)
+    assert (migration.eviction_policy, migration.evict_qps, migration.evict_burst) == ("Eviction", 10, 1)
+    assert migration.namespaces is not None and migration.namespaces.exclude == ("kube-system", "koordinator-system")
+    assert (migration.default_job_mode, migration.scheduler_names) == ("ReservationFirst", ["koord-scheduler"])
     args = profile.args["LowNodeLoad"]
     assert isinstance(args, LowNodeLoadArgs) and cfg.descheduling_interval == 10
     pool = args.node_pools[0]
