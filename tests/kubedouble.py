@@ -122,3 +122,65 @@ def driver_client(km: kmock.KubernetesEmulator) -> Any:
     from apis.client.kubeapi import KubeClient, KubeConfig
 
     return KubeClient(KubeConfig(server=str(km.url), user_agent="test-driver"))
+
+
+def emulate_discovery(km: kmock.KubernetesEmulator, group_version: str) -> None:
+    """GET /apis/<group>/<version> (or /api/v1) as the API server answers it: an APIResourceList of the resources
+    the double serves there; a `scale` subresource is listed as kind Scale of autoscaling/v1 (kmock's own listing
+    gives subresources their parent's kind); 404 when it serves nothing there."""
+    path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
+    group, _, version = group_version.rpartition("/")
+
+    def discovery(request: kmock.Request) -> Any:
+        entries = []
+        for res in km.resources:
+            if (res.group or "", res.version) != (group, version) or not res.plural:
+                continue
+            info = km.resources[res]
+            entries.append({"name": res.plural, "singularName": info.singular or "",
+                            "namespaced": bool(info.namespaced), "kind": info.kind or res.plural.capitalize(),
+                            "verbs": sorted(info.verbs)})
+            for sub in sorted(info.subresources):
+                entry = {"name": f"{res.plural}/{sub}", "singularName": "", "namespaced": bool(info.namespaced),
+                         "kind": info.kind or res.plural.capitalize(), "verbs": ["get", "patch", "update"]}
+                if sub == "scale":
+                    entry.update(group="autoscaling", version="v1", kind="Scale")
+                entries.append(entry)
+        if not entries:
+            return kmock.Response(status=404, payload=status_failure(404, "the server could not find the requested "
+                                                                           "resource"))
+        return kmock.Response(status=200, payload={"kind": "APIResourceList", "apiVersion": "v1",
+                                                   "groupVersion": group_version, "resources": entries})
+
+    km["get", kmock.path(path)] << discovery
+
+
+def emulate_scale(km: kmock.KubernetesEmulator, resource: str, kind: str) -> None:
+    """A namespaced custom resource whose CRD declares `subresources.scale` as most do (specReplicasPath
+    .spec.replicas, statusReplicasPath .status.replicas, labelSelectorPath .status.selector), discovery of its
+    group/version included: GET <resource>/<name>/scale answers the autoscaling/v1 Scale the API server builds
+    from the object (metadata name, namespace, uid, resourceVersion, creationTimestamp; the replicas; the selector);
+    404 for an object that is not there."""
+    km.resources[resource] = {"kind": kind, "namespaced": True, "singular": kind.lower(),
+                              "verbs": {"get", "list", "watch", "create", "update", "patch", "delete"},
+                              "subresources": {"scale", "status"}}
+    emulate_discovery(km, resource.rsplit("/", 1)[0])
+
+    def scale(request: kmock.Request) -> Any:
+        try:
+            obj = km.objects[resource, request.namespace, str(request.name)].raw
+        except KeyError:
+            return kmock.Response(status=404, payload=status_failure(404, f"{resource} {request.name!r} not found"))
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        body: dict[str, Any] = {
+            "kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in meta},
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {"replicas": status.get("replicas", 0)}}
+        if status.get("selector"):
+            body["status"]["selector"] = status["selector"]
+        return kmock.Response(status=200, payload=body)
+
+    km["get", kmock.resource(resource), kmock.subresource("scale")] << scale

@@ -22,7 +22,7 @@ from scheduler.descheduler.server import InCluster
 
 from deschedbuild import config
 from deschedkube import client, evicted, seed, writes
-from kubedouble import emulate_put
+from kubedouble import emulate_discovery, emulate_put, emulate_scale
 from migbuild import owned
 
 JOBS = "scheduling.koordinator.sh/v1alpha1/podmigrationjobs"
@@ -106,7 +106,7 @@ async def test_workloads_are_found_in_the_listed_view_without_type_meta(kmock: k
     """The API server's list items carry no apiVersion or kind: `run` fills them in from the collection, so the
     MigrationController finds a pod's ReplicaSet, ReplicationController and Kruise Advanced StatefulSet (told
     apart from an apps/v1 StatefulSet of the same name by its group); an owner of another kind is not in the view
-    (upstream reads its scale subresource) and refuses the pod, as a missing owner does."""
+    and, its group not served here (discovery 404), refuses the pod, as a missing owner does."""
     r = _in_cluster(kmock, monkeypatch, {"dryRun": True})
     kmock.resources["apps.kruise.io/v1beta1/statefulsets"] = {}
     owners = {"ReplicaSet": ("apps/v1", "apps/v1/replicasets"),
@@ -125,5 +125,58 @@ async def test_workloads_are_found_in_the_listed_view_without_type_meta(kmock: k
     assert (await asyncio.to_thread(r.round)).error is None
     (plugin,) = r.controllers()
     assert isinstance(plugin, MigrationController)
-    assert {kind: plugin.filter(p) for kind, p in pods.items()} == {
+    assert {kind: await asyncio.to_thread(plugin.filter, p) for kind, p in pods.items()} == {
         "ReplicaSet": True, "ReplicationController": True, "StatefulSet": True, "Rollout": False}
+
+
+UD = "apps.kruise.io/v1alpha1/uniteddeployments"
+
+
+async def test_an_owner_of_another_kind_is_read_through_its_scale_subresource(
+        kmock: kmock.KubernetesEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream getScaleController: the owner's kind mapped to its resource by discovery, then its Scale read:
+    spec.replicas decides (10 replicas may migrate, 1 may not: expectedReplicas), status.selector finds the
+    ReplicaSets it controls whose pods count as its own (maxUnavailablePerWorkload). A kind without a scale
+    subresource (Kruise's Advanced DaemonSet) or of a group discovery does not know refuses the pod with one log
+    line per kind, never an error; discovery is kept per group/version, and each owner is read once per view."""
+    emulate_scale(kmock, UD, "UnitedDeployment")
+    kmock.resources["apps.kruise.io/v1alpha1/daemonsets"] = {"kind": "DaemonSet", "namespaced": True,
+                                                             "subresources": {"status"}}
+    emulate_discovery(kmock, "argoproj.io/v1alpha1")  # not served: 404
+    r = _in_cluster(kmock, monkeypatch, {"dryRun": True, "maxUnavailablePerWorkload": 1})
+    for name, replicas in (("ud-10", 10), ("ud-1", 1), ("ud-busy", 10)):
+        kmock.objects[UD, "default", name] = {"metadata": {"name": name, "namespace": "default", "uid": name},
+                                              "spec": {"replicas": replicas},
+                                              "status": {"replicas": replicas, "selector": f"ud={name}"}}
+    # ud-busy's ReplicaSet, matching its selector: one of its pods is not Ready, so no other may migrate
+    kmock.objects["apps/v1/replicasets", "default", "rs-busy"] = {
+        "metadata": {"name": "rs-busy", "namespace": "default", "uid": "rs-busy", "labels": {"ud": "ud-busy"},
+                     "ownerReferences": [{"apiVersion": UD.rsplit("/", 1)[0], "kind": "UnitedDeployment",
+                                          "name": "ud-busy", "uid": "ud-busy", "controller": True}]},
+        "spec": {"replicas": 10}}
+    unready = owned("busy-unready", "n2", "rs-busy", ready=False)
+    kmock.objects["v1/pods", "default", "busy-unready"] = unready
+    assert (await asyncio.to_thread(r.round)).error is None
+    (plugin,) = r.controllers()
+    assert isinstance(plugin, MigrationController)
+    pods = {name: owned(f"pod-of-{name}", "n1", name, kind=kind, api_version=api_version)
+            for name, kind, api_version in (("ud-10", "UnitedDeployment", "apps.kruise.io/v1alpha1"),
+                                            ("ud-1", "UnitedDeployment", "apps.kruise.io/v1alpha1"),
+                                            ("ud-gone", "UnitedDeployment", "apps.kruise.io/v1alpha1"),
+                                            ("ud-busy", "UnitedDeployment", "apps.kruise.io/v1alpha1"),
+                                            ("ro-1", "Rollout", "argoproj.io/v1alpha1"))}
+    caplog.clear()
+    for _ in range(2):
+        assert {name: await asyncio.to_thread(plugin.filter, p) for name, p in pods.items()} == {
+            "ud-10": True, "ud-1": False, "ud-gone": False, "ud-busy": False, "ro-1": False}
+    workload = await asyncio.to_thread(plugin.checks.workload_of, pods["ud-busy"])
+    assert workload is not None and (workload.replicas, workload.owner_uids) == (10, frozenset({"rs-busy"}))
+    # a DaemonSet's pod never reaches the lookup (the pod constraints refuse it first); the lookup alone:
+    ads = owned("pod-of-ads", "n1", "ads-1", kind="DaemonSet", api_version="apps.kruise.io/v1alpha1")
+    assert await asyncio.to_thread(plugin.checks.workload_of, ads) is None
+    said = [m for m in caplog.messages if "scale subresource" in m]
+    assert len(said) == 2 and any("daemonsets has no scale subresource" in m for m in said) \
+        and any("discovery of argoproj.io/v1alpha1" in m for m in said)
+    asked = [q.url.path for q in kmock if q.method.value == "GET"]
+    assert asked.count("/apis/apps.kruise.io/v1alpha1") == 1 and asked.count("/apis/argoproj.io/v1alpha1") == 1
+    assert asked.count("/apis/apps.kruise.io/v1alpha1/namespaces/default/uniteddeployments/ud-10/scale") == 1

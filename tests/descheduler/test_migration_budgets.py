@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from apis.core.objects import JSON
 from scheduler.descheduler.config.migration_args import ObjectLimiter
 from scheduler.descheduler.migration import budget
 from scheduler.descheduler.migration.objectlimiter import ObjectLimiters, Subject, TokenBucket
+from scheduler.descheduler.migration.scale import Served, group_version_path, served_kinds
 from scheduler.descheduler.migration.workload import controller_of, find
 
 from migbuild import owned, workload
@@ -123,3 +125,61 @@ def test_group_must_match_and_uid_must_agree() -> None:
     ref = {"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet", "name": "w-1", "uid": "other"}
     assert find(ref, "default", {"StatefulSet": [kruise]}) is None
     assert controller_of(owned("bare", "n1", kind=""), {}) is None
+
+
+# ---- owners of other kinds through their scale subresource (run's ScaleReader) ----
+
+def _scale(uid: str, replicas: int | None, selector: str | None) -> JSON:
+    scale: JSON = {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": uid, "uid": uid},
+                   "spec": {} if replicas is None else {"replicas": replicas}, "status": {}}
+    if selector is not None:
+        scale["status"]["selector"] = selector
+    return scale
+
+
+@pytest.mark.parametrize(("selector", "members"), [
+    ("app=a", {"rs-a"}), ("", {"rs-a", "rs-b"}),  # an empty selector is labels.Everything (upstream)
+    ("app=none", {"ro-1"})])  # no ReplicaSet of its own: the pods it owns itself
+def test_an_owner_of_another_kind_is_its_scale(selector: str, members: set[str]) -> None:
+    asked: list[tuple[str, str, str, str]] = []
+
+    def scales(api_version: str, kind: str, namespace: str, name: str) -> JSON | None:
+        asked.append((api_version, kind, namespace, name))
+        return _scale("ro-1", 6, selector)
+
+    ro = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "ro-1", "uid": "ro-1", "controller": True}
+    rss = [workload("ReplicaSet", "rs-a", 3, owner=ro, labels={"app": "a"}),
+           workload("ReplicaSet", "rs-b", 3, owner=ro, labels={"app": "b"}),
+           workload("ReplicaSet", "rs-c", 3, labels={"app": "a"})]  # not its own
+    w = find(ro, "default", {"ReplicaSet": rss}, scales)
+    assert w is not None and (w.kind, w.group, w.replicas, w.uid) == ("Rollout", "argoproj.io", 6, "ro-1")
+    assert w.owner_uids == members and asked == [("argoproj.io/v1alpha1", "Rollout", "default", "ro-1")]
+
+
+def test_a_scale_of_another_uid_or_a_bad_selector_is_no_workload_and_known_kinds_never_ask() -> None:
+    ro = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "ro-1", "uid": "ro-1"}
+    assert find(ro, "default", {}, lambda *_: _scale("other", 6, "")) is None
+    assert find(ro, "default", {}, lambda *_: _scale("ro-1", 6, "app in a")) is None
+    assert find(ro, "default", {}, lambda *_: None) is None
+    w = find(ro, "default", {}, lambda *_: _scale("ro-1", None, None))
+    assert w is not None and w.replicas == 0  # Scale.spec.replicas absent: 0
+
+    def never(*_: str) -> JSON | None:
+        raise AssertionError("a kind read through its own object was asked for its scale")
+
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs-1", "uid": "rs-1"}
+    assert find(rs, "default", {}, never) is None  # not in the view: not found, as before
+    # simulate: an object of that kind in the cluster directory is read first
+    w = find(ro, "default", {"Rollout": [workload("Rollout", "ro-1", 4, api_version="argoproj.io/v1alpha1")]}, never)
+    assert w is not None and w.replicas == 4
+
+
+def test_discovery_maps_a_kind_to_its_resource_and_sees_its_scale() -> None:
+    listed = {"kind": "APIResourceList", "groupVersion": "apps.kruise.io/v1alpha1", "resources": [
+        {"name": "uniteddeployments/scale", "kind": "Scale", "group": "autoscaling", "version": "v1"},
+        {"name": "uniteddeployments", "kind": "UnitedDeployment"},
+        {"name": "daemonsets", "kind": "DaemonSet"}, {"name": "daemonsets/status", "kind": "DaemonSet"}]}
+    assert served_kinds(listed) == {"UnitedDeployment": Served("uniteddeployments", True),
+                                    "DaemonSet": Served("daemonsets", False)}
+    assert (group_version_path("v1"), group_version_path("apps.kruise.io/v1alpha1")) == (
+        "/api/v1", "/apis/apps.kruise.io/v1alpha1")

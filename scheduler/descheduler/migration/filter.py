@@ -30,7 +30,7 @@ from scheduler.descheduler.migration import budget
 from scheduler.descheduler.migration.constraints import PodConstraints
 from scheduler.descheduler.migration.jobs import MigratingJobs
 from scheduler.descheduler.migration.objectlimiter import ObjectLimiters, Subject
-from scheduler.descheduler.migration.workload import ObjectIndex, Workload, controller_of
+from scheduler.descheduler.migration.workload import ObjectIndex, Scales, Workload, controller_of
 
 log = logging.getLogger("koord-descheduler.migration")
 
@@ -66,16 +66,19 @@ def is_arbitrating(pod: JSON) -> bool:
 
 class MigrationFilter:
     """The checks over the round's snapshot (`snapshot()`), the jobs known (`jobs()`) and the object limiters (their
-    own, or `limiters` shared with another filter)."""
+    own, or `limiters` shared with another filter); `scales()`, where it gives one, reads the owners of other kinds
+    (in `run`: migration/scale.ScaleReader), each at most once per snapshot."""
 
     def __init__(self, args: MigrationControllerArgs, snapshot: Callable[[], Snapshot],
-                 jobs: Callable[[], MigratingJobs], *, limiters: ObjectLimiters | None = None) -> None:
+                 jobs: Callable[[], MigratingJobs], *, limiters: ObjectLimiters | None = None,
+                 scales: Callable[[], Scales | None] = lambda: None) -> None:
         self.args = gated(args)
         self.skip = set(args.skip_eviction_gates)
         self.snapshot = snapshot
         self.jobs = jobs
         self.limiters = limiters if limiters is not None else ObjectLimiters(args.object_limiters)
         self.constraints = PodConstraints(self.args, lambda: self.snapshot().nodes())
+        self.scales = scales
         self._view: _View | None = None
 
     # ---- the plugin's Filter and PreEvictionFilter ----
@@ -238,7 +241,8 @@ class MigrationFilter:
         return self.view().pods
 
     def workload_of(self, pod: JSON) -> Workload | None:
-        return controller_of(pod, self.view().objects)
+        view, scales = self.view(), self.scales()
+        return controller_of(pod, view.objects, view.memoized(scales) if scales is not None else None)
 
 
 class _View:
@@ -255,6 +259,16 @@ class _View:
 
         self._controller: dict[str, str | None] = {}
         self._unavailable: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
+        self._scales: dict[tuple[str, str, str, str], JSON | None] = {}
+
+    def memoized(self, scales: Scales) -> Scales:
+        """`scales` asked at most once per owner while this view lasts."""
+        def read(api_version: str, kind: str, namespace: str, name: str) -> JSON | None:
+            k = (api_version, kind, namespace, name)
+            if k not in self._scales:
+                self._scales[k] = scales(*k)
+            return self._scales[k]
+        return read
 
     def controller_uid(self, pod_key: str) -> str | None:
         """The controller UID of the pod of that key (None: no such pod, or no controller)."""

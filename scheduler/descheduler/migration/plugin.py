@@ -50,6 +50,8 @@ from scheduler.descheduler.migration.filter import MigrationFilter
 from scheduler.descheduler.migration.jobs import MigratingJobs
 from scheduler.descheduler.migration.kubeapi import JOBS, KubeMigrationAPI
 from scheduler.descheduler.migration.reconcile import Reconciler
+from scheduler.descheduler.migration.scale import ScaleReader
+from scheduler.descheduler.migration.workload import Scales
 
 NAME = "MigrationController"
 log = logging.getLogger("koord-descheduler.migration")
@@ -73,15 +75,25 @@ class MigrationController:
         self.migrating_created: list[tuple[PodMigrationJob, JSON]] = []
         self.seen: Snapshot | None = None
         self.current: MigratingJobs | None = None  # jobs(), until a job is created or the round changes
-        self.checks = MigrationFilter(args, lambda: self.handle.snapshot, self.jobs)
+        self.scale_reader: ScaleReader | None = None
+        self.checks = MigrationFilter(args, lambda: self.handle.snapshot, self.jobs, scales=self._scales)
         self.lock = threading.RLock()  # the round's calls and the controller thread's
         # `run`'s controller thread: the same checks over the live view and the jobs it listed, the same buckets
         self.live: tuple[Snapshot, MigratingJobs] | None = None
         self.view: tuple[int, Snapshot] | None = None  # the live view's version and the snapshot made of it
         self.live_checks = MigrationFilter(args, lambda: self._live()[0], lambda: self._live()[1],
-                                           limiters=self.checks.limiters)
+                                           limiters=self.checks.limiters, scales=self._scales)
         self.listed: list[PodMigrationJob] = []
         self.loop: ControllerLoop | None = None
+
+    def _scales(self) -> Scales | None:
+        """In `run`, owners of other kinds read through their scale subresource (one reader: its discovery kept)."""
+        kube = self.handle.kube
+        if kube is None:
+            return None
+        if self.scale_reader is None or self.scale_reader.client is not kube.client:
+            self.scale_reader = ScaleReader(kube.client)
+        return self.scale_reader.scale
 
     # ---- FilterPlugin ----
 

@@ -3,16 +3,19 @@
 Upstream: pkg/descheduler/controllers/migration/controllerfinder (a restatement of OpenKruise's ControllerFinder).
 Kinds are matched by API group and kind, the version ignored: ReplicationController, Deployment, ReplicaSet (one a
 Deployment controls stands for that Deployment), StatefulSet, Kruise CloneSet and Advanced StatefulSet; any other
-kind is read as upstream reads its `scale` subresource: `spec.replicas` (0 when absent).
+kind is read as upstream reads its `scale` subresource: `spec.replicas` (0 when absent) — in `simulate` from the
+object in the cluster directory, in `run` through `scales` (migration/scale.py: discovery, then GET .../scale), whose
+Scale's `status.selector` finds the ReplicaSets that kind controls (upstream getReplicaSetsForDeployment, which its
+GetPodsForRef applies to every kind but the five it knows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from apis.core import podmeta
-from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector
+from apis.core.labelselector import LabelSelector, SelectorError, parse_label_selector, parse_selector_string
 from apis.core.objects import JSON, JSONMapping, as_object
 
 CORE, APPS, KRUISE = "", "apps", "apps.kruise.io"
@@ -47,6 +50,8 @@ class Workload:
 
 
 Objects = Mapping[str, Sequence[JSON]]  # by kind, as the descheduler's Snapshot keeps them
+Scales = Callable[[str, str, str, str], JSON | None]
+"""(apiVersion, kind, namespace, name) → the object's autoscaling/v1 Scale, or None (migration/scale.ScaleReader)."""
 
 
 class ObjectIndex:
@@ -65,21 +70,24 @@ class ObjectIndex:
                 self.by_name.setdefault((group, kind, ns, str(meta.get("name") or "")), o)
 
 
-def controller_of(pod: JSON, objects: Objects | ObjectIndex) -> Workload | None:
+def controller_of(pod: JSON, objects: Objects | ObjectIndex, scales: Scales | None = None) -> Workload | None:
     """The workload behind the pod's controller ownerReference; None for a pod without one or when the object is not
     there (or has another UID)."""
     ref = podmeta.controller_ref(pod)
     if ref is None:
         return None
-    return find(ref, str(as_object(pod.get("metadata")).get("namespace") or ""), objects)
+    return find(ref, str(as_object(pod.get("metadata")).get("namespace") or ""), objects, scales)
 
 
-def find(ref: JSONMapping, namespace: str, objects: Objects | ObjectIndex) -> Workload | None:
+def find(ref: JSONMapping, namespace: str, objects: Objects | ObjectIndex, scales: Scales | None = None
+         ) -> Workload | None:
     """The workload an ownerReference names in `namespace` (upstream GetPodsForRef / GetExpectedScaleForPod)."""
     if not isinstance(objects, ObjectIndex):
         objects = ObjectIndex(objects)
     group, kind, name = group_of(ref.get("apiVersion")), str(ref.get("kind") or ""), str(ref.get("name") or "")
     obj = objects.by_name.get((group, kind, namespace, name))
+    if obj is None and scales is not None and (group, kind) not in NATIVE:
+        return _by_scale(ref, namespace, objects, scales)
     if obj is None or (ref.get("uid") and _uid(obj) != ref.get("uid")):
         return None
     if (group, kind) == (APPS, "ReplicaSet"):
@@ -89,7 +97,8 @@ def find(ref: JSONMapping, namespace: str, objects: Objects | ObjectIndex) -> Wo
             if deployment is not None:
                 return deployment
     if (group, kind) == (APPS, "Deployment"):
-        return _workload(group, kind, obj, namespace, _replica_sets_of(obj, namespace, objects))
+        selector = _selector(as_object(obj.get("spec")).get("selector"))
+        return _workload(group, kind, obj, namespace, _replica_sets_of(_uid(obj), selector, namespace, objects))
     return _workload(group, kind, obj, namespace, frozenset({_uid(obj)}))
 
 
@@ -102,15 +111,35 @@ def _workload(group: str, kind: str, obj: JSON, namespace: str, uids: frozenset[
                     meta.get("deletionTimestamp") is not None, uids)
 
 
-def _replica_sets_of(deployment: JSON, namespace: str, objects: ObjectIndex) -> frozenset[str]:
-    """The UIDs of the ReplicaSets the Deployment controls whose labels its selector matches."""
-    uid = _uid(deployment)
-    selector = _selector(as_object(deployment.get("spec")).get("selector"))
+def _by_scale(ref: JSONMapping, namespace: str, objects: ObjectIndex, scales: Scales) -> Workload | None:
+    """Upstream getScaleController: the Scale's replicas and UID; its pods those of the ReplicaSets it controls that
+    its selector matches, else its own (a selector that does not parse: no workload, as upstream's error)."""
+    api_version, kind, name = str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""), str(ref.get("name") or "")
+    scale = scales(api_version, kind, namespace, name)
+    if scale is None or (ref.get("uid") and _uid(scale) != ref.get("uid")):
+        return None
+    try:
+        selector = parse_selector_string(str(as_object(scale.get("status")).get("selector") or ""))
+    except SelectorError:
+        return None
+    replicas = as_object(scale.get("spec")).get("replicas")
+    uid = _uid(scale)
+    rss = _replica_sets_of(uid, selector, namespace, objects, empty_matches=True)  # labels.Everything, as upstream
+    return Workload(group_of(api_version), kind, namespace, name, uid,
+                    replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 0, False,
+                    rss or frozenset({uid}))
+
+
+def _replica_sets_of(uid: str, selector: LabelSelector | None, namespace: str, objects: ObjectIndex, *,
+                     empty_matches: bool = False) -> frozenset[str]:
+    """The UIDs of the ReplicaSets the object of `uid` controls whose labels its selector matches (an empty selector
+    matches none, unless `empty_matches`)."""
     out = set()
     for rs in objects.by_ns.get((APPS, "ReplicaSet", namespace), ()):
         owner = podmeta.controller_ref(rs)
         labels = as_object(as_object(rs.get("metadata")).get("labels"))
-        if owner is not None and owner.get("uid") == uid and selector is not None and not selector.empty \
+        if owner is not None and owner.get("uid") == uid and selector is not None \
+                and (empty_matches or not selector.empty) \
                 and selector.matches({str(k): str(v) for k, v in labels.items()}):
             out.add(_uid(rs))
     return frozenset(out)
