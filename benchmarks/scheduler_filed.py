@@ -91,11 +91,17 @@ def main() -> int:
         filed = None if why is not None else Path(tmp)
         per_pod: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
         cold: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
-        for _ in range(args.rounds):
-            before = measure(filed, args.nodes, args.pods, args.runs, GPU_KINDS) if filed else None
-            per_pod.append((before, measure(None, args.nodes, args.pods, args.runs, GPU_KINDS)))
-            before = measure(filed, args.cold_nodes, args.pods, args.runs, GPU_KINDS) if filed else None
-            cold.append((before, measure(None, args.cold_nodes, args.pods, args.runs, GPU_KINDS)))
+        try:
+            for _ in range(args.rounds):
+                before = measure(filed, args.nodes, args.pods, args.runs, GPU_KINDS) if filed else None
+                per_pod.append((before, measure(None, args.nodes, args.pods, args.runs, GPU_KINDS)))
+                before = measure(filed, args.cold_nodes, args.pods, args.runs, GPU_KINDS) if filed else None
+                cold.append((before, measure(None, args.cold_nodes, args.pods, args.runs, GPU_KINDS)))
+        except subprocess.CalledProcessError as e:
+            said = (e.stderr or "").strip().splitlines()
+            print(f"benchmarks.schedcpu failed (exit {e.returncode}): {said[-1] if said else 'no message'}",
+                  file=sys.stderr)
+            return 1
     table(f"per-pod CPU, median pod, {args.nodes} nodes x 8 GPUs, {args.pods} pods after prepare(), least of "
           f"{args.runs} runs; filed = {args.commit}", "us", "median", 1e6, per_pod)
     table(f"cold start CPU: prepare() + {args.pods} pods, {args.cold_nodes} nodes x 8 GPUs, least of {args.runs} "

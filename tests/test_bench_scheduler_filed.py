@@ -39,3 +39,16 @@ def test_a_bad_count_is_one_line_and_exit_2() -> None:
     got = subprocess.run([sys.executable, "-m", "benchmarks.scheduler_filed", "--pods", "0"],
                          capture_output=True, text=True, cwd=ROOT)
     assert got.returncode == 2 and "Traceback" not in got.stderr and "positive" in got.stderr
+
+
+def test_a_failing_driver_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A 'before' tree whose scheduler cannot be imported: the driver's last error line, exit 1."""
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "scheduler" / "__init__.py").write_text("raise ImportError('not a scheduler')\n")
+    script = ("import sys; from pathlib import Path; import benchmarks.scheduler_filed as f;"
+              f"f.archive = lambda commit, into: (Path(into, 'scheduler').symlink_to({str(tmp_path / 'scheduler')!r})"
+              " and None); sys.argv = ['x', '--nodes', '5', '--cold-nodes', '5', '--pods', '1', '--runs', '1',"
+              " '--rounds', '1']; sys.exit(f.main())")
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert got.returncode == 1 and "Traceback" not in got.stderr
+    assert got.stderr.strip().endswith("ImportError: not a scheduler")
