@@ -125,6 +125,21 @@ def test_watcher_thread_starts_and_stops() -> None:
     assert watcher._thread is None
 
 
+def test_stop_ends_a_wait_in_progress_where_the_backend_can() -> None:
+    """The snapshot backend's wait ends on wake() (the agent stops at once, not after WAIT_MS); one wake ends one
+    wait, and the backend still answers later events."""
+    backend = _backend([])
+    backend.init()
+    watcher = XidWatcher(backend, XidHealth(), [A, B], Health(), wait_ms=60_000)
+    watcher.start()
+    time.sleep(0.05)  # the thread is inside its minute-long wait
+    started = time.monotonic()
+    watcher.stop(timeout=30)
+    assert watcher._thread is None and time.monotonic() - started < 10
+    started = time.monotonic()
+    assert backend.wait_xid(50) is None and time.monotonic() - started >= 0.04  # the wake was spent
+
+
 def test_failing_wait_backs_off_and_logs_once() -> None:
     class Failing(SnapshotBackend):
         calls = 0

@@ -149,6 +149,10 @@ class NvmlBackend(Protocol):
         """The next event of a registered GPU, or None when `timeout_ms` passed without one."""
         ...
 
+    def wake(self) -> None:
+        """End a `wait_xid` in progress early where the backend can (it then answers None)."""
+        ...
+
     def telemetry(self, bus_id: str, read: str) -> Any:
         """One telemetry read (a name of telemetry.READS), shaped as READS says; INVALID_ARGUMENT for an unknown
         name."""
@@ -379,6 +383,9 @@ class PynvmlBackend:
             if self._events is None:
                 self._events = nvml.nvmlEventSetCreate()
             nvml.nvmlDeviceRegisterEvents(h, _XID_CRITICAL_ERROR, self._events)
+
+    def wake(self) -> None:
+        """nvmlEventSetWait cannot be interrupted: a wait in progress runs out its timeout (health.WAIT_MS)."""
 
     def wait_xid(self, timeout_ms: int) -> XidEvent | None:
         if self._events is None:

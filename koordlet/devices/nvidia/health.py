@@ -163,6 +163,7 @@ class XidWatcher:
 
     def stop(self, timeout: float | None = None) -> None:
         self._stop.set()
+        self.backend.wake()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None

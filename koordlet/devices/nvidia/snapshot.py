@@ -59,6 +59,7 @@ class SnapshotBackend:
         self._registered: set[str] = set()
         self.reads: Counter[tuple[str, str]] = Counter()  # (bus id, telemetry read) → times asked
         self._closed = threading.Event()
+        self._woken = threading.Event()  # set by wake() and shutdown(): a wait_xid in progress answers at once
         self._lock = threading.Lock()
 
     def _dev(self, bus_id: str, what: str) -> _SnapDevice:
@@ -75,9 +76,14 @@ class SnapshotBackend:
         if self._init_error:
             raise NvmlError.named(self._init_error, f"{self.name}: nvmlInit: {self._init_error}")
         self._closed.clear()
+        self._woken.clear()
 
     def shutdown(self) -> None:
         self._closed.set()
+        self._woken.set()
+
+    def wake(self) -> None:
+        self._woken.set()
 
     def driver_version(self) -> str:
         return self._driver
@@ -128,7 +134,8 @@ class SnapshotBackend:
                 # NVML only delivers events of registered devices (or device-less ones).
                 if ev.bus_id is None or ev.bus_id in self._registered:
                     return ev
-        self._closed.wait(timeout_ms / 1000)
+        if self._woken.wait(timeout_ms / 1000) and not self._closed.is_set():
+            self._woken.clear()  # one wake ends one wait
         return None
 
     def pending_events(self) -> list[XidEvent]:
